@@ -1,0 +1,35 @@
+//! LDP wire types: one internal model that reads both dialects in the wild.
+//!
+//! The RFC (seed `000_…`) and the reference SDK `ldp-protocol` 0.2.0 disagree on field names
+//! and paths. Readers here accept both; writers emit a shape every known peer parses (see
+//! `docs/ARCHITECTURE.md`, "Dialects"). This module imports nothing else of the crate.
+
+pub mod body;
+pub mod contract;
+pub mod envelope;
+pub mod error;
+pub mod identity;
+pub mod payload;
+pub mod provenance;
+pub mod session_config;
+pub mod trust;
+
+pub use body::{Body, CapabilityManifest, MessageType};
+pub use contract::{BudgetPolicy, DelegationContract};
+pub use envelope::{Envelope, ParseError};
+pub use error::{ErrorCategory, ErrorSeverity, LdpError};
+pub use identity::{Capability, CapabilityHints, ClaimType, CostTier, IdentityCard};
+pub use payload::{negotiate, NegotiatedPayload, PayloadMode};
+pub use provenance::{LineageEntry, Provenance, VerificationStatus};
+pub use session_config::SessionConfig;
+pub use trust::{TrustDomain, TrustViolation};
+
+/// Current time as an RFC 3339 timestamp, the form both dialects write.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// A fresh random message or session id.
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
