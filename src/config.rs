@@ -1,0 +1,399 @@
+//! Gateway configuration: defaults → TOML file → `LDP_GATEWAY_…` environment (figment).
+
+use crate::ldp::TrustDomain;
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The whole configuration. Unknown keys are errors, so a typo never passes silently.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// LDP listener.
+    pub server: ServerConfig,
+    /// Operations listener.
+    pub admin: AdminConfig,
+    /// The gateway's own identity card.
+    pub identity: IdentityConfig,
+    /// Card polling.
+    pub discovery: DiscoveryConfig,
+    /// Client sessions.
+    pub sessions: SessionsConfig,
+    /// Calls to delegates.
+    pub upstream: UpstreamConfig,
+    /// Delegates known at start.
+    pub delegates: Vec<DelegateConfig>,
+    /// Policy files (read from the routing release on; accepted now so configs stay valid).
+    pub policies: PoliciesConfig,
+    /// Provenance ledger (written from the ledger release on; accepted now).
+    pub provenance: ProvenanceConfig,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address for LDP traffic.
+    pub listen: SocketAddr,
+    /// Largest accepted request body, bytes.
+    pub body_limit_bytes: usize,
+}
+
+/// `[admin]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Address for `/metrics`, `/healthz`, `/readyz`, `/admin/*`.
+    pub listen: SocketAddr,
+    /// Name of the environment variable holding the admin bearer token.
+    pub token_env: String,
+}
+
+/// `[identity]`: the gateway's own card.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdentityConfig {
+    /// `ldp:delegate:…` id.
+    pub delegate_id: String,
+    /// Display name.
+    pub name: String,
+    /// The gateway's trust domain.
+    pub trust_domain: TrustDomain,
+    /// Model family shown on the card.
+    pub model_family: String,
+    /// Version shown on the card (default: the crate version).
+    pub model_version: Option<String>,
+    /// Context window shown on the card (default: the largest among healthy delegates).
+    pub context_window: Option<u64>,
+    /// Public URL written into the card's `endpoint`.
+    pub public_url: Option<String>,
+}
+
+/// `[discovery]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiscoveryConfig {
+    /// How often every card is re-fetched.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Deadline of one card fetch.
+    #[serde(with = "humantime_serde")]
+    pub fetch_timeout: Duration,
+}
+
+/// `[sessions]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    /// Idle TTL when the proposal names none (RFC default 3600 s).
+    #[serde(with = "humantime_serde")]
+    pub default_ttl: Duration,
+    /// Ceiling on any proposed TTL.
+    #[serde(with = "humantime_serde")]
+    pub max_ttl: Duration,
+    /// How often expired sessions are swept (and their upstream sessions closed).
+    #[serde(with = "humantime_serde")]
+    pub sweep_interval: Duration,
+}
+
+/// `[upstream]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// TCP connect deadline.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Deadline of one upstream handshake message (HELLO, SESSION_PROPOSE, SESSION_CLOSE).
+    #[serde(with = "humantime_serde")]
+    pub handshake_timeout: Duration,
+    /// Ceiling on one upstream task.
+    #[serde(with = "humantime_serde")]
+    pub task_timeout: Duration,
+}
+
+/// One `[[delegates]]` entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelegateConfig {
+    /// `http(s)://host:port[/path]` or `ldp://host:port[/path]`.
+    pub url: String,
+    /// Registry name (default: the URL).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Relative share among near-equals.
+    #[serde(default)]
+    pub weight: Option<f64>,
+    /// Free-form labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+impl DelegateConfig {
+    /// A delegate at `url` with defaults.
+    pub fn new(url: impl Into<String>) -> Self {
+        DelegateConfig {
+            url: url.into(),
+            name: None,
+            weight: None,
+            labels: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[policies]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoliciesConfig {
+    /// Folder of `*.toml` policies.
+    pub dir: PathBuf,
+    /// Policy used when no other applies.
+    pub default: String,
+}
+
+/// `[provenance]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProvenanceConfig {
+    /// Store URL.
+    pub store: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            server: ServerConfig::default(),
+            admin: AdminConfig::default(),
+            identity: IdentityConfig::default(),
+            discovery: DiscoveryConfig::default(),
+            sessions: SessionsConfig::default(),
+            upstream: UpstreamConfig::default(),
+            delegates: Vec::new(),
+            policies: PoliciesConfig::default(),
+            provenance: ProvenanceConfig::default(),
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8700)),
+            body_limit_bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8701)),
+            token_env: "LDP_ADMIN_TOKEN".into(),
+        }
+    }
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        IdentityConfig {
+            delegate_id: "ldp:delegate:gateway".into(),
+            name: "LDP Gateway".into(),
+            trust_domain: TrustDomain::default(),
+            model_family: "ldp-gateway".into(),
+            model_version: None,
+            context_window: None,
+            public_url: None,
+        }
+    }
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> Self {
+        DiscoveryConfig {
+            poll_interval: Duration::from_secs(10),
+            fetch_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        SessionsConfig {
+            default_ttl: Duration::from_secs(3600),
+            max_ttl: Duration::from_secs(24 * 3600),
+            sweep_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            connect_timeout: Duration::from_secs(2),
+            handshake_timeout: Duration::from_secs(5),
+            task_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+impl Default for PoliciesConfig {
+    fn default() -> Self {
+        PoliciesConfig {
+            dir: PathBuf::from("policies"),
+            default: "balanced".into(),
+        }
+    }
+}
+
+impl Default for ProvenanceConfig {
+    fn default() -> Self {
+        ProvenanceConfig {
+            store: "sqlite://data/provenance.db".into(),
+        }
+    }
+}
+
+/// Why a configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file or environment does not parse into [`Config`].
+    #[error("{0}")]
+    Load(Box<figment::Error>),
+    /// It parses, but values are unusable; one line per problem.
+    #[error("{}", .0.join("\n"))]
+    Invalid(Vec<String>),
+}
+
+impl Config {
+    /// Loads `path` (which must exist) layered over the defaults, then the environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        if !path.exists() {
+            return Err(ConfigError::Invalid(vec![format!(
+                "{}: file not found",
+                path.display()
+            )]));
+        }
+        let cfg: Config = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::file(path))
+            .merge(Env::prefixed("LDP_GATEWAY_").split("__"))
+            .extract()
+            .map_err(|e| ConfigError::Load(Box::new(e)))?;
+        let problems = cfg.problems(&path.display().to_string());
+        if problems.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(ConfigError::Invalid(problems))
+        }
+    }
+
+    /// Every problem with the values, each as `origin: key: reason`.
+    pub fn problems(&self, origin: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.server.body_limit_bytes == 0 {
+            out.push(format!("{origin}: server.body_limit_bytes: must be at least 1"));
+        }
+        if self.identity.delegate_id.trim().is_empty() {
+            out.push(format!("{origin}: identity.delegate_id: must not be empty"));
+        }
+        if self.discovery.poll_interval.is_zero() {
+            out.push(format!("{origin}: discovery.poll_interval: must be longer than 0s"));
+        }
+        if self.sessions.sweep_interval.is_zero() {
+            out.push(format!("{origin}: sessions.sweep_interval: must be longer than 0s"));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, d) in self.delegates.iter().enumerate() {
+            if let Err(reason) = normalize_url(&d.url) {
+                out.push(format!("{origin}: delegates[{i}].url: {reason}"));
+            }
+            if let Some(w) = d.weight {
+                if !(w.is_finite() && w > 0.0) {
+                    out.push(format!("{origin}: delegates[{i}].weight: must be a positive number"));
+                }
+            }
+            let name = d.name.clone().unwrap_or_else(|| d.url.clone());
+            if !names.insert(name.clone()) {
+                out.push(format!("{origin}: delegates[{i}].name: duplicate delegate '{name}'"));
+            }
+        }
+        out
+    }
+}
+
+/// Validates `path` as `ldp-gateway check` does; empty when all is well.
+pub fn check_file(path: &Path) -> Vec<String> {
+    match Config::load(path) {
+        Ok(_) => Vec::new(),
+        Err(ConfigError::Invalid(p)) => p,
+        Err(ConfigError::Load(e)) => e
+            .into_iter()
+            .map(|e| {
+                let key = e.path.join(".");
+                let key = if key.is_empty() { "(top level)".to_owned() } else { key };
+                format!("{}: {key}: {}", path.display(), e.kind)
+            })
+            .collect(),
+    }
+}
+
+/// Turns a delegate URL into the HTTP base URL the gateway calls: `ldp://` becomes `http://`
+/// (LDP's plain HTTP transport), the trailing slash goes.
+pub fn normalize_url(url: &str) -> Result<String, String> {
+    let url = url.trim();
+    let rest = if let Some(r) = url.strip_prefix("ldp://") {
+        format!("http://{r}")
+    } else if url.starts_with("http://") {
+        url.to_owned()
+    } else if url.starts_with("https://") {
+        if !cfg!(feature = "tls") {
+            return Err("https:// needs the gateway built with `--features tls`".into());
+        }
+        url.to_owned()
+    } else {
+        return Err(format!("'{url}' must start with http://, https:// or ldp://"));
+    };
+    let host = rest.split("://").nth(1).unwrap_or("");
+    if host.is_empty() || host.starts_with('/') {
+        return Err(format!("'{url}' has no host"));
+    }
+    Ok(rest.trim_end_matches('/').to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldp_scheme_becomes_http() {
+        assert_eq!(normalize_url("ldp://h:9/x/").unwrap(), "http://h:9/x");
+        assert_eq!(normalize_url("http://h:9").unwrap(), "http://h:9");
+        assert!(normalize_url("ftp://h").is_err());
+        assert!(normalize_url("ldp://").is_err());
+    }
+
+    #[test]
+    fn problems_are_all_reported() {
+        let mut c = Config::default();
+        c.delegates.push(DelegateConfig::new("ftp://x"));
+        c.delegates.push(DelegateConfig { weight: Some(-1.0), ..DelegateConfig::new("http://a") });
+        c.delegates.push(DelegateConfig::new("http://a"));
+        c.discovery.poll_interval = Duration::ZERO;
+        let p = c.problems("f.toml");
+        assert_eq!(p.len(), 4, "{p:?}");
+        assert!(p.iter().any(|l| l.starts_with("f.toml: delegates[0].url:")));
+        assert!(p.iter().any(|l| l == "f.toml: delegates[2].name: duplicate delegate 'http://a'"));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("g.toml");
+        std::fs::write(&f, "[server]\nlisten = \"127.0.0.1:1\"\nlisten_typo = 1\n").unwrap();
+        let p = check_file(&f);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("server: unknown field `listen_typo`"), "{p:?}");
+    }
+}

@@ -7,7 +7,7 @@
 
 pub mod config;
 pub mod demo;
-pub mod gateway;
+pub mod proxy;
 pub mod ldp;
 pub mod registry;
 pub mod routing;

@@ -1,1 +1,54 @@
-fn main() {}
+//! `ldp-gateway`: parse the command line and hand over to the library.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "ldp-gateway", version, about = "One LDP endpoint in front of many LLM delegates")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve {
+        /// Config file (TOML); environment `LDP_GATEWAY_…` (`__` nests) overrides it.
+        #[arg(long, default_value = "config/gateway.toml")]
+        config: PathBuf,
+    },
+    /// Start simulated delegates and a gateway on loopback, drive sample traffic, keep serving.
+    Demo(ldp_gateway::demo::DemoArgs),
+    /// Run one simulated LDP delegate.
+    Delegate(ldp_gateway::sim::DelegateArgs),
+    /// Validate a config file; exit 1 on any problem.
+    Check {
+        /// Config file (TOML).
+        #[arg(long, default_value = "config/gateway.toml")]
+        config: PathBuf,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    ldp_gateway::telemetry::init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match cli.command {
+        Command::Serve { config } => runtime.block_on(ldp_gateway::server::serve_from_file(&config)),
+        Command::Demo(args) => runtime.block_on(ldp_gateway::demo::run(args)),
+        Command::Delegate(args) => runtime.block_on(ldp_gateway::sim::run(args)),
+        Command::Check { config } => {
+            let problems = ldp_gateway::config::check_file(&config);
+            for p in &problems {
+                println!("{p}");
+            }
+            if problems.is_empty() {
+                println!("{}: ok", config.display());
+                Ok(())
+            } else {
+                std::process::exit(1)
+            }
+        }
+    }
+}

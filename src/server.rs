@@ -1,0 +1,261 @@
+//! HTTP: the LDP listener and the admin listener, and the running gateway's handle.
+//!
+//! Middleware order on the LDP listener: body limit (413) → parse (400) → `Proxy::handle` →
+//! JSON answer. Protocol refusals are HTTP 200 envelopes; only malformed or oversized requests
+//! get a 4xx, always with body `{"error": LdpError}`.
+
+mod admin;
+mod ldp_routes;
+
+use crate::config::{Config, ConfigError};
+use crate::ldp::error::GatewayCode;
+use crate::ldp::LdpError;
+use crate::proxy::Proxy;
+use crate::registry::Registry;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use admin::admin_router;
+pub use ldp_routes::router;
+
+/// State shared by the handlers.
+#[derive(Clone)]
+pub struct AppState {
+    /// The gateway core.
+    pub proxy: Arc<Proxy>,
+    /// The configuration it runs with.
+    pub config: Arc<Config>,
+    /// This listener's URL, written into the identity card's `endpoint`.
+    pub public_url: Arc<str>,
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Bad configuration.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A listener could not bind.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A client error answered as `{"error": LdpError}` with a 4xx status.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    error: LdpError,
+}
+
+impl ApiError {
+    /// An error with one of the gateway's codes; the status follows from the code.
+    pub fn new(code: GatewayCode, message: impl Into<String>) -> Self {
+        let status = match code {
+            GatewayCode::BadRequest => StatusCode::BAD_REQUEST,
+            GatewayCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            GatewayCode::Unauthenticated => StatusCode::UNAUTHORIZED,
+            GatewayCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            GatewayCode::SessionNotFound | GatewayCode::NoEligibleDelegate => StatusCode::NOT_FOUND,
+            GatewayCode::TrustViolation | GatewayCode::BudgetExceeded => StatusCode::FORBIDDEN,
+            GatewayCode::UpstreamFailed => StatusCode::BAD_GATEWAY,
+            GatewayCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError {
+            status,
+            error: LdpError::gateway(code, message),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(serde_json::json!({ "error": self.error }))).into_response()
+    }
+}
+
+/// A running gateway: both listeners, the card poller and the session sweeper.
+pub struct Gateway {
+    ldp_addr: SocketAddr,
+    admin_addr: SocketAddr,
+    proxy: Arc<Proxy>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Gateway {
+    /// Binds both listeners, fetches every card once, then serves in the background.
+    pub async fn start(config: Config) -> Result<Gateway, ServerError> {
+        let problems = config.problems("config");
+        if !problems.is_empty() {
+            return Err(ConfigError::Invalid(problems).into());
+        }
+        let config = Arc::new(config);
+        let ldp_listener = bind(config.server.listen).await?;
+        let admin_listener = bind(config.admin.listen).await?;
+        let ldp_addr = ldp_listener.local_addr().map_err(|source| ServerError::Bind {
+            addr: config.server.listen,
+            source,
+        })?;
+        let admin_addr = admin_listener.local_addr().map_err(|source| ServerError::Bind {
+            addr: config.admin.listen,
+            source,
+        })?;
+        let registry = Arc::new(
+            Registry::from_config(&config.delegates).map_err(|e| ConfigError::Invalid(vec![e]))?,
+        );
+        let proxy = Arc::new(Proxy::new(config.clone(), registry.clone()));
+        registry
+            .poll_all(proxy.upstream(), config.discovery.fetch_timeout)
+            .await;
+
+        let (shutdown, rx) = watch::channel(false);
+        let state = AppState {
+            proxy: proxy.clone(),
+            config: config.clone(),
+            public_url: format!("http://{ldp_addr}").into(),
+        };
+        let mut tasks = vec![registry.clone().spawn_poller(
+            proxy.upstream().clone(),
+            config.discovery.poll_interval,
+            config.discovery.fetch_timeout,
+            rx.clone(),
+        )];
+        tasks.push(spawn_sweeper(proxy.clone(), config.sessions.sweep_interval, rx.clone()));
+        tasks.push(spawn_server(ldp_listener, router(state.clone()), rx.clone()));
+        tasks.push(spawn_server(admin_listener, admin_router(state), rx));
+        tracing::info!(ldp = %ldp_addr, admin = %admin_addr, delegates = registry.snapshot().len(),
+            healthy = registry.healthy_count(), "gateway listening");
+        Ok(Gateway {
+            ldp_addr,
+            admin_addr,
+            proxy,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// Base URL of the LDP listener.
+    pub fn ldp_url(&self) -> String {
+        format!("http://{}", self.ldp_addr)
+    }
+
+    /// Base URL of the admin listener.
+    pub fn admin_url(&self) -> String {
+        format!("http://{}", self.admin_addr)
+    }
+
+    /// The gateway core (tests inspect sessions and the registry through it).
+    pub fn proxy(&self) -> &Arc<Proxy> {
+        &self.proxy
+    }
+
+    /// Re-fetches every card now, instead of waiting for the next poll.
+    pub async fn refresh_cards(&self) {
+        let timeout = Duration::from_secs(2);
+        self.proxy.registry().poll_all(self.proxy.upstream(), timeout).await;
+    }
+
+    /// Waits until at least `n` delegates are healthy, re-polling cards; false on timeout.
+    pub async fn wait_healthy(&self, n: usize, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.proxy.registry().healthy_count() >= n {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            self.refresh_cards().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops accepting, lets in-flight requests finish, closes upstream sessions.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        self.proxy.close_everything().await;
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })
+}
+
+fn spawn_server(listener: TcpListener, app: axum::Router, mut rx: watch::Receiver<bool>) -> JoinHandle<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    tokio::spawn(async move {
+        let stop = async move {
+            let _ = rx.wait_for(|v| *v).await;
+        };
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+            tracing::error!(error = %e, "listener stopped");
+        }
+    })
+}
+
+fn spawn_sweeper(proxy: Arc<Proxy>, every: Duration, mut rx: watch::Receiver<bool>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => { proxy.sweep_expired().await; }
+                _ = rx.changed() => return,
+            }
+        }
+    })
+}
+
+/// `ldp-gateway serve`: load the config, run until Ctrl-C or SIGTERM.
+pub async fn serve_from_file(path: &Path) -> anyhow::Result<()> {
+    let config = Config::load(path)?;
+    let gateway = Gateway::start(config).await?;
+    println!("LDP endpoint: {}", gateway.ldp_url());
+    println!("admin:        {}", gateway.admin_url());
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    gateway.shutdown().await;
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or (on Unix) SIGTERM.
+pub async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

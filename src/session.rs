@@ -1,0 +1,257 @@
+//! Client sessions: the table of sessions the gateway issued, their per-skill upstream
+//! bindings, idle expiry.
+
+use crate::ldp::NegotiatedPayload;
+use crate::registry::Delegate;
+use crate::upstream::UpstreamSession;
+use dashmap::DashMap;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A session bound upstream: the delegate serving one skill of a client session.
+#[derive(Debug, Clone)]
+pub struct Binding {
+    /// The delegate.
+    pub delegate: Arc<Delegate>,
+    /// The upstream session with it.
+    pub upstream: UpstreamSession,
+}
+
+/// A session the gateway issued to a client.
+#[derive(Debug)]
+pub struct ClientSession {
+    /// Gateway-issued id.
+    pub id: String,
+    /// Who opened it (the envelope `from`); other callers cannot use it.
+    pub owner: String,
+    /// The client's verified trust domain (C).
+    pub client_domain: String,
+    /// The domain its delegates must be in (R), if required.
+    pub required_domain: Option<String>,
+    /// What was agreed with the client.
+    pub payload: NegotiatedPayload,
+    /// Policy named at proposal time.
+    pub policy: Option<String>,
+    /// Idle timeout.
+    pub ttl: Duration,
+    last_used_ms: AtomicU64,
+    /// Per-skill upstream sessions. A std mutex: held only to read or swap, never across await.
+    bindings: Mutex<HashMap<String, Binding>>,
+    /// Serialises opening upstream sessions, so two concurrent first tasks of one skill do not
+    /// open two.
+    pub handshake: tokio::sync::Mutex<()>,
+    /// Tasks in flight: task id → skill, for TASK_CANCEL.
+    running: Mutex<HashMap<String, String>>,
+}
+
+impl ClientSession {
+    /// The binding for `skill`.
+    pub fn binding(&self, skill: &str) -> Option<Binding> {
+        self.bindings.lock().ok()?.get(skill).cloned()
+    }
+
+    /// Sets the binding for `skill`, returning the one it replaced.
+    pub fn bind(&self, skill: &str, binding: Binding) -> Option<Binding> {
+        self.bindings.lock().ok()?.insert(skill.to_owned(), binding)
+    }
+
+    /// Removes the binding for `skill` if it is still the upstream session `upstream_id`.
+    pub fn unbind(&self, skill: &str, upstream_id: &str) -> Option<Binding> {
+        let mut map = self.bindings.lock().ok()?;
+        if map.get(skill).is_some_and(|b| b.upstream.session_id == upstream_id) {
+            map.remove(skill)
+        } else {
+            None
+        }
+    }
+
+    /// Every binding, taken out (for closing).
+    pub fn take_bindings(&self) -> Vec<Binding> {
+        self.bindings
+            .lock()
+            .map(|mut m| m.drain().map(|(_, b)| b).collect())
+            .unwrap_or_default()
+    }
+
+    /// How many upstream sessions it holds.
+    pub fn binding_count(&self) -> usize {
+        self.bindings.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Marks a task as running.
+    pub fn task_started(&self, task_id: &str, skill: &str) {
+        if let Ok(mut m) = self.running.lock() {
+            m.insert(task_id.to_owned(), skill.to_owned());
+        }
+    }
+
+    /// Marks a task as done.
+    pub fn task_finished(&self, task_id: &str) {
+        if let Ok(mut m) = self.running.lock() {
+            m.remove(task_id);
+        }
+    }
+
+    /// The skill of a running task.
+    pub fn running_skill(&self, task_id: &str) -> Option<String> {
+        self.running.lock().ok()?.get(task_id).cloned()
+    }
+}
+
+/// Parameters of a new session.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    /// Envelope `from` of the proposal.
+    pub owner: String,
+    /// Verified client domain.
+    pub client_domain: String,
+    /// Required delegate domain.
+    pub required_domain: Option<String>,
+    /// Negotiated with the client.
+    pub payload: NegotiatedPayload,
+    /// Named policy.
+    pub policy: Option<String>,
+    /// Idle timeout.
+    pub ttl: Duration,
+}
+
+/// All client sessions.
+pub struct SessionTable {
+    map: DashMap<String, Arc<ClientSession>>,
+    epoch: Instant,
+}
+
+impl Default for SessionTable {
+    fn default() -> Self {
+        SessionTable {
+            map: DashMap::new(),
+            epoch: Instant::now(),
+        }
+    }
+}
+
+impl SessionTable {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Opens a session with a fresh gateway-issued id.
+    pub fn open(&self, new: NewSession) -> Arc<ClientSession> {
+        let session = Arc::new(ClientSession {
+            id: crate::ldp::new_id(),
+            owner: new.owner,
+            client_domain: new.client_domain,
+            required_domain: new.required_domain,
+            payload: new.payload,
+            policy: new.policy,
+            ttl: new.ttl,
+            last_used_ms: AtomicU64::new(self.now_ms()),
+            bindings: Mutex::new(HashMap::new()),
+            handshake: tokio::sync::Mutex::new(()),
+            running: Mutex::new(HashMap::new()),
+        });
+        self.map.insert(session.id.clone(), session.clone());
+        session
+    }
+
+    /// The live session `id` if `owner` opened it; touching it resets its idle clock. Unknown,
+    /// expired and someone else's sessions all look the same: `None`.
+    pub fn get(&self, id: &str, owner: &str) -> Option<Arc<ClientSession>> {
+        let s = self.map.get(id)?.clone();
+        if s.owner != owner {
+            return None;
+        }
+        let now = self.now_ms();
+        let last = s.last_used_ms.load(Ordering::Acquire);
+        if now.saturating_sub(last) > s.ttl.as_millis() as u64 {
+            return None;
+        }
+        s.last_used_ms.store(now, Ordering::Release);
+        Some(s)
+    }
+
+    /// Removes session `id` if `owner` opened it.
+    pub fn close(&self, id: &str, owner: &str) -> Option<Arc<ClientSession>> {
+        self.map.remove_if(id, |_, s| s.owner == owner).map(|(_, s)| s)
+    }
+
+    /// Removes and returns every session idle past its TTL.
+    pub fn take_expired(&self) -> Vec<Arc<ClientSession>> {
+        let now = self.now_ms();
+        let expired: Vec<String> = self
+            .map
+            .iter()
+            .filter(|e| now.saturating_sub(e.last_used_ms.load(Ordering::Acquire)) > e.ttl.as_millis() as u64)
+            .map(|e| e.key().clone())
+            .collect();
+        expired
+            .into_iter()
+            .filter_map(|id| self.map.remove(&id).map(|(_, s)| s))
+            .collect()
+    }
+
+    /// Removes and returns every session (shutdown).
+    pub fn take_all(&self) -> Vec<Arc<ClientSession>> {
+        let ids: Vec<String> = self.map.iter().map(|e| e.key().clone()).collect();
+        ids.into_iter().filter_map(|id| self.map.remove(&id).map(|(_, s)| s)).collect()
+    }
+
+    /// Number of open sessions.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Every session (admin listing).
+    pub fn list(&self) -> Vec<Arc<ClientSession>> {
+        self.map.iter().map(|e| e.value().clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new(owner: &str, ttl: Duration) -> NewSession {
+        NewSession {
+            owner: owner.into(),
+            client_domain: "default".into(),
+            required_domain: None,
+            payload: NegotiatedPayload::text(),
+            policy: None,
+            ttl,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_sessions_expire_and_use_keeps_them_alive() {
+        let t = SessionTable::default();
+        let s = t.open(new("a", Duration::from_secs(10)));
+        tokio::time::advance(Duration::from_secs(8)).await;
+        assert!(t.get(&s.id, "a").is_some());
+        tokio::time::advance(Duration::from_secs(8)).await;
+        assert!(t.take_expired().is_empty());
+        assert!(t.get(&s.id, "a").is_some());
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(t.get(&s.id, "a").is_none());
+        assert_eq!(t.take_expired().len(), 1);
+        assert!(t.is_empty());
+    }
+
+    #[tokio::test]
+    async fn sessions_are_bound_to_their_owner() {
+        let t = SessionTable::default();
+        let s = t.open(new("a", Duration::from_secs(10)));
+        assert!(t.get(&s.id, "b").is_none());
+        assert!(t.close(&s.id, "b").is_none());
+        assert!(t.close(&s.id, "a").is_some());
+        assert!(t.get(&s.id, "a").is_none());
+    }
+}

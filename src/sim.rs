@@ -1,0 +1,457 @@
+//! Simulated LDP delegate: serves an identity card, speaks the whole session lifecycle in both
+//! dialects, and answers tasks after a configurable latency, with knobs for failures.
+//!
+//! Used by `ldp-gateway delegate`, the demo, the tests and the benches. Routes:
+//! `GET /.well-known/ldp-identity`, `GET /ldp/identity` (the card; an empty `endpoint` becomes
+//! the listen URL), `GET /ldp/capabilities`, `POST /ldp/messages`, `POST /ldp/stream` (SSE:
+//! TASK_UPDATEs, then the final envelope) and `GET /sim/stats` (counters, for tests).
+//!
+//! A TASK_SUBMIT is checked in this order: session (ACTIVE, not idle past its TTL) →
+//! `SESSION_NOT_FOUND`; skill on the card → `SKILL_NOT_FOUND`; payload mode (in `fail_modes`,
+//! unsupported by the card, or a semantic frame without string `task_type` and `instruction`)
+//! → `PAYLOAD_MODE_FAILED`; then the latency, cancellable by TASK_CANCEL (→ `CANCELLED`); then
+//! with probability `fail_rate` → `SIMULATED_FAILURE` (retryable); else a TASK_RESULT whose
+//! output is a deterministic digest of the input.
+//!
+//! Tokens and cost reported in the provenance:
+//! - `tokens_used = max(1, ceil(input JSON bytes / 4) + ceil(output text chars / 4))`;
+//! - price per call `p`: the skill's `cost_per_call_usd`, else its cost tier (capability
+//!   `cost_hint`, else the card's `cost_profile`) with low/medium/high = 0.001/0.01/0.05 USD;
+//! - `cost_usd = p × (1 + tokens_used / 1000)`, rounded to 1e-9 USD; omitted if there is no `p`.
+//!
+//! Confidence is the skill's quality hint (0.5 if absent); verification is `self_verified`.
+
+mod handler;
+mod session;
+mod task;
+
+use crate::ldp::error::GatewayCode;
+use crate::ldp::{CapabilityManifest, Envelope, IdentityCard, LdpError, ParseError, PayloadMode};
+use anyhow::Context as _;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+/// How long [`SimHandle::shutdown`] waits for open connections before aborting them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// `ldp-gateway delegate`: run one simulated delegate until Ctrl-C.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DelegateArgs {
+    /// Identity card (JSON, RFC or reference dialect).
+    #[arg(long)]
+    pub card: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: String,
+    /// Latency of every task in ms. Absent: each skill's declared p50 latency from the card
+    /// (capability hint, else the card's `latency_profile`), 0 if it declares none.
+    #[arg(long)]
+    pub latency_ms: Option<u64>,
+    /// Uniform jitter in ms, added to or taken from the latency.
+    #[arg(long, default_value_t = 0)]
+    pub jitter_ms: u64,
+    /// Probability (0..=1) that a task fails with the retryable `SIMULATED_FAILURE`.
+    #[arg(long, default_value_t = 0.0)]
+    pub fail_rate: f64,
+    /// Payload modes whose tasks always fail validation (repeat or comma-separate).
+    #[arg(long, value_delimiter = ',')]
+    pub fail_mode: Vec<String>,
+}
+
+/// Everything a simulated delegate is configured with.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// The card it serves and acts by.
+    pub card: IdentityCard,
+    /// Latency of every task (unless `card_latency` applies).
+    pub latency: Duration,
+    /// Uniform jitter, ± around the latency.
+    pub jitter: Duration,
+    /// Probability (0..=1) of a `SIMULATED_FAILURE`.
+    pub fail_rate: f64,
+    /// Payload modes whose tasks always fail with `PAYLOAD_MODE_FAILED`.
+    pub fail_modes: Vec<PayloadMode>,
+    /// Use each skill's declared p50 latency from the card instead of `latency` when it has one.
+    pub card_latency: bool,
+    /// How often idle sessions past their TTL are swept.
+    pub sweep_interval: Duration,
+}
+
+impl SimOptions {
+    /// No latency, no failures, a one-second sweep.
+    pub fn new(card: IdentityCard) -> Self {
+        SimOptions {
+            card,
+            latency: Duration::ZERO,
+            jitter: Duration::ZERO,
+            fail_rate: 0.0,
+            fail_modes: Vec::new(),
+            card_latency: false,
+            sweep_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A snapshot of what a simulated delegate has seen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimStats {
+    /// HELLOs answered.
+    pub hellos: u64,
+    /// SESSION_PROPOSEs received.
+    pub proposals: u64,
+    /// Sessions accepted.
+    pub accepted: u64,
+    /// Sessions rejected (trust).
+    pub rejected: u64,
+    /// TASK_SUBMITs received.
+    pub tasks: u64,
+    /// TASK_RESULTs sent.
+    pub results: u64,
+    /// TASK_FAILEDs sent for submitted tasks.
+    pub failures: u64,
+    /// Running tasks stopped by TASK_CANCEL.
+    pub cancels: u64,
+    /// Sessions closed by SESSION_CLOSE.
+    pub closes: u64,
+    /// Sessions removed for idling past their TTL.
+    pub expired: u64,
+    /// Sessions open now.
+    pub active_sessions: u64,
+    /// Tasks running now.
+    pub in_flight: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    hellos: AtomicU64,
+    proposals: AtomicU64,
+    accepted: AtomicU64,
+    rejected: AtomicU64,
+    tasks: AtomicU64,
+    results: AtomicU64,
+    failures: AtomicU64,
+    cancels: AtomicU64,
+    closes: AtomicU64,
+    expired: AtomicU64,
+}
+
+/// The knobs that can change while serving.
+#[derive(Clone, Copy, Debug)]
+struct Knobs {
+    latency: Duration,
+    jitter: Duration,
+    fail_rate: f64,
+    card_latency: bool,
+}
+
+/// Shared state of one simulated delegate; cheap to clone. Build it for [`router`].
+#[derive(Clone)]
+pub struct SimState(Arc<Inner>);
+
+struct Inner {
+    card: IdentityCard,
+    fail_modes: Vec<PayloadMode>,
+    sweep_interval: Duration,
+    knobs: Mutex<Knobs>,
+    sessions: Mutex<session::Sessions>,
+    inflight: Mutex<HashMap<String, handler::InFlight>>,
+    serials: AtomicU64,
+    counters: Counters,
+    shutdown: watch::Sender<bool>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while holding these locks; if something did, the data is still usable.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+fn clamp_rate(rate: f64) -> f64 {
+    if rate.is_nan() {
+        0.0
+    } else {
+        rate.clamp(0.0, 1.0)
+    }
+}
+
+impl SimState {
+    /// State for a delegate with these options.
+    pub fn new(opts: SimOptions) -> Self {
+        let knobs = Knobs {
+            latency: opts.latency,
+            jitter: opts.jitter,
+            fail_rate: clamp_rate(opts.fail_rate),
+            card_latency: opts.card_latency,
+        };
+        SimState(Arc::new(Inner {
+            card: opts.card,
+            fail_modes: opts.fail_modes,
+            sweep_interval: opts.sweep_interval,
+            knobs: Mutex::new(knobs),
+            sessions: Mutex::new(session::Sessions::default()),
+            inflight: Mutex::new(HashMap::new()),
+            serials: AtomicU64::new(0),
+            counters: Counters::default(),
+            shutdown: watch::channel(false).0,
+        }))
+    }
+
+    /// The card it serves.
+    pub fn card(&self) -> &IdentityCard {
+        &self.0.card
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> SimStats {
+        let c = &self.0.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SimStats {
+            hellos: get(&c.hellos),
+            proposals: get(&c.proposals),
+            accepted: get(&c.accepted),
+            rejected: get(&c.rejected),
+            tasks: get(&c.tasks),
+            results: get(&c.results),
+            failures: get(&c.failures),
+            cancels: get(&c.cancels),
+            closes: get(&c.closes),
+            expired: get(&c.expired),
+            active_sessions: lock(&self.0.sessions).len() as u64,
+            in_flight: lock(&self.0.inflight).len() as u64,
+        }
+    }
+
+    /// Removes sessions idle past their TTL, counting them as expired.
+    fn sweep(&self) {
+        let removed = lock(&self.0.sessions).sweep(tokio::time::Instant::now());
+        self.0.counters.expired.fetch_add(removed, Ordering::Relaxed);
+    }
+}
+
+/// A delegate serving in the background. Dropping it stops the server without waiting;
+/// [`SimHandle::shutdown`] stops it and waits.
+pub struct SimHandle {
+    addr: SocketAddr,
+    state: SimState,
+    server: Option<JoinHandle<()>>,
+    sweeper: Option<JoinHandle<()>>,
+}
+
+impl SimHandle {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`, with an unspecified bind address (`0.0.0.0`) shown as loopback.
+    pub fn url(&self) -> String {
+        url_of(self.addr)
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> SimStats {
+        self.state.stats()
+    }
+
+    /// The shared state (card, counters).
+    pub fn state(&self) -> &SimState {
+        &self.state
+    }
+
+    /// Changes the failure probability (clamped to 0..=1) for tasks that start from now on.
+    pub fn set_fail_rate(&self, rate: f64) {
+        lock(&self.state.0.knobs).fail_rate = clamp_rate(rate);
+    }
+
+    /// Changes the latency of tasks that start from now on (overriding card latencies).
+    pub fn set_latency(&self, latency: Duration) {
+        let mut knobs = lock(&self.state.0.knobs);
+        knobs.latency = latency;
+        knobs.card_latency = false;
+    }
+
+    /// Changes the jitter of tasks that start from now on.
+    pub fn set_jitter(&self, jitter: Duration) {
+        lock(&self.state.0.knobs).jitter = jitter;
+    }
+
+    /// Stops accepting connections, fails running tasks with a retryable `CANCELLED`, waits
+    /// (up to a grace period) for open connections, and stops the sweeper.
+    pub async fn shutdown(mut self) {
+        self.state.0.shutdown.send_replace(true);
+        if let Some(mut server) = self.server.take() {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await.is_err() {
+                server.abort();
+                let _ = server.await;
+            }
+        }
+        if let Some(sweeper) = self.sweeper.take() {
+            let _ = sweeper.await;
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        self.state.0.shutdown.send_replace(true);
+    }
+}
+
+fn url_of(addr: SocketAddr) -> String {
+    let mut addr = addr;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    format!("http://{addr}")
+}
+
+/// Serves a delegate on `listener` in a background task. An empty card `endpoint` becomes the
+/// listen URL.
+pub async fn spawn(listener: TcpListener, mut opts: SimOptions) -> std::io::Result<SimHandle> {
+    let addr = listener.local_addr()?;
+    if opts.card.endpoint.as_deref().is_none_or(str::is_empty) {
+        opts.card.endpoint = Some(url_of(addr));
+    }
+    let state = SimState::new(opts);
+    let mut down = state.0.shutdown.subscribe();
+    let app = router(state.clone());
+    let server = tokio::spawn(async move {
+        let stop = async move {
+            let _ = down.wait_for(|d| *d).await;
+        };
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+            tracing::error!(error = %e, "simulated delegate stopped serving");
+        }
+    });
+    let sweeper = tokio::spawn(sweep_loop(state.clone()));
+    Ok(SimHandle { addr, state, server: Some(server), sweeper: Some(sweeper) })
+}
+
+/// Sweeps expired sessions until shutdown.
+async fn sweep_loop(state: SimState) {
+    let mut down = state.0.shutdown.subscribe();
+    let mut tick = tokio::time::interval(state.0.sweep_interval.max(Duration::from_millis(10)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => state.sweep(),
+            _ = down.wait_for(|d| *d) => break,
+        }
+    }
+}
+
+/// The delegate's HTTP routes, without a socket.
+pub fn router(state: SimState) -> Router {
+    Router::new()
+        .route("/.well-known/ldp-identity", get(identity))
+        .route("/ldp/identity", get(identity))
+        .route("/ldp/capabilities", get(capabilities))
+        .route("/ldp/messages", post(messages))
+        .route("/ldp/stream", post(stream))
+        .route("/sim/stats", get(stats))
+        .with_state(state)
+}
+
+/// Reads an identity card (either dialect) from a JSON file.
+pub fn load_card(path: &Path) -> anyhow::Result<IdentityCard> {
+    let raw = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_slice(&raw).with_context(|| format!("{}: not an identity card", path.display()))
+}
+
+/// `ldp-gateway delegate`: bind, print `listening on URL` (the readiness line), serve until
+/// Ctrl-C.
+pub async fn run(args: DelegateArgs) -> anyhow::Result<()> {
+    let card = load_card(&args.card)?;
+    let mut opts = SimOptions::new(card);
+    match args.latency_ms {
+        Some(ms) => opts.latency = Duration::from_millis(ms),
+        None => opts.card_latency = true,
+    }
+    opts.jitter = Duration::from_millis(args.jitter_ms);
+    if !(0.0..=1.0).contains(&args.fail_rate) {
+        anyhow::bail!("--fail-rate must be between 0 and 1, got {}", args.fail_rate);
+    }
+    opts.fail_rate = args.fail_rate;
+    for mode in &args.fail_mode {
+        let parsed = PayloadMode::parse(mode.trim())
+            .with_context(|| format!("--fail-mode: unknown payload mode `{mode}`"))?;
+        opts.fail_modes.push(parsed);
+    }
+    let listener = TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let handle = spawn(listener, opts).await?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "listening on {}", handle.url())?;
+        out.flush()?;
+    }
+    tracing::info!(delegate = %handle.state.card().delegate_id, url = %handle.url(), "simulated delegate up");
+    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    handle.shutdown().await;
+    Ok(())
+}
+
+async fn identity(State(state): State<SimState>) -> Json<IdentityCard> {
+    Json(state.0.card.clone())
+}
+
+async fn capabilities(State(state): State<SimState>) -> Json<CapabilityManifest> {
+    Json(CapabilityManifest {
+        capabilities: state.0.card.capabilities.clone(),
+        supported_modes: state.0.card.supported_payload_modes.clone(),
+    })
+}
+
+async fn stats(State(state): State<SimState>) -> Json<SimStats> {
+    Json(state.stats())
+}
+
+fn bad_request(e: &ParseError) -> Response {
+    let error = LdpError::gateway(GatewayCode::BadRequest, e.to_string());
+    (StatusCode::BAD_REQUEST, Json(serde_json::json!({ "error": error }))).into_response()
+}
+
+async fn messages(State(state): State<SimState>, body: Bytes) -> Response {
+    match Envelope::from_slice(&body) {
+        Ok(env) => Json(handler::handle(&state, env, None).await).into_response(),
+        Err(e) => bad_request(&e),
+    }
+}
+
+async fn stream(State(state): State<SimState>, body: Bytes) -> Response {
+    let env = match Envelope::from_slice(&body) {
+        Ok(env) => env,
+        Err(e) => return bad_request(&e),
+    };
+    let (tx, rx) = mpsc::channel::<Envelope>(8);
+    // Ends with its task: after the latency, or at once on cancel or shutdown.
+    tokio::spawn(async move {
+        let reply = handler::handle(&state, env, Some(&tx)).await;
+        let _ = tx.send(reply).await;
+    });
+    let events = futures_util::stream::unfold(rx, |mut rx| async move {
+        let env = rx.recv().await?;
+        Some((Event::default().json_data(&env), rx))
+    });
+    Sse::new(events).into_response()
+}

@@ -1,0 +1,11 @@
+//! Logging set-up: `tracing` to stderr, filtered by `RUST_LOG` (default `info`).
+
+/// Installs the global subscriber once; later calls do nothing.
+pub fn init() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,287 @@
+//! The client side of the gateway: cards, messages and upstream sessions with delegates.
+//!
+//! Never follows redirects, never connects to a card's `endpoint` field: every call goes to the
+//! base URL the operator configured or registered.
+
+use crate::ldp::{
+    negotiate, Body, Envelope, IdentityCard, LdpError, NegotiatedPayload, PayloadMode, SessionConfig,
+};
+use std::time::Duration;
+
+/// Why a call to a delegate failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UpstreamError {
+    /// Could not connect (refused, reset before sending, DNS).
+    #[error("cannot connect to {url}: {reason}")]
+    Connect {
+        /// Where.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// No answer within the deadline.
+    #[error("{url} did not answer within {after:?}")]
+    Timeout {
+        /// Where.
+        url: String,
+        /// The deadline.
+        after: Duration,
+    },
+    /// A non-2xx answer.
+    #[error("{url} answered HTTP {status}")]
+    Status {
+        /// Where.
+        url: String,
+        /// HTTP status.
+        status: u16,
+    },
+    /// The answer was not a usable LDP message.
+    #[error("{url} sent an unreadable answer: {reason}")]
+    Malformed {
+        /// Where.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The delegate refused the session.
+    #[error("session rejected: {reason}")]
+    Rejected {
+        /// The delegate's reason.
+        reason: String,
+        /// Its structured error, if any.
+        error: Option<LdpError>,
+    },
+    /// The delegate answered with a message type that makes no sense here.
+    #[error("unexpected {got} from {url}")]
+    Unexpected {
+        /// Where.
+        url: String,
+        /// What came back.
+        got: &'static str,
+    },
+}
+
+impl UpstreamError {
+    /// Whether another delegate (or the same one later) might succeed.
+    pub fn retryable(&self) -> bool {
+        match self {
+            UpstreamError::Connect { .. }
+            | UpstreamError::Timeout { .. }
+            | UpstreamError::Malformed { .. }
+            | UpstreamError::Rejected { .. }
+            | UpstreamError::Unexpected { .. } => true,
+            UpstreamError::Status { status, .. } => *status >= 500,
+        }
+    }
+}
+
+/// An upstream session the gateway opened with a delegate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamSession {
+    /// The delegate-issued session id.
+    pub session_id: String,
+    /// What was agreed with the delegate.
+    pub payload: NegotiatedPayload,
+    /// The `to` the gateway addresses (the delegate's id).
+    pub delegate_id: String,
+}
+
+/// HTTP client to delegates, with a connection pool, no redirects and deadlines.
+#[derive(Clone)]
+pub struct UpstreamClient {
+    http: reqwest::Client,
+    from: String,
+    handshake_timeout: Duration,
+}
+
+impl UpstreamClient {
+    /// A client that signs messages as `from` (the gateway's delegate id).
+    pub fn new(from: impl Into<String>, connect_timeout: Duration, handshake_timeout: Duration) -> Self {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(connect_timeout)
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
+        UpstreamClient {
+            http,
+            from: from.into(),
+            handshake_timeout,
+        }
+    }
+
+    /// The id the gateway sends as `from`.
+    pub fn from_id(&self) -> &str {
+        &self.from
+    }
+
+    async fn get_json(&self, url: &str, timeout: Duration) -> Result<bytes::Bytes, UpstreamError> {
+        let resp = self
+            .http
+            .get(url)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| classify(url, timeout, e))?;
+        if !resp.status().is_success() {
+            return Err(UpstreamError::Status {
+                url: url.to_owned(),
+                status: resp.status().as_u16(),
+            });
+        }
+        resp.bytes().await.map_err(|e| classify(url, timeout, e))
+    }
+
+    /// Fetches a delegate's card: `/.well-known/ldp-identity` first (RFC), `/ldp/identity`
+    /// second (reference SDK).
+    pub async fn fetch_card(&self, base: &str, timeout: Duration) -> Result<IdentityCard, UpstreamError> {
+        let mut last = None;
+        for path in ["/.well-known/ldp-identity", "/ldp/identity"] {
+            let url = format!("{base}{path}");
+            match self.get_json(&url, timeout).await {
+                Ok(bytes) => {
+                    return serde_json::from_slice::<IdentityCard>(&bytes).map_err(|e| {
+                        UpstreamError::Malformed {
+                            url,
+                            reason: format!("identity card: {e}"),
+                        }
+                    })
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(UpstreamError::Malformed {
+            url: base.to_owned(),
+            reason: "no identity card".into(),
+        }))
+    }
+
+    /// Sends one envelope to `base/ldp/messages` and reads the answer.
+    pub async fn send(&self, base: &str, envelope: &Envelope, timeout: Duration) -> Result<Envelope, UpstreamError> {
+        let url = format!("{base}/ldp/messages");
+        let body = envelope.to_vec().map_err(|e| UpstreamError::Malformed {
+            url: url.clone(),
+            reason: e.to_string(),
+        })?;
+        let resp = self
+            .http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| classify(&url, timeout, e))?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|e| classify(&url, timeout, e))?;
+        if !status.is_success() {
+            return Err(UpstreamError::Status {
+                url,
+                status: status.as_u16(),
+            });
+        }
+        Envelope::from_slice(&bytes).map_err(|e| UpstreamError::Malformed {
+            url,
+            reason: e.to_string(),
+        })
+    }
+
+    /// HELLO → CAPABILITY_MANIFEST → SESSION_PROPOSE → SESSION_ACCEPT with the delegate at
+    /// `base`, whose card is `card`.
+    pub async fn open_session(
+        &self,
+        base: &str,
+        card: &IdentityCard,
+        config: SessionConfig,
+    ) -> Result<UpstreamSession, UpstreamError> {
+        let prefs = config.preferences();
+        let hello = Envelope::new(
+            "",
+            self.from.as_str(),
+            card.delegate_id.as_str(),
+            Body::Hello {
+                delegate_id: self.from.clone(),
+                supported_modes: prefs.clone(),
+            },
+            PayloadMode::Text,
+        );
+        self.send(base, &hello, self.handshake_timeout).await?;
+        let proposal_id = crate::ldp::new_id();
+        let propose = Envelope::new(
+            proposal_id.as_str(),
+            self.from.as_str(),
+            card.delegate_id.as_str(),
+            Body::SessionPropose { config },
+            PayloadMode::Text,
+        );
+        let answer = self.send(base, &propose, self.handshake_timeout).await?;
+        match answer.body {
+            Body::SessionAccept {
+                session_id,
+                negotiated_mode,
+                fallback_chain,
+            } => {
+                // Delegates that send no chain (the SDKs) get the RFC one computed here.
+                let mut payload = negotiate(&prefs, &card.supported_payload_modes);
+                payload.mode = negotiated_mode;
+                if !fallback_chain.is_empty() {
+                    payload.fallback_chain = fallback_chain;
+                } else {
+                    payload.fallback_chain.retain(|m| m.number() < negotiated_mode.number());
+                    if negotiated_mode != PayloadMode::Text && !payload.fallback_chain.contains(&PayloadMode::Text) {
+                        payload.fallback_chain.push(PayloadMode::Text);
+                    }
+                }
+                let session_id = if session_id.is_empty() { proposal_id } else { session_id };
+                Ok(UpstreamSession {
+                    session_id,
+                    payload,
+                    delegate_id: card.delegate_id.clone(),
+                })
+            }
+            Body::SessionReject { reason, error } => Err(UpstreamError::Rejected { reason, error }),
+            other => Err(UpstreamError::Unexpected {
+                url: base.to_owned(),
+                got: other.message_type().as_str(),
+            }),
+        }
+    }
+
+    /// Sends SESSION_CLOSE for an upstream session; failures are only logged.
+    pub async fn close_session(&self, base: &str, session: &UpstreamSession) {
+        let close = Envelope::new(
+            session.session_id.as_str(),
+            self.from.as_str(),
+            session.delegate_id.as_str(),
+            Body::SessionClose {
+                reason: Some("client session ended".into()),
+            },
+            PayloadMode::Text,
+        );
+        if let Err(e) = self.send(base, &close, self.handshake_timeout).await {
+            tracing::debug!(delegate = %base, error = %e, "upstream SESSION_CLOSE failed");
+        }
+    }
+}
+
+fn classify(url: &str, timeout: Duration, e: reqwest::Error) -> UpstreamError {
+    if e.is_timeout() {
+        UpstreamError::Timeout {
+            url: url.to_owned(),
+            after: timeout,
+        }
+    } else {
+        // The source chain carries the useful part ("Connection refused").
+        let mut reason = e.to_string();
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            reason = s.to_string();
+            src = s.source();
+        }
+        UpstreamError::Connect {
+            url: url.to_owned(),
+            reason,
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The LDP listener's routes: identity card, capabilities, messages, stream, healthz.
+
+use super::{ApiError, AppState};
+use crate::ldp::error::GatewayCode;
+use crate::ldp::{Body, Envelope, PayloadMode};
+use crate::proxy::GATEWAY_MODES;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use std::convert::Infallible;
+use std::time::Duration;
+
+/// The LDP router (no socket needed: tests may drive it with `tower::ServiceExt`).
+pub fn router(state: AppState) -> Router {
+    let limit = state.config.server.body_limit_bytes;
+    Router::new()
+        .route("/.well-known/ldp-identity", get(identity))
+        .route("/ldp/identity", get(identity))
+        .route("/ldp/capabilities", get(capabilities))
+        .route("/ldp/messages", post(messages))
+        .route("/ldp/stream", post(stream))
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(GatewayCode::BadRequest, "no such route").with_status(StatusCode::NOT_FOUND)
+}
+
+impl ApiError {
+    fn with_status(mut self, status: StatusCode) -> Self {
+        self.status = status;
+        self
+    }
+}
+
+fn json_bytes(status: StatusCode, bytes: Vec<u8>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+async fn identity(State(s): State<AppState>) -> Response {
+    let card = s.proxy.identity_card(Some(s.public_url.to_string()));
+    match serde_json::to_vec(&card) {
+        Ok(b) => json_bytes(StatusCode::OK, b),
+        Err(e) => ApiError::new(GatewayCode::Internal, e.to_string()).into_response(),
+    }
+}
+
+async fn capabilities(State(s): State<AppState>) -> Response {
+    let card = s.proxy.identity_card(None);
+    let manifest = crate::ldp::CapabilityManifest {
+        capabilities: card.capabilities,
+        supported_modes: GATEWAY_MODES.to_vec(),
+    };
+    match serde_json::to_vec(&manifest) {
+        Ok(b) => json_bytes(StatusCode::OK, b),
+        Err(e) => ApiError::new(GatewayCode::Internal, e.to_string()).into_response(),
+    }
+}
+
+/// Reads the body into an envelope, or the 4xx that explains why not.
+fn read_envelope(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Envelope, ApiError> {
+    let bytes = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(GatewayCode::PayloadTooLarge, format!("request body is over the {limit}-byte limit"))
+        } else {
+            ApiError::new(GatewayCode::BadRequest, rejection.body_text())
+        }
+    })?;
+    Envelope::from_slice(&bytes).map_err(|e| ApiError::new(GatewayCode::BadRequest, e.to_string()))
+}
+
+async fn answer(s: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Envelope, ApiError> {
+    let env = read_envelope(body, s.config.server.body_limit_bytes)?;
+    s.proxy
+        .handle(env)
+        .await
+        .map_err(|e| ApiError::new(GatewayCode::BadRequest, e.0))
+}
+
+async fn messages(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    match answer(&s, body).await {
+        Ok(reply) => match reply.to_vec() {
+            Ok(b) => json_bytes(StatusCode::OK, b),
+            Err(e) => ApiError::new(GatewayCode::Internal, e.to_string()).into_response(),
+        },
+        Err(e) => e.into_response(),
+    }
+}
+
+/// SSE: for a task, a TASK_UPDATE "accepted" event, then the final envelope; anything else
+/// gets its one answer as a single event. (Relaying delegates' own updates comes with the
+/// streaming work.)
+async fn stream(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    let env = match read_envelope(body, s.config.server.body_limit_bytes) {
+        Ok(env) => env,
+        Err(e) => return e.into_response(),
+    };
+    let accepted = match &env.body {
+        Body::TaskSubmit { task_id, .. } => Some(env.reply(
+            &s.config.identity.delegate_id,
+            Body::TaskUpdate {
+                task_id: task_id.clone(),
+                progress: Some(0.0),
+                message: Some("accepted".into()),
+            },
+            PayloadMode::Text,
+        )),
+        _ => None,
+    };
+    let proxy = s.proxy.clone();
+    let events = async_stream(accepted, async move { proxy.handle(env).await });
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+fn event(env: &Envelope) -> Event {
+    Event::default().data(serde_json::to_string(env).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")))
+}
+
+fn async_stream(
+    first: Option<Envelope>,
+    last: impl std::future::Future<Output = Result<Envelope, crate::proxy::NotAccepted>> + Send + 'static,
+) -> impl futures_util::Stream<Item = Result<Event, Infallible>> + Send + 'static {
+    use futures_util::StreamExt;
+    let head = futures_util::stream::iter(first.map(|e| Ok(event(&e))));
+    let tail = futures_util::stream::once(async move {
+        Ok(match last.await {
+            Ok(env) => event(&env),
+            Err(e) => Event::default()
+                .event("error")
+                .data(serde_json::json!({"error": crate::ldp::LdpError::gateway(GatewayCode::BadRequest, e.0)}).to_string()),
+        })
+    });
+    head.chain(tail)
+}

@@ -1,0 +1,459 @@
+//! Interop with the reference Python SDK, both forms: its `LdpClient` → gateway → its `LdpDelegate`.
+//!
+//! The interpreters come from `LDP_PY_WHEEL` (PyPI wheel `ldp-protocol==0.2.0`) and
+//! `LDP_PY_SDK` (the newer SDK bundled in the `ldp-protocol` crate's source); `.ci/run` builds
+//! both venvs and sets them (`eval "$(bash .ci/run venvs)"` does it for a shell). Unset, each
+//! test prints a skip note and passes, unless `LDP_INTEROP_REQUIRED=1` (CI), where it fails.
+//!
+//! Each test starts `tests/interop/ref_delegate.py` subprocesses and simulated delegates,
+//! an in-process gateway in front of them, and runs `tests/interop/ref_client.py` against
+//! the gateway, asserting on its exit status and its one-line JSON summary.
+
+use ldp_gateway::config::{Config, DelegateConfig};
+use ldp_gateway::ldp::IdentityCard;
+use ldp_gateway::server::Gateway;
+use ldp_gateway::sim::{self, SimHandle, SimOptions};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// A cold Python start on a loaded 2-core machine can take seconds; allow plenty.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// One `ref_client.py` run: start-up, discovery, a session and a few tasks.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+/// `ref_client.py` exit code for a SESSION_REJECT.
+const EXIT_REJECTED: i32 = 3;
+
+const GATEWAY_ID: &str = "ldp:delegate:gateway";
+/// Offered only by the reference delegate, so its tasks cannot go anywhere else.
+const PY_SKILL: &str = "interop-echo";
+/// Offered by the simulated delegates (and, less attractively, by the reference delegate).
+const SHARED_SKILL: &str = "summarize";
+const SIM_IDS: [&str; 2] = ["ldp:delegate:sim-fast", "ldp:delegate:sim-smart"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sdk {
+    /// PyPI `ldp-protocol==0.2.0`.
+    Wheel,
+    /// `sdk/python` from the `ldp-protocol` crate's source.
+    Bundled,
+}
+
+impl Sdk {
+    fn env_var(self) -> &'static str {
+        match self {
+            Sdk::Wheel => "LDP_PY_WHEEL",
+            Sdk::Bundled => "LDP_PY_SDK",
+        }
+    }
+
+    /// What `ref_client.py` reports as `sdk`.
+    fn label(self) -> &'static str {
+        match self {
+            Sdk::Wheel => "wheel",
+            Sdk::Bundled => "bundled",
+        }
+    }
+}
+
+/// The interpreter of that SDK's venv, or `None` (after a note) when the tests should skip.
+fn python(sdk: Sdk) -> Option<PathBuf> {
+    let var = sdk.env_var();
+    let required = std::env::var("LDP_INTEROP_REQUIRED").is_ok_and(|v| v == "1");
+    match std::env::var_os(var).filter(|v| !v.is_empty()) {
+        Some(p) => {
+            let p = PathBuf::from(p);
+            assert!(
+                p.exists(),
+                "{var}={} does not exist; rebuild the venvs with `bash .ci/run venvs`",
+                p.display()
+            );
+            Some(p)
+        }
+        None if required => panic!(
+            "{var} is not set but LDP_INTEROP_REQUIRED=1: build the reference-SDK venvs with \
+             `eval \"$(bash .ci/run venvs)\"` (or run `bash .ci/run`)"
+        ),
+        None => {
+            eprintln!(
+                "skipping reference-SDK interop ({}): {var} is not set; \
+                 `eval \"$(bash .ci/run venvs)\"` enables it",
+                sdk.label()
+            );
+            None
+        }
+    }
+}
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/interop")
+        .join(name)
+}
+
+fn python_command(python: &Path, script_name: &str) -> Command {
+    let mut cmd = Command::new(python);
+    cmd.arg(script(script_name))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONUNBUFFERED", "1")
+        .kill_on_drop(true);
+    cmd
+}
+
+/// A `ref_delegate.py` subprocess; killed on drop (and it exits by itself when our end of
+/// its stdin closes, should this process die first).
+struct RefDelegate {
+    url: String,
+    _child: Child,
+}
+
+async fn spawn_ref_delegate(python: &Path, args: &[&str]) -> anyhow::Result<RefDelegate> {
+    let mut child = python_command(python, "ref_delegate.py")
+        .arg("--watch-stdin")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stderr"))?;
+    let log = Arc::new(Mutex::new(String::new()));
+    {
+        // Keep draining stderr so the child never blocks on a full pipe; shown on failure.
+        let log = log.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(mut log) = log.lock() {
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            }
+        });
+    }
+    let mut lines = BufReader::new(stdout).lines();
+    let first = tokio::time::timeout(READY_TIMEOUT, lines.next_line()).await;
+    let stderr_so_far = || log.lock().map(|l| l.clone()).unwrap_or_default();
+    let line = match first {
+        Ok(Ok(Some(line))) => line,
+        Ok(Ok(None)) => {
+            // Exited before it was ready: let stderr finish, then show it.
+            let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            anyhow::bail!(
+                "ref_delegate.py {args:?} exited before it was ready; stderr:\n{}",
+                stderr_so_far()
+            )
+        }
+        Ok(Err(e)) => anyhow::bail!("reading ref_delegate.py stdout: {e}"),
+        Err(_) => anyhow::bail!(
+            "ref_delegate.py {args:?} not ready after {READY_TIMEOUT:?}; stderr:\n{}",
+            stderr_so_far()
+        ),
+    };
+    let url = line
+        .strip_prefix("listening on ")
+        .ok_or_else(|| anyhow::anyhow!("unexpected readiness line {line:?}"))?
+        .trim()
+        .to_owned();
+    // Nothing else is printed on stdout; drain it anyway.
+    tokio::spawn(async move {
+        let mut rest = lines.into_inner();
+        let mut sink = Vec::new();
+        let _ = rest.read_to_end(&mut sink).await;
+    });
+    Ok(RefDelegate { url, _child: child })
+}
+
+/// A reference delegate offering [`PY_SKILL`] and (expensive, slow, mediocre) [`SHARED_SKILL`].
+async fn spawn_py_delegate(python: &Path, id: &str) -> anyhow::Result<RefDelegate> {
+    spawn_ref_delegate(
+        python,
+        &[
+            "--id",
+            id,
+            "--name",
+            "Python reference delegate",
+            "--skill",
+            PY_SKILL,
+            "--skill",
+            SHARED_SKILL,
+            "--quality",
+            "0.6",
+            "--cost",
+            "0.05",
+            "--latency-ms",
+            "3000",
+            "--trust-domain",
+            "default",
+            "--model-family",
+            "pyref",
+            "--model-version",
+            "pyref-1.0",
+        ],
+    )
+    .await
+}
+
+fn sim_card(id: &str, quality: f64, cost: f64, latency_ms: u64) -> anyhow::Result<IdentityCard> {
+    Ok(serde_json::from_value(json!({
+        "delegate_id": id,
+        "name": id,
+        "model_family": "sim",
+        "model_version": "sim-1.0",
+        "trust_domain": {"name": "default", "allow_cross_domain": false, "trusted_peers": []},
+        "context_window": 32000,
+        "capabilities": [{
+            "name": SHARED_SKILL,
+            "quality": {
+                "quality_score": quality,
+                "latency_p50_ms": latency_ms,
+                "cost_per_call_usd": cost
+            }
+        }],
+        "supported_payload_modes": ["semantic_frame", "text"]
+    }))?)
+}
+
+async fn spawn_sims() -> anyhow::Result<Vec<SimHandle>> {
+    let cards = [
+        sim_card(SIM_IDS[0], 0.8, 0.001, 20)?,
+        sim_card(SIM_IDS[1], 0.95, 0.004, 40)?,
+    ];
+    let mut sims = Vec::new();
+    for card in cards {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let mut opts = SimOptions::new(card);
+        opts.latency = Duration::from_millis(5);
+        sims.push(sim::spawn(listener, opts).await?);
+    }
+    Ok(sims)
+}
+
+/// A gateway on ephemeral loopback ports in front of `urls`, with every delegate healthy.
+async fn start_gateway(urls: &[String], data: &Path) -> anyhow::Result<Gateway> {
+    let mut cfg = Config::default();
+    cfg.server.listen = "127.0.0.1:0".parse()?;
+    cfg.admin.listen = "127.0.0.1:0".parse()?;
+    cfg.identity.delegate_id = GATEWAY_ID.into();
+    cfg.provenance.store = format!("sqlite://{}", data.join("provenance.db").display());
+    for url in urls {
+        cfg.delegates.push(DelegateConfig::new(url.clone()));
+    }
+    let gw = Gateway::start(cfg).await?;
+    anyhow::ensure!(
+        gw.wait_healthy(urls.len(), Duration::from_secs(20)).await,
+        "not all of {urls:?} became healthy behind the gateway"
+    );
+    Ok(gw)
+}
+
+/// What one `ref_client.py` run did.
+struct ClientRun {
+    code: Option<i32>,
+    summary: Value,
+    stderr: String,
+}
+
+async fn run_client(python: &Path, url: &str, args: &[&str]) -> anyhow::Result<ClientRun> {
+    let child = python_command(python, "ref_client.py")
+        .args(["--url", url])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let out = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
+        .await
+        .map_err(|_| anyhow::anyhow!("ref_client.py {args:?} still running after {CLIENT_TIMEOUT:?}"))??;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let last = stdout.lines().rev().find(|l| !l.trim().is_empty());
+    let summary = match last.map(serde_json::from_str::<Value>) {
+        Some(Ok(v)) => v,
+        _ => anyhow::bail!(
+            "ref_client.py {args:?} printed no JSON summary (exit {:?})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            out.status.code()
+        ),
+    };
+    Ok(ClientRun {
+        code: out.status.code(),
+        summary,
+        stderr,
+    })
+}
+
+impl ClientRun {
+    /// Panics with everything the client said unless it exited 0 with `ok: true`.
+    fn assert_ok(&self, what: &str) -> &Vec<Value> {
+        assert!(
+            self.code == Some(0) && self.summary["ok"] == json!(true),
+            "{what}: ref_client.py failed (exit {:?})\nsummary: {}\nstderr:\n{}",
+            self.code,
+            self.summary,
+            self.stderr
+        );
+        match self.summary["results"].as_array() {
+            Some(r) => r,
+            None => panic!("{what}: no results in {}", self.summary),
+        }
+    }
+}
+
+fn produced_by(result: &Value) -> &str {
+    result["produced_by"].as_str().unwrap_or_default()
+}
+
+/// Every result names the client's session, and all came from one delegate (stickiness).
+fn assert_one_session_one_delegate(what: &str, summary: &Value, results: &[Value]) {
+    let session = &summary["session_id"];
+    assert!(session.is_string(), "{what}: no session id in {summary}");
+    for r in results {
+        assert_eq!(&r["session_id"], session, "{what}: provenance session id in {r}");
+        assert_eq!(
+            produced_by(r),
+            produced_by(&results[0]),
+            "{what}: tasks of one skill in one session must stick to one delegate: {results:?}"
+        );
+    }
+}
+
+/// Client and reference delegate of the same SDK form, plus simulated delegates, through
+/// one gateway: tasks of the delegate-only skill reach the reference delegate and come back
+/// with its provenance; tasks of the shared skill stick to one delegate of the fleet.
+async fn round_trip(sdk: Sdk) -> anyhow::Result<()> {
+    let Some(py) = python(sdk) else { return Ok(()) };
+    let py_id = format!("ldp:delegate:py-{}", sdk.label());
+    let data = tempfile::tempdir()?;
+    let refd = spawn_py_delegate(&py, &py_id).await?;
+    let sims = spawn_sims().await?;
+    let mut urls = vec![refd.url.clone()];
+    urls.extend(sims.iter().map(SimHandle::url));
+    let gw = start_gateway(&urls, data.path()).await?;
+    let url = gw.ldp_url();
+
+    // The reference delegate's own skill: routed to it, output and provenance passed through.
+    let mut args = vec![
+        "--skill",
+        PY_SKILL,
+        "--tasks",
+        "3",
+        "--expect-produced-by",
+        py_id.as_str(),
+        "--expect-echo",
+    ];
+    if sdk == Sdk::Bundled {
+        // The bundled SDK sends a delegation contract; the gateway must pass it on in a
+        // form the bundled delegate parses (it rejects malformed ones with HTTP 500).
+        args.extend(["--contract-budget-usd", "1.0"]);
+    }
+    let run = run_client(&py, &url, &args).await?;
+    let what = format!("{} client → gateway → {} reference delegate", sdk.label(), sdk.label());
+    let results = run.assert_ok(&what);
+    assert_eq!(run.summary["sdk"], json!(sdk.label()), "{what}");
+    assert_eq!(results.len(), 3, "{what}: {results:?}");
+    assert_eq!(run.summary["card"]["delegate_id"], json!(GATEWAY_ID), "{what}");
+    assert_one_session_one_delegate(&what, &run.summary, results);
+    for r in results {
+        assert_eq!(produced_by(r), py_id, "{what}: {r}");
+        assert_eq!(r["model_version"], json!("pyref-1.0"), "{what}: {r}");
+        assert_eq!(r["output"]["by"], json!(py_id), "{what}: {r}");
+        if sdk == Sdk::Bundled {
+            let first = &r["lineage"][0];
+            assert_eq!(first["step"], json!("route"), "{what}: lineage in {r}");
+            assert_eq!(first["delegate_id"], json!(GATEWAY_ID), "{what}: lineage in {r}");
+            // The delegate's own provenance is passed on: the bundled delegate self-verifies.
+            assert_eq!(r["verification_status"], json!("self_verified"), "{what}: {r}");
+            assert_eq!(r["contract_satisfied"], json!(true), "{what}: {r}");
+        }
+    }
+
+    // The shared skill: some delegate of the fleet serves it, the same one for every task.
+    let run = run_client(&py, &url, &["--skill", SHARED_SKILL, "--tasks", "3"]).await?;
+    let what = format!("{} client → gateway → {SHARED_SKILL} fleet", sdk.label());
+    let results = run.assert_ok(&what);
+    assert_eq!(results.len(), 3, "{what}: {results:?}");
+    assert_one_session_one_delegate(&what, &run.summary, results);
+    let by = produced_by(&results[0]);
+    assert!(
+        by == py_id || SIM_IDS.contains(&by),
+        "{what}: produced_by {by:?} is not in the fleet"
+    );
+    if sdk == Sdk::Bundled {
+        for r in results {
+            assert_eq!(r["lineage"][0]["step"], json!("route"), "{what}: lineage in {r}");
+        }
+    }
+
+    gw.shutdown().await;
+    for s in sims {
+        s.shutdown().await;
+    }
+    drop(refd);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wheel_client_and_wheel_delegate_through_gateway() -> anyhow::Result<()> {
+    round_trip(Sdk::Wheel).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bundled_client_and_bundled_delegate_through_gateway() -> anyhow::Result<()> {
+    round_trip(Sdk::Bundled).await
+}
+
+/// A client claiming a domain the gateway does not trust gets SESSION_REJECT with
+/// `TRUST_VIOLATION`, which the reference client raises as `ConnectionError`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_client_domain_is_rejected() -> anyhow::Result<()> {
+    let pythons: Vec<(Sdk, PathBuf)> = [Sdk::Wheel, Sdk::Bundled]
+        .into_iter()
+        .filter_map(|sdk| python(sdk).map(|p| (sdk, p)))
+        .collect();
+    if pythons.is_empty() {
+        return Ok(());
+    }
+    let data = tempfile::tempdir()?;
+    let sims = spawn_sims().await?;
+    let urls: Vec<String> = sims.iter().map(SimHandle::url).collect();
+    let gw = start_gateway(&urls, data.path()).await?;
+    for (sdk, py) in &pythons {
+        let run = run_client(
+            py,
+            &gw.ldp_url(),
+            &["--skill", SHARED_SKILL, "--tasks", "1", "--trust-domain", "other"],
+        )
+        .await?;
+        let what = format!("{} client claiming trust domain 'other'", sdk.label());
+        assert_eq!(
+            run.code,
+            Some(EXIT_REJECTED),
+            "{what}: expected a SESSION_REJECT (exit {EXIT_REJECTED})\nsummary: {}\nstderr:\n{}",
+            run.summary,
+            run.stderr
+        );
+        assert_eq!(run.summary["rejected"], json!(true), "{what}: {}", run.summary);
+        assert_eq!(run.summary["code"], json!("TRUST_VIOLATION"), "{what}: {}", run.summary);
+        let reason = run.summary["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("other"), "{what}: reason {reason:?} should name the domain");
+    }
+    for s in &sims {
+        assert_eq!(s.stats().tasks, 0, "a rejected session must not reach a delegate");
+    }
+    gw.shutdown().await;
+    for s in sims {
+        s.shutdown().await;
+    }
+    Ok(())
+}
