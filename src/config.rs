@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The whole configuration. Unknown keys are errors, so a typo never passes silently.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// LDP listener.
@@ -162,22 +162,6 @@ pub struct ProvenanceConfig {
     pub store: String,
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            server: ServerConfig::default(),
-            admin: AdminConfig::default(),
-            identity: IdentityConfig::default(),
-            discovery: DiscoveryConfig::default(),
-            sessions: SessionsConfig::default(),
-            upstream: UpstreamConfig::default(),
-            delegates: Vec::new(),
-            policies: PoliciesConfig::default(),
-            provenance: ProvenanceConfig::default(),
-        }
-    }
-}
-
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -293,16 +277,22 @@ impl Config {
     pub fn problems(&self, origin: &str) -> Vec<String> {
         let mut out = Vec::new();
         if self.server.body_limit_bytes == 0 {
-            out.push(format!("{origin}: server.body_limit_bytes: must be at least 1"));
+            out.push(format!(
+                "{origin}: server.body_limit_bytes: must be at least 1"
+            ));
         }
         if self.identity.delegate_id.trim().is_empty() {
             out.push(format!("{origin}: identity.delegate_id: must not be empty"));
         }
         if self.discovery.poll_interval.is_zero() {
-            out.push(format!("{origin}: discovery.poll_interval: must be longer than 0s"));
+            out.push(format!(
+                "{origin}: discovery.poll_interval: must be longer than 0s"
+            ));
         }
         if self.sessions.sweep_interval.is_zero() {
-            out.push(format!("{origin}: sessions.sweep_interval: must be longer than 0s"));
+            out.push(format!(
+                "{origin}: sessions.sweep_interval: must be longer than 0s"
+            ));
         }
         let mut names = std::collections::HashSet::new();
         for (i, d) in self.delegates.iter().enumerate() {
@@ -311,12 +301,16 @@ impl Config {
             }
             if let Some(w) = d.weight {
                 if !(w.is_finite() && w > 0.0) {
-                    out.push(format!("{origin}: delegates[{i}].weight: must be a positive number"));
+                    out.push(format!(
+                        "{origin}: delegates[{i}].weight: must be a positive number"
+                    ));
                 }
             }
             let name = d.name.clone().unwrap_or_else(|| d.url.clone());
             if !names.insert(name.clone()) {
-                out.push(format!("{origin}: delegates[{i}].name: duplicate delegate '{name}'"));
+                out.push(format!(
+                    "{origin}: delegates[{i}].name: duplicate delegate '{name}'"
+                ));
             }
         }
         out
@@ -332,7 +326,11 @@ pub fn check_file(path: &Path) -> Vec<String> {
             .into_iter()
             .map(|e| {
                 let key = e.path.join(".");
-                let key = if key.is_empty() { "(top level)".to_owned() } else { key };
+                let key = if key.is_empty() {
+                    "(top level)".to_owned()
+                } else {
+                    key
+                };
                 format!("{}: {key}: {}", path.display(), e.kind)
             })
             .collect(),
@@ -353,7 +351,9 @@ pub fn normalize_url(url: &str) -> Result<String, String> {
         }
         url.to_owned()
     } else {
-        return Err(format!("'{url}' must start with http://, https:// or ldp://"));
+        return Err(format!(
+            "'{url}' must start with http://, https:// or ldp://"
+        ));
     };
     let host = rest.split("://").nth(1).unwrap_or("");
     if host.is_empty() || host.starts_with('/') {
@@ -378,13 +378,18 @@ mod tests {
     fn problems_are_all_reported() {
         let mut c = Config::default();
         c.delegates.push(DelegateConfig::new("ftp://x"));
-        c.delegates.push(DelegateConfig { weight: Some(-1.0), ..DelegateConfig::new("http://a") });
+        c.delegates.push(DelegateConfig {
+            weight: Some(-1.0),
+            ..DelegateConfig::new("http://a")
+        });
         c.delegates.push(DelegateConfig::new("http://a"));
         c.discovery.poll_interval = Duration::ZERO;
         let p = c.problems("f.toml");
         assert_eq!(p.len(), 4, "{p:?}");
         assert!(p.iter().any(|l| l.starts_with("f.toml: delegates[0].url:")));
-        assert!(p.iter().any(|l| l == "f.toml: delegates[2].name: duplicate delegate 'http://a'"));
+        assert!(p
+            .iter()
+            .any(|l| l == "f.toml: delegates[2].name: duplicate delegate 'http://a'"));
     }
 
     #[test]
@@ -394,6 +399,9 @@ mod tests {
         std::fs::write(&f, "[server]\nlisten = \"127.0.0.1:1\"\nlisten_typo = 1\n").unwrap();
         let p = check_file(&f);
         assert_eq!(p.len(), 1, "{p:?}");
-        assert!(p[0].contains("server: unknown field `listen_typo`"), "{p:?}");
+        assert!(
+            p[0].contains("server: unknown field `listen_typo`"),
+            "{p:?}"
+        );
     }
 }

@@ -1,4 +1,6 @@
 //! `ldp-gateway demo`: simulated delegates and a gateway on loopback, sample traffic, a summary.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DemoArgs {}
-pub async fn run(_a: DemoArgs) -> anyhow::Result<()> { Ok(()) }
+pub async fn run(_a: DemoArgs) -> anyhow::Result<()> {
+    Ok(())
+}

@@ -7,8 +7,9 @@
 
 pub mod config;
 pub mod demo;
-pub mod proxy;
 pub mod ldp;
+pub mod policy;
+pub mod proxy;
 pub mod registry;
 pub mod routing;
 pub mod server;

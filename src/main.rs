@@ -4,7 +4,11 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "ldp-gateway", version, about = "One LDP endpoint in front of many LLM delegates")]
+#[command(
+    name = "ldp-gateway",
+    version,
+    about = "One LDP endpoint in front of many LLM delegates"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -33,9 +37,13 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     ldp_gateway::telemetry::init();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     match cli.command {
-        Command::Serve { config } => runtime.block_on(ldp_gateway::server::serve_from_file(&config)),
+        Command::Serve { config } => {
+            runtime.block_on(ldp_gateway::server::serve_from_file(&config))
+        }
         Command::Demo(args) => runtime.block_on(ldp_gateway::demo::run(args)),
         Command::Delegate(args) => runtime.block_on(ldp_gateway::sim::run(args)),
         Command::Check { config } => {

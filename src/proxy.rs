@@ -5,8 +5,8 @@
 use crate::config::Config;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{
-    negotiate, Body, Capability, DelegationContract, Envelope, IdentityCard, LdpError, LineageEntry,
-    MessageType, PayloadMode, Provenance, SessionConfig, VerificationStatus,
+    negotiate, Body, Capability, DelegationContract, Envelope, IdentityCard, LdpError,
+    LineageEntry, MessageType, PayloadMode, Provenance, SessionConfig, VerificationStatus,
 };
 use crate::registry::{Delegate, Registry};
 use crate::routing::{self, Candidate, Need};
@@ -97,7 +97,9 @@ impl Proxy {
             let Some(card) = d.card() else { continue };
             context_window = context_window.max(card.context_window);
             for cap in &card.capabilities {
-                let Some(h) = card.effective_hints(&cap.name) else { continue };
+                let Some(h) = card.effective_hints(&cap.name) else {
+                    continue;
+                };
                 let entry = skills.entry(cap.name.clone()).or_insert_with(|| {
                     let mut c = Capability::named(cap.name.clone());
                     c.description = cap.description.clone();
@@ -121,7 +123,8 @@ impl Proxy {
             model_version: self.version.clone(),
             weights_fingerprint: None,
             trust_domain: id.trust_domain.clone(),
-            context_window: id.context_window.or(context_window),
+            // The Rust reference requires the key; 0 says no healthy delegate declares one.
+            context_window: Some(id.context_window.or(context_window).unwrap_or(0)),
             reasoning_profile: None,
             cost_profile: None,
             latency_profile: None,
@@ -143,7 +146,9 @@ impl Proxy {
                 skill,
                 input,
                 contract,
-            } => Ok(self.submit(&env, task_id, skill, input, contract.as_ref()).await),
+            } => Ok(self
+                .submit(&env, task_id, skill, input, contract.as_ref())
+                .await),
             Body::TaskCancel { task_id } => Ok(self.cancel(&env, task_id).await),
             Body::SessionClose { .. } => Ok(self.close(&env)),
             other => Err(NotAccepted(format!(
@@ -180,9 +185,15 @@ impl Proxy {
 
     fn propose(&self, env: &Envelope, config: &SessionConfig) -> Envelope {
         let own = &self.cfg.identity.trust_domain;
-        let claimed = config.trust_domain.clone().unwrap_or_else(|| own.name.clone());
+        let claimed = config
+            .trust_domain
+            .clone()
+            .unwrap_or_else(|| own.name.clone());
         if !own.trusts(&claimed) {
-            let reason = format!("client trust domain '{claimed}' is not trusted by gateway domain '{}'", own.name);
+            let reason = format!(
+                "client trust domain '{claimed}' is not trusted by gateway domain '{}'",
+                own.name
+            );
             return self.reject(env, GatewayCode::TrustViolation, reason);
         }
         if let Some(required) = &config.required_trust_domain {
@@ -192,7 +203,8 @@ impl Proxy {
                 .iter()
                 .any(|d| d.card().is_some_and(|c| &c.trust_domain.name == required));
             if !any {
-                let reason = format!("no registered delegate is in required trust domain '{required}'");
+                let reason =
+                    format!("no registered delegate is in required trust domain '{required}'");
                 return self.reject(env, GatewayCode::TrustViolation, reason);
             }
         }
@@ -254,7 +266,9 @@ impl Proxy {
             return self.task_failed(env, task_id, self.session_not_found(env));
         };
         session.task_started(task_id, skill);
-        let outcome = self.run_task(&session, env, task_id, skill, input, contract).await;
+        let outcome = self
+            .run_task(&session, env, task_id, skill, input, contract)
+            .await;
         session.task_finished(task_id);
         match outcome {
             Outcome::Result { output, provenance } => env.reply(
@@ -303,23 +317,37 @@ impl Proxy {
             );
             let answer = self
                 .upstream
-                .send(&binding.delegate.base_url, &upstream_env, self.cfg.upstream.task_timeout)
+                .send(
+                    &binding.delegate.base_url,
+                    &upstream_env,
+                    self.cfg.upstream.task_timeout,
+                )
                 .await;
             let answer = match answer {
                 Ok(a) => a,
                 Err(e) => return Outcome::Failed(upstream_failed(&binding.delegate, &e)),
             };
             match answer.body {
-                Body::TaskResult { output, provenance, .. } => {
-                    let provenance = self.route_provenance(session, &binding, mode, provenance, tries, &notes);
+                Body::TaskResult {
+                    output, provenance, ..
+                } => {
+                    let provenance =
+                        self.route_provenance(session, &binding, mode, provenance, tries, &notes);
                     return Outcome::Result { output, provenance };
                 }
-                Body::TaskFailed { error, .. } if tries >= MAX_TRIES => return Outcome::Failed(error),
-                Body::TaskFailed { error, .. } if error.code == "SESSION_NOT_FOUND" && !rehandshaken => {
+                Body::TaskFailed { error, .. } if tries >= MAX_TRIES => {
+                    return Outcome::Failed(error)
+                }
+                Body::TaskFailed { error, .. }
+                    if error.code == "SESSION_NOT_FOUND" && !rehandshaken =>
+                {
                     // The delegate's TTL ran out: one silent re-handshake with the same delegate.
                     rehandshaken = true;
                     session.unbind(skill, &binding.upstream.session_id);
-                    binding = match self.open_binding(session, skill, binding.delegate.clone()).await {
+                    binding = match self
+                        .open_binding(session, skill, binding.delegate.clone())
+                        .await
+                    {
                         Ok(b) => b,
                         Err(e) => return Outcome::Failed(e),
                     };
@@ -330,7 +358,10 @@ impl Proxy {
                     let Some(next) = binding.upstream.payload.next_after(mode) else {
                         return Outcome::Failed(error);
                     };
-                    notes.push(format!("{mode} failed upstream ({}); fell back to {next}", error.code));
+                    notes.push(format!(
+                        "{mode} failed upstream ({}); fell back to {next}",
+                        error.code
+                    ));
                     tracing::debug!(delegate = %binding.delegate.name, from = %mode, to = %next, "payload mode fallback");
                     mode = next;
                     // RFC §4.3: the session continues at the lower mode.
@@ -389,11 +420,17 @@ impl Proxy {
     /// The upstream binding for `skill`: the existing one while its delegate stays healthy,
     /// else a newly picked delegate with a new upstream session.
     async fn binding_for(&self, session: &ClientSession, skill: &str) -> Result<Binding, LdpError> {
-        if let Some(b) = session.binding(skill).filter(|b| usable(&b.delegate, skill)) {
+        if let Some(b) = session
+            .binding(skill)
+            .filter(|b| usable(&b.delegate, skill))
+        {
             return Ok(b);
         }
         let _guard = session.handshake.lock().await;
-        if let Some(b) = session.binding(skill).filter(|b| usable(&b.delegate, skill)) {
+        if let Some(b) = session
+            .binding(skill)
+            .filter(|b| usable(&b.delegate, skill))
+        {
             return Ok(b);
         }
         let delegate = self.pick(session, skill)?;
@@ -419,10 +456,9 @@ impl Proxy {
             required_domain: session.required_domain.as_deref(),
         };
         match routing::pick(&candidates, &need) {
-            Ok(i) => list
-                .get(i)
-                .cloned()
-                .ok_or_else(|| LdpError::gateway(GatewayCode::Internal, "routing picked a missing delegate")),
+            Ok(i) => list.get(i).cloned().ok_or_else(|| {
+                LdpError::gateway(GatewayCode::Internal, "routing picked a missing delegate")
+            }),
             Err(e) => Err(LdpError::gateway(GatewayCode::NoEligibleDelegate, e.0)),
         }
     }
@@ -434,7 +470,10 @@ impl Proxy {
         delegate: Arc<Delegate>,
     ) -> Result<Binding, LdpError> {
         let card = delegate.card().ok_or_else(|| {
-            LdpError::gateway(GatewayCode::UpstreamFailed, format!("delegate '{}' has no card", delegate.name))
+            LdpError::gateway(
+                GatewayCode::UpstreamFailed,
+                format!("delegate '{}' has no card", delegate.name),
+            )
         })?;
         let mut prefs = vec![session.payload.mode];
         prefs.extend(session.payload.fallback_chain.iter().copied());
@@ -462,7 +501,9 @@ impl Proxy {
         let Some(session) = self.sessions.get(&env.session_id, &env.from) else {
             return self.task_failed(env, task_id, self.session_not_found(env));
         };
-        let binding = session.running_skill(task_id).and_then(|skill| session.binding(&skill));
+        let binding = session
+            .running_skill(task_id)
+            .and_then(|skill| session.binding(&skill));
         let message = match binding {
             Some(b) => {
                 let cancel = Envelope::new(
@@ -476,7 +517,11 @@ impl Proxy {
                 );
                 match self
                     .upstream
-                    .send(&b.delegate.base_url, &cancel, self.cfg.upstream.handshake_timeout)
+                    .send(
+                        &b.delegate.base_url,
+                        &cancel,
+                        self.cfg.upstream.handshake_timeout,
+                    )
                     .await
                 {
                     Ok(_) => "cancelled".to_owned(),
@@ -564,7 +609,10 @@ async fn close_all(upstream: &UpstreamClient, bindings: Vec<Binding>) {
 }
 
 fn usable(delegate: &Delegate, skill: &str) -> bool {
-    delegate.is_healthy() && delegate.card().is_some_and(|c| c.capability(skill).is_some())
+    delegate.is_healthy()
+        && delegate
+            .card()
+            .is_some_and(|c| c.capability(skill).is_some())
 }
 
 fn upstream_failed(delegate: &Delegate, e: &UpstreamError) -> LdpError {

@@ -105,12 +105,20 @@ impl Registry {
 
     /// The delegate named `name`.
     pub fn get(&self, name: &str) -> Option<Arc<Delegate>> {
-        self.delegates.load().iter().find(|d| d.name == name).cloned()
+        self.delegates
+            .load()
+            .iter()
+            .find(|d| d.name == name)
+            .cloned()
     }
 
     /// How many delegates are healthy.
     pub fn healthy_count(&self) -> usize {
-        self.delegates.load().iter().filter(|d| d.is_healthy()).count()
+        self.delegates
+            .load()
+            .iter()
+            .filter(|d| d.is_healthy())
+            .count()
     }
 
     /// Fetches every card once, concurrently.

@@ -48,7 +48,9 @@ pub fn pick(candidates: &[Candidate<'_>], need: &Need<'_>) -> Result<usize, NoEl
     let (mut offering, mut offering_healthy) = (0usize, 0usize);
     for (i, c) in candidates.iter().enumerate() {
         let Some(card) = c.card else { continue };
-        let Some(cap) = card.capability(need.skill) else { continue };
+        let Some(cap) = card.capability(need.skill) else {
+            continue;
+        };
         offering += 1;
         if !c.healthy {
             continue;
@@ -108,12 +110,32 @@ mod tests {
         let c = card("c", "other", "s", Some(0.99));
         let d = card("d", "default", "s", Some(0.95));
         let cands = [
-            Candidate { name: "a", card: Some(&a), healthy: true },
-            Candidate { name: "b", card: Some(&b), healthy: true },
-            Candidate { name: "c", card: Some(&c), healthy: true },
-            Candidate { name: "d", card: Some(&d), healthy: false },
+            Candidate {
+                name: "a",
+                card: Some(&a),
+                healthy: true,
+            },
+            Candidate {
+                name: "b",
+                card: Some(&b),
+                healthy: true,
+            },
+            Candidate {
+                name: "c",
+                card: Some(&c),
+                healthy: true,
+            },
+            Candidate {
+                name: "d",
+                card: Some(&d),
+                healthy: false,
+            },
         ];
-        let need = Need { skill: "s", client_domain: "default", required_domain: None };
+        let need = Need {
+            skill: "s",
+            client_domain: "default",
+            required_domain: None,
+        };
         assert_eq!(pick(&cands, &need), Ok(0));
     }
 
@@ -122,22 +144,59 @@ mod tests {
         let a = card("a", "default", "s", None);
         let b = card("b", "default", "s", Some(0.4));
         let cands = [
-            Candidate { name: "b", card: Some(&b), healthy: true },
-            Candidate { name: "a", card: Some(&a), healthy: true },
+            Candidate {
+                name: "b",
+                card: Some(&b),
+                healthy: true,
+            },
+            Candidate {
+                name: "a",
+                card: Some(&a),
+                healthy: true,
+            },
         ];
-        let need = Need { skill: "s", client_domain: "default", required_domain: None };
+        let need = Need {
+            skill: "s",
+            client_domain: "default",
+            required_domain: None,
+        };
         assert_eq!(pick(&cands, &need), Ok(1));
     }
 
     #[test]
     fn reasons_name_the_skill() {
         let a = card("a", "other", "s", Some(0.9));
-        let cands = [Candidate { name: "a", card: Some(&a), healthy: true }];
-        let need = Need { skill: "x", client_domain: "default", required_domain: None };
-        assert_eq!(pick(&cands, &need).unwrap_err().0, "no delegate offers skill 'x'");
-        let need = Need { skill: "s", client_domain: "default", required_domain: None };
-        assert!(pick(&cands, &need).unwrap_err().0.contains("none trusts client domain 'default'"));
-        let down = [Candidate { name: "a", card: Some(&a), healthy: false }];
-        assert!(pick(&down, &need).unwrap_err().0.contains("none is healthy"));
+        let cands = [Candidate {
+            name: "a",
+            card: Some(&a),
+            healthy: true,
+        }];
+        let need = Need {
+            skill: "x",
+            client_domain: "default",
+            required_domain: None,
+        };
+        assert_eq!(
+            pick(&cands, &need).unwrap_err().0,
+            "no delegate offers skill 'x'"
+        );
+        let need = Need {
+            skill: "s",
+            client_domain: "default",
+            required_domain: None,
+        };
+        assert!(pick(&cands, &need)
+            .unwrap_err()
+            .0
+            .contains("none trusts client domain 'default'"));
+        let down = [Candidate {
+            name: "a",
+            card: Some(&a),
+            healthy: false,
+        }];
+        assert!(pick(&down, &need)
+            .unwrap_err()
+            .0
+            .contains("none is healthy"));
     }
 }

@@ -81,7 +81,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(serde_json::json!({ "error": self.error }))).into_response()
+        (
+            self.status,
+            axum::Json(serde_json::json!({ "error": self.error })),
+        )
+            .into_response()
     }
 }
 
@@ -104,14 +108,18 @@ impl Gateway {
         let config = Arc::new(config);
         let ldp_listener = bind(config.server.listen).await?;
         let admin_listener = bind(config.admin.listen).await?;
-        let ldp_addr = ldp_listener.local_addr().map_err(|source| ServerError::Bind {
-            addr: config.server.listen,
-            source,
-        })?;
-        let admin_addr = admin_listener.local_addr().map_err(|source| ServerError::Bind {
-            addr: config.admin.listen,
-            source,
-        })?;
+        let ldp_addr = ldp_listener
+            .local_addr()
+            .map_err(|source| ServerError::Bind {
+                addr: config.server.listen,
+                source,
+            })?;
+        let admin_addr = admin_listener
+            .local_addr()
+            .map_err(|source| ServerError::Bind {
+                addr: config.admin.listen,
+                source,
+            })?;
         let registry = Arc::new(
             Registry::from_config(&config.delegates).map_err(|e| ConfigError::Invalid(vec![e]))?,
         );
@@ -132,8 +140,16 @@ impl Gateway {
             config.discovery.fetch_timeout,
             rx.clone(),
         )];
-        tasks.push(spawn_sweeper(proxy.clone(), config.sessions.sweep_interval, rx.clone()));
-        tasks.push(spawn_server(ldp_listener, router(state.clone()), rx.clone()));
+        tasks.push(spawn_sweeper(
+            proxy.clone(),
+            config.sessions.sweep_interval,
+            rx.clone(),
+        ));
+        tasks.push(spawn_server(
+            ldp_listener,
+            router(state.clone()),
+            rx.clone(),
+        ));
         tasks.push(spawn_server(admin_listener, admin_router(state), rx));
         tracing::info!(ldp = %ldp_addr, admin = %admin_addr, delegates = registry.snapshot().len(),
             healthy = registry.healthy_count(), "gateway listening");
@@ -164,7 +180,10 @@ impl Gateway {
     /// Re-fetches every card now, instead of waiting for the next poll.
     pub async fn refresh_cards(&self) {
         let timeout = Duration::from_secs(2);
-        self.proxy.registry().poll_all(self.proxy.upstream(), timeout).await;
+        self.proxy
+            .registry()
+            .poll_all(self.proxy.upstream(), timeout)
+            .await;
     }
 
     /// Waits until at least `n` delegates are healthy, re-polling cards; false on timeout.
@@ -198,7 +217,11 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
         .map_err(|source| ServerError::Bind { addr, source })
 }
 
-fn spawn_server(listener: TcpListener, app: axum::Router, mut rx: watch::Receiver<bool>) -> JoinHandle<()> {
+fn spawn_server(
+    listener: TcpListener,
+    app: axum::Router,
+    mut rx: watch::Receiver<bool>,
+) -> JoinHandle<()> {
     use axum::serve::ListenerExt;
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
@@ -207,13 +230,20 @@ fn spawn_server(listener: TcpListener, app: axum::Router, mut rx: watch::Receive
         let stop = async move {
             let _ = rx.wait_for(|v| *v).await;
         };
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .await
+        {
             tracing::error!(error = %e, "listener stopped");
         }
     })
 }
 
-fn spawn_sweeper(proxy: Arc<Proxy>, every: Duration, mut rx: watch::Receiver<bool>) -> JoinHandle<()> {
+fn spawn_sweeper(
+    proxy: Arc<Proxy>,
+    every: Duration,
+    mut rx: watch::Receiver<bool>,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -61,7 +61,10 @@ impl ClientSession {
     /// Removes the binding for `skill` if it is still the upstream session `upstream_id`.
     pub fn unbind(&self, skill: &str, upstream_id: &str) -> Option<Binding> {
         let mut map = self.bindings.lock().ok()?;
-        if map.get(skill).is_some_and(|b| b.upstream.session_id == upstream_id) {
+        if map
+            .get(skill)
+            .is_some_and(|b| b.upstream.session_id == upstream_id)
+        {
             map.remove(skill)
         } else {
             None
@@ -175,7 +178,9 @@ impl SessionTable {
 
     /// Removes session `id` if `owner` opened it.
     pub fn close(&self, id: &str, owner: &str) -> Option<Arc<ClientSession>> {
-        self.map.remove_if(id, |_, s| s.owner == owner).map(|(_, s)| s)
+        self.map
+            .remove_if(id, |_, s| s.owner == owner)
+            .map(|(_, s)| s)
     }
 
     /// Removes and returns every session idle past its TTL.
@@ -184,7 +189,10 @@ impl SessionTable {
         let expired: Vec<String> = self
             .map
             .iter()
-            .filter(|e| now.saturating_sub(e.last_used_ms.load(Ordering::Acquire)) > e.ttl.as_millis() as u64)
+            .filter(|e| {
+                now.saturating_sub(e.last_used_ms.load(Ordering::Acquire))
+                    > e.ttl.as_millis() as u64
+            })
             .map(|e| e.key().clone())
             .collect();
         expired
@@ -196,7 +204,9 @@ impl SessionTable {
     /// Removes and returns every session (shutdown).
     pub fn take_all(&self) -> Vec<Arc<ClientSession>> {
         let ids: Vec<String> = self.map.iter().map(|e| e.key().clone()).collect();
-        ids.into_iter().filter_map(|id| self.map.remove(&id).map(|(_, s)| s)).collect()
+        ids.into_iter()
+            .filter_map(|id| self.map.remove(&id).map(|(_, s)| s))
+            .collect()
     }
 
     /// Number of open sessions.

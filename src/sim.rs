@@ -40,7 +40,7 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -137,20 +137,6 @@ pub struct SimStats {
     pub in_flight: u64,
 }
 
-#[derive(Default)]
-struct Counters {
-    hellos: AtomicU64,
-    proposals: AtomicU64,
-    accepted: AtomicU64,
-    rejected: AtomicU64,
-    tasks: AtomicU64,
-    results: AtomicU64,
-    failures: AtomicU64,
-    cancels: AtomicU64,
-    closes: AtomicU64,
-    expired: AtomicU64,
-}
-
 /// The knobs that can change while serving.
 #[derive(Clone, Copy, Debug)]
 struct Knobs {
@@ -172,17 +158,14 @@ struct Inner {
     sessions: Mutex<session::Sessions>,
     inflight: Mutex<HashMap<String, handler::InFlight>>,
     serials: AtomicU64,
-    counters: Counters,
+    /// Event counters; `active_sessions` and `in_flight` are filled in on read.
+    counters: Mutex<SimStats>,
     shutdown: watch::Sender<bool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Nothing panics while holding these locks; if something did, the data is still usable.
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 fn clamp_rate(rate: f64) -> f64 {
@@ -210,7 +193,7 @@ impl SimState {
             sessions: Mutex::new(session::Sessions::default()),
             inflight: Mutex::new(HashMap::new()),
             serials: AtomicU64::new(0),
-            counters: Counters::default(),
+            counters: Mutex::new(SimStats::default()),
             shutdown: watch::channel(false).0,
         }))
     }
@@ -222,28 +205,21 @@ impl SimState {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> SimStats {
-        let c = &self.0.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        SimStats {
-            hellos: get(&c.hellos),
-            proposals: get(&c.proposals),
-            accepted: get(&c.accepted),
-            rejected: get(&c.rejected),
-            tasks: get(&c.tasks),
-            results: get(&c.results),
-            failures: get(&c.failures),
-            cancels: get(&c.cancels),
-            closes: get(&c.closes),
-            expired: get(&c.expired),
-            active_sessions: lock(&self.0.sessions).len() as u64,
-            in_flight: lock(&self.0.inflight).len() as u64,
-        }
+        let mut stats = *lock(&self.0.counters);
+        stats.active_sessions = lock(&self.0.sessions).len() as u64;
+        stats.in_flight = lock(&self.0.inflight).len() as u64;
+        stats
+    }
+
+    /// Adds one to the counter `field` picks.
+    fn count(&self, field: impl FnOnce(&mut SimStats) -> &mut u64) {
+        *field(&mut lock(&self.0.counters)) += 1;
     }
 
     /// Removes sessions idle past their TTL, counting them as expired.
     fn sweep(&self) {
         let removed = lock(&self.0.sessions).sweep(tokio::time::Instant::now());
-        self.0.counters.expired.fetch_add(removed, Ordering::Relaxed);
+        lock(&self.0.counters).expired += removed;
     }
 }
 
@@ -299,7 +275,10 @@ impl SimHandle {
     pub async fn shutdown(mut self) {
         self.state.0.shutdown.send_replace(true);
         if let Some(mut server) = self.server.take() {
-            if tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await.is_err() {
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut server)
+                .await
+                .is_err()
+            {
                 server.abort();
                 let _ = server.await;
             }
@@ -334,16 +313,30 @@ pub async fn spawn(listener: TcpListener, mut opts: SimOptions) -> std::io::Resu
     let state = SimState::new(opts);
     let mut down = state.0.shutdown.subscribe();
     let app = router(state.clone());
+    let listener = {
+        use axum::serve::ListenerExt;
+        listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        })
+    };
     let server = tokio::spawn(async move {
         let stop = async move {
             let _ = down.wait_for(|d| *d).await;
         };
-        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .await
+        {
             tracing::error!(error = %e, "simulated delegate stopped serving");
         }
     });
     let sweeper = tokio::spawn(sweep_loop(state.clone()));
-    Ok(SimHandle { addr, state, server: Some(server), sweeper: Some(sweeper) })
+    Ok(SimHandle {
+        addr,
+        state,
+        server: Some(server),
+        sweeper: Some(sweeper),
+    })
 }
 
 /// Sweeps expired sessions until shutdown.
@@ -374,7 +367,8 @@ pub fn router(state: SimState) -> Router {
 /// Reads an identity card (either dialect) from a JSON file.
 pub fn load_card(path: &Path) -> anyhow::Result<IdentityCard> {
     let raw = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_slice(&raw).with_context(|| format!("{}: not an identity card", path.display()))
+    serde_json::from_slice(&raw)
+        .with_context(|| format!("{}: not an identity card", path.display()))
 }
 
 /// `ldp-gateway delegate`: bind, print `listening on URL` (the readiness line), serve until
@@ -388,7 +382,10 @@ pub async fn run(args: DelegateArgs) -> anyhow::Result<()> {
     }
     opts.jitter = Duration::from_millis(args.jitter_ms);
     if !(0.0..=1.0).contains(&args.fail_rate) {
-        anyhow::bail!("--fail-rate must be between 0 and 1, got {}", args.fail_rate);
+        anyhow::bail!(
+            "--fail-rate must be between 0 and 1, got {}",
+            args.fail_rate
+        );
     }
     opts.fail_rate = args.fail_rate;
     for mode in &args.fail_mode {
@@ -406,7 +403,9 @@ pub async fn run(args: DelegateArgs) -> anyhow::Result<()> {
         out.flush()?;
     }
     tracing::info!(delegate = %handle.state.card().delegate_id, url = %handle.url(), "simulated delegate up");
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
     handle.shutdown().await;
     Ok(())
 }
@@ -428,7 +427,11 @@ async fn stats(State(state): State<SimState>) -> Json<SimStats> {
 
 fn bad_request(e: &ParseError) -> Response {
     let error = LdpError::gateway(GatewayCode::BadRequest, e.to_string());
-    (StatusCode::BAD_REQUEST, Json(serde_json::json!({ "error": error }))).into_response()
+    (
+        StatusCode::BAD_REQUEST,
+        Json(serde_json::json!({ "error": error })),
+    )
+        .into_response()
 }
 
 async fn messages(State(state): State<SimState>, body: Bytes) -> Response {

@@ -60,7 +60,9 @@ fn push_line(out: &mut String, label: &str, v: &Value) {
 /// Text (or any JSON) as a semantic frame. An object that already is a frame stays as it is.
 pub fn to_frame(input: &Value) -> Value {
     if let Value::Object(o) = input {
-        if o.get("task_type").is_some_and(Value::is_string) && o.get("instruction").is_some_and(Value::is_string) {
+        if o.get("task_type").is_some_and(Value::is_string)
+            && o.get("instruction").is_some_and(Value::is_string)
+        {
             return input.clone();
         }
     }
@@ -109,13 +111,18 @@ mod tests {
             "task_type": "classification", "instruction": "Classify sentiment",
             "input": "arrived on time", "labels": ["positive", "negative"]
         }));
-        assert!(t.starts_with("Instruction: Classify sentiment\nTask type: classification\nInput: arrived on time"));
+        assert!(t.starts_with(
+            "Instruction: Classify sentiment\nTask type: classification\nInput: arrived on time"
+        ));
         assert!(t.contains("labels: [\"positive\",\"negative\"]"), "{t}");
     }
 
     #[test]
     fn text_becomes_a_text_frame() {
-        assert_eq!(to_frame(&json!("hi")), json!({"task_type": "text", "instruction": "hi"}));
+        assert_eq!(
+            to_frame(&json!("hi")),
+            json!({"task_type": "text", "instruction": "hi"})
+        );
         let f = json!({"task_type": "a", "instruction": "b"});
         assert_eq!(to_frame(&f), f);
         let wrapped = to_frame(&json!({"prompt": "x"}));
@@ -125,17 +132,38 @@ mod tests {
     #[test]
     fn same_mode_is_untouched() {
         let v = json!({"a": 1});
-        assert_eq!(translate_input(&v, PayloadMode::SemanticFrame, PayloadMode::SemanticFrame), v);
-        assert_eq!(translate_input(&v, PayloadMode::SemanticFrame, PayloadMode::Text), json!("a: 1"));
+        assert_eq!(
+            translate_input(&v, PayloadMode::SemanticFrame, PayloadMode::SemanticFrame),
+            v
+        );
+        assert_eq!(
+            translate_input(&v, PayloadMode::SemanticFrame, PayloadMode::Text),
+            json!("a: 1")
+        );
     }
 
     #[test]
     fn recognises_mode_failures() {
         let e = |code: &str, msg: &str| {
-            LdpError::new(code, ErrorCategory::Runtime, ErrorSeverity::Error, false, msg)
+            LdpError::new(
+                code,
+                ErrorCategory::Runtime,
+                ErrorSeverity::Error,
+                false,
+                msg,
+            )
         };
-        assert!(is_mode_failure(&e("PAYLOAD_MODE_FAILED", "x"), PayloadMode::SemanticFrame));
-        assert!(is_mode_failure(&e("TASK_FAILED", "semantic_frame validation failed"), PayloadMode::SemanticFrame));
-        assert!(!is_mode_failure(&e("TASK_FAILED", "out of memory"), PayloadMode::SemanticFrame));
+        assert!(is_mode_failure(
+            &e("PAYLOAD_MODE_FAILED", "x"),
+            PayloadMode::SemanticFrame
+        ));
+        assert!(is_mode_failure(
+            &e("TASK_FAILED", "semantic_frame validation failed"),
+            PayloadMode::SemanticFrame
+        ));
+        assert!(!is_mode_failure(
+            &e("TASK_FAILED", "out of memory"),
+            PayloadMode::SemanticFrame
+        ));
     }
 }

@@ -4,7 +4,8 @@
 //! base URL the operator configured or registered.
 
 use crate::ldp::{
-    negotiate, Body, Envelope, IdentityCard, LdpError, NegotiatedPayload, PayloadMode, SessionConfig,
+    negotiate, Body, Envelope, IdentityCard, LdpError, NegotiatedPayload, PayloadMode,
+    SessionConfig,
 };
 use std::time::Duration;
 
@@ -96,7 +97,11 @@ pub struct UpstreamClient {
 
 impl UpstreamClient {
     /// A client that signs messages as `from` (the gateway's delegate id).
-    pub fn new(from: impl Into<String>, connect_timeout: Duration, handshake_timeout: Duration) -> Self {
+    pub fn new(
+        from: impl Into<String>,
+        connect_timeout: Duration,
+        handshake_timeout: Duration,
+    ) -> Self {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(connect_timeout)
@@ -135,7 +140,11 @@ impl UpstreamClient {
 
     /// Fetches a delegate's card: `/.well-known/ldp-identity` first (RFC), `/ldp/identity`
     /// second (reference SDK).
-    pub async fn fetch_card(&self, base: &str, timeout: Duration) -> Result<IdentityCard, UpstreamError> {
+    pub async fn fetch_card(
+        &self,
+        base: &str,
+        timeout: Duration,
+    ) -> Result<IdentityCard, UpstreamError> {
         let mut last = None;
         for path in ["/.well-known/ldp-identity", "/ldp/identity"] {
             let url = format!("{base}{path}");
@@ -158,7 +167,12 @@ impl UpstreamClient {
     }
 
     /// Sends one envelope to `base/ldp/messages` and reads the answer.
-    pub async fn send(&self, base: &str, envelope: &Envelope, timeout: Duration) -> Result<Envelope, UpstreamError> {
+    pub async fn send(
+        &self,
+        base: &str,
+        envelope: &Envelope,
+        timeout: Duration,
+    ) -> Result<Envelope, UpstreamError> {
         let url = format!("{base}/ldp/messages");
         let body = envelope.to_vec().map_err(|e| UpstreamError::Malformed {
             url: url.clone(),
@@ -228,12 +242,20 @@ impl UpstreamClient {
                 if !fallback_chain.is_empty() {
                     payload.fallback_chain = fallback_chain;
                 } else {
-                    payload.fallback_chain.retain(|m| m.number() < negotiated_mode.number());
-                    if negotiated_mode != PayloadMode::Text && !payload.fallback_chain.contains(&PayloadMode::Text) {
+                    payload
+                        .fallback_chain
+                        .retain(|m| m.number() < negotiated_mode.number());
+                    if negotiated_mode != PayloadMode::Text
+                        && !payload.fallback_chain.contains(&PayloadMode::Text)
+                    {
                         payload.fallback_chain.push(PayloadMode::Text);
                     }
                 }
-                let session_id = if session_id.is_empty() { proposal_id } else { session_id };
+                let session_id = if session_id.is_empty() {
+                    proposal_id
+                } else {
+                    session_id
+                };
                 Ok(UpstreamSession {
                     session_id,
                     payload,

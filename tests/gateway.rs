@@ -1,4 +1,5 @@
 //! The gateway's LDP front against simulated delegates, on real sockets.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 mod common;
 
@@ -16,18 +17,35 @@ fn frame(text: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn rfc_dialect_full_lifecycle() {
-    let a = sim(SimOptions::new(card("a", "default", &[("summarize", 0.9)], &[FRAME, "text"]))).await;
-    let b = sim(SimOptions::new(card("b", "default", &[("summarize", 0.6), ("reasoning", 0.8)], &[FRAME, "text"]))).await;
+    let a = sim(SimOptions::new(card(
+        "a",
+        "default",
+        &[("summarize", 0.9)],
+        &[FRAME, "text"],
+    )))
+    .await;
+    let b = sim(SimOptions::new(card(
+        "b",
+        "default",
+        &[("summarize", 0.6), ("reasoning", 0.8)],
+        &[FRAME, "text"],
+    )))
+    .await;
     let gw = gateway(&[a.url(), b.url()], 2).await;
     let c = Client::new(&gw.ldp_url());
 
     // RFC config: preferred modes + required_trust_domain, no client domain.
     let body = c
-        .open(json!({"preferred_payload_modes": ["semantic_graph", FRAME, "text"], "ttl_secs": 600,
-                     "required_trust_domain": "default"}))
+        .open(
+            json!({"preferred_payload_modes": ["semantic_graph", FRAME, "text"], "ttl_secs": 600,
+                     "required_trust_domain": "default"}),
+        )
         .await;
     assert_eq!(body["type"], "SESSION_ACCEPT", "{body}");
-    assert_eq!(body["negotiated_mode"], FRAME, "semantic_graph is skipped (not implemented)");
+    assert_eq!(
+        body["negotiated_mode"], FRAME,
+        "semantic_graph is skipped (not implemented)"
+    );
     assert_eq!(body["fallback_chain"], json!(["text"]));
     let sid = body["session_id"].as_str().unwrap().to_owned();
 
@@ -35,7 +53,11 @@ async fn rfc_dialect_full_lifecycle() {
     assert_eq!(r["type"], "TASK_RESULT", "{r}");
     let p = &r["provenance"];
     assert_eq!(p["produced_by"], "ldp:delegate:a", "highest quality wins");
-    assert_eq!(p["session_id"], sid.as_str(), "client's session id, not the upstream one");
+    assert_eq!(
+        p["session_id"],
+        sid.as_str(),
+        "client's session id, not the upstream one"
+    );
     assert_eq!(p["lineage"][0]["step"], "route");
     assert_eq!(p["lineage"][0]["delegate_id"], "ldp:delegate:gateway");
     assert_eq!(p["lineage"][0]["routed_to"], "d0");
@@ -50,9 +72,20 @@ async fn rfc_dialect_full_lifecycle() {
     assert_eq!(a.stats().results, 2);
     assert_eq!(b.stats().accepted, 1);
 
-    let close = c.send(&sid, json!({"type": "SESSION_CLOSE", "reason": "done"}), "text").await;
+    let close = c
+        .send(
+            &sid,
+            json!({"type": "SESSION_CLOSE", "reason": "done"}),
+            "text",
+        )
+        .await;
     assert_eq!(close["body"]["type"], "SESSION_CLOSE");
-    assert!(eventually(Duration::from_secs(5), || a.stats().closes == 1 && b.stats().closes == 1).await, "upstream sessions closed");
+    assert!(
+        eventually(Duration::from_secs(5), || a.stats().closes == 1
+            && b.stats().closes == 1)
+        .await,
+        "upstream sessions closed"
+    );
     let after = c.task(&sid, "summarize", frame("x"), FRAME).await;
     assert_eq!(after["type"], "TASK_FAILED");
     assert_eq!(after["error"]["code"], "SESSION_NOT_FOUND");
@@ -61,7 +94,13 @@ async fn rfc_dialect_full_lifecycle() {
 
 #[tokio::test]
 async fn reference_dialect_lifecycle_in_text_mode() {
-    let a = sim(SimOptions::new(card("a", "default", &[("echo", 0.7)], &[FRAME, "text"]))).await;
+    let a = sim(SimOptions::new(card(
+        "a",
+        "default",
+        &[("echo", 0.7)],
+        &[FRAME, "text"],
+    )))
+    .await;
     let gw = gateway(&[a.url()], 1).await;
     let c = Client::new(&gw.ldp_url());
     let (sid, mode) = c
@@ -73,14 +112,22 @@ async fn reference_dialect_lifecycle_in_text_mode() {
     assert_eq!(r["provenance"]["payload_mode_used"], "text");
     assert_eq!(r["provenance"]["verification_status"], "self_verified");
     // Rust reference spelling: singular payload_mode.
-    let (_, mode) = c.session(json!({"payload_mode": FRAME, "trust_domain": {"name": "default"}})).await;
+    let (_, mode) = c
+        .session(json!({"payload_mode": FRAME, "trust_domain": {"name": "default"}}))
+        .await;
     assert_eq!(mode, FRAME);
     gw.shutdown().await;
 }
 
 #[tokio::test]
 async fn trust_domain_rules_reject_sessions() {
-    let a = sim(SimOptions::new(card("a", "default", &[("echo", 0.7)], &["text"]))).await;
+    let a = sim(SimOptions::new(card(
+        "a",
+        "default",
+        &[("echo", 0.7)],
+        &["text"],
+    )))
+    .await;
     let gw = gateway(&[a.url()], 1).await;
     let c = Client::new(&gw.ldp_url());
     let b = c.open(json!({"trust_domain": "evil.example"})).await;
@@ -88,10 +135,18 @@ async fn trust_domain_rules_reject_sessions() {
     assert_eq!(b["error"]["code"], "TRUST_VIOLATION");
     assert_eq!(b["error"]["category"], "policy");
     assert_eq!(b["error"]["severity"], "fatal");
-    assert!(b["reason"].as_str().unwrap().contains("evil.example"), "{b}");
-    let b = c.open(json!({"required_trust_domain": "research.internal"})).await;
+    assert!(
+        b["reason"].as_str().unwrap().contains("evil.example"),
+        "{b}"
+    );
+    let b = c
+        .open(json!({"required_trust_domain": "research.internal"}))
+        .await;
     assert_eq!(b["type"], "SESSION_REJECT");
-    assert!(b["reason"].as_str().unwrap().contains("research.internal"), "{b}");
+    assert!(
+        b["reason"].as_str().unwrap().contains("research.internal"),
+        "{b}"
+    );
     assert_eq!(a.stats().proposals, 0, "nothing reached the delegate");
     gw.shutdown().await;
 }
@@ -104,7 +159,13 @@ async fn cross_domain_client_only_reaches_delegates_that_trust_it() {
         c.trust_domain.trusted_peers = vec!["partner".into()];
         c
     };
-    let closed = sim(SimOptions::new(card("closed", "default", &[("echo", 0.99)], &["text"]))).await;
+    let closed = sim(SimOptions::new(card(
+        "closed",
+        "default",
+        &[("echo", 0.99)],
+        &["text"],
+    )))
+    .await;
     let opened = sim(SimOptions::new(open("open"))).await;
     let gw = gateway_with(&[closed.url(), opened.url()], 2, |cfg| {
         cfg.identity.trust_domain.allow_cross_domain = true;
@@ -112,7 +173,9 @@ async fn cross_domain_client_only_reaches_delegates_that_trust_it() {
     })
     .await;
     let c = Client::new(&gw.ldp_url());
-    let (sid, _) = c.session(json!({"trust_domain": "partner", "preferred_payload_modes": ["text"]})).await;
+    let (sid, _) = c
+        .session(json!({"trust_domain": "partner", "preferred_payload_modes": ["text"]}))
+        .await;
     let r = c.task(&sid, "echo", json!("hi"), "text").await;
     assert_eq!(r["provenance"]["produced_by"], "ldp:delegate:open", "{r}");
     assert_eq!(closed.stats().proposals, 0);
@@ -121,22 +184,45 @@ async fn cross_domain_client_only_reaches_delegates_that_trust_it() {
 
 #[tokio::test]
 async fn frames_are_translated_for_text_only_delegates() {
-    let t = sim(SimOptions::new(card("t", "default", &[("summarize", 0.9)], &["text"]))).await;
+    let t = sim(SimOptions::new(card(
+        "t",
+        "default",
+        &[("summarize", 0.9)],
+        &["text"],
+    )))
+    .await;
     let gw = gateway(&[t.url()], 1).await;
     let c = Client::new(&gw.ldp_url());
-    let (sid, mode) = c.session(json!({"preferred_payload_modes": [FRAME, "text"]})).await;
+    let (sid, mode) = c
+        .session(json!({"preferred_payload_modes": [FRAME, "text"]}))
+        .await;
     assert_eq!(mode, FRAME, "the gateway speaks frames to the client");
-    let r = c.task(&sid, "summarize", frame("the quick brown fox"), FRAME).await;
+    let r = c
+        .task(&sid, "summarize", frame("the quick brown fox"), FRAME)
+        .await;
     assert_eq!(r["type"], "TASK_RESULT", "{r}");
-    assert_eq!(r["provenance"]["payload_mode_used"], "text", "the delegate got text");
+    assert_eq!(
+        r["provenance"]["payload_mode_used"], "text",
+        "the delegate got text"
+    );
     assert_eq!(t.stats().failures, 0);
 
     // And text from a text client reaches a frame-only delegate as a `task_type: text` frame.
-    let f = sim(SimOptions::new(card("f", "default", &[("classify", 0.9)], &[FRAME]))).await;
+    let f = sim(SimOptions::new(card(
+        "f",
+        "default",
+        &[("classify", 0.9)],
+        &[FRAME],
+    )))
+    .await;
     let gw2 = gateway(&[f.url()], 1).await;
     let c2 = Client::new(&gw2.ldp_url());
-    let (sid2, _) = c2.session(json!({"preferred_payload_modes": ["text"]})).await;
-    let r = c2.task(&sid2, "classify", json!("great product"), "text").await;
+    let (sid2, _) = c2
+        .session(json!({"preferred_payload_modes": ["text"]}))
+        .await;
+    let r = c2
+        .task(&sid2, "classify", json!("great product"), "text")
+        .await;
     assert_eq!(r["type"], "TASK_RESULT", "{r}");
     gw.shutdown().await;
     gw2.shutdown().await;
@@ -144,12 +230,19 @@ async fn frames_are_translated_for_text_only_delegates() {
 
 #[tokio::test]
 async fn payload_mode_failure_falls_back_along_the_chain() {
-    let mut opts = SimOptions::new(card("m", "default", &[("summarize", 0.9)], &[FRAME, "text"]));
+    let mut opts = SimOptions::new(card(
+        "m",
+        "default",
+        &[("summarize", 0.9)],
+        &[FRAME, "text"],
+    ));
     opts.fail_modes = vec![PayloadMode::SemanticFrame];
     let m = sim(opts).await;
     let gw = gateway(&[m.url()], 1).await;
     let c = Client::new(&gw.ldp_url());
-    let (sid, mode) = c.session(json!({"preferred_payload_modes": [FRAME, "text"]})).await;
+    let (sid, mode) = c
+        .session(json!({"preferred_payload_modes": [FRAME, "text"]}))
+        .await;
     assert_eq!(mode, FRAME);
     let r = c.task(&sid, "summarize", frame("x"), FRAME).await;
     assert_eq!(r["type"], "TASK_RESULT", "the client's task survives: {r}");
@@ -168,10 +261,21 @@ async fn payload_mode_failure_falls_back_along_the_chain() {
 
 #[tokio::test]
 async fn idle_ttl_expiry_closes_upstream_sessions() {
-    let a = sim(SimOptions::new(card("a", "default", &[("echo", 0.7)], &["text"]))).await;
-    let gw = gateway_with(&[a.url()], 1, |cfg| cfg.sessions.sweep_interval = Duration::from_millis(100)).await;
+    let a = sim(SimOptions::new(card(
+        "a",
+        "default",
+        &[("echo", 0.7)],
+        &["text"],
+    )))
+    .await;
+    let gw = gateway_with(&[a.url()], 1, |cfg| {
+        cfg.sessions.sweep_interval = Duration::from_millis(100)
+    })
+    .await;
     let c = Client::new(&gw.ldp_url());
-    let (sid, _) = c.session(json!({"ttl_secs": 1, "preferred_payload_modes": ["text"]})).await;
+    let (sid, _) = c
+        .session(json!({"ttl_secs": 1, "preferred_payload_modes": ["text"]}))
+        .await;
     let r = c.task(&sid, "echo", json!("hi"), "text").await;
     assert_eq!(r["type"], "TASK_RESULT");
     assert_eq!(gw.proxy().sessions().len(), 1);
@@ -192,22 +296,36 @@ async fn upstream_session_loss_triggers_one_rehandshake() {
     let addr = a.addr();
     let gw = gateway(&[a.url()], 1).await;
     let c = Client::new(&gw.ldp_url());
-    let (sid, _) = c.session(json!({"preferred_payload_modes": ["text"]})).await;
-    assert_eq!(c.task(&sid, "echo", json!("1"), "text").await["type"], "TASK_RESULT");
+    let (sid, _) = c
+        .session(json!({"preferred_payload_modes": ["text"]}))
+        .await;
+    assert_eq!(
+        c.task(&sid, "echo", json!("1"), "text").await["type"],
+        "TASK_RESULT"
+    );
     // The delegate restarts on the same port and forgets every session.
     a.shutdown().await;
     let l = tokio::net::TcpListener::bind(addr).await.expect("rebind");
     let a2 = ldp_gateway::sim::spawn(l, opts).await.expect("respawn");
     let r = c.task(&sid, "echo", json!("2"), "text").await;
     assert_eq!(r["type"], "TASK_RESULT", "{r}");
-    assert!(r["provenance"]["lineage"][0]["note"].as_str().unwrap().contains("re-opened"));
+    assert!(r["provenance"]["lineage"][0]["note"]
+        .as_str()
+        .unwrap()
+        .contains("re-opened"));
     assert_eq!(a2.stats().accepted, 1);
     gw.shutdown().await;
 }
 
 #[tokio::test]
 async fn bad_input_gets_clear_answers() {
-    let a = sim(SimOptions::new(card("a", "default", &[("echo", 0.7)], &["text"]))).await;
+    let a = sim(SimOptions::new(card(
+        "a",
+        "default",
+        &[("echo", 0.7)],
+        &["text"],
+    )))
+    .await;
     let gw = gateway_with(&[a.url()], 1, |cfg| cfg.server.body_limit_bytes = 64 * 1024).await;
     let c = Client::new(&gw.ldp_url());
     let check = |status: u16, v: &serde_json::Value, want_status: u16, code: &str| {
@@ -220,16 +338,34 @@ async fn bad_input_gets_clear_answers() {
     };
     let (s, v) = c.post_raw(b"{not json".to_vec()).await;
     check(s, &v, 400, "BAD_REQUEST");
-    let (s, v) = c.post_raw(br#"{"message_id":"m","session_id":"s","body":{"type":"TASK_SUBMIT","task_id":"t"}}"#.to_vec()).await;
+    let (s, v) = c
+        .post_raw(
+            br#"{"message_id":"m","session_id":"s","body":{"type":"TASK_SUBMIT","task_id":"t"}}"#
+                .to_vec(),
+        )
+        .await;
     check(s, &v, 400, "BAD_REQUEST");
-    assert!(v["error"]["message"].as_str().unwrap().contains("`body.skill`"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`body.skill`"),
+        "{v}"
+    );
     let (s, v) = c.post_raw(br#"{"message_id":"m"}"#.to_vec()).await;
     check(s, &v, 400, "BAD_REQUEST");
-    assert!(v["error"]["message"].as_str().unwrap().contains("`body`"), "{v}");
-    let (s, v) = c.post_raw(br#"{"body":{"type":"TELEPORT"}}"#.to_vec()).await;
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("`body`"),
+        "{v}"
+    );
+    let (s, v) = c
+        .post_raw(br#"{"body":{"type":"TELEPORT"}}"#.to_vec())
+        .await;
     check(s, &v, 400, "BAD_REQUEST");
     assert!(v["error"]["message"].as_str().unwrap().contains("TELEPORT"));
-    let (s, v) = c.post_raw(br#"{"body":{"type":"TASK_RESULT","task_id":"t","output":1}}"#.to_vec()).await;
+    let (s, v) = c
+        .post_raw(br#"{"body":{"type":"TASK_RESULT","task_id":"t","output":1}}"#.to_vec())
+        .await;
     check(s, &v, 400, "BAD_REQUEST");
     let big = json!({"body": {"type": "HELLO", "delegate_id": "x".repeat(100 * 1024)}});
     let (s, v) = c.post_raw(serde_json::to_vec(&big).unwrap()).await;
@@ -239,15 +375,23 @@ async fn bad_input_gets_clear_answers() {
     let r = c.task("no-such-session", "echo", json!("x"), "text").await;
     assert_eq!(r["type"], "TASK_FAILED");
     assert_eq!(r["error"]["code"], "SESSION_NOT_FOUND");
-    let (sid, _) = c.session(json!({"preferred_payload_modes": ["text"]})).await;
+    let (sid, _) = c
+        .session(json!({"preferred_payload_modes": ["text"]}))
+        .await;
     let mut other = Client::new(&gw.ldp_url());
     other.from = "ldp:client:intruder".into();
     let r = other.task(&sid, "echo", json!("x"), "text").await;
-    assert_eq!(r["error"]["code"], "SESSION_NOT_FOUND", "someone else's session looks missing");
+    assert_eq!(
+        r["error"]["code"], "SESSION_NOT_FOUND",
+        "someone else's session looks missing"
+    );
     let r = c.task(&sid, "translate", json!("x"), "text").await;
     assert_eq!(r["error"]["code"], "NO_ELIGIBLE_DELEGATE");
     assert_eq!(r["error"]["category"], "capability");
-    assert!(r["error"]["message"].as_str().unwrap().contains("'translate'"));
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("'translate'"));
     assert_eq!(a.stats().tasks, 0);
     gw.shutdown().await;
 }
@@ -260,19 +404,28 @@ async fn unreachable_delegates_are_not_routed_to() {
         drop(l);
         format!("http://{addr}")
     };
-    let live = sim(SimOptions::new(card("live", "default", &[("echo", 0.5)], &["text"]))).await;
+    let live = sim(SimOptions::new(card(
+        "live",
+        "default",
+        &[("echo", 0.5)],
+        &["text"],
+    )))
+    .await;
     // The live one is given as ldp:// (plain HTTP transport).
     let ldp_url = live.url().replace("http://", "ldp://");
     let gw = gateway(&[dead, ldp_url], 1).await;
     let c = Client::new(&gw.ldp_url());
-    let card: serde_json::Value = reqwest::get(format!("{}/.well-known/ldp-identity", gw.ldp_url()))
-        .await
-        .unwrap()
-        .json_value()
-        .await;
+    let card: serde_json::Value =
+        reqwest::get(format!("{}/.well-known/ldp-identity", gw.ldp_url()))
+            .await
+            .unwrap()
+            .json_value()
+            .await;
     assert_eq!(card["delegate_id"], "ldp:delegate:gateway");
     assert_eq!(card["capabilities"][0]["name"], "echo");
-    let (sid, _) = c.session(json!({"preferred_payload_modes": ["text"]})).await;
+    let (sid, _) = c
+        .session(json!({"preferred_payload_modes": ["text"]}))
+        .await;
     let r = c.task(&sid, "echo", json!("x"), "text").await;
     assert_eq!(r["provenance"]["produced_by"], "ldp:delegate:live");
     gw.shutdown().await;
@@ -280,10 +433,18 @@ async fn unreachable_delegates_are_not_routed_to() {
 
 #[tokio::test]
 async fn stream_sends_progress_then_the_result() {
-    let a = sim(SimOptions::new(card("a", "default", &[("echo", 0.7)], &["text"]))).await;
+    let a = sim(SimOptions::new(card(
+        "a",
+        "default",
+        &[("echo", 0.7)],
+        &["text"],
+    )))
+    .await;
     let gw = gateway(&[a.url()], 1).await;
     let c = Client::new(&gw.ldp_url());
-    let (sid, _) = c.session(json!({"preferred_payload_modes": ["text"]})).await;
+    let (sid, _) = c
+        .session(json!({"preferred_payload_modes": ["text"]}))
+        .await;
     let env = json!({"message_id": "m1", "session_id": sid, "from": c.from, "to": "gw",
         "body": {"type": "TASK_SUBMIT", "task_id": "t1", "skill": "echo", "input": "hi"},
         "payload_mode": "text", "timestamp": "2026-11-22T00:00:00Z"});
@@ -325,22 +486,40 @@ async fn cancel_reaches_the_running_upstream_task() {
     let slow = sim(opts).await;
     let gw = gateway(&[slow.url()], 1).await;
     let c = std::sync::Arc::new(Client::new(&gw.ldp_url()));
-    let (sid, _) = c.session(json!({"preferred_payload_modes": ["text"]})).await;
+    let (sid, _) = c
+        .session(json!({"preferred_payload_modes": ["text"]}))
+        .await;
     let started = std::time::Instant::now();
     let submit = {
         let (c, sid) = (c.clone(), sid.clone());
         tokio::spawn(async move {
-            c.send(&sid, json!({"type": "TASK_SUBMIT", "task_id": "long-1", "skill": "echo", "input": "x"}), "text")
-                .await
+            c.send(
+                &sid,
+                json!({"type": "TASK_SUBMIT", "task_id": "long-1", "skill": "echo", "input": "x"}),
+                "text",
+            )
+            .await
         })
     };
-    assert!(eventually(Duration::from_secs(10), || slow.stats().tasks == 1).await, "task reached the delegate");
-    let ack = c.send(&sid, json!({"type": "TASK_CANCEL", "task_id": "long-1"}), "text").await;
+    assert!(
+        eventually(Duration::from_secs(10), || slow.stats().tasks == 1).await,
+        "task reached the delegate"
+    );
+    let ack = c
+        .send(
+            &sid,
+            json!({"type": "TASK_CANCEL", "task_id": "long-1"}),
+            "text",
+        )
+        .await;
     assert_eq!(ack["body"]["type"], "TASK_UPDATE");
     assert_eq!(ack["body"]["message"], "cancelled");
     let done = submit.await.unwrap();
     assert_eq!(done["body"]["type"], "TASK_FAILED", "{done}");
-    assert!(started.elapsed() < Duration::from_secs(15), "cancel cut the 20 s task short");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "cancel cut the 20 s task short"
+    );
     assert_eq!(slow.stats().cancels, 1);
     gw.shutdown().await;
 }

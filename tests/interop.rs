@@ -176,7 +176,7 @@ async fn spawn_ref_delegate(python: &Path, args: &[&str]) -> anyhow::Result<RefD
 }
 
 /// A reference delegate offering [`PY_SKILL`] and (expensive, slow, mediocre) [`SHARED_SKILL`].
-async fn spawn_py_delegate(python: &Path, id: &str) -> anyhow::Result<RefDelegate> {
+async fn spawn_py_delegate(python: &Path, id: &str, skill: &str) -> anyhow::Result<RefDelegate> {
     spawn_ref_delegate(
         python,
         &[
@@ -185,7 +185,7 @@ async fn spawn_py_delegate(python: &Path, id: &str) -> anyhow::Result<RefDelegat
             "--name",
             "Python reference delegate",
             "--skill",
-            PY_SKILL,
+            skill,
             "--skill",
             SHARED_SKILL,
             "--quality",
@@ -275,7 +275,9 @@ async fn run_client(python: &Path, url: &str, args: &[&str]) -> anyhow::Result<C
         .spawn()?;
     let out = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
         .await
-        .map_err(|_| anyhow::anyhow!("ref_client.py {args:?} still running after {CLIENT_TIMEOUT:?}"))??;
+        .map_err(|_| {
+            anyhow::anyhow!("ref_client.py {args:?} still running after {CLIENT_TIMEOUT:?}")
+        })??;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let last = stdout.lines().rev().find(|l| !l.trim().is_empty());
@@ -296,6 +298,7 @@ async fn run_client(python: &Path, url: &str, args: &[&str]) -> anyhow::Result<C
 impl ClientRun {
     /// Panics with everything the client said unless it exited 0 with `ok: true`.
     fn assert_ok(&self, what: &str) -> &Vec<Value> {
+        eprintln!("{what}: exit {:?}, summary {}", self.code, self.summary);
         assert!(
             self.code == Some(0) && self.summary["ok"] == json!(true),
             "{what}: ref_client.py failed (exit {:?})\nsummary: {}\nstderr:\n{}",
@@ -319,7 +322,10 @@ fn assert_one_session_one_delegate(what: &str, summary: &Value, results: &[Value
     let session = &summary["session_id"];
     assert!(session.is_string(), "{what}: no session id in {summary}");
     for r in results {
-        assert_eq!(&r["session_id"], session, "{what}: provenance session id in {r}");
+        assert_eq!(
+            &r["session_id"], session,
+            "{what}: provenance session id in {r}"
+        );
         assert_eq!(
             produced_by(r),
             produced_by(&results[0]),
@@ -335,7 +341,7 @@ async fn round_trip(sdk: Sdk) -> anyhow::Result<()> {
     let Some(py) = python(sdk) else { return Ok(()) };
     let py_id = format!("ldp:delegate:py-{}", sdk.label());
     let data = tempfile::tempdir()?;
-    let refd = spawn_py_delegate(&py, &py_id).await?;
+    let refd = spawn_py_delegate(&py, &py_id, PY_SKILL).await?;
     let sims = spawn_sims().await?;
     let mut urls = vec![refd.url.clone()];
     urls.extend(sims.iter().map(SimHandle::url));
@@ -358,11 +364,19 @@ async fn round_trip(sdk: Sdk) -> anyhow::Result<()> {
         args.extend(["--contract-budget-usd", "1.0"]);
     }
     let run = run_client(&py, &url, &args).await?;
-    let what = format!("{} client → gateway → {} reference delegate", sdk.label(), sdk.label());
+    let what = format!(
+        "{} client → gateway → {} reference delegate",
+        sdk.label(),
+        sdk.label()
+    );
     let results = run.assert_ok(&what);
     assert_eq!(run.summary["sdk"], json!(sdk.label()), "{what}");
     assert_eq!(results.len(), 3, "{what}: {results:?}");
-    assert_eq!(run.summary["card"]["delegate_id"], json!(GATEWAY_ID), "{what}");
+    assert_eq!(
+        run.summary["card"]["delegate_id"],
+        json!(GATEWAY_ID),
+        "{what}"
+    );
     assert_one_session_one_delegate(&what, &run.summary, results);
     for r in results {
         assert_eq!(produced_by(r), py_id, "{what}: {r}");
@@ -371,9 +385,17 @@ async fn round_trip(sdk: Sdk) -> anyhow::Result<()> {
         if sdk == Sdk::Bundled {
             let first = &r["lineage"][0];
             assert_eq!(first["step"], json!("route"), "{what}: lineage in {r}");
-            assert_eq!(first["delegate_id"], json!(GATEWAY_ID), "{what}: lineage in {r}");
+            assert_eq!(
+                first["delegate_id"],
+                json!(GATEWAY_ID),
+                "{what}: lineage in {r}"
+            );
             // The delegate's own provenance is passed on: the bundled delegate self-verifies.
-            assert_eq!(r["verification_status"], json!("self_verified"), "{what}: {r}");
+            assert_eq!(
+                r["verification_status"],
+                json!("self_verified"),
+                "{what}: {r}"
+            );
             assert_eq!(r["contract_satisfied"], json!(true), "{what}: {r}");
         }
     }
@@ -391,7 +413,11 @@ async fn round_trip(sdk: Sdk) -> anyhow::Result<()> {
     );
     if sdk == Sdk::Bundled {
         for r in results {
-            assert_eq!(r["lineage"][0]["step"], json!("route"), "{what}: lineage in {r}");
+            assert_eq!(
+                r["lineage"][0]["step"],
+                json!("route"),
+                "{what}: lineage in {r}"
+            );
         }
     }
 
@@ -413,6 +439,68 @@ async fn bundled_client_and_bundled_delegate_through_gateway() -> anyhow::Result
     round_trip(Sdk::Bundled).await
 }
 
+/// Each SDK's client against the other SDK's delegate, both behind one gateway: what the
+/// gateway sends upstream must parse in the older wheel and in the newer bundled SDK alike,
+/// whichever client started the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_client_reaches_the_other_sdks_delegate() -> anyhow::Result<()> {
+    let (Some(wheel), Some(bundled)) = (python(Sdk::Wheel), python(Sdk::Bundled)) else {
+        return Ok(());
+    };
+    let data = tempfile::tempdir()?;
+    let wheel_skill = format!("{PY_SKILL}-wheel");
+    let bundled_skill = format!("{PY_SKILL}-bundled");
+    let wheel_d = spawn_py_delegate(&wheel, "ldp:delegate:py-wheel", &wheel_skill).await?;
+    let bundled_d = spawn_py_delegate(&bundled, "ldp:delegate:py-bundled", &bundled_skill).await?;
+    let gw = start_gateway(&[wheel_d.url.clone(), bundled_d.url.clone()], data.path()).await?;
+    let cases = [
+        (
+            Sdk::Wheel,
+            &wheel,
+            &bundled_skill,
+            "ldp:delegate:py-bundled",
+        ),
+        (
+            Sdk::Bundled,
+            &bundled,
+            &wheel_skill,
+            "ldp:delegate:py-wheel",
+        ),
+    ];
+    for (sdk, py, skill, target) in cases {
+        let mut args = vec![
+            "--skill",
+            skill.as_str(),
+            "--tasks",
+            "2",
+            "--expect-produced-by",
+            target,
+            "--expect-echo",
+        ];
+        if sdk == Sdk::Bundled {
+            // The older wheel delegate must not trip over a contract it does not know.
+            args.extend(["--contract-budget-usd", "1.0"]);
+        }
+        let run = run_client(py, &gw.ldp_url(), &args).await?;
+        let what = format!("{} client → gateway → {target}", sdk.label());
+        let results = run.assert_ok(&what);
+        assert_eq!(results.len(), 2, "{what}: {results:?}");
+        assert_one_session_one_delegate(&what, &run.summary, results);
+        if sdk == Sdk::Bundled {
+            for r in results {
+                assert_eq!(
+                    r["lineage"][0]["step"],
+                    json!("route"),
+                    "{what}: lineage in {r}"
+                );
+            }
+        }
+    }
+    gw.shutdown().await;
+    drop((wheel_d, bundled_d));
+    Ok(())
+}
+
 /// A client claiming a domain the gateway does not trust gets SESSION_REJECT with
 /// `TRUST_VIOLATION`, which the reference client raises as `ConnectionError`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -432,10 +520,18 @@ async fn untrusted_client_domain_is_rejected() -> anyhow::Result<()> {
         let run = run_client(
             py,
             &gw.ldp_url(),
-            &["--skill", SHARED_SKILL, "--tasks", "1", "--trust-domain", "other"],
+            &[
+                "--skill",
+                SHARED_SKILL,
+                "--tasks",
+                "1",
+                "--trust-domain",
+                "other",
+            ],
         )
         .await?;
         let what = format!("{} client claiming trust domain 'other'", sdk.label());
+        eprintln!("{what}: {}", run.summary);
         assert_eq!(
             run.code,
             Some(EXIT_REJECTED),
@@ -443,13 +539,30 @@ async fn untrusted_client_domain_is_rejected() -> anyhow::Result<()> {
             run.summary,
             run.stderr
         );
-        assert_eq!(run.summary["rejected"], json!(true), "{what}: {}", run.summary);
-        assert_eq!(run.summary["code"], json!("TRUST_VIOLATION"), "{what}: {}", run.summary);
+        assert_eq!(
+            run.summary["rejected"],
+            json!(true),
+            "{what}: {}",
+            run.summary
+        );
+        assert_eq!(
+            run.summary["code"],
+            json!("TRUST_VIOLATION"),
+            "{what}: {}",
+            run.summary
+        );
         let reason = run.summary["reason"].as_str().unwrap_or_default();
-        assert!(reason.contains("other"), "{what}: reason {reason:?} should name the domain");
+        assert!(
+            reason.contains("other"),
+            "{what}: reason {reason:?} should name the domain"
+        );
     }
     for s in &sims {
-        assert_eq!(s.stats().tasks, 0, "a rejected session must not reach a delegate");
+        assert_eq!(
+            s.stats().tasks,
+            0,
+            "a rejected session must not reach a delegate"
+        );
     }
     gw.shutdown().await;
     for s in sims {

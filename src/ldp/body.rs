@@ -4,7 +4,7 @@
 use super::contract::DelegationContract;
 use super::error::LdpError;
 use super::identity::Capability;
-use super::payload::{PayloadMode, lenient_modes_opt};
+use super::payload::{lenient_modes_opt, ser_mode, PayloadMode};
 use super::provenance::Provenance;
 use super::session_config::SessionConfig;
 use serde::{Deserialize, Serialize, Serializer};
@@ -49,7 +49,11 @@ impl CapabilityManifest {
         }
         fn modes(v: Option<&serde_json::Value>) -> Vec<PayloadMode> {
             v.and_then(|m| m.as_array())
-                .map(|a| a.iter().filter_map(|m| m.as_str().and_then(PayloadMode::parse)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|m| m.as_str().and_then(PayloadMode::parse))
+                        .collect()
+                })
                 .unwrap_or_default()
         }
         match v {
@@ -107,7 +111,8 @@ pub enum Body {
     SessionAccept {
         /// The responder-issued session id.
         session_id: String,
-        /// Agreed mode.
+        /// Agreed mode (an RFC-only mode is written as `text`).
+        #[serde(serialize_with = "ser_mode")]
         negotiated_mode: PayloadMode,
         /// RFC: modes to fall back to (the SDKs ignore it).
         #[serde(serialize_with = "ser_modes")]
@@ -366,7 +371,9 @@ impl RawBody {
         Ok(match kind {
             MessageType::Hello => Body::Hello {
                 delegate_id: self.delegate_id.ok_or_else(|| need("delegate_id"))?,
-                supported_modes: self.supported_modes.unwrap_or_else(|| vec![PayloadMode::Text]),
+                supported_modes: self
+                    .supported_modes
+                    .unwrap_or_else(|| vec![PayloadMode::Text]),
             },
             MessageType::CapabilityManifest => {
                 let raw = self
@@ -374,12 +381,18 @@ impl RawBody {
                     .or(self.skills.map(|s| serde_json::json!({ "skills": s })))
                     .ok_or_else(|| need("capabilities"))?;
                 let mut manifest = CapabilityManifest::from_value(&raw).map_err(|reason| {
-                    BodyError::InvalidField { kind: name, field: "capabilities", reason }
+                    BodyError::InvalidField {
+                        kind: name,
+                        field: "capabilities",
+                        reason,
+                    }
                 })?;
                 if manifest.supported_modes.is_empty() {
                     manifest.supported_modes = self.supported_modes.unwrap_or_default();
                 }
-                Body::CapabilityManifest { capabilities: manifest }
+                Body::CapabilityManifest {
+                    capabilities: manifest,
+                }
             }
             MessageType::SessionPropose => {
                 let config = match self.config {
@@ -399,7 +412,11 @@ impl RawBody {
             },
             MessageType::SessionReject => {
                 let error = self.error.map(read_error).transpose().map_err(|reason| {
-                    BodyError::InvalidField { kind: name, field: "error", reason }
+                    BodyError::InvalidField {
+                        kind: name,
+                        field: "error",
+                        reason,
+                    }
                 })?;
                 let reason = self
                     .reason
@@ -421,7 +438,7 @@ impl RawBody {
             MessageType::TaskResult => Body::TaskResult {
                 task_id: self.task_id.ok_or_else(|| need("task_id"))?,
                 output: self.output.unwrap_or(serde_json::Value::Null),
-                provenance: self.provenance,
+                provenance: self.provenance.map(Provenance::normalized),
             },
             MessageType::TaskFailed => {
                 let error = match self.error {
@@ -431,7 +448,9 @@ impl RawBody {
                         reason,
                     })?,
                     None => LdpError::from_text(
-                        self.reason.or(self.message).unwrap_or_else(|| "task failed".into()),
+                        self.reason
+                            .or(self.message)
+                            .unwrap_or_else(|| "task failed".into()),
                     ),
                 };
                 Body::TaskFailed {
@@ -446,7 +465,9 @@ impl RawBody {
                 claim: self.claim.unwrap_or(serde_json::Value::Null),
                 evidence: self.evidence.unwrap_or(serde_json::Value::Null),
             },
-            MessageType::SessionClose => Body::SessionClose { reason: self.reason },
+            MessageType::SessionClose => Body::SessionClose {
+                reason: self.reason,
+            },
         })
     }
 }

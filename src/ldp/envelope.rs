@@ -1,7 +1,7 @@
 //! The message envelope (RFC §3.1), with the reference SDK's signature fields.
 
 use super::body::{Body, BodyError, RawBody};
-use super::payload::PayloadMode;
+use super::payload::{ser_mode, PayloadMode};
 use super::provenance::Provenance;
 use serde::{Deserialize, Serialize};
 
@@ -18,7 +18,8 @@ pub struct Envelope {
     pub to: String,
     /// The message.
     pub body: Body,
-    /// Mode of this message's payload.
+    /// Mode of this message's payload (an RFC-only mode is written as `text`).
+    #[serde(serialize_with = "ser_mode")]
     pub payload_mode: PayloadMode,
     /// RFC 3339 send time.
     pub timestamp: String,
@@ -85,7 +86,7 @@ impl Envelope {
             body: raw.body.into_body()?,
             payload_mode: raw.payload_mode.unwrap_or(PayloadMode::Text),
             timestamp: raw.timestamp.unwrap_or_default(),
-            provenance: raw.provenance,
+            provenance: raw.provenance.map(Provenance::normalized),
             signature: raw.signature,
             signature_algorithm: raw.signature_algorithm,
             nonce: raw.nonce,
@@ -117,7 +118,13 @@ impl Envelope {
 
     /// A reply to this message from `from`, in the same session.
     pub fn reply(&self, from: &str, body: Body, payload_mode: PayloadMode) -> Envelope {
-        Envelope::new(self.session_id.clone(), from, self.from.clone(), body, payload_mode)
+        Envelope::new(
+            self.session_id.clone(),
+            from,
+            self.from.clone(),
+            body,
+            payload_mode,
+        )
     }
 
     /// Serialises to JSON bytes. Serialising these types cannot fail (string keys only), but
@@ -131,6 +138,7 @@ impl Envelope {
 mod tests {
     use super::*;
     use crate::ldp::body::MessageType;
+    use crate::ldp::provenance::VerificationStatus;
 
     #[test]
     fn rfc_minimal_envelope_reads() {
@@ -145,8 +153,12 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let err = Envelope::from_slice(br#"{"body":{"type":"TASK_SUBMIT","task_id":"t"}}"#).unwrap_err();
-        assert_eq!(err.to_string(), "invalid envelope: TASK_SUBMIT is missing field `body.skill`");
+        let err =
+            Envelope::from_slice(br#"{"body":{"type":"TASK_SUBMIT","task_id":"t"}}"#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid envelope: TASK_SUBMIT is missing field `body.skill`"
+        );
         let err = Envelope::from_slice(br#"{"message_id":"m"}"#).unwrap_err();
         assert!(err.to_string().contains("missing field `body`"), "{err}");
         let err = Envelope::from_slice(br#"{"body":{"type":"NOPE"}}"#).unwrap_err();
@@ -157,7 +169,10 @@ mod tests {
 
     #[test]
     fn task_failed_accepts_a_bare_string_error() {
-        let e = Envelope::from_slice(br#"{"body":{"type":"TASK_FAILED","task_id":"t","error":"boom"}}"#).unwrap();
+        let e = Envelope::from_slice(
+            br#"{"body":{"type":"TASK_FAILED","task_id":"t","error":"boom"}}"#,
+        )
+        .unwrap();
         match e.body {
             Body::TaskFailed { error, .. } => assert_eq!(error.message, "boom"),
             other => panic!("{other:?}"),
@@ -165,8 +180,56 @@ mod tests {
     }
 
     #[test]
+    fn rfc_verified_bool_is_normalised_on_read() {
+        let e = Envelope::from_slice(
+            br#"{"body":{"type":"TASK_RESULT","task_id":"t","output":1,
+                "provenance":{"produced_by":"d","model_version":"v","verified":true}},
+                "provenance":{"produced_by":"d","model_version":"v","verified":true}}"#,
+        )
+        .unwrap();
+        let Body::TaskResult {
+            provenance: Some(p),
+            ..
+        } = &e.body
+        else {
+            panic!("{:?}", e.body)
+        };
+        assert_eq!(p.verification_status, VerificationStatus::SelfVerified);
+        let envelope_level = e.provenance.as_ref().unwrap();
+        assert_eq!(
+            envelope_level.verification_status,
+            VerificationStatus::SelfVerified
+        );
+    }
+
+    #[test]
+    fn rfc_only_modes_are_written_as_text() {
+        let mut p = Provenance::new("d", "v", PayloadMode::LatentCapsules);
+        p.timestamp = None;
+        let body = Body::SessionAccept {
+            session_id: "s".into(),
+            negotiated_mode: PayloadMode::CacheSlices,
+            fallback_chain: vec![PayloadMode::Text],
+        };
+        let mut e = Envelope::new("s", "a", "b", body, PayloadMode::LatentCapsules);
+        e.provenance = Some(p);
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["payload_mode"], "text");
+        assert_eq!(v["body"]["negotiated_mode"], "text");
+        assert_eq!(v["provenance"]["payload_mode_used"], "text");
+    }
+
+    #[test]
     fn signature_fields_are_omitted_when_absent() {
-        let e = Envelope::new("s", "a", "b", Body::TaskCancel { task_id: "t".into() }, PayloadMode::Text);
+        let e = Envelope::new(
+            "s",
+            "a",
+            "b",
+            Body::TaskCancel {
+                task_id: "t".into(),
+            },
+            PayloadMode::Text,
+        );
         let v = serde_json::to_value(&e).unwrap();
         assert!(v.get("signature").is_none());
         assert_eq!(v["body"]["type"], "TASK_CANCEL");

@@ -221,7 +221,13 @@ mod tests {
 
     #[test]
     fn security_is_never_emitted() {
-        let e = LdpError::new("REPLAY", ErrorCategory::Security, ErrorSeverity::Fatal, false, "r");
+        let e = LdpError::new(
+            "REPLAY",
+            ErrorCategory::Security,
+            ErrorSeverity::Fatal,
+            false,
+            "r",
+        );
         assert_eq!(e.emittable().category, ErrorCategory::Policy);
     }
 

@@ -112,7 +112,8 @@ impl Capability {
 }
 
 fn non_negative_u64(v: Option<f64>) -> Option<u64> {
-    v.filter(|x| x.is_finite() && *x >= 0.0).map(|x| x.round() as u64)
+    v.filter(|x| x.is_finite() && *x >= 0.0)
+        .map(|x| x.round() as u64)
 }
 
 impl<'de> Deserialize<'de> for Capability {
@@ -312,7 +313,8 @@ pub struct IdentityCard {
     pub weights_fingerprint: Option<String>,
     /// The delegate's trust domain.
     pub trust_domain: TrustDomain,
-    /// Context window in tokens; absent if the card did not say.
+    /// Context window in tokens; absent if the card did not say (or said 0, which is how an
+    /// unknown window is written: every SDK requires the key).
     pub context_window: Option<u64>,
     /// Reasoning profile.
     pub reasoning_profile: Option<String>,
@@ -387,13 +389,19 @@ impl IdentityCard {
                 l.insert(k.into(), v.clone());
             }
         }
-        let modes: Vec<&str> = self.supported_payload_modes.iter().map(|m| m.as_str()).collect();
+        let modes: Vec<&str> = self
+            .supported_payload_modes
+            .iter()
+            .map(|m| m.as_str())
+            .collect();
         l.insert("ldp.payload_modes".into(), modes.join(","));
         l
     }
 }
 
-fn lenient_metadata<'de, D: Deserializer<'de>>(de: D) -> Result<BTreeMap<String, String>, D::Error> {
+fn lenient_metadata<'de, D: Deserializer<'de>>(
+    de: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
     let raw: Option<BTreeMap<String, serde_json::Value>> = Option::deserialize(de)?;
     Ok(raw
         .unwrap_or_default()
@@ -456,7 +464,7 @@ impl<'de> Deserialize<'de> for IdentityCard {
             model_version: r.model_version,
             weights_fingerprint: r.weights_fingerprint,
             trust_domain: r.trust_domain,
-            context_window: non_negative_u64(r.context_window),
+            context_window: non_negative_u64(r.context_window).filter(|&n| n > 0),
             reasoning_profile: r.reasoning_profile,
             cost_profile: r.cost_profile,
             latency_profile: r.latency_profile,
@@ -480,8 +488,8 @@ impl Serialize for IdentityCard {
             model_version: &'a str,
             weights_fingerprint: &'a Option<String>,
             trust_domain: &'a TrustDomain,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            context_window: Option<u64>,
+            // Required by both SDKs (`u64` / `int`); 0 stands for unknown and reads back as such.
+            context_window: u64,
             reasoning_profile: &'a Option<String>,
             cost_profile: &'a Option<String>,
             latency_profile: &'a Option<String>,
@@ -499,7 +507,7 @@ impl Serialize for IdentityCard {
             model_version: &self.model_version,
             weights_fingerprint: &self.weights_fingerprint,
             trust_domain: &self.trust_domain,
-            context_window: self.context_window,
+            context_window: self.context_window.unwrap_or(0),
             reasoning_profile: &self.reasoning_profile,
             cost_profile: &self.cost_profile,
             latency_profile: &self.latency_profile,
@@ -553,11 +561,13 @@ mod tests {
 
     #[test]
     fn absent_hints_stay_absent() {
-        let c: Capability = serde_json::from_value(serde_json::json!({"name": "echo", "quality": null})).unwrap();
-        assert_eq!(c.hints, CapabilityHints::default());
         let c: Capability =
-            serde_json::from_value(serde_json::json!({"name": "echo", "quality": {"supports_streaming": true}}))
-                .unwrap();
+            serde_json::from_value(serde_json::json!({"name": "echo", "quality": null})).unwrap();
+        assert_eq!(c.hints, CapabilityHints::default());
+        let c: Capability = serde_json::from_value(
+            serde_json::json!({"name": "echo", "quality": {"supports_streaming": true}}),
+        )
+        .unwrap();
         assert_eq!(c.hints.quality, None);
         assert_eq!(c.hints.cost_per_call_usd, None);
         assert_eq!(c.hints.supports_streaming, Some(true));
@@ -584,7 +594,10 @@ mod tests {
         assert_eq!(h.latency_p50_ms, Some(300));
         assert_eq!(h.quality, None);
         assert_eq!(card.context_window, None);
-        assert_eq!(card.supported_payload_modes, vec![PayloadMode::SemanticFrame, PayloadMode::Text]);
+        assert_eq!(
+            card.supported_payload_modes,
+            vec![PayloadMode::SemanticFrame, PayloadMode::Text]
+        );
         assert_eq!(card.labels()["ldp.payload_modes"], "semantic_frame,text");
         assert!(card.effective_hints("other").is_none());
     }
@@ -619,8 +632,25 @@ mod tests {
         assert_eq!(v["supported_payload_modes"], serde_json::json!(["text"]));
         let back: IdentityCard = serde_json::from_value(v).unwrap();
         let h = &back.capabilities[0].hints;
-        assert_eq!((h.quality, h.cost_tier, h.claim_type), (Some(0.7), Some(CostTier::High), None));
+        assert_eq!(
+            (h.quality, h.cost_tier, h.claim_type),
+            (Some(0.7), Some(CostTier::High), None)
+        );
         // The Rust reference requires `supports_streaming`; unknown is written as `false`.
         assert_eq!(h.supports_streaming, Some(false));
+    }
+
+    #[test]
+    fn unknown_context_window_is_written_as_zero_and_read_as_unknown() {
+        let raw = serde_json::json!({
+            "delegate_id": "ldp:delegate:a", "name": "A", "model_family": "f", "model_version": "1",
+            "trust_domain": "d"
+        });
+        let card: IdentityCard = serde_json::from_value(raw).unwrap();
+        assert_eq!(card.context_window, None);
+        let v = serde_json::to_value(&card).unwrap();
+        assert_eq!(v["context_window"], 0);
+        let back: IdentityCard = serde_json::from_value(v).unwrap();
+        assert_eq!(back.context_window, None);
     }
 }

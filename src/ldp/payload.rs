@@ -1,6 +1,6 @@
 //! Payload modes and the RFC §4.2 negotiation, including the fallback chain.
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 /// A payload mode (RFC §4.1). The last two are read but never emitted: the reference SDKs
@@ -71,6 +71,42 @@ impl PayloadMode {
     pub fn parse(s: &str) -> Option<PayloadMode> {
         PayloadMode::ALL.into_iter().find(|m| m.as_str() == s)
     }
+
+    /// This mode if every SDK can parse it, else `text`, the mode every peer supports (RFC
+    /// §4.3: every fallback chain ends in text).
+    pub fn emittable_or_text(self) -> PayloadMode {
+        if self.is_emittable() {
+            self
+        } else {
+            PayloadMode::Text
+        }
+    }
+}
+
+/// Writes a single required mode, `text` in place of one the SDKs reject.
+pub(super) fn ser_mode<S: Serializer>(mode: &PayloadMode, ser: S) -> Result<S::Ok, S::Error> {
+    mode.emittable_or_text().serialize(ser)
+}
+
+/// Writes an optional list of modes without those the SDKs reject.
+pub(super) fn ser_modes_opt<S: Serializer>(
+    modes: &Option<Vec<PayloadMode>>,
+    ser: S,
+) -> Result<S::Ok, S::Error> {
+    modes
+        .as_ref()
+        .map(|ms| {
+            ms.iter()
+                .copied()
+                .filter(|m| m.is_emittable())
+                .collect::<Vec<_>>()
+        })
+        .serialize(ser)
+}
+
+/// Whether an optional single mode has nothing writable (absent, or one the SDKs reject).
+pub(super) fn no_emittable_mode(mode: &Option<PayloadMode>) -> bool {
+    !mode.is_some_and(PayloadMode::is_emittable)
 }
 
 impl fmt::Display for PayloadMode {
@@ -210,6 +246,8 @@ mod tests {
         }
         assert!(!LatentCapsules.is_emittable());
         assert!(SemanticGraph.is_emittable());
+        assert_eq!(CacheSlices.emittable_or_text(), Text);
+        assert_eq!(SemanticGraph.emittable_or_text(), SemanticGraph);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Provenance: the union of the RFC record (§6.1) and the reference SDK's fields.
 
-use super::payload::PayloadMode;
+use super::payload::{ser_mode, PayloadMode};
 use serde::{Deserialize, Serialize};
 
 /// How a result was verified (reference SDK). RFC peers send only the `verified` bool; reading
@@ -74,7 +74,7 @@ pub struct Provenance {
     /// Its model version.
     pub model_version: String,
     /// Mode the exchange used (the reference SDK defaults it to `semantic_frame`).
-    #[serde(default = "default_mode")]
+    #[serde(default = "default_mode", serialize_with = "ser_mode")]
     pub payload_mode_used: PayloadMode,
     /// Self-reported confidence 0..1.
     #[serde(default)]
@@ -120,7 +120,11 @@ fn default_mode() -> PayloadMode {
 
 impl Provenance {
     /// A minimal record for `produced_by` at `model_version`.
-    pub fn new(produced_by: impl Into<String>, model_version: impl Into<String>, mode: PayloadMode) -> Self {
+    pub fn new(
+        produced_by: impl Into<String>,
+        model_version: impl Into<String>,
+        mode: PayloadMode,
+    ) -> Self {
         Provenance {
             produced_by: produced_by.into(),
             model_version: model_version.into(),
@@ -147,6 +151,13 @@ impl Provenance {
             self.verification_status = VerificationStatus::SelfVerified;
         }
         self.verified = self.verification_status != VerificationStatus::Unverified;
+    }
+
+    /// The record normalised; envelope readers apply it so an RFC `verified: true` is written
+    /// back with a matching `verification_status` (the Rust reference does not normalise).
+    pub(super) fn normalized(mut self) -> Self {
+        self.normalize();
+        self
     }
 }
 

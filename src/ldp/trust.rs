@@ -27,7 +27,8 @@ impl TrustDomain {
     /// Whether this domain accepts a session initiated from `peer` (same name, or cross-domain
     /// allowed and `peer` listed).
     pub fn trusts(&self, peer: &str) -> bool {
-        self.name == peer || (self.allow_cross_domain && self.trusted_peers.iter().any(|p| p == peer))
+        self.name == peer
+            || (self.allow_cross_domain && self.trusted_peers.iter().any(|p| p == peer))
     }
 }
 
@@ -62,7 +63,9 @@ impl<'de> Deserialize<'de> for TrustDomain {
             },
         };
         if domain.name.trim().is_empty() {
-            return Err(serde::de::Error::custom("trust domain name must not be empty"));
+            return Err(serde::de::Error::custom(
+                "trust domain name must not be empty",
+            ));
         }
         Ok(domain)
     }
@@ -80,7 +83,9 @@ pub enum TrustViolation {
         actual: String,
     },
     /// §7.2 check 2: different domains and the responder allows no cross-domain sessions.
-    #[error("trust domain '{initiator}' is not '{responder}', which allows no cross-domain sessions")]
+    #[error(
+        "trust domain '{initiator}' is not '{responder}', which allows no cross-domain sessions"
+    )]
     CrossDomainNotAllowed {
         /// The initiator's domain.
         initiator: String,
@@ -146,9 +151,10 @@ mod tests {
     fn reads_object_and_bare_string() {
         let a: TrustDomain = serde_json::from_str(r#""acme""#).unwrap();
         assert_eq!(a, TrustDomain::named("acme"));
-        let b: TrustDomain =
-            serde_json::from_str(r#"{"name":"acme","allow_cross_domain":true,"trusted_peers":["x"]}"#)
-                .unwrap();
+        let b: TrustDomain = serde_json::from_str(
+            r#"{"name":"acme","allow_cross_domain":true,"trusted_peers":["x"]}"#,
+        )
+        .unwrap();
         assert_eq!(b, open("acme", &["x"]));
         let c: TrustDomain = serde_json::from_str(r#"{"name":"acme"}"#).unwrap();
         assert_eq!(c, TrustDomain::named("acme"));
@@ -158,14 +164,20 @@ mod tests {
     #[test]
     fn check_one_required_domain() {
         let r = check_session(&TrustDomain::named("a"), "a", Some("b"));
-        assert!(matches!(r, Err(TrustViolation::RequiredDomainMismatch { .. })));
+        assert!(matches!(
+            r,
+            Err(TrustViolation::RequiredDomainMismatch { .. })
+        ));
         assert!(check_session(&TrustDomain::named("a"), "a", Some("a")).is_ok());
     }
 
     #[test]
     fn check_two_closed_domain() {
         let r = check_session(&TrustDomain::named("a"), "b", None);
-        assert!(matches!(r, Err(TrustViolation::CrossDomainNotAllowed { .. })));
+        assert!(matches!(
+            r,
+            Err(TrustViolation::CrossDomainNotAllowed { .. })
+        ));
     }
 
     #[test]

@@ -27,7 +27,9 @@ pub fn admin_router(state: AppState) -> Router {
 }
 
 async fn require_token(State(s): State<AppState>, req: Request, next: Next) -> Response {
-    let expected = std::env::var(&s.config.admin.token_env).ok().filter(|t| !t.is_empty());
+    let expected = std::env::var(&s.config.admin.token_env)
+        .ok()
+        .filter(|t| !t.is_empty());
     let ok = match expected {
         Some(token) => req
             .headers()

@@ -69,7 +69,10 @@ async fn capabilities(State(s): State<AppState>) -> Response {
 fn read_envelope(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Envelope, ApiError> {
     let bytes = body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(GatewayCode::PayloadTooLarge, format!("request body is over the {limit}-byte limit"))
+            ApiError::new(
+                GatewayCode::PayloadTooLarge,
+                format!("request body is over the {limit}-byte limit"),
+            )
         } else {
             ApiError::new(GatewayCode::BadRequest, rejection.body_text())
         }
@@ -123,12 +126,15 @@ async fn stream(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) 
 }
 
 fn event(env: &Envelope) -> Event {
-    Event::default().data(serde_json::to_string(env).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")))
+    Event::default()
+        .data(serde_json::to_string(env).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")))
 }
 
 fn async_stream(
     first: Option<Envelope>,
-    last: impl std::future::Future<Output = Result<Envelope, crate::proxy::NotAccepted>> + Send + 'static,
+    last: impl std::future::Future<Output = Result<Envelope, crate::proxy::NotAccepted>>
+        + Send
+        + 'static,
 ) -> impl futures_util::Stream<Item = Result<Event, Infallible>> + Send + 'static {
     use futures_util::StreamExt;
     let head = futures_util::stream::iter(first.map(|e| Ok(event(&e))));

@@ -1,12 +1,13 @@
 //! One LDP message in, one reply out: the delegate's half of the session lifecycle.
 
 use super::session::Missing;
-use super::{bump, lock, task, SimState};
+use super::task::failure;
+use super::{lock, task, SimState};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::session_config::DEFAULT_TTL_SECS;
 use crate::ldp::{
-    self, Body, CapabilityManifest, DelegationContract, Envelope, ErrorCategory, ErrorSeverity,
-    LdpError, PayloadMode, SessionConfig,
+    self, Body, CapabilityManifest, DelegationContract, Envelope, ErrorCategory, LdpError,
+    PayloadMode, SessionConfig,
 };
 use serde_json::Value;
 use std::sync::atomic::Ordering;
@@ -27,31 +28,54 @@ pub(super) struct InFlight {
 }
 
 /// Answers one envelope. `progress` receives TASK_UPDATEs while a task runs (streaming only).
-pub(super) async fn handle(state: &SimState, env: Envelope, progress: Option<&Progress>) -> Envelope {
+pub(super) async fn handle(
+    state: &SimState,
+    env: Envelope,
+    progress: Option<&Progress>,
+) -> Envelope {
     let inner = &state.0;
     let card = &inner.card;
     let me = card.delegate_id.as_str();
     match &env.body {
         Body::Hello { .. } => {
-            bump(&inner.counters.hellos);
+            state.count(|s| &mut s.hellos);
             let capabilities = CapabilityManifest {
                 capabilities: card.capabilities.clone(),
                 supported_modes: card.supported_payload_modes.clone(),
             };
-            env.reply(me, Body::CapabilityManifest { capabilities }, PayloadMode::Text)
+            env.reply(
+                me,
+                Body::CapabilityManifest { capabilities },
+                PayloadMode::Text,
+            )
         }
         Body::SessionPropose { config } => propose(state, &env, config),
-        Body::TaskSubmit { task_id, skill, input, contract } => {
-            bump(&inner.counters.tasks);
-            let task = Task { state, env: &env, task_id, skill, input, contract: contract.as_ref() };
+        Body::TaskSubmit {
+            task_id,
+            skill,
+            input,
+            contract,
+        } => {
+            state.count(|s| &mut s.tasks);
+            let task = Task {
+                state,
+                env: &env,
+                task_id,
+                skill,
+                input,
+                contract: contract.as_ref(),
+            };
             let body = match task.run(progress).await {
                 Ok(body) => {
-                    bump(&inner.counters.results);
+                    state.count(|s| &mut s.results);
                     body
                 }
                 Err(error) => {
-                    bump(&inner.counters.failures);
-                    Body::TaskFailed { task_id: task_id.clone(), error }
+                    state.count(|s| &mut s.failures);
+                    Body::TaskFailed {
+                        task_id: task_id.clone(),
+                        error,
+                    }
                 }
             };
             env.reply(me, body, reply_mode(&env))
@@ -68,9 +92,11 @@ pub(super) async fn handle(state: &SimState, env: Envelope, progress: Option<&Pr
         }
         Body::SessionClose { .. } => {
             if lock(&inner.sessions).close(&env.session_id) {
-                bump(&inner.counters.closes);
+                state.count(|s| &mut s.closes);
             }
-            let body = Body::SessionClose { reason: Some("acknowledged".into()) };
+            let body = Body::SessionClose {
+                reason: Some("acknowledged".into()),
+            };
             env.reply(me, body, PayloadMode::Text)
         }
         Body::CapabilityManifest { .. }
@@ -81,13 +107,8 @@ pub(super) async fn handle(state: &SimState, env: Envelope, progress: Option<&Pr
         | Body::TaskFailed { .. }
         | Body::Attestation { .. } => {
             let kind = env.body.message_type().as_str();
-            let error = LdpError::new(
-                "UNSUPPORTED_MESSAGE",
-                ErrorCategory::Session,
-                ErrorSeverity::Error,
-                false,
-                format!("a delegate does not accept {kind} messages"),
-            );
+            let why = format!("a delegate does not accept {kind} messages");
+            let error = failure("UNSUPPORTED_MESSAGE", ErrorCategory::Session, false, why);
             let task_id = env.body.task_id().unwrap_or_default().to_owned();
             env.reply(me, Body::TaskFailed { task_id, error }, PayloadMode::Text)
         }
@@ -107,21 +128,36 @@ fn reply_mode(env: &Envelope) -> PayloadMode {
 fn propose(state: &SimState, env: &Envelope, config: &SessionConfig) -> Envelope {
     let inner = &state.0;
     let card = &inner.card;
-    bump(&inner.counters.proposals);
+    state.count(|s| &mut s.proposals);
     // RFC peers do not name their own domain; they are taken to be in ours.
-    let initiator = config.trust_domain.as_deref().unwrap_or(&card.trust_domain.name);
+    let initiator = config
+        .trust_domain
+        .as_deref()
+        .unwrap_or(&card.trust_domain.name);
     let required = config.required_trust_domain.as_deref();
     if let Err(violation) = ldp::trust::check_session(&card.trust_domain, initiator, required) {
-        bump(&inner.counters.rejected);
+        state.count(|s| &mut s.rejected);
         let reason = violation.to_string();
-        let error = Some(LdpError::gateway(GatewayCode::TrustViolation, reason.clone()));
-        return env.reply(&card.delegate_id, Body::SessionReject { reason, error }, PayloadMode::Text);
+        let error = Some(LdpError::gateway(
+            GatewayCode::TrustViolation,
+            reason.clone(),
+        ));
+        return env.reply(
+            &card.delegate_id,
+            Body::SessionReject { reason, error },
+            PayloadMode::Text,
+        );
     }
     let negotiated = ldp::negotiate(&config.preferences(), &card.supported_payload_modes);
-    let ttl = Duration::from_secs(config.ttl_secs.filter(|t| *t > 0).unwrap_or(DEFAULT_TTL_SECS));
+    let ttl = Duration::from_secs(
+        config
+            .ttl_secs
+            .filter(|t| *t > 0)
+            .unwrap_or(DEFAULT_TTL_SECS),
+    );
     let session_id = ldp::new_id();
     lock(&inner.sessions).open(session_id.clone(), ttl, Instant::now());
-    bump(&inner.counters.accepted);
+    state.count(|s| &mut s.accepted);
     let body = Body::SessionAccept {
         session_id: session_id.clone(),
         negotiated_mode: negotiated.mode,
@@ -152,17 +188,17 @@ impl Task<'_> {
         self.state.touch(session_id)?;
         if card.capability(self.skill).is_none() {
             let offered: Vec<&str> = card.capabilities.iter().map(|c| c.name.as_str()).collect();
-            return Err(LdpError::new(
+            let why = format!(
+                "{} does not offer skill '{}' (offered: {})",
+                card.delegate_id,
+                self.skill,
+                offered.join(", ")
+            );
+            return Err(failure(
                 "SKILL_NOT_FOUND",
                 ErrorCategory::Capability,
-                ErrorSeverity::Error,
                 false,
-                format!(
-                    "{} does not offer skill '{}' (offered: {})",
-                    card.delegate_id,
-                    self.skill,
-                    offered.join(", ")
-                ),
+                why,
             ));
         }
         task::validate(mode, self.input, card, &inner.fail_modes)?;
@@ -173,21 +209,26 @@ impl Task<'_> {
         self.update(progress, 0.0, "started").await;
         self.pause(half, &cancel.notify, &mut shutdown).await?;
         self.update(progress, 0.5, "working").await;
-        self.pause(delay - half, &cancel.notify, &mut shutdown).await?;
+        self.pause(delay - half, &cancel.notify, &mut shutdown)
+            .await?;
         if fastrand::f64() < fail_rate {
-            return Err(LdpError::new(
+            let why = format!(
+                "{} failed on purpose (fail rate {fail_rate})",
+                card.delegate_id
+            );
+            return Err(failure(
                 "SIMULATED_FAILURE",
                 ErrorCategory::Runtime,
-                ErrorSeverity::Error,
                 true,
-                format!("{} failed on purpose (fail rate {fail_rate})", card.delegate_id),
+                why,
             ));
         }
         // A running task is activity: the idle clock restarts when it ends.
         self.state.touch(session_id)?;
         let output = task::output(card, self.skill, self.input, mode);
         let tokens = task::tokens(self.input, &output);
-        let provenance = task::provenance(card, self.skill, mode, session_id, tokens, self.contract);
+        let provenance =
+            task::provenance(card, self.skill, mode, session_id, tokens, self.contract);
         Ok(Body::TaskResult {
             task_id: self.task_id.to_owned(),
             output,
@@ -203,7 +244,9 @@ impl Task<'_> {
                 progress: Some(fraction),
                 message: Some(message.to_owned()),
             };
-            let update = self.env.reply(&self.state.0.card.delegate_id, body, reply_mode(self.env));
+            let update = self
+                .env
+                .reply(&self.state.0.card.delegate_id, body, reply_mode(self.env));
             let _ = tx.send(update).await;
         }
     }
@@ -215,16 +258,19 @@ impl Task<'_> {
         cancel: &Notify,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), LdpError> {
-        let cancelled = |retryable: bool, why: &str| {
-            LdpError::new("CANCELLED", ErrorCategory::Runtime, ErrorSeverity::Error, retryable, why)
-        };
+        if d.is_zero() {
+            // tokio's timer has 1 ms granularity: a zero sleep would still cost a tick.
+            return Ok(());
+        }
+        let cancelled =
+            |retryable, why| failure("CANCELLED", ErrorCategory::Runtime, retryable, why);
         tokio::select! {
             () = tokio::time::sleep(d) => Ok(()),
             () = cancel.notified() => {
-                bump(&self.state.0.counters.cancels);
-                Err(cancelled(false, &format!("task '{}' was cancelled", self.task_id)))
+                self.state.count(|s| &mut s.cancels);
+                Err(cancelled(false, format!("task '{}' was cancelled", self.task_id)))
             }
-            _ = shutdown.wait_for(|down| *down) => Err(cancelled(true, "the delegate is shutting down")),
+            _ = shutdown.wait_for(|down| *down) => Err(cancelled(true, "the delegate is shutting down".into())),
         }
     }
 }
@@ -241,7 +287,10 @@ struct Registered<'a> {
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
         let mut table = lock(&self.state.0.inflight);
-        if table.get(&self.task_id).is_some_and(|t| t.serial == self.serial) {
+        if table
+            .get(&self.task_id)
+            .is_some_and(|t| t.serial == self.serial)
+        {
             table.remove(&self.task_id);
         }
     }
@@ -254,12 +303,16 @@ impl SimState {
         found.map_err(|missing| {
             let message = match missing {
                 _ if session_id.is_empty() => {
-                    "the envelope has no session_id; open a session with SESSION_PROPOSE first".into()
+                    "the envelope has no session_id; open a session with SESSION_PROPOSE first"
+                        .into()
                 }
                 Missing::Unknown => format!("session '{session_id}' is unknown or closed"),
                 Missing::Expired { ttl } => {
-                    bump(&self.0.counters.expired);
-                    format!("session '{session_id}' expired after {}s idle", ttl.as_secs())
+                    self.count(|s| &mut s.expired);
+                    format!(
+                        "session '{session_id}' expired after {}s idle",
+                        ttl.as_secs()
+                    )
                 }
             };
             LdpError::gateway(GatewayCode::SessionNotFound, message)
@@ -271,13 +324,20 @@ impl SimState {
         let knobs = *lock(&self.0.knobs);
         let declared = knobs
             .card_latency
-            .then(|| self.0.card.effective_hints(skill).and_then(|h| h.latency_p50_ms))
+            .then(|| {
+                self.0
+                    .card
+                    .effective_hints(skill)
+                    .and_then(|h| h.latency_p50_ms)
+            })
             .flatten()
             .map(Duration::from_millis);
         let base = declared.unwrap_or(knobs.latency);
         let jitter = u64::try_from(knobs.jitter.as_millis()).unwrap_or(u64::MAX / 4);
         let spread = Duration::from_millis(fastrand::u64(0..=jitter.saturating_mul(2)));
-        let delay = base.saturating_add(spread).saturating_sub(Duration::from_millis(jitter));
+        let delay = base
+            .saturating_add(spread)
+            .saturating_sub(Duration::from_millis(jitter));
         (delay, knobs.fail_rate)
     }
 
@@ -291,7 +351,12 @@ impl SimState {
             cancel: Arc::clone(&notify),
         };
         lock(&self.0.inflight).insert(task_id.to_owned(), entry);
-        Registered { state: self, task_id: task_id.to_owned(), serial, notify }
+        Registered {
+            state: self,
+            task_id: task_id.to_owned(),
+            serial,
+            notify,
+        }
     }
 
     /// Cancels a running task of that session, if there is one.

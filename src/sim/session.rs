@@ -39,7 +39,13 @@ pub(super) struct Sessions {
 impl Sessions {
     /// Records a new ACTIVE session.
     pub(super) fn open(&mut self, id: String, ttl: Duration, now: Instant) {
-        self.map.insert(id, Session { ttl, last_used: now });
+        self.map.insert(
+            id,
+            Session {
+                ttl,
+                last_used: now,
+            },
+        );
     }
 
     /// Marks `id` as used now, or says why it cannot be used (an expired one is removed).
@@ -84,9 +90,20 @@ mod tests {
         let mut s = Sessions::default();
         s.open("a".into(), 10 * SEC, t0);
         assert_eq!(s.touch("a", t0 + 9 * SEC), Ok(()));
-        assert_eq!(s.touch("a", t0 + 18 * SEC), Ok(()), "use restarts the idle clock");
-        assert_eq!(s.touch("a", t0 + 28 * SEC), Err(Missing::Expired { ttl: 10 * SEC }));
-        assert_eq!(s.touch("a", t0 + 28 * SEC), Err(Missing::Unknown), "expired ones are removed");
+        assert_eq!(
+            s.touch("a", t0 + 18 * SEC),
+            Ok(()),
+            "use restarts the idle clock"
+        );
+        assert_eq!(
+            s.touch("a", t0 + 28 * SEC),
+            Err(Missing::Expired { ttl: 10 * SEC })
+        );
+        assert_eq!(
+            s.touch("a", t0 + 28 * SEC),
+            Err(Missing::Unknown),
+            "expired ones are removed"
+        );
         assert_eq!(s.len(), 0);
     }
 

@@ -13,6 +13,16 @@ const DIGEST_WORDS: usize = 12;
 /// Confidence reported when the skill declares no quality.
 const DEFAULT_CONFIDENCE: f64 = 0.5;
 
+/// A task failure with severity `error`.
+pub(super) fn failure(
+    code: &str,
+    category: ErrorCategory,
+    retryable: bool,
+    message: impl Into<String>,
+) -> LdpError {
+    LdpError::new(code, category, ErrorSeverity::Error, retryable, message)
+}
+
 /// Checks the task's payload against its mode (RFC §4.2 failure wording, §4.4 required fields).
 pub(super) fn validate(
     mode: PayloadMode,
@@ -21,23 +31,30 @@ pub(super) fn validate(
     fail_modes: &[PayloadMode],
 ) -> Result<(), LdpError> {
     let fail = |why: String| {
-        LdpError::new(
+        let message = format!("{mode} validation failed: {why}");
+        failure(
             "PAYLOAD_MODE_FAILED",
             ErrorCategory::Runtime,
-            ErrorSeverity::Error,
             false,
-            format!("{mode} validation failed: {why}"),
+            message,
         )
     };
     if fail_modes.contains(&mode) {
-        return Err(fail(format!("this delegate is configured to reject {mode} payloads")));
+        return Err(fail(format!(
+            "this delegate is configured to reject {mode} payloads"
+        )));
     }
     if mode != PayloadMode::Text && !card.supported_payload_modes.contains(&mode) {
-        return Err(fail(format!("{} does not support this mode", card.delegate_id)));
+        return Err(fail(format!(
+            "{} does not support this mode",
+            card.delegate_id
+        )));
     }
     if mode == PayloadMode::SemanticFrame {
         if !input.is_object() {
-            return Err(fail("the input must be a JSON object with string `task_type` and `instruction`".into()));
+            return Err(fail(
+                "the input must be a JSON object with string `task_type` and `instruction`".into(),
+            ));
         }
         let missing: Vec<&str> = ["task_type", "instruction"]
             .into_iter()
@@ -45,7 +62,10 @@ pub(super) fn validate(
             .collect();
         if !missing.is_empty() {
             let names: Vec<String> = missing.iter().map(|f| format!("`{f}`")).collect();
-            return Err(fail(format!("missing required string field {}", names.join(", "))));
+            return Err(fail(format!(
+                "missing required string field {}",
+                names.join(", ")
+            )));
         }
     }
     Ok(())
@@ -78,7 +98,12 @@ fn digest(text: &str) -> String {
     if words.is_empty() {
         return "(empty input)".into();
     }
-    let mut out = words.iter().take(DIGEST_WORDS).copied().collect::<Vec<_>>().join(" ");
+    let mut out = words
+        .iter()
+        .take(DIGEST_WORDS)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ");
     if words.len() > DIGEST_WORDS {
         out.push('…');
     }
@@ -87,9 +112,12 @@ fn digest(text: &str) -> String {
 
 /// FNV-1a 64 of the input's JSON: lets a test check that an input arrived unchanged.
 fn fingerprint(input: &Value) -> String {
-    let hash = input.to_string().bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
+    let hash = input
+        .to_string()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
     format!("{hash:016x}")
 }
 
@@ -201,16 +229,30 @@ mod tests {
     #[test]
     fn semantic_frame_needs_task_type_and_instruction() {
         let c = card();
-        let err = validate(PayloadMode::SemanticFrame, &json!({"task_type": "qa"}), &c, &[]).unwrap_err();
+        let err = validate(
+            PayloadMode::SemanticFrame,
+            &json!({"task_type": "qa"}),
+            &c,
+            &[],
+        )
+        .unwrap_err();
         assert_eq!(err.code, "PAYLOAD_MODE_FAILED");
-        assert_eq!(err.message, "semantic_frame validation failed: missing required string field `instruction`");
+        assert_eq!(
+            err.message,
+            "semantic_frame validation failed: missing required string field `instruction`"
+        );
         assert!(validate(PayloadMode::SemanticFrame, &json!("text"), &c, &[]).is_err());
         let frame = json!({"task_type": "qa", "instruction": "say hi"});
         assert!(validate(PayloadMode::SemanticFrame, &frame, &c, &[]).is_ok());
         assert!(validate(PayloadMode::Text, &json!(null), &c, &[]).is_ok());
         assert!(validate(PayloadMode::Text, &json!("x"), &c, &[PayloadMode::Text]).is_err());
         let err = validate(PayloadMode::SemanticGraph, &json!({}), &c, &[]).unwrap_err();
-        assert!(err.message.starts_with("semantic_graph validation failed: "), "{}", err.message);
+        assert!(
+            err.message
+                .starts_with("semantic_graph validation failed: "),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
@@ -219,8 +261,14 @@ mod tests {
         let long = json!({"instruction": "one two three four five six seven eight nine ten eleven twelve thirteen"});
         let a = output(&c, "priced", &long, PayloadMode::Text);
         assert_eq!(a, output(&c, "priced", &long, PayloadMode::Text));
-        assert_eq!(a["text"], "T (priced): one two three four five six seven eight nine ten eleven twelve…");
-        assert_ne!(a["input_fingerprint"], output(&c, "priced", &json!("x"), PayloadMode::Text)["input_fingerprint"]);
+        assert_eq!(
+            a["text"],
+            "T (priced): one two three four five six seven eight nine ten eleven twelve…"
+        );
+        assert_ne!(
+            a["input_fingerprint"],
+            output(&c, "priced", &json!("x"), PayloadMode::Text)["input_fingerprint"]
+        );
         assert!(tokens(&long, &a) > tokens(&json!(null), &json!({})));
         assert_eq!(tokens(&json!(null), &json!({})), 1);
     }

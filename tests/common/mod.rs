@@ -25,7 +25,9 @@ pub fn card(id: &str, domain: &str, skills: &[(&str, f64)], modes: &[&str]) -> I
 
 /// Starts a simulated delegate with `opts`.
 pub async fn sim(opts: SimOptions) -> SimHandle {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind sim");
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind sim");
     ldp_gateway::sim::spawn(l, opts).await.expect("spawn sim")
 }
 
@@ -35,7 +37,11 @@ pub async fn gateway(urls: &[String], healthy: usize) -> Gateway {
 }
 
 /// Like [`gateway`], with a hook to adjust the config.
-pub async fn gateway_with(urls: &[String], healthy: usize, tweak: impl FnOnce(&mut Config)) -> Gateway {
+pub async fn gateway_with(
+    urls: &[String],
+    healthy: usize,
+    tweak: impl FnOnce(&mut Config),
+) -> Gateway {
     let mut cfg = Config::default();
     cfg.server.listen = "127.0.0.1:0".parse().expect("addr");
     cfg.admin.listen = "127.0.0.1:0".parse().expect("addr");
@@ -43,11 +49,17 @@ pub async fn gateway_with(urls: &[String], healthy: usize, tweak: impl FnOnce(&m
     cfg.delegates = urls
         .iter()
         .enumerate()
-        .map(|(i, u)| DelegateConfig { name: Some(format!("d{i}")), ..DelegateConfig::new(u.clone()) })
+        .map(|(i, u)| DelegateConfig {
+            name: Some(format!("d{i}")),
+            ..DelegateConfig::new(u.clone())
+        })
         .collect();
     tweak(&mut cfg);
     let gw = Gateway::start(cfg).await.expect("gateway starts");
-    assert!(gw.wait_healthy(healthy, Duration::from_secs(10)).await, "delegates did not come up");
+    assert!(
+        gw.wait_healthy(healthy, Duration::from_secs(10)).await,
+        "delegates did not come up"
+    );
     gw
 }
 
@@ -60,7 +72,11 @@ pub struct Client {
 
 impl Client {
     pub fn new(base: &str) -> Client {
-        Client { http: reqwest::Client::new(), base: base.to_owned(), from: "ldp:client:test".into() }
+        Client {
+            http: reqwest::Client::new(),
+            base: base.to_owned(),
+            from: "ldp:client:test".into(),
+        }
     }
 
     /// POSTs raw bytes to /ldp/messages; returns status and body JSON.
@@ -75,7 +91,8 @@ impl Client {
             .expect("post");
         let status = resp.status().as_u16();
         let bytes = resp.bytes().await.expect("body");
-        let v = serde_json::from_slice(&bytes).unwrap_or_else(|_| json!({"raw": String::from_utf8_lossy(&bytes)}));
+        let v = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| json!({"raw": String::from_utf8_lossy(&bytes)}));
         (status, v)
     }
 
@@ -89,7 +106,8 @@ impl Client {
         let (status, v) = self.post_raw(serde_json::to_vec(&env).expect("json")).await;
         assert_eq!(status, 200, "{v}");
         // Everything the gateway answers must read as an envelope.
-        Envelope::from_slice(&serde_json::to_vec(&v).expect("json")).expect("answer is an envelope");
+        Envelope::from_slice(&serde_json::to_vec(&v).expect("json"))
+            .expect("answer is an envelope");
         v
     }
 
@@ -99,9 +117,18 @@ impl Client {
             .send("", json!({"type": "HELLO", "delegate_id": self.from, "supported_modes": ["semantic_frame", "text"]}), "text")
             .await;
         assert_eq!(hello["body"]["type"], "CAPABILITY_MANIFEST", "{hello}");
-        let v = self.send("", json!({"type": "SESSION_PROPOSE", "config": config}), "text").await;
+        let v = self
+            .send(
+                "",
+                json!({"type": "SESSION_PROPOSE", "config": config}),
+                "text",
+            )
+            .await;
         if v["body"]["type"] == "SESSION_ACCEPT" {
-            assert_eq!(v["session_id"], v["body"]["session_id"], "envelope carries the new session id");
+            assert_eq!(
+                v["session_id"], v["body"]["session_id"],
+                "envelope carries the new session id"
+            );
         }
         v["body"].clone()
     }
@@ -110,14 +137,21 @@ impl Client {
     pub async fn session(&self, config: Value) -> (String, String) {
         let b = self.open(config).await;
         assert_eq!(b["type"], "SESSION_ACCEPT", "{b}");
-        (b["session_id"].as_str().expect("id").to_owned(), b["negotiated_mode"].as_str().expect("mode").to_owned())
+        (
+            b["session_id"].as_str().expect("id").to_owned(),
+            b["negotiated_mode"].as_str().expect("mode").to_owned(),
+        )
     }
 
     /// TASK_SUBMIT; returns the answer's body.
     pub async fn task(&self, session: &str, skill: &str, input: Value, mode: &str) -> Value {
         let task_id = uuid::Uuid::new_v4().to_string();
         let v = self
-            .send(session, json!({"type": "TASK_SUBMIT", "task_id": task_id, "skill": skill, "input": input}), mode)
+            .send(
+                session,
+                json!({"type": "TASK_SUBMIT", "task_id": task_id, "skill": skill, "input": input}),
+                mode,
+            )
             .await;
         assert_eq!(v["body"]["task_id"], task_id.as_str(), "{v}");
         v["body"].clone()

@@ -1,0 +1,309 @@
+//! Policies: operator rules for choosing delegates, parsed from `policies/*.toml`, compiled
+//! (every problem reported at once as `file:line: key: reason`) into the types below, and
+//! selected per request. Pure: no HTTP, no clock.
+
+mod compile;
+mod parse;
+
+pub use compile::{load_dir, PolicyProblem};
+
+use crate::ldp::PayloadMode;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A policy's name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PolicyName(pub String);
+
+impl std::fmt::Display for PolicyName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A `*`-glob over names (`reasoning*`, `eu-*`, `*`), matched case-insensitively.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Glob(pub String);
+
+impl Glob {
+    /// Whether `s` matches. `*` matches any run of characters, anywhere in the pattern.
+    pub fn matches(&self, s: &str) -> bool {
+        glob_match(self.0.as_bytes(), s.to_ascii_lowercase().as_bytes())
+    }
+}
+
+fn glob_match(p: &[u8], s: &[u8]) -> bool {
+    // Iterative wildcard match with single backtrack point (linear for one `*` run).
+    let (mut pi, mut si, mut star, mut mark) = (0usize, 0usize, None::<usize>, 0usize);
+    while si < s.len() {
+        if pi < p.len() && p[pi] != b'*' && p[pi].to_ascii_lowercase() == s[si] {
+            pi += 1;
+            si += 1;
+        } else if pi < p.len() && p[pi] == b'*' {
+            star = Some(pi);
+            pi += 1;
+            mark = si;
+        } else if let Some(st) = star {
+            pi = st + 1;
+            mark += 1;
+            si = mark;
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == b'*' {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+/// `[match]`: which requests use this policy when none is named.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Match {
+    /// Skill globs; empty matches every skill.
+    pub skills: Vec<Glob>,
+    /// Tenant names; empty matches every tenant.
+    pub tenants: Vec<String>,
+}
+
+/// `[require]`: hard constraints. A delegate failing one is never chosen. Empty lists and
+/// `None` bounds do not constrain.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Require {
+    /// Allowed jurisdictions (globs such as `eu-*`); a delegate without one fails a non-empty list.
+    pub jurisdictions: Vec<Glob>,
+    /// Forbidden jurisdictions.
+    pub deny_jurisdictions: Vec<Glob>,
+    /// The delegate's trust domain must be one of these.
+    pub trust_domains: Vec<String>,
+    /// Minimum declared quality.
+    pub min_quality: Option<f64>,
+    /// Maximum cost per call, USD (tiers map to `[routing] tier_prices`).
+    pub max_cost_usd: Option<f64>,
+    /// Maximum latency, ms (observed once measured, else declared p50).
+    pub max_latency_ms: Option<u64>,
+    /// The delegate must support at least one of these modes.
+    pub payload_modes: Vec<PayloadMode>,
+    /// Minimum context window, tokens.
+    pub min_context_window: Option<u64>,
+    /// Allowed model families (globs).
+    pub model_families: Vec<Glob>,
+    /// Forbidden model families (globs).
+    pub deny_model_families: Vec<Glob>,
+}
+
+/// `[weights]`: soft preferences; at least one is positive.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Weights {
+    /// Weight of quality.
+    pub quality: f64,
+    /// Weight of (low) cost.
+    pub cost: f64,
+    /// Weight of (low) latency.
+    pub latency: f64,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Weights {
+            quality: 0.5,
+            cost: 0.3,
+            latency: 0.2,
+        }
+    }
+}
+
+/// `[limits]`: per-policy rate limit (enforced by the limits work).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Sustained requests per second.
+    pub rps: f64,
+    /// Burst size.
+    pub burst: u32,
+}
+
+/// A compiled policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Its name (unique in the set).
+    pub name: PolicyName,
+    /// What it is for.
+    pub description: String,
+    /// When it applies without being named.
+    pub matcher: Option<Match>,
+    /// Hard constraints.
+    pub require: Require,
+    /// Score weights.
+    pub weights: Weights,
+    /// Candidates within this fraction of the best score share the load (0..1).
+    pub tolerance: f64,
+    /// Upstream attempts per task, at least 1.
+    pub max_attempts: u32,
+    /// Rate limit, if any.
+    pub limits: Option<Limits>,
+    /// The file it came from.
+    pub source: PathBuf,
+}
+
+/// A complete, valid set of policies: what the gateway swaps in on reload.
+#[derive(Debug, Clone)]
+pub struct PolicySet {
+    /// Policies in file-name order; `[match]` is tried in this order.
+    pub policies: Vec<Arc<Policy>>,
+    /// The default policy's name (guaranteed present).
+    pub default: PolicyName,
+}
+
+/// How the policy for a request was chosen (shown by explain and recorded in the ledger).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chosen {
+    /// Named by the request (session config `policy` or header `x-ldp-policy`).
+    Named,
+    /// The tenant's default.
+    TenantDefault,
+    /// The first whose `[match]` fits.
+    Matched,
+    /// The configured default.
+    Default,
+}
+
+impl PolicySet {
+    /// The policy called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<Policy>> {
+        self.policies.iter().find(|p| p.name.0 == name)
+    }
+
+    /// The default policy.
+    pub fn default_policy(&self) -> &Arc<Policy> {
+        self.get(&self.default.0)
+            .or_else(|| self.policies.first())
+            .unwrap_or_else(|| unreachable_empty())
+    }
+
+    /// The policy for a request: the named one (an unknown name is an error the caller
+    /// reports), else the tenant's default, else the first `[match]` that fits, else the default.
+    pub fn select(
+        &self,
+        named: Option<&str>,
+        tenant_default: Option<&str>,
+        skill: &str,
+        tenant: &str,
+    ) -> Result<(&Arc<Policy>, Chosen), String> {
+        if let Some(n) = named {
+            return self
+                .get(n)
+                .map(|p| (p, Chosen::Named))
+                .ok_or_else(|| format!("unknown policy '{n}'"));
+        }
+        if let Some(p) = tenant_default.and_then(|n| self.get(n)) {
+            return Ok((p, Chosen::TenantDefault));
+        }
+        for p in &self.policies {
+            if let Some(m) = &p.matcher {
+                let skill_ok = m.skills.is_empty() || m.skills.iter().any(|g| g.matches(skill));
+                let tenant_ok = m.tenants.is_empty() || m.tenants.iter().any(|t| t == tenant);
+                if skill_ok && tenant_ok {
+                    return Ok((p, Chosen::Matched));
+                }
+            }
+        }
+        Ok((self.default_policy(), Chosen::Default))
+    }
+
+    /// A set holding only the built-in `balanced` policy (used when no policy directory exists).
+    pub fn builtin() -> PolicySet {
+        PolicySet {
+            policies: vec![Arc::new(Policy::builtin_balanced())],
+            default: PolicyName("balanced".into()),
+        }
+    }
+}
+
+impl Policy {
+    /// Balanced weights, no constraints.
+    pub fn builtin_balanced() -> Policy {
+        Policy {
+            name: PolicyName("balanced".into()),
+            description: "built-in: balanced quality, cost and latency".into(),
+            matcher: None,
+            require: Require::default(),
+            weights: Weights::default(),
+            tolerance: 0.05,
+            max_attempts: 3,
+            limits: None,
+            source: PathBuf::from("<built-in>"),
+        }
+    }
+}
+
+// A PolicySet is never empty: `load_dir` refuses an empty directory and `builtin` has one.
+// Keeping this out of line keeps the promise visible in one place.
+#[cold]
+fn unreachable_empty() -> &'static Arc<Policy> {
+    static FALLBACK: std::sync::OnceLock<Arc<Policy>> = std::sync::OnceLock::new();
+    FALLBACK.get_or_init(|| Arc::new(Policy::builtin_balanced()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        let g = Glob("reasoning*".into());
+        assert!(g.matches("reasoning"));
+        assert!(g.matches("Reasoning-deep"));
+        assert!(!g.matches("deep-reasoning"));
+        assert!(Glob("*".into()).matches("x"));
+        assert!(Glob("eu-*".into()).matches("eu-west"));
+        assert!(Glob("*-west".into()).matches("eu-west"));
+        assert!(!Glob("eu-west".into()).matches("eu-west-2"));
+    }
+
+    #[test]
+    fn selection_order() {
+        let mut a = Policy::builtin_balanced();
+        a.name = PolicyName("a".into());
+        a.matcher = Some(Match {
+            skills: vec![Glob("sum*".into())],
+            tenants: vec![],
+        });
+        let mut b = Policy::builtin_balanced();
+        b.name = PolicyName("b".into());
+        b.matcher = Some(Match {
+            skills: vec![],
+            tenants: vec!["acme".into()],
+        });
+        let set = PolicySet {
+            policies: vec![
+                Arc::new(a),
+                Arc::new(b),
+                Arc::new(Policy::builtin_balanced()),
+            ],
+            default: PolicyName("balanced".into()),
+        };
+        let name =
+            |r: Result<(&Arc<Policy>, Chosen), String>| r.map(|(p, c)| (p.name.0.clone(), c));
+        assert_eq!(
+            name(set.select(Some("b"), None, "x", "t")),
+            Ok(("b".into(), Chosen::Named))
+        );
+        assert!(set.select(Some("zzz"), None, "x", "t").is_err());
+        assert_eq!(
+            name(set.select(None, Some("b"), "summarize", "t")),
+            Ok(("b".into(), Chosen::TenantDefault))
+        );
+        assert_eq!(
+            name(set.select(None, None, "summarize", "t")),
+            Ok(("a".into(), Chosen::Matched))
+        );
+        assert_eq!(
+            name(set.select(None, None, "x", "acme")),
+            Ok(("b".into(), Chosen::Matched))
+        );
+        assert_eq!(
+            name(set.select(None, None, "x", "t")),
+            Ok(("balanced".into(), Chosen::Default))
+        );
+    }
+}

@@ -1,0 +1,1 @@
+//! Parsing policy files (TOML) strictly, keeping line numbers.
