@@ -27,8 +27,10 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     /// Delegates known at start.
     pub delegates: Vec<DelegateConfig>,
-    /// Policy files (read from the routing release on; accepted now so configs stay valid).
+    /// Policy files.
     pub policies: PoliciesConfig,
+    /// How routing treats prices, missing hints and unknown values.
+    pub routing: crate::routing::RoutingParams,
     /// Provenance ledger (written from the ledger release on; accepted now).
     pub provenance: ProvenanceConfig,
 }
@@ -289,6 +291,22 @@ impl Config {
                 "{origin}: discovery.poll_interval: must be longer than 0s"
             ));
         }
+        let r = &self.routing;
+        if !(0.0..=1.0).contains(&r.missing_score) {
+            out.push(format!(
+                "{origin}: routing.missing_score: must be between 0 and 1, got {}",
+                r.missing_score
+            ));
+        }
+        for (tier, price) in [
+            ("low", r.tier_prices.low),
+            ("medium", r.tier_prices.medium),
+            ("high", r.tier_prices.high),
+        ] {
+            if !(price.is_finite() && price >= 0.0) {
+                out.push(format!("{origin}: routing.tier_prices.{tier}: must be a non-negative number, got {price}"));
+            }
+        }
         if self.sessions.sweep_interval.is_zero() {
             out.push(format!(
                 "{origin}: sessions.sweep_interval: must be longer than 0s"
@@ -317,10 +335,14 @@ impl Config {
     }
 }
 
-/// Validates `path` as `ldp-gateway check` does; empty when all is well.
+/// Validates `path` and the policy directory it names, as `ldp-gateway check` does; empty
+/// when all is well.
 pub fn check_file(path: &Path) -> Vec<String> {
     match Config::load(path) {
-        Ok(_) => Vec::new(),
+        Ok(cfg) => match crate::policy::load_dir(&cfg.policies.dir, &cfg.policies.default) {
+            Ok(_) => Vec::new(),
+            Err(problems) => problems.iter().map(ToString::to_string).collect(),
+        },
         Err(ConfigError::Invalid(p)) => p,
         Err(ConfigError::Load(e)) => e
             .into_iter()
@@ -400,7 +422,7 @@ mod tests {
         let p = check_file(&f);
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(
-            p[0].contains("server: unknown field `listen_typo`"),
+            p[0].contains("g.toml: server.listen_typo: unknown field"),
             "{p:?}"
         );
     }

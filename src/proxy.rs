@@ -8,14 +8,17 @@ use crate::ldp::{
     negotiate, Body, Capability, DelegationContract, Envelope, IdentityCard, LdpError,
     LineageEntry, MessageType, PayloadMode, Provenance, SessionConfig, VerificationStatus,
 };
-use crate::registry::{Delegate, Registry};
-use crate::routing::{self, Candidate, Need};
+use crate::policy::{Policy, PolicyProblem, PolicySet};
+use crate::registry::{Delegate, Registry, SkillOffer};
+use crate::routing::{self, Explanation, Need, Offer};
 use crate::session::{Binding, ClientSession, NewSession, SessionTable};
+use crate::telemetry::Metrics;
 use crate::translate::{is_mode_failure, translate_input};
 use crate::upstream::{UpstreamClient, UpstreamError};
+use arc_swap::ArcSwap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Modes the gateway offers clients, preferred first (it translates between them).
 pub const GATEWAY_MODES: [PayloadMode; 2] = [PayloadMode::SemanticFrame, PayloadMode::Text];
@@ -28,12 +31,24 @@ const MAX_TRIES: u32 = 8;
 #[error("{0}")]
 pub struct NotAccepted(pub String);
 
+/// What the transport knows about a request beyond its envelope.
+#[derive(Debug, Clone, Default)]
+pub struct RequestCtx {
+    /// The `x-ldp-policy` header.
+    pub policy: Option<String>,
+}
+
+/// Tenant of every client until tenants are configured.
+pub const ANONYMOUS: &str = "anonymous";
+
 /// The gateway core shared by every request.
 pub struct Proxy {
     cfg: Arc<Config>,
     registry: Arc<Registry>,
+    policies: ArcSwap<PolicySet>,
     sessions: SessionTable,
     upstream: UpstreamClient,
+    metrics: Arc<Metrics>,
     version: String,
 }
 
@@ -47,8 +62,13 @@ enum Outcome {
 }
 
 impl Proxy {
-    /// A core over `registry`, configured by `cfg`.
-    pub fn new(cfg: Arc<Config>, registry: Arc<Registry>) -> Proxy {
+    /// A core over `registry` and `policies`, configured by `cfg`.
+    pub fn new(
+        cfg: Arc<Config>,
+        registry: Arc<Registry>,
+        policies: PolicySet,
+        metrics: Arc<Metrics>,
+    ) -> Proxy {
         let upstream = UpstreamClient::new(
             cfg.identity.delegate_id.clone(),
             cfg.upstream.connect_timeout,
@@ -62,8 +82,10 @@ impl Proxy {
         Proxy {
             cfg,
             registry,
+            policies: ArcSwap::from_pointee(policies),
             sessions: SessionTable::default(),
             upstream,
+            metrics,
             version,
         }
     }
@@ -71,6 +93,39 @@ impl Proxy {
     /// The registry.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+
+    /// The policy set in force.
+    pub fn policies(&self) -> Arc<PolicySet> {
+        self.policies.load_full()
+    }
+
+    /// Re-reads the policy directory. A complete, valid set replaces the old one atomically;
+    /// anything wrong keeps the old set and returns every problem. Tasks already running
+    /// finish under the policy they started with (they hold it).
+    pub fn reload_policies(&self) -> Result<usize, Vec<PolicyProblem>> {
+        match crate::policy::load_dir(&self.cfg.policies.dir, &self.cfg.policies.default) {
+            Ok(set) => {
+                let n = set.policies.len();
+                self.policies.store(Arc::new(set));
+                self.metrics.policy_reloads.with_label_values(&["ok"]).inc();
+                tracing::info!(policies = n, "policies reloaded");
+                Ok(n)
+            }
+            Err(problems) => {
+                self.metrics
+                    .policy_reloads
+                    .with_label_values(&["error"])
+                    .inc();
+                self.metrics.policy_reload_failures.inc();
+                Err(problems)
+            }
+        }
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The client session table.
@@ -137,7 +192,7 @@ impl Proxy {
     }
 
     /// Answers one client envelope.
-    pub async fn handle(&self, env: Envelope) -> Result<Envelope, NotAccepted> {
+    pub async fn handle(&self, env: Envelope, ctx: &RequestCtx) -> Result<Envelope, NotAccepted> {
         match &env.body {
             Body::Hello { .. } => Ok(self.hello(&env)),
             Body::SessionPropose { config } => Ok(self.propose(&env, config)),
@@ -147,7 +202,7 @@ impl Proxy {
                 input,
                 contract,
             } => Ok(self
-                .submit(&env, task_id, skill, input, contract.as_ref())
+                .submit(&env, ctx, task_id, skill, input, contract.as_ref())
                 .await),
             Body::TaskCancel { task_id } => Ok(self.cancel(&env, task_id).await),
             Body::SessionClose { .. } => Ok(self.close(&env)),
@@ -208,6 +263,12 @@ impl Proxy {
                 return self.reject(env, GatewayCode::TrustViolation, reason);
             }
         }
+        if let Some(name) = &config.policy {
+            if self.policies.load().get(name).is_none() {
+                let reason = format!("unknown policy '{name}'");
+                return self.reject(env, GatewayCode::UnknownPolicy, reason);
+            }
+        }
         let payload = negotiate(&config.preferences(), &GATEWAY_MODES);
         let ttl = config
             .ttl_secs
@@ -254,9 +315,11 @@ impl Proxy {
         )
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn submit(
         &self,
         env: &Envelope,
+        ctx: &RequestCtx,
         task_id: &str,
         skill: &str,
         input: &serde_json::Value,
@@ -265,9 +328,18 @@ impl Proxy {
         let Some(session) = self.sessions.get(&env.session_id, &env.from) else {
             return self.task_failed(env, task_id, self.session_not_found(env));
         };
+        let named = ctx.policy.as_deref().or(session.policy.as_deref());
+        let set = self.policies.load_full();
+        let policy = match set.select(named, None, skill, ANONYMOUS) {
+            Ok((p, _)) => p.clone(),
+            Err(reason) => {
+                let error = LdpError::gateway(GatewayCode::UnknownPolicy, reason);
+                return self.task_failed(env, task_id, error);
+            }
+        };
         session.task_started(task_id, skill);
         let outcome = self
-            .run_task(&session, env, task_id, skill, input, contract)
+            .run_task(&session, &policy, env, task_id, skill, input, contract)
             .await;
         session.task_finished(task_id);
         match outcome {
@@ -284,16 +356,29 @@ impl Proxy {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn run_task(
         &self,
         session: &ClientSession,
+        policy: &Policy,
         env: &Envelope,
         task_id: &str,
         skill: &str,
         input: &serde_json::Value,
         contract: Option<&DelegationContract>,
     ) -> Outcome {
-        let mut binding = match self.binding_for(session, skill).await {
+        let need = Need {
+            skill,
+            client_domain: &session.client_domain,
+            required_domain: session.required_domain.as_deref(),
+            contract_max_cost_usd: contract
+                .and_then(|c| c.policy.budget.as_ref())
+                .and_then(|b| b.max_cost_usd),
+            contract_ms_left: contract
+                .and_then(|c| c.deadline_at())
+                .map(|d| (d - chrono::Utc::now()).num_milliseconds().max(0) as u64),
+        };
+        let mut binding = match self.binding_for(session, policy, &need).await {
             Ok(b) => b,
             Err(e) => return Outcome::Failed(e),
         };
@@ -315,6 +400,7 @@ impl Proxy {
                 },
                 mode,
             );
+            let sent = Instant::now();
             let answer = self
                 .upstream
                 .send(
@@ -323,6 +409,9 @@ impl Proxy {
                     self.cfg.upstream.task_timeout,
                 )
                 .await;
+            if answer.is_ok() {
+                binding.delegate.observe_latency(sent.elapsed());
+            }
             let answer = match answer {
                 Ok(a) => a,
                 Err(e) => return Outcome::Failed(upstream_failed(&binding.delegate, &e)),
@@ -331,8 +420,9 @@ impl Proxy {
                 Body::TaskResult {
                     output, provenance, ..
                 } => {
-                    let provenance =
-                        self.route_provenance(session, &binding, mode, provenance, tries, &notes);
+                    let provenance = self.route_provenance(
+                        session, policy, &binding, mode, provenance, tries, &notes,
+                    );
                     return Outcome::Result { output, provenance };
                 }
                 Body::TaskFailed { error, .. } if tries >= MAX_TRIES => {
@@ -382,9 +472,11 @@ impl Proxy {
 
     /// The delegate's provenance as the client sees it: the client's session id, and a first
     /// lineage entry for the gateway's routing step.
+    #[allow(clippy::too_many_arguments)]
     fn route_provenance(
         &self,
         session: &ClientSession,
+        policy: &Policy,
         binding: &Binding,
         mode: PayloadMode,
         provenance: Option<Provenance>,
@@ -407,7 +499,7 @@ impl Proxy {
                 step: "route".into(),
                 timestamp: Some(crate::ldp::now_rfc3339()),
                 verification_status: VerificationStatus::Unverified,
-                policy: session.policy.clone(),
+                policy: Some(policy.name.0.clone()),
                 routed_to: Some(binding.delegate.name.clone()),
                 attempts: Some(attempts),
                 note: (!notes.is_empty()).then(|| notes.join("; ")),
@@ -417,50 +509,101 @@ impl Proxy {
         p
     }
 
-    /// The upstream binding for `skill`: the existing one while its delegate stays healthy,
-    /// else a newly picked delegate with a new upstream session.
-    async fn binding_for(&self, session: &ClientSession, skill: &str) -> Result<Binding, LdpError> {
+    /// The upstream binding for the task's skill: the existing one while its delegate stays
+    /// healthy and passes the policy (session affinity), else a newly picked delegate with a
+    /// new upstream session.
+    async fn binding_for(
+        &self,
+        session: &ClientSession,
+        policy: &Policy,
+        need: &Need<'_>,
+    ) -> Result<Binding, LdpError> {
+        let skill = need.skill;
         if let Some(b) = session
             .binding(skill)
-            .filter(|b| usable(&b.delegate, skill))
+            .filter(|b| self.still_fits(b, policy, need))
         {
             return Ok(b);
         }
         let _guard = session.handshake.lock().await;
         if let Some(b) = session
             .binding(skill)
-            .filter(|b| usable(&b.delegate, skill))
+            .filter(|b| self.still_fits(b, policy, need))
         {
             return Ok(b);
         }
-        let delegate = self.pick(session, skill)?;
-        let binding = self.open_binding(session, skill, delegate).await?;
-        Ok(binding)
+        let delegate = self.pick(policy, need)?;
+        self.open_binding(session, skill, delegate).await
     }
 
-    fn pick(&self, session: &ClientSession, skill: &str) -> Result<Arc<Delegate>, LdpError> {
-        let list = self.registry.snapshot();
-        let cards: Vec<_> = list.iter().map(|d| d.card()).collect();
-        let candidates: Vec<Candidate<'_>> = list
+    fn still_fits(&self, b: &Binding, policy: &Policy, need: &Need<'_>) -> bool {
+        let index = self.registry.index();
+        index
+            .offers(need.skill)
             .iter()
-            .zip(&cards)
-            .map(|(d, card)| Candidate {
-                name: &d.name,
-                card: card.as_deref(),
-                healthy: d.is_healthy(),
+            .find(|o| Arc::ptr_eq(&o.delegate, &b.delegate))
+            .is_some_and(|o| routing::evaluate(o, policy, need, &self.cfg.routing).eligible())
+    }
+
+    fn pick(&self, policy: &Policy, need: &Need<'_>) -> Result<Arc<Delegate>, LdpError> {
+        let index = self.registry.index();
+        let offers: &[SkillOffer] = index.offers(need.skill);
+        let mut rng = fastrand::Rng::new();
+        match routing::decide(offers, policy, need, &self.cfg.routing, &mut rng) {
+            Ok(p) => {
+                let chosen = &offers[p.index];
+                self.metrics
+                    .routing_decisions
+                    .with_label_values(&[policy.name.0.as_str(), chosen.name()])
+                    .inc();
+                tracing::debug!(skill = need.skill, policy = %policy.name, delegate = chosen.name(),
+                    score = p.score, eligible = p.eligible, band = p.band, "routed");
+                Ok(chosen.delegate.clone())
+            }
+            Err(e) => Err(LdpError::gateway(
+                GatewayCode::NoEligibleDelegate,
+                e.to_string(),
+            )),
+        }
+    }
+
+    /// Explains the routing decision for `skill` under `policy` (or the one selection would
+    /// use) for a client in `client_domain`.
+    pub fn explain(
+        &self,
+        skill: &str,
+        policy: Option<&str>,
+        tenant: Option<&str>,
+        client_domain: Option<&str>,
+    ) -> Result<Explanation, String> {
+        let set = self.policies.load_full();
+        let (policy, _) = set.select(policy, None, skill, tenant.unwrap_or(ANONYMOUS))?;
+        let index = self.registry.index();
+        let offers = index.offers(skill);
+        let others: Vec<(String, String)> = self
+            .registry
+            .snapshot()
+            .iter()
+            .filter(|d| !offers.iter().any(|o| Arc::ptr_eq(&o.delegate, d)))
+            .map(|d| {
+                (
+                    d.name.clone(),
+                    d.card().map(|c| c.delegate_id.clone()).unwrap_or_default(),
+                )
             })
             .collect();
         let need = Need {
             skill,
-            client_domain: &session.client_domain,
-            required_domain: session.required_domain.as_deref(),
+            client_domain: client_domain.unwrap_or(&self.cfg.identity.trust_domain.name),
+            ..Need::default()
         };
-        match routing::pick(&candidates, &need) {
-            Ok(i) => list.get(i).cloned().ok_or_else(|| {
-                LdpError::gateway(GatewayCode::Internal, "routing picked a missing delegate")
-            }),
-            Err(e) => Err(LdpError::gateway(GatewayCode::NoEligibleDelegate, e.0)),
-        }
+        Ok(routing::explain(
+            offers,
+            &others,
+            policy,
+            &need,
+            &self.cfg.routing,
+        ))
     }
 
     async fn open_binding(
@@ -606,13 +749,6 @@ async fn close_all(upstream: &UpstreamClient, bindings: Vec<Binding>) {
         .iter()
         .map(|b| upstream.close_session(&b.delegate.base_url, &b.upstream));
     futures_util::future::join_all(closes).await;
-}
-
-fn usable(delegate: &Delegate, skill: &str) -> bool {
-    delegate.is_healthy()
-        && delegate
-            .card()
-            .is_some_and(|c| c.capability(skill).is_some())
 }
 
 fn upstream_failed(delegate: &Delegate, e: &UpstreamError) -> LdpError {

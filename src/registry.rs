@@ -1,13 +1,22 @@
-//! The delegates the gateway knows: their cards, fetched and re-fetched, and their health.
+//! The delegates the gateway knows: their cards (fetched, re-fetched with backoff), health,
+//! observed latency, and an index of who offers which skill, so routing never scans the fleet.
 
 use crate::config::{normalize_url, DelegateConfig};
-use crate::ldp::IdentityCard;
+use crate::ldp::{CapabilityHints, IdentityCard};
+use crate::routing::Offer;
 use crate::upstream::UpstreamClient;
 use arc_swap::{ArcSwap, ArcSwapOption};
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// Weight of the newest sample in the observed-latency EWMA.
+const EWMA_ALPHA: f64 = 0.3;
+
+/// Polls skipped at most while a delegate keeps failing: backoff grows as 1, 2, 4, … 32
+/// intervals.
+const MAX_BACKOFF_SHIFT: u32 = 5;
 
 /// One registered delegate.
 #[derive(Debug)]
@@ -23,6 +32,11 @@ pub struct Delegate {
     card: ArcSwapOption<IdentityCard>,
     healthy: AtomicBool,
     last_error: ArcSwapOption<String>,
+    failures: AtomicU32,
+    skip_polls: AtomicU32,
+    /// f64 bits of the latency EWMA (ms); meaningful once `samples` > 0.
+    ewma_ms: AtomicU64,
+    samples: AtomicU64,
 }
 
 impl Delegate {
@@ -37,6 +51,10 @@ impl Delegate {
             card: ArcSwapOption::empty(),
             healthy: AtomicBool::new(false),
             last_error: ArcSwapOption::empty(),
+            failures: AtomicU32::new(0),
+            skip_polls: AtomicU32::new(0),
+            ewma_ms: AtomicU64::new(0),
+            samples: AtomicU64::new(0),
         })
     }
 
@@ -55,35 +73,173 @@ impl Delegate {
         self.last_error.load_full()
     }
 
-    /// Records a successful fetch; logs card changes that matter for routing.
-    pub fn record_card(&self, card: IdentityCard) {
-        if let Some(old) = self.card.load_full() {
-            if old.model_version != card.model_version
-                || old.weights_fingerprint != card.weights_fingerprint
-                || old.capabilities.len() != card.capabilities.len()
-            {
-                tracing::info!(delegate = %self.name, model_version = %card.model_version, "delegate card changed");
+    /// Observed latency EWMA in ms, once measured.
+    pub fn observed_latency_ms(&self) -> Option<f64> {
+        (self.samples.load(Ordering::Acquire) > 0)
+            .then(|| f64::from_bits(self.ewma_ms.load(Ordering::Acquire)))
+    }
+
+    /// How many latency samples it has.
+    pub fn samples(&self) -> u64 {
+        self.samples.load(Ordering::Acquire)
+    }
+
+    /// Records how long one upstream task took.
+    pub fn observe_latency(&self, took: Duration) {
+        let ms = took.as_secs_f64() * 1000.0;
+        // A lost update under a race only drops one sample from the average.
+        let next = match self.observed_latency_ms() {
+            Some(prev) => prev + EWMA_ALPHA * (ms - prev),
+            None => ms,
+        };
+        self.ewma_ms.store(next.to_bits(), Ordering::Release);
+        self.samples.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Records a successful fetch; returns whether the card changed in a way routing sees.
+    fn record_card(&self, card: IdentityCard) -> bool {
+        let changed = match self.card.load_full() {
+            Some(old) if *old == card => false,
+            Some(old) => {
+                tracing::info!(delegate = %self.name, model_version = %card.model_version,
+                    previous_version = %old.model_version,
+                    skills = card.capabilities.len(), "delegate card changed");
+                true
+            }
+            None => true,
+        };
+        if changed {
+            self.card.store(Some(Arc::new(card)));
+        }
+        self.last_error.store(None);
+        self.failures.store(0, Ordering::Release);
+        let came_up = !self.healthy.swap(true, Ordering::AcqRel);
+        if came_up {
+            tracing::info!(delegate = %self.name, "delegate up");
+        }
+        changed || came_up
+    }
+
+    /// Records a failed fetch: the delegate stops receiving new tasks, and is polled less
+    /// often while it keeps failing. Returns whether its health changed.
+    fn record_failure(&self, error: String) -> bool {
+        let went_down = self.healthy.swap(false, Ordering::AcqRel);
+        if went_down {
+            tracing::warn!(delegate = %self.name, error = %error, "delegate down");
+        }
+        let n = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
+        self.skip_polls
+            .store((1u32 << n.min(MAX_BACKOFF_SHIFT)) - 1, Ordering::Release);
+        self.last_error.store(Some(Arc::new(error)));
+        went_down
+    }
+
+    /// Whether this poll round should fetch its card (false while backing off).
+    fn due(&self) -> bool {
+        let skip = self.skip_polls.load(Ordering::Acquire);
+        if skip == 0 {
+            return true;
+        }
+        self.skip_polls.store(skip - 1, Ordering::Release);
+        false
+    }
+}
+
+/// A delegate offering one skill, with that skill's hints resolved from its card.
+#[derive(Debug, Clone)]
+pub struct SkillOffer {
+    /// The delegate.
+    pub delegate: Arc<Delegate>,
+    /// The card the hints came from.
+    pub card: Arc<IdentityCard>,
+    /// The skill's effective hints.
+    pub hints: CapabilityHints,
+}
+
+impl Offer for SkillOffer {
+    fn name(&self) -> &str {
+        &self.delegate.name
+    }
+    fn card(&self) -> &IdentityCard {
+        &self.card
+    }
+    fn hints(&self) -> &CapabilityHints {
+        &self.hints
+    }
+    fn healthy(&self) -> bool {
+        self.delegate.is_healthy()
+    }
+    fn observed_latency_ms(&self) -> Option<f64> {
+        self.delegate.observed_latency_ms()
+    }
+    fn weight(&self) -> f64 {
+        self.delegate.weight
+    }
+}
+
+/// Skill → the delegates whose card offers it. Rebuilt when cards or membership change.
+#[derive(Debug, Default)]
+pub struct SkillIndex {
+    by_skill: HashMap<String, Arc<[SkillOffer]>>,
+}
+
+impl SkillIndex {
+    fn build(delegates: &[Arc<Delegate>]) -> SkillIndex {
+        let mut by_skill: HashMap<String, Vec<SkillOffer>> = HashMap::new();
+        for d in delegates {
+            let Some(card) = d.card() else { continue };
+            for cap in &card.capabilities {
+                let Some(hints) = card.effective_hints(&cap.name) else {
+                    continue;
+                };
+                by_skill
+                    .entry(cap.name.clone())
+                    .or_default()
+                    .push(SkillOffer {
+                        delegate: d.clone(),
+                        card: card.clone(),
+                        hints,
+                    });
             }
         }
-        self.card.store(Some(Arc::new(card)));
-        self.last_error.store(None);
-        if !self.healthy.swap(true, Ordering::AcqRel) {
-            tracing::info!(delegate = %self.name, "delegate up");
+        SkillIndex {
+            by_skill: by_skill.into_iter().map(|(k, v)| (k, v.into())).collect(),
         }
     }
 
-    /// Records a failed fetch: the delegate stops receiving new tasks.
-    pub fn record_failure(&self, error: String) {
-        if self.healthy.swap(false, Ordering::AcqRel) {
-            tracing::warn!(delegate = %self.name, error = %error, "delegate down");
-        }
-        self.last_error.store(Some(Arc::new(error)));
+    /// The offers for `skill` (healthy or not: routing checks health).
+    pub fn offers(&self, skill: &str) -> &[SkillOffer] {
+        self.by_skill.get(skill).map_or(&[], |v| v)
     }
+
+    /// Every skill offered, sorted.
+    pub fn skills(&self) -> Vec<&str> {
+        let mut s: Vec<&str> = self.by_skill.keys().map(String::as_str).collect();
+        s.sort_unstable();
+        s
+    }
+}
+
+/// Why a registration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The URL is unusable.
+    #[error("{0}")]
+    BadUrl(String),
+    /// The name is taken.
+    #[error("a delegate named '{0}' is already registered")]
+    Duplicate(String),
+    /// No such delegate.
+    #[error("no delegate named '{0}'")]
+    NotFound(String),
 }
 
 /// All delegates, swapped as a whole so readers never lock.
 pub struct Registry {
     delegates: ArcSwap<Vec<Arc<Delegate>>>,
+    index: ArcSwap<SkillIndex>,
+    /// Serialises membership changes (add/remove); readers never take it.
+    writer: Mutex<()>,
 }
 
 impl Registry {
@@ -95,12 +251,19 @@ impl Registry {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Registry {
             delegates: ArcSwap::from_pointee(list),
+            index: ArcSwap::from_pointee(SkillIndex::default()),
+            writer: Mutex::new(()),
         })
     }
 
     /// The current list.
     pub fn snapshot(&self) -> Arc<Vec<Arc<Delegate>>> {
         self.delegates.load_full()
+    }
+
+    /// The current skill index.
+    pub fn index(&self) -> Arc<SkillIndex> {
+        self.index.load_full()
     }
 
     /// The delegate named `name`.
@@ -121,19 +284,81 @@ impl Registry {
             .count()
     }
 
-    /// Fetches every card once, concurrently.
-    pub async fn poll_all(&self, client: &UpstreamClient, timeout: Duration) {
-        let list = self.snapshot();
-        let fetches = list.iter().map(|d| async move {
-            match client.fetch_card(&d.base_url, timeout).await {
-                Ok(card) => d.record_card(card),
-                Err(e) => d.record_failure(e.to_string()),
-            }
-        });
-        futures_util::future::join_all(fetches).await;
+    fn reindex(&self) {
+        self.index
+            .store(Arc::new(SkillIndex::build(&self.delegates.load())));
     }
 
-    /// Re-fetches every card each `interval` (±10% jitter) until `shutdown` fires.
+    /// Adds a delegate at run time (its card is fetched by the caller or the next poll).
+    pub fn add(&self, cfg: &DelegateConfig) -> Result<Arc<Delegate>, RegistryError> {
+        let d = Arc::new(Delegate::from_config(cfg).map_err(RegistryError::BadUrl)?);
+        let _w = self
+            .writer
+            .lock()
+            .map_err(|_| RegistryError::NotFound(d.name.clone()))?;
+        let current = self.delegates.load_full();
+        if current.iter().any(|x| x.name == d.name) {
+            return Err(RegistryError::Duplicate(d.name.clone()));
+        }
+        let mut next = (*current).clone();
+        next.push(d.clone());
+        self.delegates.store(Arc::new(next));
+        tracing::info!(delegate = %d.name, url = %d.base_url, "delegate registered");
+        Ok(d)
+    }
+
+    /// Removes a delegate: it receives no new tasks from now on.
+    pub fn remove(&self, name: &str) -> Result<Arc<Delegate>, RegistryError> {
+        let _w = self
+            .writer
+            .lock()
+            .map_err(|_| RegistryError::NotFound(name.to_owned()))?;
+        let current = self.delegates.load_full();
+        let pos = current
+            .iter()
+            .position(|d| d.name == name)
+            .ok_or_else(|| RegistryError::NotFound(name.to_owned()))?;
+        let mut next = (*current).clone();
+        let removed = next.remove(pos);
+        removed.healthy.store(false, Ordering::Release);
+        self.delegates.store(Arc::new(next));
+        self.reindex();
+        tracing::info!(delegate = %name, "delegate removed");
+        Ok(removed)
+    }
+
+    /// Fetches one delegate's card now.
+    pub async fn poll_one(&self, d: &Delegate, client: &UpstreamClient, timeout: Duration) {
+        let changed = match client.fetch_card(&d.base_url, timeout).await {
+            Ok(card) => d.record_card(card),
+            Err(e) => d.record_failure(e.to_string()),
+        };
+        if changed {
+            self.reindex();
+        }
+    }
+
+    /// Fetches every due card once, concurrently (`force` ignores backoff).
+    pub async fn poll_all(&self, client: &UpstreamClient, timeout: Duration, force: bool) {
+        let list = self.snapshot();
+        let fetches = list
+            .iter()
+            .filter(|d| force || d.due())
+            .map(|d| async move {
+                let changed = match client.fetch_card(&d.base_url, timeout).await {
+                    Ok(card) => d.record_card(card),
+                    Err(e) => d.record_failure(e.to_string()),
+                };
+                changed
+            });
+        let changed = futures_util::future::join_all(fetches).await;
+        if changed.into_iter().any(|c| c) {
+            self.reindex();
+        }
+    }
+
+    /// Re-fetches every card each `interval` (±10% jitter) until `shutdown` fires; failing
+    /// delegates back off (1, 2, 4 … 32 intervals).
     pub fn spawn_poller(
         self: Arc<Self>,
         client: UpstreamClient,
@@ -144,12 +369,11 @@ impl Registry {
         tokio::spawn(async move {
             loop {
                 let jitter = 0.9 + fastrand::f64() * 0.2;
-                let wait = interval.mul_f64(jitter);
                 tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
+                    _ = tokio::time::sleep(interval.mul_f64(jitter)) => {}
                     _ = shutdown.changed() => return,
                 }
-                self.poll_all(&client, timeout).await;
+                self.poll_all(&client, timeout, false).await;
             }
         })
     }

@@ -1,202 +1,584 @@
-//! Choosing a delegate for a task. Pure: it sees cards and health, never sockets or clocks.
+//! Choosing a delegate for a task: hard constraints, then a weighted score, then a pick among
+//! near-equals. Pure: it sees cards, hints and observed numbers handed to it, never sockets or
+//! clocks; randomness comes in as an `fastrand::Rng`.
 //!
-//! This is the seam the policy engine replaces: today the pick is the highest declared
-//! quality among healthy delegates that offer the skill and pass the trust-domain rules.
+//! Two entry points share one evaluation: [`decide`] for the hot path (no strings, no
+//! per-candidate allocation beyond the score buffer) and [`explain`] for operators (every
+//! constraint with the value it compared).
+
+mod explain;
+
+pub use explain::{explain, ConstraintRow, Explanation, RowView};
 
 use crate::ldp::trust::check_session;
-use crate::ldp::IdentityCard;
+use crate::ldp::{CapabilityHints, ClaimType, CostTier, IdentityCard};
+use crate::policy::Policy;
+use serde::{Deserialize, Serialize};
 
-/// A delegate as routing sees it.
-#[derive(Debug, Clone, Copy)]
-pub struct Candidate<'a> {
-    /// Registry name.
-    pub name: &'a str,
-    /// Its current card, if fetched.
-    pub card: Option<&'a IdentityCard>,
-    /// Whether it is up.
-    pub healthy: bool,
+/// Prices for the RFC cost tiers, USD per call (`[routing] tier_prices`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierPrices {
+    /// `low`.
+    pub low: f64,
+    /// `medium`.
+    pub medium: f64,
+    /// `high`.
+    pub high: f64,
 }
 
-/// What a task needs.
-#[derive(Debug, Clone, Copy)]
+impl Default for TierPrices {
+    fn default() -> Self {
+        TierPrices {
+            low: 0.001,
+            medium: 0.01,
+            high: 0.05,
+        }
+    }
+}
+
+impl TierPrices {
+    /// The price of `tier`.
+    pub fn of(&self, tier: CostTier) -> f64 {
+        match tier {
+            CostTier::Low => self.low,
+            CostTier::Medium => self.medium,
+            CostTier::High => self.high,
+        }
+    }
+}
+
+/// How routing treats what cards do not say (`[routing]`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoutingParams {
+    /// Cost tiers → USD per call.
+    pub tier_prices: TierPrices,
+    /// Normalised score (0..1) given to a quality, cost or latency a card does not declare:
+    /// neither the best nor zero.
+    pub missing_score: f64,
+    /// Whether an undeclared value passes a bound on it (`min_quality`, `max_cost_usd`,
+    /// `max_latency_ms`, `min_context_window`, the contract's budget and deadline). Default
+    /// false: a bound is only met by a value that is known to meet it.
+    pub unknown_passes_bounds: bool,
+}
+
+impl Default for RoutingParams {
+    fn default() -> Self {
+        RoutingParams {
+            tier_prices: TierPrices::default(),
+            missing_score: 0.5,
+            unknown_passes_bounds: false,
+        }
+    }
+}
+
+/// What routing needs to know about one delegate offering the skill.
+pub trait Offer {
+    /// Registry name.
+    fn name(&self) -> &str;
+    /// Its card.
+    fn card(&self) -> &IdentityCard;
+    /// The skill's hints, card-level profiles already folded in.
+    fn hints(&self) -> &CapabilityHints;
+    /// Whether it is up.
+    fn healthy(&self) -> bool;
+    /// Observed latency EWMA in ms, once it has samples.
+    fn observed_latency_ms(&self) -> Option<f64>;
+    /// Relative share among near-equals.
+    fn weight(&self) -> f64;
+}
+
+/// The task-side inputs.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Need<'a> {
     /// The skill.
     pub skill: &'a str,
     /// The client's verified trust domain (C): the delegate's domain must trust it.
     pub client_domain: &'a str,
-    /// The domain the session requires its delegates to be in (R).
+    /// The session's required delegate domain (R).
     pub required_domain: Option<&'a str>,
+    /// The delegation contract's `policy.budget.max_cost_usd`.
+    pub contract_max_cost_usd: Option<f64>,
+    /// Milliseconds left until the contract's deadline (0 if already past).
+    pub contract_ms_left: Option<u64>,
 }
 
-/// Quality assumed for a card that declares none: neither rewarded nor zeroed.
-pub const NEUTRAL_QUALITY: f64 = 0.5;
-
-/// Why nothing could be picked; the message names the skill and what excluded the rest.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct NoEligible(pub String);
-
-/// Whether the delegate may serve `need` at all.
-pub fn admits(card: &IdentityCard, need: &Need<'_>) -> bool {
-    card.capability(need.skill).is_some()
-        && check_session(&card.trust_domain, need.client_domain, need.required_domain).is_ok()
+/// The hard constraints, in the order they are checked and shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Constraint {
+    /// The delegate is up.
+    Healthy,
+    /// RFC §7.2: the delegate's domain trusts the client's, and is the required one if any.
+    TrustDomain,
+    /// Policy `trust_domains`.
+    PolicyTrustDomains,
+    /// Policy `jurisdictions` / `deny_jurisdictions`.
+    Jurisdiction,
+    /// Policy `min_quality`.
+    MinQuality,
+    /// Policy `max_cost_usd`.
+    MaxCost,
+    /// Policy `max_latency_ms`.
+    MaxLatency,
+    /// Policy `payload_modes`.
+    PayloadModes,
+    /// Policy `min_context_window`.
+    ContextWindow,
+    /// Policy `model_families` / `deny_model_families`.
+    ModelFamily,
+    /// The contract's budget.
+    ContractBudget,
+    /// The contract's deadline.
+    ContractDeadline,
 }
 
-/// The index of the chosen candidate.
-pub fn pick(candidates: &[Candidate<'_>], need: &Need<'_>) -> Result<usize, NoEligible> {
-    let mut best: Option<(usize, f64)> = None;
-    let (mut offering, mut offering_healthy) = (0usize, 0usize);
-    for (i, c) in candidates.iter().enumerate() {
-        let Some(card) = c.card else { continue };
-        let Some(cap) = card.capability(need.skill) else {
-            continue;
-        };
-        offering += 1;
-        if !c.healthy {
-            continue;
-        }
-        offering_healthy += 1;
-        if check_session(&card.trust_domain, need.client_domain, need.required_domain).is_err() {
-            continue;
-        }
-        let q = cap.hints.quality.unwrap_or(NEUTRAL_QUALITY);
-        if best.is_none_or(|(_, b)| q > b) {
-            best = Some((i, q));
+impl Constraint {
+    /// All, in order.
+    pub const ALL: [Constraint; 12] = [
+        Constraint::Healthy,
+        Constraint::TrustDomain,
+        Constraint::PolicyTrustDomains,
+        Constraint::Jurisdiction,
+        Constraint::MinQuality,
+        Constraint::MaxCost,
+        Constraint::MaxLatency,
+        Constraint::PayloadModes,
+        Constraint::ContextWindow,
+        Constraint::ModelFamily,
+        Constraint::ContractBudget,
+        Constraint::ContractDeadline,
+    ];
+
+    /// Stable name for logs, metrics and the ledger.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Constraint::Healthy => "healthy",
+            Constraint::TrustDomain => "trust_domain",
+            Constraint::PolicyTrustDomains => "policy_trust_domains",
+            Constraint::Jurisdiction => "jurisdiction",
+            Constraint::MinQuality => "min_quality",
+            Constraint::MaxCost => "max_cost_usd",
+            Constraint::MaxLatency => "max_latency_ms",
+            Constraint::PayloadModes => "payload_modes",
+            Constraint::ContextWindow => "min_context_window",
+            Constraint::ModelFamily => "model_family",
+            Constraint::ContractBudget => "contract_budget",
+            Constraint::ContractDeadline => "contract_deadline",
         }
     }
-    best.map(|(i, _)| i).ok_or_else(|| {
-        let skill = need.skill;
-        NoEligible(if offering == 0 {
-            format!("no delegate offers skill '{skill}'")
-        } else if offering_healthy == 0 {
-            format!("{offering} delegate(s) offer skill '{skill}' but none is healthy")
+
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+/// Where a latency figure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LatencySource {
+    /// Measured by the gateway (EWMA).
+    Observed,
+    /// The card's p50 hint.
+    Declared,
+    /// Nobody says.
+    Unknown,
+}
+
+/// The numbers one delegate is judged by.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Figures {
+    /// Declared quality.
+    pub quality: Option<f64>,
+    /// Price per call, USD (declared price, else tier price).
+    pub cost_usd: Option<f64>,
+    /// Latency, ms.
+    pub latency_ms: Option<f64>,
+    /// Where `latency_ms` came from.
+    pub latency_source: LatencySource,
+    /// How the quality claim was established.
+    pub claim_type: Option<ClaimType>,
+}
+
+/// One candidate's evaluation: figures and the set of constraints it failed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Evaluation {
+    /// Its figures.
+    pub figures: Figures,
+    failed: u16,
+}
+
+impl Evaluation {
+    /// Whether every hard constraint passed.
+    pub fn eligible(&self) -> bool {
+        self.failed == 0
+    }
+
+    /// Whether `c` failed.
+    pub fn failed(&self, c: Constraint) -> bool {
+        self.failed & c.bit() != 0
+    }
+
+    /// The constraints that failed, in order.
+    pub fn failures(&self) -> impl Iterator<Item = Constraint> + '_ {
+        Constraint::ALL.into_iter().filter(|c| self.failed(*c))
+    }
+}
+
+/// The figures of an offer.
+pub fn figures<O: Offer>(o: &O, params: &RoutingParams) -> Figures {
+    let h = o.hints();
+    let cost_usd = h
+        .cost_per_call_usd
+        .or_else(|| h.cost_tier.map(|t| params.tier_prices.of(t)));
+    let (latency_ms, latency_source) = match (o.observed_latency_ms(), h.latency_p50_ms) {
+        (Some(ms), _) => (Some(ms), LatencySource::Observed),
+        (None, Some(ms)) => (Some(ms as f64), LatencySource::Declared),
+        (None, None) => (None, LatencySource::Unknown),
+    };
+    Figures {
+        quality: h.quality,
+        cost_usd,
+        latency_ms,
+        latency_source,
+        claim_type: h.claim_type,
+    }
+}
+
+/// Checks every hard constraint of `policy` and `need` against one offer.
+pub fn evaluate<O: Offer>(
+    o: &O,
+    policy: &Policy,
+    need: &Need<'_>,
+    params: &RoutingParams,
+) -> Evaluation {
+    let f = figures(o, params);
+    let card = o.card();
+    let req = &policy.require;
+    let mut failed = 0u16;
+    let mut fail = |c: Constraint, bad: bool| {
+        if bad {
+            failed |= c.bit();
+        }
+    };
+    // An unknown value meets a bound only if the operator said so.
+    let unknown = !params.unknown_passes_bounds;
+    fail(Constraint::Healthy, !o.healthy());
+    fail(
+        Constraint::TrustDomain,
+        check_session(&card.trust_domain, need.client_domain, need.required_domain).is_err(),
+    );
+    fail(
+        Constraint::PolicyTrustDomains,
+        !req.trust_domains.is_empty()
+            && !req
+                .trust_domains
+                .iter()
+                .any(|d| *d == card.trust_domain.name),
+    );
+    let j = card.jurisdiction.as_deref();
+    fail(
+        Constraint::Jurisdiction,
+        (!req.jurisdictions.is_empty()
+            && !j.is_some_and(|j| req.jurisdictions.iter().any(|g| g.matches(j))))
+            || j.is_some_and(|j| req.deny_jurisdictions.iter().any(|g| g.matches(j))),
+    );
+    fail(
+        Constraint::MinQuality,
+        bound(req.min_quality, f.quality, unknown, |min, q| q >= min),
+    );
+    fail(
+        Constraint::MaxCost,
+        bound(req.max_cost_usd, f.cost_usd, unknown, |max, c| c <= max),
+    );
+    fail(
+        Constraint::MaxLatency,
+        bound(
+            req.max_latency_ms.map(|m| m as f64),
+            f.latency_ms,
+            unknown,
+            |max, l| l <= max,
+        ),
+    );
+    fail(
+        Constraint::PayloadModes,
+        !req.payload_modes.is_empty()
+            && !req
+                .payload_modes
+                .iter()
+                .any(|m| card.supported_payload_modes.contains(m)),
+    );
+    fail(
+        Constraint::ContextWindow,
+        bound(
+            req.min_context_window.map(|m| m as f64),
+            card.context_window.map(|c| c as f64),
+            unknown,
+            |min, c| c >= min,
+        ),
+    );
+    let fam = card.model_family.as_str();
+    fail(
+        Constraint::ModelFamily,
+        (!req.model_families.is_empty() && !req.model_families.iter().any(|g| g.matches(fam)))
+            || req.deny_model_families.iter().any(|g| g.matches(fam)),
+    );
+    fail(
+        Constraint::ContractBudget,
+        bound(need.contract_max_cost_usd, f.cost_usd, unknown, |max, c| {
+            c <= max
+        }),
+    );
+    fail(
+        Constraint::ContractDeadline,
+        bound(
+            need.contract_ms_left.map(|m| m as f64),
+            f.latency_ms,
+            unknown,
+            |left, l| l <= left,
+        ),
+    );
+    Evaluation { figures: f, failed }
+}
+
+/// True when a bound exists and the value does not meet it (or is unknown and unknowns fail).
+fn bound(
+    limit: Option<f64>,
+    value: Option<f64>,
+    unknown_fails: bool,
+    ok: impl Fn(f64, f64) -> bool,
+) -> bool {
+    match (limit, value) {
+        (None, _) => false,
+        (Some(_), None) => unknown_fails,
+        (Some(l), Some(v)) => !ok(l, v),
+    }
+}
+
+/// Normalised score components, each in 0..=1 (1 = best in the candidate set).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Components {
+    /// Quality ÷ best quality.
+    pub quality: f64,
+    /// Cheapest cost ÷ this cost.
+    pub cost: f64,
+    /// Fastest latency ÷ this latency.
+    pub latency: f64,
+}
+
+/// Best figures among eligible candidates, the scale for normalising.
+#[derive(Debug, Clone, Copy, Default)]
+struct Scale {
+    max_quality: Option<f64>,
+    min_cost: Option<f64>,
+    min_latency: Option<f64>,
+}
+
+impl Scale {
+    fn add(&mut self, f: &Figures) {
+        if let Some(q) = f.quality {
+            self.max_quality = Some(self.max_quality.map_or(q, |m| m.max(q)));
+        }
+        if let Some(c) = f.cost_usd {
+            self.min_cost = Some(self.min_cost.map_or(c, |m| m.min(c)));
+        }
+        if let Some(l) = f.latency_ms {
+            self.min_latency = Some(self.min_latency.map_or(l, |m| m.min(l)));
+        }
+    }
+
+    fn components(&self, f: &Figures, missing: f64) -> Components {
+        // Small epsilons keep free (0 USD) and instant (0 ms) delegates finite and best.
+        const COST_EPS: f64 = 1e-6;
+        const LAT_EPS: f64 = 1.0;
+        let quality = match (f.quality, self.max_quality) {
+            (Some(q), Some(m)) if m > 0.0 => (q / m).clamp(0.0, 1.0),
+            (Some(_), _) => 1.0,
+            (None, _) => missing,
+        };
+        let cost = match (f.cost_usd, self.min_cost) {
+            (Some(c), Some(m)) => ((m + COST_EPS) / (c + COST_EPS)).clamp(0.0, 1.0),
+            _ => missing,
+        };
+        let latency = match (f.latency_ms, self.min_latency) {
+            (Some(l), Some(m)) => ((m + LAT_EPS) / (l + LAT_EPS)).clamp(0.0, 1.0),
+            _ => missing,
+        };
+        Components {
+            quality,
+            cost,
+            latency,
+        }
+    }
+}
+
+/// The weighted score of some components under `policy` (0..=1).
+pub fn score(c: &Components, policy: &Policy) -> f64 {
+    let w = &policy.weights;
+    let total = w.quality + w.cost + w.latency;
+    if total <= 0.0 {
+        return 0.0;
+    }
+    (w.quality * c.quality + w.cost * c.cost + w.latency * c.latency) / total
+}
+
+/// The outcome of a decision on the hot path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pick {
+    /// Index of the chosen offer.
+    pub index: usize,
+    /// Its score.
+    pub score: f64,
+    /// How many offers passed every constraint.
+    pub eligible: usize,
+    /// How many shared the top band.
+    pub band: usize,
+}
+
+/// Why nothing could be picked: the skill, and per constraint how many offers it excluded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoEligible {
+    /// The skill asked for.
+    pub skill: String,
+    /// How many delegates offer it.
+    pub offering: usize,
+    /// `(constraint, offers it excluded)`, for constraints that excluded any.
+    pub excluded: Vec<(Constraint, usize)>,
+}
+
+impl std::fmt::Display for NoEligible {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.offering == 0 {
+            return write!(f, "no delegate offers skill '{}'", self.skill);
+        }
+        write!(
+            f,
+            "{} delegate(s) offer skill '{}' but none passes the constraints (",
+            self.offering, self.skill
+        )?;
+        for (i, (c, n)) in self.excluded.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}: {n} excluded", c.as_str())?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// Chooses among `offers` (the delegates offering `need.skill`): filter by every hard
+/// constraint, score the rest, pick at random, weighted by `Offer::weight`, among those
+/// within `policy.tolerance` of the best score.
+pub fn decide<O: Offer>(
+    offers: &[O],
+    policy: &Policy,
+    need: &Need<'_>,
+    params: &RoutingParams,
+    rng: &mut fastrand::Rng,
+) -> Result<Pick, NoEligible> {
+    let mut evals: Vec<(usize, Figures)> = Vec::with_capacity(offers.len().min(64));
+    let mut excluded = [0usize; Constraint::ALL.len()];
+    let mut scale = Scale::default();
+    for (i, o) in offers.iter().enumerate() {
+        let e = evaluate(o, policy, need, params);
+        if e.eligible() {
+            scale.add(&e.figures);
+            evals.push((i, e.figures));
         } else {
-            let r = need
-                .required_domain
-                .map(|r| format!(" and is in required domain '{r}'"))
-                .unwrap_or_default();
-            format!(
-                "{offering_healthy} healthy delegate(s) offer skill '{skill}' but none trusts client domain '{}'{r}",
-                need.client_domain
+            for c in e.failures() {
+                excluded[c as usize] += 1;
+            }
+        }
+    }
+    if evals.is_empty() {
+        return Err(NoEligible {
+            skill: need.skill.to_owned(),
+            offering: offers.len(),
+            excluded: Constraint::ALL
+                .into_iter()
+                .zip(excluded)
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+        });
+    }
+    let scores: Vec<f64> = evals
+        .iter()
+        .map(|(_, f)| score(&scale.components(f, params.missing_score), policy))
+        .collect();
+    let best = scores.iter().copied().fold(f64::MIN, f64::max);
+    let floor = best * (1.0 - policy.tolerance);
+    let (mut band, mut total_weight) = (0usize, 0.0f64);
+    for (k, s) in scores.iter().enumerate() {
+        if *s >= floor {
+            band += 1;
+            total_weight += offers[evals[k].0].weight().max(0.0);
+        }
+    }
+    // Weighted choice within the band; falls back to the best if every weight is zero.
+    let mut ticket = rng.f64() * total_weight;
+    let mut chosen = None;
+    for (k, s) in scores.iter().enumerate() {
+        if *s < floor {
+            continue;
+        }
+        let w = offers[evals[k].0].weight().max(0.0);
+        if ticket < w {
+            chosen = Some(k);
+            break;
+        }
+        ticket -= w;
+    }
+    let k = chosen.unwrap_or_else(|| {
+        scores
+            .iter()
+            .enumerate()
+            .fold(
+                (0, f64::MIN),
+                |acc, (k, s)| if *s > acc.1 { (k, *s) } else { acc },
             )
-        })
+            .0
+    });
+    Ok(Pick {
+        index: evals[k].0,
+        score: scores[k],
+        eligible: evals.len(),
+        band,
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ldp::{Capability, TrustDomain};
-
-    fn card(id: &str, domain: &str, skill: &str, q: Option<f64>) -> IdentityCard {
-        let mut cap = Capability::named(skill);
-        cap.hints.quality = q;
-        serde_json::from_value::<IdentityCard>(serde_json::json!({
-            "delegate_id": id, "name": id, "model_family": "f", "model_version": "1",
-            "trust_domain": domain, "capabilities": []
-        }))
-        .map(|mut c| {
-            c.capabilities.push(cap);
-            c.trust_domain = TrustDomain::named(domain);
-            c
+/// Scores of the eligible offers, in offer order (`None` for ineligible ones), and the band
+/// floor: what [`decide`] computed, for explain and tests.
+pub fn scores<O: Offer>(
+    offers: &[O],
+    policy: &Policy,
+    need: &Need<'_>,
+    params: &RoutingParams,
+) -> (Vec<Evaluation>, Vec<Option<(Components, f64)>>, f64) {
+    let evals: Vec<Evaluation> = offers
+        .iter()
+        .map(|o| evaluate(o, policy, need, params))
+        .collect();
+    let mut scale = Scale::default();
+    for e in evals.iter().filter(|e| e.eligible()) {
+        scale.add(&e.figures);
+    }
+    let scored: Vec<Option<(Components, f64)>> = evals
+        .iter()
+        .map(|e| {
+            e.eligible().then(|| {
+                let c = scale.components(&e.figures, params.missing_score);
+                (c, score(&c, policy))
+            })
         })
-        .unwrap()
-    }
-
-    #[test]
-    fn highest_quality_healthy_trusted_wins() {
-        let a = card("a", "default", "s", Some(0.9));
-        let b = card("b", "default", "s", Some(0.7));
-        let c = card("c", "other", "s", Some(0.99));
-        let d = card("d", "default", "s", Some(0.95));
-        let cands = [
-            Candidate {
-                name: "a",
-                card: Some(&a),
-                healthy: true,
-            },
-            Candidate {
-                name: "b",
-                card: Some(&b),
-                healthy: true,
-            },
-            Candidate {
-                name: "c",
-                card: Some(&c),
-                healthy: true,
-            },
-            Candidate {
-                name: "d",
-                card: Some(&d),
-                healthy: false,
-            },
-        ];
-        let need = Need {
-            skill: "s",
-            client_domain: "default",
-            required_domain: None,
-        };
-        assert_eq!(pick(&cands, &need), Ok(0));
-    }
-
-    #[test]
-    fn missing_quality_is_neutral_not_zero() {
-        let a = card("a", "default", "s", None);
-        let b = card("b", "default", "s", Some(0.4));
-        let cands = [
-            Candidate {
-                name: "b",
-                card: Some(&b),
-                healthy: true,
-            },
-            Candidate {
-                name: "a",
-                card: Some(&a),
-                healthy: true,
-            },
-        ];
-        let need = Need {
-            skill: "s",
-            client_domain: "default",
-            required_domain: None,
-        };
-        assert_eq!(pick(&cands, &need), Ok(1));
-    }
-
-    #[test]
-    fn reasons_name_the_skill() {
-        let a = card("a", "other", "s", Some(0.9));
-        let cands = [Candidate {
-            name: "a",
-            card: Some(&a),
-            healthy: true,
-        }];
-        let need = Need {
-            skill: "x",
-            client_domain: "default",
-            required_domain: None,
-        };
-        assert_eq!(
-            pick(&cands, &need).unwrap_err().0,
-            "no delegate offers skill 'x'"
-        );
-        let need = Need {
-            skill: "s",
-            client_domain: "default",
-            required_domain: None,
-        };
-        assert!(pick(&cands, &need)
-            .unwrap_err()
-            .0
-            .contains("none trusts client domain 'default'"));
-        let down = [Candidate {
-            name: "a",
-            card: Some(&a),
-            healthy: false,
-        }];
-        assert!(pick(&down, &need)
-            .unwrap_err()
-            .0
-            .contains("none is healthy"));
-    }
+        .collect();
+    let best = scored
+        .iter()
+        .flatten()
+        .map(|(_, s)| *s)
+        .fold(f64::MIN, f64::max);
+    (evals, scored, best * (1.0 - policy.tolerance))
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,6 +6,7 @@
 
 mod admin;
 mod ldp_routes;
+mod reload;
 
 use crate::config::{Config, ConfigError};
 use crate::ldp::error::GatewayCode;
@@ -42,6 +43,12 @@ pub enum ServerError {
     /// Bad configuration.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The policy directory has problems (each `file:line: key: reason`).
+    #[error("policy problems:\n{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Policies(Vec<crate::policy::PolicyProblem>),
+    /// The metrics registry refused a collector.
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
     /// A listener could not bind.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -68,7 +75,9 @@ impl ApiError {
             GatewayCode::Unauthenticated => StatusCode::UNAUTHORIZED,
             GatewayCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             GatewayCode::SessionNotFound | GatewayCode::NoEligibleDelegate => StatusCode::NOT_FOUND,
-            GatewayCode::TrustViolation | GatewayCode::BudgetExceeded => StatusCode::FORBIDDEN,
+            GatewayCode::TrustViolation
+            | GatewayCode::BudgetExceeded
+            | GatewayCode::UnknownPolicy => StatusCode::FORBIDDEN,
             GatewayCode::UpstreamFailed => StatusCode::BAD_GATEWAY,
             GatewayCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -123,9 +132,17 @@ impl Gateway {
         let registry = Arc::new(
             Registry::from_config(&config.delegates).map_err(|e| ConfigError::Invalid(vec![e]))?,
         );
-        let proxy = Arc::new(Proxy::new(config.clone(), registry.clone()));
+        let policies = crate::policy::load_dir(&config.policies.dir, &config.policies.default)
+            .map_err(ServerError::Policies)?;
+        let metrics = Arc::new(crate::telemetry::Metrics::new()?);
+        let proxy = Arc::new(Proxy::new(
+            config.clone(),
+            registry.clone(),
+            policies,
+            metrics,
+        ));
         registry
-            .poll_all(proxy.upstream(), config.discovery.fetch_timeout)
+            .poll_all(proxy.upstream(), config.discovery.fetch_timeout, true)
             .await;
 
         let (shutdown, rx) = watch::channel(false);
@@ -143,6 +160,11 @@ impl Gateway {
         tasks.push(spawn_sweeper(
             proxy.clone(),
             config.sessions.sweep_interval,
+            rx.clone(),
+        ));
+        tasks.push(reload::spawn_watcher(
+            proxy.clone(),
+            config.policies.dir.clone(),
             rx.clone(),
         ));
         tasks.push(spawn_server(
@@ -182,7 +204,7 @@ impl Gateway {
         let timeout = Duration::from_secs(2);
         self.proxy
             .registry()
-            .poll_all(self.proxy.upstream(), timeout)
+            .poll_all(self.proxy.upstream(), timeout, true)
             .await;
     }
 

@@ -133,6 +133,8 @@ pub enum GatewayCode {
     NoEligibleDelegate,
     /// A budget would be overshot.
     BudgetExceeded,
+    /// The request named a policy that does not exist.
+    UnknownPolicy,
     /// Every attempt upstream failed.
     UpstreamFailed,
     /// The gateway's own fault.
@@ -151,6 +153,7 @@ impl GatewayCode {
             GatewayCode::SessionNotFound => "SESSION_NOT_FOUND",
             GatewayCode::NoEligibleDelegate => "NO_ELIGIBLE_DELEGATE",
             GatewayCode::BudgetExceeded => "BUDGET_EXCEEDED",
+            GatewayCode::UnknownPolicy => "UNKNOWN_POLICY",
             GatewayCode::UpstreamFailed => "UPSTREAM_FAILED",
             GatewayCode::Internal => "INTERNAL",
         }
@@ -163,6 +166,7 @@ impl GatewayCode {
             GatewayCode::Unauthenticated => ErrorCategory::Identity,
             GatewayCode::RateLimited
             | GatewayCode::TrustViolation
+            | GatewayCode::UnknownPolicy
             | GatewayCode::BudgetExceeded => ErrorCategory::Policy,
             GatewayCode::SessionNotFound => ErrorCategory::Session,
             GatewayCode::NoEligibleDelegate => ErrorCategory::Capability,
@@ -189,6 +193,7 @@ impl GatewayCode {
             | GatewayCode::TrustViolation
             | GatewayCode::SessionNotFound
             | GatewayCode::NoEligibleDelegate
+            | GatewayCode::UnknownPolicy
             | GatewayCode::BudgetExceeded => false,
         }
     }

@@ -1,27 +1,37 @@
-//! The admin listener: health, readiness and read-only views of delegates and sessions.
+//! The admin listener: health, readiness, metrics, and the admin API (delegates, policies,
+//! reload, route explain, sessions).
 //!
 //! `/admin/*` needs `Authorization: Bearer <token>` when the token variable is set; without
 //! it the admin API answers only on a loopback listener.
 
 use super::{ApiError, AppState};
+use crate::config::DelegateConfig;
 use crate::ldp::error::GatewayCode;
-use axum::extract::{Request, State};
+use crate::registry::RegistryError;
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+use serde::Deserialize;
 use serde_json::json;
+use std::collections::BTreeMap;
 
 /// The admin router.
 pub fn admin_router(state: AppState) -> Router {
     let admin = Router::new()
-        .route("/admin/delegates", get(delegates))
+        .route("/admin/delegates", get(delegates).post(register))
+        .route("/admin/delegates/{name}", delete(deregister))
+        .route("/admin/policies", get(policies))
+        .route("/admin/reload", post(reload))
+        .route("/admin/route", get(route))
         .route("/admin/sessions", get(sessions))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .merge(admin)
         .with_state(state)
 }
@@ -60,27 +70,181 @@ async fn readyz(State(s): State<AppState>) -> Response {
     }
 }
 
+async fn metrics(State(s): State<AppState>) -> Response {
+    let m = s.proxy.metrics();
+    for d in s.proxy.registry().snapshot().iter() {
+        m.delegate_up
+            .with_label_values(&[d.name.as_str()])
+            .set(i64::from(d.is_healthy()));
+    }
+    m.sessions_active.set(s.proxy.sessions().len() as i64);
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        m.render(),
+    )
+        .into_response()
+}
+
+fn delegate_json(d: &crate::registry::Delegate) -> serde_json::Value {
+    let card = d.card();
+    json!({
+        "name": d.name,
+        "url": d.base_url,
+        "weight": d.weight,
+        "labels": d.labels,
+        "health": if d.is_healthy() { "healthy" } else { "down" },
+        "last_error": d.last_error().map(|e| e.to_string()),
+        "observed": {
+            "latency_ewma_ms": d.observed_latency_ms(),
+            "samples": d.samples(),
+        },
+        "ldp_labels": card.as_ref().map(|c| c.labels()),
+        "card": card.as_deref(),
+    })
+}
+
 async fn delegates(State(s): State<AppState>) -> Json<serde_json::Value> {
     let list: Vec<_> = s
         .proxy
         .registry()
         .snapshot()
         .iter()
-        .map(|d| {
-            let card = d.card();
+        .map(|d| delegate_json(d))
+        .collect();
+    Json(json!({ "delegates": list }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Registration {
+    url: String,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    weight: Option<f64>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+}
+
+async fn register(State(s): State<AppState>, body: axum::body::Bytes) -> Response {
+    let reg: Registration = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return ApiError::new(GatewayCode::BadRequest, e.to_string()).into_response(),
+    };
+    if reg.weight.is_some_and(|w| !(w.is_finite() && w > 0.0)) {
+        return ApiError::new(GatewayCode::BadRequest, "weight must be a positive number")
+            .into_response();
+    }
+    let cfg = DelegateConfig {
+        url: reg.url,
+        name: reg.name,
+        weight: reg.weight,
+        labels: reg.labels,
+    };
+    let registry = s.proxy.registry();
+    match registry.add(&cfg) {
+        Ok(d) => {
+            registry
+                .poll_one(&d, s.proxy.upstream(), s.config.discovery.fetch_timeout)
+                .await;
+            (StatusCode::CREATED, Json(delegate_json(&d))).into_response()
+        }
+        Err(RegistryError::Duplicate(n)) => (
+            StatusCode::CONFLICT,
+            Json(
+                json!({"error": crate::ldp::LdpError::gateway(GatewayCode::BadRequest,
+                format!("a delegate named '{n}' is already registered"))}),
+            ),
+        )
+            .into_response(),
+        Err(e) => ApiError::new(GatewayCode::BadRequest, e.to_string()).into_response(),
+    }
+}
+
+async fn deregister(State(s): State<AppState>, Path(name): Path<String>) -> Response {
+    match s.proxy.registry().remove(&name) {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": crate::ldp::LdpError::gateway(GatewayCode::BadRequest, e.to_string())})),
+        )
+            .into_response(),
+    }
+}
+
+async fn policies(State(s): State<AppState>) -> Json<serde_json::Value> {
+    let set = s.proxy.policies();
+    let list: Vec<_> = set
+        .policies
+        .iter()
+        .map(|p| {
             json!({
-                "name": d.name,
-                "url": d.base_url,
-                "weight": d.weight,
-                "labels": d.labels,
-                "health": if d.is_healthy() { "healthy" } else { "down" },
-                "last_error": d.last_error().map(|e| e.to_string()),
-                "ldp_labels": card.as_ref().map(|c| c.labels()),
-                "card": card.as_deref(),
+                "name": p.name.0,
+                "description": p.description,
+                "file": p.source.display().to_string(),
+                "weights": {"quality": p.weights.quality, "cost": p.weights.cost, "latency": p.weights.latency},
+                "tolerance": p.tolerance,
+                "max_attempts": p.max_attempts,
+                "matches": p.matcher.as_ref().map(|m| json!({
+                    "skills": m.skills.iter().map(|g| g.0.clone()).collect::<Vec<_>>(),
+                    "tenants": m.tenants,
+                })),
             })
         })
         .collect();
-    Json(json!({ "delegates": list }))
+    Json(json!({ "default": set.default.0, "policies": list }))
+}
+
+async fn reload(State(s): State<AppState>) -> Response {
+    match s.proxy.reload_policies() {
+        Ok(n) => Json(json!({"reloaded": true, "policies": n})).into_response(),
+        Err(problems) => {
+            let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            tracing::error!(trigger = "admin", problems = %list.join("; "), "policy reload refused; keeping the previous policies");
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Json(json!({
+                    "reloaded": false,
+                    "problems": list,
+                    "error": crate::ldp::LdpError::gateway(GatewayCode::BadRequest, "policy files have problems; the previous policies stay in force"),
+                })),
+            )
+                .into_response()
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RouteQuery {
+    skill: String,
+    #[serde(default)]
+    policy: Option<String>,
+    #[serde(default)]
+    tenant: Option<String>,
+    #[serde(default)]
+    trust_domain: Option<String>,
+    #[serde(default)]
+    format: Option<String>,
+}
+
+async fn route(
+    State(s): State<AppState>,
+    q: Result<Query<RouteQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let q = match q {
+        Ok(Query(q)) => q,
+        Err(e) => return ApiError::new(GatewayCode::BadRequest, e.body_text()).into_response(),
+    };
+    match s.proxy.explain(
+        &q.skill,
+        q.policy.as_deref(),
+        q.tenant.as_deref(),
+        q.trust_domain.as_deref(),
+    ) {
+        Ok(x) if q.format.as_deref() == Some("text") => x.to_table().into_response(),
+        Ok(x) => Json(x).into_response(),
+        Err(e) => ApiError::new(GatewayCode::UnknownPolicy, e).into_response(),
+    }
 }
 
 async fn sessions(State(s): State<AppState>) -> Json<serde_json::Value> {
@@ -94,6 +258,7 @@ async fn sessions(State(s): State<AppState>) -> Json<serde_json::Value> {
                 "session_id": c.id,
                 "client_domain": c.client_domain,
                 "required_domain": c.required_domain,
+                "policy": c.policy,
                 "negotiated_mode": c.payload.mode,
                 "ttl_secs": c.ttl.as_secs(),
                 "upstream_sessions": c.binding_count(),

@@ -3,11 +3,11 @@
 use super::{ApiError, AppState};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, Envelope, PayloadMode};
-use crate::proxy::GATEWAY_MODES;
+use crate::proxy::{RequestCtx, GATEWAY_MODES};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -80,16 +80,36 @@ fn read_envelope(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<En
     Envelope::from_slice(&bytes).map_err(|e| ApiError::new(GatewayCode::BadRequest, e.to_string()))
 }
 
-async fn answer(s: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Envelope, ApiError> {
+/// What the headers add to the envelope: the `x-ldp-policy` header.
+fn request_ctx(headers: &HeaderMap) -> RequestCtx {
+    RequestCtx {
+        policy: headers
+            .get("x-ldp-policy")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned),
+    }
+}
+
+async fn answer(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Envelope, ApiError> {
     let env = read_envelope(body, s.config.server.body_limit_bytes)?;
     s.proxy
-        .handle(env)
+        .handle(env, &request_ctx(headers))
         .await
         .map_err(|e| ApiError::new(GatewayCode::BadRequest, e.0))
 }
 
-async fn messages(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
-    match answer(&s, body).await {
+async fn messages(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match answer(&s, &headers, body).await {
         Ok(reply) => match reply.to_vec() {
             Ok(b) => json_bytes(StatusCode::OK, b),
             Err(e) => ApiError::new(GatewayCode::Internal, e.to_string()).into_response(),
@@ -101,7 +121,11 @@ async fn messages(State(s): State<AppState>, body: Result<Bytes, BytesRejection>
 /// SSE: for a task, a TASK_UPDATE "accepted" event, then the final envelope; anything else
 /// gets its one answer as a single event. (Relaying delegates' own updates comes with the
 /// streaming work.)
-async fn stream(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn stream(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let env = match read_envelope(body, s.config.server.body_limit_bytes) {
         Ok(env) => env,
         Err(e) => return e.into_response(),
@@ -119,7 +143,8 @@ async fn stream(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) 
         _ => None,
     };
     let proxy = s.proxy.clone();
-    let events = async_stream(accepted, async move { proxy.handle(env).await });
+    let ctx = request_ctx(&headers);
+    let events = async_stream(accepted, async move { proxy.handle(env, &ctx).await });
     Sse::new(events)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()

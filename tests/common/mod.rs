@@ -46,6 +46,7 @@ pub async fn gateway_with(
     cfg.server.listen = "127.0.0.1:0".parse().expect("addr");
     cfg.admin.listen = "127.0.0.1:0".parse().expect("addr");
     cfg.discovery.poll_interval = Duration::from_secs(3600);
+    cfg.policies.dir = concat!(env!("CARGO_MANIFEST_DIR"), "/policies").into();
     cfg.delegates = urls
         .iter()
         .enumerate()

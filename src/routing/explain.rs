@@ -1,0 +1,279 @@
+//! Explaining a decision: every delegate, every constraint with the value it compared, the
+//! score components, the band of near-equals and the pick.
+
+use super::{decide, scores, Components, Constraint, Figures, Need, Offer, RoutingParams};
+use crate::policy::Policy;
+use serde::Serialize;
+
+/// One constraint's verdict for one delegate.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConstraintRow {
+    /// Which constraint.
+    pub constraint: Constraint,
+    /// Whether it passed.
+    pub pass: bool,
+    /// The comparison, e.g. `quality 0.72 >= 0.70`.
+    pub detail: String,
+}
+
+/// One delegate in an explanation.
+#[derive(Debug, Clone, Serialize)]
+pub struct RowView {
+    /// Registry name.
+    pub delegate: String,
+    /// Card id.
+    pub delegate_id: String,
+    /// Whether it offers the skill at all.
+    pub offers_skill: bool,
+    /// Its figures (when it offers the skill).
+    pub figures: Option<Figures>,
+    /// Every constraint (when it offers the skill).
+    pub constraints: Vec<ConstraintRow>,
+    /// Score components (when eligible).
+    pub components: Option<Components>,
+    /// Weighted score (when eligible).
+    pub score: Option<f64>,
+    /// Within tolerance of the best.
+    pub in_band: bool,
+}
+
+/// A full explanation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Explanation {
+    /// The skill.
+    pub skill: String,
+    /// The policy used.
+    pub policy: String,
+    /// Its weights, for reading the scores.
+    pub weights: [f64; 3],
+    /// Its tolerance.
+    pub tolerance: f64,
+    /// Every delegate.
+    pub delegates: Vec<RowView>,
+    /// Names within tolerance of the best score.
+    pub band: Vec<String>,
+    /// The delegate a decision picked now (random within the band), or why none.
+    pub pick: Result<String, String>,
+}
+
+fn fmt_opt(v: Option<f64>, unit: &str) -> String {
+    v.map_or_else(|| "undeclared".to_owned(), |v| format!("{v}{unit}"))
+}
+
+fn detail<O: Offer>(c: Constraint, o: &O, f: &Figures, policy: &Policy, need: &Need<'_>) -> String {
+    let card = o.card();
+    let r = &policy.require;
+    let globs = |g: &[crate::policy::Glob]| {
+        g.iter()
+            .map(|g| g.0.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match c {
+        Constraint::Healthy => if o.healthy() { "up" } else { "down" }.to_owned(),
+        Constraint::TrustDomain => format!(
+            "delegate domain '{}' vs client domain '{}'{}",
+            card.trust_domain.name,
+            need.client_domain,
+            need.required_domain
+                .map(|r| format!(", required '{r}'"))
+                .unwrap_or_default()
+        ),
+        Constraint::PolicyTrustDomains if r.trust_domains.is_empty() => "no constraint".into(),
+        Constraint::PolicyTrustDomains => {
+            format!(
+                "'{}' in [{}]",
+                card.trust_domain.name,
+                r.trust_domains.join(", ")
+            )
+        }
+        Constraint::Jurisdiction
+            if r.jurisdictions.is_empty() && r.deny_jurisdictions.is_empty() =>
+        {
+            "no constraint".into()
+        }
+        Constraint::Jurisdiction => format!(
+            "'{}' allow [{}] deny [{}]",
+            card.jurisdiction.as_deref().unwrap_or("undeclared"),
+            globs(&r.jurisdictions),
+            globs(&r.deny_jurisdictions)
+        ),
+        Constraint::MinQuality => match r.min_quality {
+            None => "no constraint".into(),
+            Some(m) => format!("quality {} >= {m}", fmt_opt(f.quality, "")),
+        },
+        Constraint::MaxCost => match r.max_cost_usd {
+            None => "no constraint".into(),
+            Some(m) => format!("cost {} <= {m} USD", fmt_opt(f.cost_usd, " USD")),
+        },
+        Constraint::MaxLatency => match r.max_latency_ms {
+            None => "no constraint".into(),
+            Some(m) => format!(
+                "latency {} ({:?}) <= {m} ms",
+                fmt_opt(f.latency_ms.map(|l| l.round()), " ms"),
+                f.latency_source
+            ),
+        },
+        Constraint::PayloadModes if r.payload_modes.is_empty() => "no constraint".into(),
+        Constraint::PayloadModes => format!(
+            "supports [{}], needs one of [{}]",
+            card.supported_payload_modes
+                .iter()
+                .map(|m| m.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            r.payload_modes
+                .iter()
+                .map(|m| m.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Constraint::ContextWindow => match r.min_context_window {
+            None => "no constraint".into(),
+            Some(m) => format!(
+                "context {} >= {m}",
+                fmt_opt(card.context_window.map(|c| c as f64), "")
+            ),
+        },
+        Constraint::ModelFamily
+            if r.model_families.is_empty() && r.deny_model_families.is_empty() =>
+        {
+            "no constraint".into()
+        }
+        Constraint::ModelFamily => format!(
+            "'{}' allow [{}] deny [{}]",
+            card.model_family,
+            globs(&r.model_families),
+            globs(&r.deny_model_families)
+        ),
+        Constraint::ContractBudget => match need.contract_max_cost_usd {
+            None => "no contract budget".into(),
+            Some(m) => format!("cost {} <= contract {m} USD", fmt_opt(f.cost_usd, " USD")),
+        },
+        Constraint::ContractDeadline => match need.contract_ms_left {
+            None => "no contract deadline".into(),
+            Some(m) => format!(
+                "latency {} <= {m} ms left",
+                fmt_opt(f.latency_ms.map(|l| l.round()), " ms")
+            ),
+        },
+    }
+}
+
+/// Explains the decision for `need` under `policy` over `offers` (delegates offering the
+/// skill); `others` are `(name, delegate_id)` of delegates that do not offer it.
+pub fn explain<O: Offer>(
+    offers: &[O],
+    others: &[(String, String)],
+    policy: &Policy,
+    need: &Need<'_>,
+    params: &RoutingParams,
+) -> Explanation {
+    let (evals, scored, floor) = scores(offers, policy, need, params);
+    let mut delegates = Vec::with_capacity(offers.len() + others.len());
+    let mut band = Vec::new();
+    for ((o, e), s) in offers.iter().zip(&evals).zip(&scored) {
+        let in_band = s.is_some_and(|(_, score)| score >= floor);
+        if in_band {
+            band.push(o.name().to_owned());
+        }
+        delegates.push(RowView {
+            delegate: o.name().to_owned(),
+            delegate_id: o.card().delegate_id.clone(),
+            offers_skill: true,
+            figures: Some(e.figures),
+            constraints: Constraint::ALL
+                .into_iter()
+                .map(|c| ConstraintRow {
+                    constraint: c,
+                    pass: !e.failed(c),
+                    detail: detail(c, o, &e.figures, policy, need),
+                })
+                .collect(),
+            components: s.map(|(c, _)| c),
+            score: s.map(|(_, s)| s),
+            in_band,
+        });
+    }
+    for (name, id) in others {
+        delegates.push(RowView {
+            delegate: name.clone(),
+            delegate_id: id.clone(),
+            offers_skill: false,
+            figures: None,
+            constraints: Vec::new(),
+            components: None,
+            score: None,
+            in_band: false,
+        });
+    }
+    let mut rng = fastrand::Rng::new();
+    let pick = decide(offers, policy, need, params, &mut rng)
+        .map(|p| offers[p.index].name().to_owned())
+        .map_err(|e| e.to_string());
+    let w = policy.weights;
+    Explanation {
+        skill: need.skill.to_owned(),
+        policy: policy.name.0.clone(),
+        weights: [w.quality, w.cost, w.latency],
+        tolerance: policy.tolerance,
+        delegates,
+        band,
+        pick,
+    }
+}
+
+impl Explanation {
+    /// A plain-text table for the terminal.
+    pub fn to_table(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let [wq, wc, wl] = self.weights;
+        let _ = writeln!(
+            out,
+            "skill '{}' under policy '{}' (weights quality {wq}, cost {wc}, latency {wl}; tolerance {})",
+            self.skill, self.policy, self.tolerance
+        );
+        for d in &self.delegates {
+            let _ = write!(out, "\n{} ({})", d.delegate, d.delegate_id);
+            if !d.offers_skill {
+                let _ = writeln!(out, ": does not offer the skill");
+                continue;
+            }
+            match (d.score, d.components) {
+                (Some(s), Some(c)) => {
+                    let _ = writeln!(
+                        out,
+                        ": score {s:.3} (quality {:.3}, cost {:.3}, latency {:.3}){}",
+                        c.quality,
+                        c.cost,
+                        c.latency,
+                        if d.in_band { "  [in band]" } else { "" }
+                    );
+                }
+                _ => {
+                    let _ = writeln!(out, ": not eligible");
+                }
+            }
+            for c in &d.constraints {
+                let _ = writeln!(
+                    out,
+                    "  {} {:<20} {}",
+                    if c.pass { "pass" } else { "FAIL" },
+                    c.constraint.as_str(),
+                    c.detail
+                );
+            }
+        }
+        let _ = writeln!(out, "\nband: [{}]", self.band.join(", "));
+        match &self.pick {
+            Ok(p) => {
+                let _ = writeln!(out, "pick: {p}");
+            }
+            Err(e) => {
+                let _ = writeln!(out, "pick: none — {e}");
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,377 @@
+//! Unit tests of every constraint and of the score.
+
+use super::*;
+use crate::ldp::{Capability, PayloadMode, TrustDomain};
+use crate::policy::{Glob, Policy, Weights};
+
+/// A plain offer for tests.
+#[derive(Debug, Clone)]
+pub(crate) struct TestOffer {
+    pub name: String,
+    pub card: IdentityCard,
+    pub hints: CapabilityHints,
+    pub healthy: bool,
+    pub observed: Option<f64>,
+    pub weight: f64,
+}
+
+impl Offer for TestOffer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn card(&self) -> &IdentityCard {
+        &self.card
+    }
+    fn hints(&self) -> &CapabilityHints {
+        &self.hints
+    }
+    fn healthy(&self) -> bool {
+        self.healthy
+    }
+    fn observed_latency_ms(&self) -> Option<f64> {
+        self.observed
+    }
+    fn weight(&self) -> f64 {
+        self.weight
+    }
+}
+
+pub(crate) fn offer(name: &str, q: Option<f64>, cost: Option<f64>, lat: Option<u64>) -> TestOffer {
+    let mut card: IdentityCard = serde_json::from_value(serde_json::json!({
+        "delegate_id": format!("ldp:delegate:{name}"), "name": name, "model_family": "llama",
+        "model_version": "1", "trust_domain": "default", "context_window": 32000,
+        "jurisdiction": "eu-west", "supported_payload_modes": ["semantic_frame", "text"]
+    }))
+    .unwrap();
+    let mut cap = Capability::named("s");
+    cap.hints = CapabilityHints {
+        quality: q,
+        cost_per_call_usd: cost,
+        latency_p50_ms: lat,
+        ..CapabilityHints::default()
+    };
+    card.capabilities.push(cap.clone());
+    TestOffer {
+        name: name.into(),
+        card,
+        hints: cap.hints,
+        healthy: true,
+        observed: None,
+        weight: 1.0,
+    }
+}
+
+fn need() -> Need<'static> {
+    Need {
+        skill: "s",
+        client_domain: "default",
+        ..Need::default()
+    }
+}
+
+fn only(c: Constraint, e: &Evaluation) -> bool {
+    e.failures().collect::<Vec<_>>() == vec![c]
+}
+
+#[test]
+fn every_constraint_fails_alone() {
+    let p = Policy::builtin_balanced();
+    let params = RoutingParams::default();
+    let base = offer("a", Some(0.8), Some(0.01), Some(500));
+    assert!(evaluate(&base, &p, &need(), &params).eligible());
+
+    let mut o = base.clone();
+    o.healthy = false;
+    assert!(only(
+        Constraint::Healthy,
+        &evaluate(&o, &p, &need(), &params)
+    ));
+
+    let mut o = base.clone();
+    o.card.trust_domain = TrustDomain::named("other");
+    assert!(only(
+        Constraint::TrustDomain,
+        &evaluate(&o, &p, &need(), &params)
+    ));
+    let n = Need {
+        required_domain: Some("research.internal"),
+        ..need()
+    };
+    assert!(only(
+        Constraint::TrustDomain,
+        &evaluate(&base, &p, &n, &params)
+    ));
+
+    let mut pol = p.clone();
+    pol.require.trust_domains = vec!["research.internal".into()];
+    assert!(only(
+        Constraint::PolicyTrustDomains,
+        &evaluate(&base, &pol, &need(), &params)
+    ));
+
+    let mut pol = p.clone();
+    pol.require.jurisdictions = vec![Glob("us-*".into())];
+    assert!(only(
+        Constraint::Jurisdiction,
+        &evaluate(&base, &pol, &need(), &params)
+    ));
+    let mut pol = p.clone();
+    pol.require.deny_jurisdictions = vec![Glob("eu-*".into())];
+    assert!(only(
+        Constraint::Jurisdiction,
+        &evaluate(&base, &pol, &need(), &params)
+    ));
+    let mut pol = p.clone();
+    pol.require.jurisdictions = vec![Glob("eu-*".into())];
+    assert!(evaluate(&base, &pol, &need(), &params).eligible());
+
+    let mut pol = p.clone();
+    pol.require.min_quality = Some(0.9);
+    assert!(only(
+        Constraint::MinQuality,
+        &evaluate(&base, &pol, &need(), &params)
+    ));
+
+    let mut pol = p.clone();
+    pol.require.max_cost_usd = Some(0.005);
+    assert!(only(
+        Constraint::MaxCost,
+        &evaluate(&base, &pol, &need(), &params)
+    ));
+
+    let mut pol = p.clone();
+    pol.require.max_latency_ms = Some(400);
+    assert!(only(
+        Constraint::MaxLatency,
+        &evaluate(&base, &pol, &need(), &params)
+    ));
+
+    let mut pol = p.clone();
+    pol.require.payload_modes = vec![PayloadMode::SemanticGraph];
+    assert!(only(
+        Constraint::PayloadModes,
+        &evaluate(&base, &pol, &need(), &params)
+    ));
+
+    let mut pol = p.clone();
+    pol.require.min_context_window = Some(64000);
+    assert!(only(
+        Constraint::ContextWindow,
+        &evaluate(&base, &pol, &need(), &params)
+    ));
+
+    let mut pol = p.clone();
+    pol.require.model_families = vec![Glob("claude*".into())];
+    assert!(only(
+        Constraint::ModelFamily,
+        &evaluate(&base, &pol, &need(), &params)
+    ));
+    let mut pol = p.clone();
+    pol.require.deny_model_families = vec![Glob("llama".into())];
+    assert!(only(
+        Constraint::ModelFamily,
+        &evaluate(&base, &pol, &need(), &params)
+    ));
+
+    let n = Need {
+        contract_max_cost_usd: Some(0.001),
+        ..need()
+    };
+    assert!(only(
+        Constraint::ContractBudget,
+        &evaluate(&base, &p, &n, &params)
+    ));
+    let n = Need {
+        contract_ms_left: Some(100),
+        ..need()
+    };
+    assert!(only(
+        Constraint::ContractDeadline,
+        &evaluate(&base, &p, &n, &params)
+    ));
+}
+
+#[test]
+fn unknown_values_fail_bounds_unless_configured() {
+    let mut pol = Policy::builtin_balanced();
+    pol.require.min_quality = Some(0.5);
+    pol.require.max_cost_usd = Some(1.0);
+    let o = offer("a", None, None, None);
+    let strict = RoutingParams::default();
+    let e = evaluate(&o, &pol, &need(), &strict);
+    assert!(e.failed(Constraint::MinQuality) && e.failed(Constraint::MaxCost));
+    let lenient = RoutingParams {
+        unknown_passes_bounds: true,
+        ..strict
+    };
+    assert!(evaluate(&o, &pol, &need(), &lenient).eligible());
+}
+
+#[test]
+fn tier_prices_stand_in_for_missing_prices() {
+    let mut o = offer("a", Some(0.8), None, Some(100));
+    o.hints.cost_tier = Some(CostTier::High);
+    let f = figures(&o, &RoutingParams::default());
+    assert_eq!(f.cost_usd, Some(0.05));
+}
+
+#[test]
+fn observed_latency_replaces_the_declared_one() {
+    let mut o = offer("a", Some(0.8), Some(0.01), Some(100));
+    assert_eq!(
+        figures(&o, &RoutingParams::default()).latency_source,
+        LatencySource::Declared
+    );
+    o.observed = Some(900.0);
+    let f = figures(&o, &RoutingParams::default());
+    assert_eq!(
+        (f.latency_ms, f.latency_source),
+        (Some(900.0), LatencySource::Observed)
+    );
+}
+
+#[test]
+fn score_normalises_over_the_candidates() {
+    let offers = [
+        offer("good", Some(0.9), Some(0.02), Some(1000)),
+        offer("cheap", Some(0.6), Some(0.001), Some(1000)),
+        offer("fast", Some(0.6), Some(0.02), Some(100)),
+    ];
+    let params = RoutingParams::default();
+    let mut p = Policy::builtin_balanced();
+    p.tolerance = 0.0;
+    let pick_with = |w: Weights| {
+        let mut p = p.clone();
+        p.weights = w;
+        let mut rng = fastrand::Rng::with_seed(7);
+        offers[decide(&offers, &p, &need(), &params, &mut rng)
+            .unwrap()
+            .index]
+            .name
+            .clone()
+    };
+    assert_eq!(
+        pick_with(Weights {
+            quality: 1.0,
+            cost: 0.0,
+            latency: 0.0
+        }),
+        "good"
+    );
+    assert_eq!(
+        pick_with(Weights {
+            quality: 0.0,
+            cost: 1.0,
+            latency: 0.0
+        }),
+        "cheap"
+    );
+    assert_eq!(
+        pick_with(Weights {
+            quality: 0.0,
+            cost: 0.0,
+            latency: 1.0
+        }),
+        "fast"
+    );
+    let (_, scored, _) = scores(&offers, &p, &need(), &params);
+    let (c, _) = scored[0].unwrap();
+    assert_eq!(c.quality, 1.0);
+    assert!((c.cost - 0.001_001 / 0.020_001).abs() < 1e-6);
+}
+
+#[test]
+fn missing_hints_score_neutral_not_zero() {
+    let offers = [
+        offer("known", Some(0.2), Some(0.01), Some(100)),
+        offer("silent", None, Some(0.01), Some(100)),
+    ];
+    let mut p = Policy::builtin_balanced();
+    p.weights = Weights {
+        quality: 1.0,
+        cost: 0.0,
+        latency: 0.0,
+    };
+    let (_, scored, _) = scores(&offers, &p, &need(), &RoutingParams::default());
+    assert_eq!(scored[1].unwrap().0.quality, 0.5);
+}
+
+#[test]
+fn band_shares_near_equals_by_weight() {
+    let mut offers = vec![
+        offer("a", Some(0.80), Some(0.01), Some(100)),
+        offer("b", Some(0.79), Some(0.01), Some(100)),
+    ];
+    offers[1].weight = 3.0;
+    let mut p = Policy::builtin_balanced();
+    p.tolerance = 0.05;
+    let mut rng = fastrand::Rng::with_seed(1);
+    let mut count = [0usize; 2];
+    for _ in 0..4000 {
+        let pick = decide(&offers, &p, &need(), &RoutingParams::default(), &mut rng).unwrap();
+        assert_eq!(pick.band, 2);
+        count[pick.index] += 1;
+    }
+    // weight 3 vs 1: about 75% / 25%.
+    assert!((2700..3300).contains(&count[1]), "{count:?}");
+    p.tolerance = 0.0;
+    let pick = decide(&offers, &p, &need(), &RoutingParams::default(), &mut rng).unwrap();
+    assert_eq!((pick.index, pick.band), (0, 1));
+}
+
+#[test]
+fn no_eligible_names_skill_and_exclusions() {
+    let mut o = offer("a", Some(0.5), Some(0.01), Some(100));
+    o.healthy = false;
+    let e = decide(
+        &[o],
+        &Policy::builtin_balanced(),
+        &need(),
+        &RoutingParams::default(),
+        &mut fastrand::Rng::new(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "1 delegate(s) offer skill 's' but none passes the constraints (healthy: 1 excluded)"
+    );
+    let none: [TestOffer; 0] = [];
+    let e = decide(
+        &none,
+        &Policy::builtin_balanced(),
+        &need(),
+        &RoutingParams::default(),
+        &mut fastrand::Rng::new(),
+    )
+    .unwrap_err();
+    assert_eq!(e.to_string(), "no delegate offers skill 's'");
+}
+
+#[test]
+fn explain_shows_values_compared() {
+    let offers = [
+        offer("a", Some(0.8), Some(0.01), Some(500)),
+        offer("b", Some(0.6), Some(0.01), Some(500)),
+    ];
+    let mut p = Policy::builtin_balanced();
+    p.require.min_quality = Some(0.7);
+    let x = explain(
+        &offers,
+        &[("c".into(), "ldp:delegate:c".into())],
+        &p,
+        &need(),
+        &RoutingParams::default(),
+    );
+    assert_eq!(x.pick, Ok("a".into()));
+    assert_eq!(x.band, vec!["a".to_string()]);
+    let b = &x.delegates[1];
+    let row = b
+        .constraints
+        .iter()
+        .find(|c| c.constraint == Constraint::MinQuality)
+        .unwrap();
+    assert!(!row.pass);
+    assert_eq!(row.detail, "quality 0.6 >= 0.7");
+    assert!(!x.delegates[2].offers_skill);
+    assert!(x.to_table().contains("FAIL min_quality"));
+}
