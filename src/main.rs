@@ -26,7 +26,28 @@ enum Command {
     Demo(ldp_gateway::demo::DemoArgs),
     /// Run one simulated LDP delegate.
     Delegate(ldp_gateway::sim::DelegateArgs),
-    /// Validate a config file; exit 1 on any problem.
+    /// Explain the routing decision for a skill from the config and the delegates' live cards.
+    Route {
+        /// The skill.
+        #[arg(long)]
+        skill: String,
+        /// The policy (default: what selection would choose).
+        #[arg(long)]
+        policy: Option<String>,
+        /// The tenant (for `[match] tenants`).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// The client trust domain (default: the gateway's own).
+        #[arg(long)]
+        trust_domain: Option<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Config file (TOML).
+        #[arg(long, default_value = "config/gateway.toml")]
+        config: PathBuf,
+    },
+    /// Validate a config file and its policy directory; exit 1 on any problem.
     Check {
         /// Config file (TOML).
         #[arg(long, default_value = "config/gateway.toml")]
@@ -46,6 +67,28 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Demo(args) => runtime.block_on(ldp_gateway::demo::run(args)),
         Command::Delegate(args) => runtime.block_on(ldp_gateway::sim::run(args)),
+        Command::Route {
+            skill,
+            policy,
+            tenant,
+            trust_domain,
+            json,
+            config,
+        } => {
+            let x = runtime.block_on(ldp_gateway::server::explain_from_file(
+                &config,
+                &skill,
+                policy.as_deref(),
+                tenant.as_deref(),
+                trust_domain.as_deref(),
+            ))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&x)?);
+            } else {
+                print!("{}", x.to_table());
+            }
+            Ok(())
+        }
         Command::Check { config } => {
             let problems = ldp_gateway::config::check_file(&config);
             for p in &problems {

@@ -271,11 +271,7 @@ pub fn evaluate<O: Offer>(
     );
     fail(
         Constraint::PolicyTrustDomains,
-        !req.trust_domains.is_empty()
-            && !req
-                .trust_domains
-                .iter()
-                .any(|d| *d == card.trust_domain.name),
+        !req.trust_domains.is_empty() && !req.trust_domains.contains(&card.trust_domain.name),
     );
     let j = card.jurisdiction.as_deref();
     fail(
@@ -547,6 +543,10 @@ pub fn decide<O: Offer>(
     })
 }
 
+/// Every offer's evaluation, the components and score of the eligible ones (`None` for the
+/// rest), and the band floor.
+pub type Scored = (Vec<Evaluation>, Vec<Option<(Components, f64)>>, f64);
+
 /// Scores of the eligible offers, in offer order (`None` for ineligible ones), and the band
 /// floor: what [`decide`] computed, for explain and tests.
 pub fn scores<O: Offer>(
@@ -554,7 +554,7 @@ pub fn scores<O: Offer>(
     policy: &Policy,
     need: &Need<'_>,
     params: &RoutingParams,
-) -> (Vec<Evaluation>, Vec<Option<(Components, f64)>>, f64) {
+) -> Scored {
     let evals: Vec<Evaluation> = offers
         .iter()
         .map(|o| evaluate(o, policy, need, params))

@@ -290,6 +290,28 @@ pub async fn serve_from_file(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `ldp-gateway route`: load the config and policies, fetch every card once, explain.
+pub async fn explain_from_file(
+    path: &Path,
+    skill: &str,
+    policy: Option<&str>,
+    tenant: Option<&str>,
+    client_domain: Option<&str>,
+) -> anyhow::Result<crate::routing::Explanation> {
+    let config = Arc::new(Config::load(path)?);
+    let policies = crate::policy::load_dir(&config.policies.dir, &config.policies.default)
+        .map_err(ServerError::Policies)?;
+    let registry = Arc::new(Registry::from_config(&config.delegates).map_err(anyhow::Error::msg)?);
+    let metrics = Arc::new(crate::telemetry::Metrics::new()?);
+    let proxy = Proxy::new(config.clone(), registry.clone(), policies, metrics);
+    registry
+        .poll_all(proxy.upstream(), config.discovery.fetch_timeout, true)
+        .await;
+    proxy
+        .explain(skill, policy, tenant, client_domain)
+        .map_err(anyhow::Error::msg)
+}
+
 /// Resolves on Ctrl-C or (on Unix) SIGTERM.
 pub async fn wait_for_signal() {
     let ctrl_c = async {

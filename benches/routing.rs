@@ -1,0 +1,2 @@
+//! Routing decision micro-benches (work in progress).
+fn main() {}
