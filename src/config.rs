@@ -160,8 +160,23 @@ pub struct PoliciesConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProvenanceConfig {
-    /// Store URL.
+    /// Store URL: `sqlite://PATH` (relative to the working directory), `sqlite:///ABS`, or
+    /// `sqlite::memory:`.
     pub store: String,
+    /// `commit` (answer after the row commits), `fsync` (and power-loss safe), `async`.
+    pub durability: crate::provenance::Durability,
+    /// Store redacted previews of inputs and outputs.
+    pub store_payloads: bool,
+    /// Rows older than this are pruned in the background.
+    #[serde(with = "humantime_serde")]
+    pub retention: Duration,
+    /// How often retention runs.
+    #[serde(with = "humantime_serde")]
+    pub prune_every: Duration,
+    /// Rows the writer's queue holds before `commit` waits (back-pressure) or `async` drops.
+    pub queue_capacity: usize,
+    /// Reported and declared cost disagreeing by more than this factor count as a discrepancy.
+    pub cost_discrepancy_ratio: f64,
 }
 
 impl Default for ServerConfig {
@@ -238,6 +253,12 @@ impl Default for ProvenanceConfig {
     fn default() -> Self {
         ProvenanceConfig {
             store: "sqlite://data/provenance.db".into(),
+            durability: crate::provenance::Durability::Commit,
+            store_payloads: false,
+            retention: Duration::from_secs(30 * 24 * 3600),
+            prune_every: Duration::from_secs(3600),
+            queue_capacity: 10_000,
+            cost_discrepancy_ratio: 2.0,
         }
     }
 }
@@ -289,6 +310,29 @@ impl Config {
         if self.discovery.poll_interval.is_zero() {
             out.push(format!(
                 "{origin}: discovery.poll_interval: must be longer than 0s"
+            ));
+        }
+        let p = &self.provenance;
+        if p.queue_capacity == 0 {
+            out.push(format!(
+                "{origin}: provenance.queue_capacity: must be at least 1"
+            ));
+        }
+        if !(p.cost_discrepancy_ratio.is_finite() && p.cost_discrepancy_ratio >= 1.0) {
+            out.push(format!(
+                "{origin}: provenance.cost_discrepancy_ratio: must be at least 1, got {}",
+                p.cost_discrepancy_ratio
+            ));
+        }
+        if p.prune_every.is_zero() {
+            out.push(format!(
+                "{origin}: provenance.prune_every: must be longer than 0s"
+            ));
+        }
+        if !p.store.starts_with("sqlite:") {
+            out.push(format!(
+                "{origin}: provenance.store: unsupported store '{}' (use sqlite://PATH)",
+                p.store
             ));
         }
         let r = &self.routing;

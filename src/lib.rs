@@ -9,6 +9,7 @@ pub mod config;
 pub mod demo;
 pub mod ldp;
 pub mod policy;
+pub mod provenance;
 pub mod proxy;
 pub mod registry;
 pub mod routing;

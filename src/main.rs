@@ -47,6 +47,36 @@ enum Command {
         #[arg(long, default_value = "config/gateway.toml")]
         config: PathBuf,
     },
+    /// Print provenance rows from the ledger database.
+    Provenance {
+        /// Rows of this client task id.
+        #[arg(long)]
+        task: Option<String>,
+        /// Rows of this client session id.
+        #[arg(long)]
+        session: Option<String>,
+        /// Rows of this delegate (registry name).
+        #[arg(long)]
+        delegate: Option<String>,
+        /// Rows of this tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Rows since a duration ago (`1h`) or an RFC 3339 time.
+        #[arg(long)]
+        since: Option<String>,
+        /// Most rows to print.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// `json` or `csv`.
+        #[arg(long, default_value = "json")]
+        format: String,
+        /// The SQLite file (default: `provenance.store` of the config).
+        #[arg(long)]
+        db: Option<PathBuf>,
+        /// Config file (TOML).
+        #[arg(long, default_value = "config/gateway.toml")]
+        config: PathBuf,
+    },
     /// Validate a config file and its policy directory; exit 1 on any problem.
     Check {
         /// Config file (TOML).
@@ -87,6 +117,36 @@ fn main() -> anyhow::Result<()> {
             } else {
                 print!("{}", x.to_table());
             }
+            Ok(())
+        }
+        Command::Provenance {
+            task,
+            session,
+            delegate,
+            tenant,
+            since,
+            limit,
+            format,
+            db,
+            config,
+        } => {
+            let q = ldp_gateway::provenance::Query {
+                session_id: session,
+                task_id: task,
+                delegate,
+                tenant,
+                since_ms: None,
+                limit: Some(limit),
+                offset: None,
+            };
+            let out = ldp_gateway::provenance::print_from_file(
+                db.as_deref(),
+                &config,
+                q,
+                since.as_deref(),
+                &format,
+            )?;
+            print!("{out}");
             Ok(())
         }
         Command::Check { config } => {

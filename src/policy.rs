@@ -5,7 +5,7 @@
 mod compile;
 mod parse;
 
-pub use compile::{load_dir, PolicyProblem};
+pub use compile::{load_dir, parse_str, PolicyProblem};
 
 use crate::ldp::PayloadMode;
 use std::path::PathBuf;

@@ -2,23 +2,25 @@
 //! sessions, translating payload modes and rewriting provenance. No HTTP here: the server
 //! hands in parsed envelopes and sends back what this returns.
 
+mod task;
+
 use crate::config::Config;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{
-    negotiate, Body, Capability, DelegationContract, Envelope, IdentityCard, LdpError,
-    LineageEntry, MessageType, PayloadMode, Provenance, SessionConfig, VerificationStatus,
+    negotiate, Body, Capability, Envelope, IdentityCard, LdpError, MessageType, PayloadMode,
+    SessionConfig,
 };
-use crate::policy::{Policy, PolicyProblem, PolicySet};
-use crate::registry::{Delegate, Registry, SkillOffer};
-use crate::routing::{self, Explanation, Need, Offer};
-use crate::session::{Binding, ClientSession, NewSession, SessionTable};
+use crate::policy::{PolicyProblem, PolicySet};
+use crate::provenance::LedgerHandle;
+use crate::registry::{Delegate, Registry};
+use crate::routing::{self, Explanation, Need};
+use crate::session::{Binding, NewSession, SessionTable};
 use crate::telemetry::Metrics;
-use crate::translate::{is_mode_failure, translate_input};
 use crate::upstream::{UpstreamClient, UpstreamError};
 use arc_swap::ArcSwap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Modes the gateway offers clients, preferred first (it translates between them).
 pub const GATEWAY_MODES: [PayloadMode; 2] = [PayloadMode::SemanticFrame, PayloadMode::Text];
@@ -49,16 +51,8 @@ pub struct Proxy {
     sessions: SessionTable,
     upstream: UpstreamClient,
     metrics: Arc<Metrics>,
+    ledger: LedgerHandle,
     version: String,
-}
-
-/// What one task's trip upstream produced.
-enum Outcome {
-    Result {
-        output: serde_json::Value,
-        provenance: Provenance,
-    },
-    Failed(LdpError),
 }
 
 impl Proxy {
@@ -68,6 +62,7 @@ impl Proxy {
         registry: Arc<Registry>,
         policies: PolicySet,
         metrics: Arc<Metrics>,
+        ledger: LedgerHandle,
     ) -> Proxy {
         let upstream = UpstreamClient::new(
             cfg.identity.delegate_id.clone(),
@@ -86,6 +81,7 @@ impl Proxy {
             sessions: SessionTable::default(),
             upstream,
             metrics,
+            ledger,
             version,
         }
     }
@@ -121,6 +117,11 @@ impl Proxy {
                 Err(problems)
             }
         }
+    }
+
+    /// The ledger.
+    pub fn ledger(&self) -> &LedgerHandle {
+        &self.ledger
     }
 
     /// The metrics.
@@ -202,7 +203,16 @@ impl Proxy {
                 input,
                 contract,
             } => Ok(self
-                .submit(&env, ctx, task_id, skill, input, contract.as_ref())
+                .submit(
+                    &env,
+                    ctx,
+                    task::TaskIn {
+                        task_id,
+                        skill,
+                        input,
+                        contract: contract.as_ref(),
+                    },
+                )
                 .await),
             Body::TaskCancel { task_id } => Ok(self.cancel(&env, task_id).await),
             Body::SessionClose { .. } => Ok(self.close(&env)),
@@ -315,258 +325,6 @@ impl Proxy {
         )
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn submit(
-        &self,
-        env: &Envelope,
-        ctx: &RequestCtx,
-        task_id: &str,
-        skill: &str,
-        input: &serde_json::Value,
-        contract: Option<&DelegationContract>,
-    ) -> Envelope {
-        let Some(session) = self.sessions.get(&env.session_id, &env.from) else {
-            return self.task_failed(env, task_id, self.session_not_found(env));
-        };
-        let named = ctx.policy.as_deref().or(session.policy.as_deref());
-        let set = self.policies.load_full();
-        let policy = match set.select(named, None, skill, ANONYMOUS) {
-            Ok((p, _)) => p.clone(),
-            Err(reason) => {
-                let error = LdpError::gateway(GatewayCode::UnknownPolicy, reason);
-                return self.task_failed(env, task_id, error);
-            }
-        };
-        session.task_started(task_id, skill);
-        let outcome = self
-            .run_task(&session, &policy, env, task_id, skill, input, contract)
-            .await;
-        session.task_finished(task_id);
-        match outcome {
-            Outcome::Result { output, provenance } => env.reply(
-                self.id(),
-                Body::TaskResult {
-                    task_id: task_id.to_owned(),
-                    output,
-                    provenance: Some(provenance),
-                },
-                env.payload_mode,
-            ),
-            Outcome::Failed(error) => self.task_failed(env, task_id, error),
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn run_task(
-        &self,
-        session: &ClientSession,
-        policy: &Policy,
-        env: &Envelope,
-        task_id: &str,
-        skill: &str,
-        input: &serde_json::Value,
-        contract: Option<&DelegationContract>,
-    ) -> Outcome {
-        let need = Need {
-            skill,
-            client_domain: &session.client_domain,
-            required_domain: session.required_domain.as_deref(),
-            contract_max_cost_usd: contract
-                .and_then(|c| c.policy.budget.as_ref())
-                .and_then(|b| b.max_cost_usd),
-            contract_ms_left: contract
-                .and_then(|c| c.deadline_at())
-                .map(|d| (d - chrono::Utc::now()).num_milliseconds().max(0) as u64),
-        };
-        let mut binding = match self.binding_for(session, policy, &need).await {
-            Ok(b) => b,
-            Err(e) => return Outcome::Failed(e),
-        };
-        let mut mode = binding.upstream.payload.mode;
-        let mut notes: Vec<String> = Vec::new();
-        let mut rehandshaken = false;
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            let upstream_env = Envelope::new(
-                binding.upstream.session_id.as_str(),
-                self.id(),
-                binding.upstream.delegate_id.as_str(),
-                Body::TaskSubmit {
-                    task_id: task_id.to_owned(),
-                    skill: skill.to_owned(),
-                    input: translate_input(input, env.payload_mode, mode),
-                    contract: contract.cloned(),
-                },
-                mode,
-            );
-            let sent = Instant::now();
-            let answer = self
-                .upstream
-                .send(
-                    &binding.delegate.base_url,
-                    &upstream_env,
-                    self.cfg.upstream.task_timeout,
-                )
-                .await;
-            if answer.is_ok() {
-                binding.delegate.observe_latency(sent.elapsed());
-            }
-            let answer = match answer {
-                Ok(a) => a,
-                Err(e) => return Outcome::Failed(upstream_failed(&binding.delegate, &e)),
-            };
-            match answer.body {
-                Body::TaskResult {
-                    output, provenance, ..
-                } => {
-                    let provenance = self.route_provenance(
-                        session, policy, &binding, mode, provenance, tries, &notes,
-                    );
-                    return Outcome::Result { output, provenance };
-                }
-                Body::TaskFailed { error, .. } if tries >= MAX_TRIES => {
-                    return Outcome::Failed(error)
-                }
-                Body::TaskFailed { error, .. }
-                    if error.code == "SESSION_NOT_FOUND" && !rehandshaken =>
-                {
-                    // The delegate's TTL ran out: one silent re-handshake with the same delegate.
-                    rehandshaken = true;
-                    session.unbind(skill, &binding.upstream.session_id);
-                    binding = match self
-                        .open_binding(session, skill, binding.delegate.clone())
-                        .await
-                    {
-                        Ok(b) => b,
-                        Err(e) => return Outcome::Failed(e),
-                    };
-                    mode = binding.upstream.payload.mode;
-                    notes.push("upstream session expired; re-opened".into());
-                }
-                Body::TaskFailed { error, .. } if is_mode_failure(&error, mode) => {
-                    let Some(next) = binding.upstream.payload.next_after(mode) else {
-                        return Outcome::Failed(error);
-                    };
-                    notes.push(format!(
-                        "{mode} failed upstream ({}); fell back to {next}",
-                        error.code
-                    ));
-                    tracing::debug!(delegate = %binding.delegate.name, from = %mode, to = %next, "payload mode fallback");
-                    mode = next;
-                    // RFC §4.3: the session continues at the lower mode.
-                    binding.upstream.payload.mode = next;
-                    session.bind(skill, binding.clone());
-                }
-                Body::TaskFailed { error, .. } => return Outcome::Failed(error),
-                other => {
-                    let e = UpstreamError::Unexpected {
-                        url: binding.delegate.base_url.clone(),
-                        got: other.message_type().as_str(),
-                    };
-                    return Outcome::Failed(upstream_failed(&binding.delegate, &e));
-                }
-            }
-        }
-    }
-
-    /// The delegate's provenance as the client sees it: the client's session id, and a first
-    /// lineage entry for the gateway's routing step.
-    #[allow(clippy::too_many_arguments)]
-    fn route_provenance(
-        &self,
-        session: &ClientSession,
-        policy: &Policy,
-        binding: &Binding,
-        mode: PayloadMode,
-        provenance: Option<Provenance>,
-        attempts: u32,
-        notes: &[String],
-    ) -> Provenance {
-        let mut p = provenance.unwrap_or_else(|| {
-            let card = binding.delegate.card();
-            let (id, version) = card
-                .map(|c| (c.delegate_id.clone(), c.model_version.clone()))
-                .unwrap_or_else(|| (binding.upstream.delegate_id.clone(), String::new()));
-            Provenance::new(id, version, mode)
-        });
-        p.session_id = Some(session.id.clone());
-        p.lineage.insert(
-            0,
-            LineageEntry {
-                delegate_id: self.id().to_owned(),
-                model_version: self.version.clone(),
-                step: "route".into(),
-                timestamp: Some(crate::ldp::now_rfc3339()),
-                verification_status: VerificationStatus::Unverified,
-                policy: Some(policy.name.0.clone()),
-                routed_to: Some(binding.delegate.name.clone()),
-                attempts: Some(attempts),
-                note: (!notes.is_empty()).then(|| notes.join("; ")),
-            },
-        );
-        p.normalize();
-        p
-    }
-
-    /// The upstream binding for the task's skill: the existing one while its delegate stays
-    /// healthy and passes the policy (session affinity), else a newly picked delegate with a
-    /// new upstream session.
-    async fn binding_for(
-        &self,
-        session: &ClientSession,
-        policy: &Policy,
-        need: &Need<'_>,
-    ) -> Result<Binding, LdpError> {
-        let skill = need.skill;
-        if let Some(b) = session
-            .binding(skill)
-            .filter(|b| self.still_fits(b, policy, need))
-        {
-            return Ok(b);
-        }
-        let _guard = session.handshake.lock().await;
-        if let Some(b) = session
-            .binding(skill)
-            .filter(|b| self.still_fits(b, policy, need))
-        {
-            return Ok(b);
-        }
-        let delegate = self.pick(policy, need)?;
-        self.open_binding(session, skill, delegate).await
-    }
-
-    fn still_fits(&self, b: &Binding, policy: &Policy, need: &Need<'_>) -> bool {
-        let index = self.registry.index();
-        index
-            .offers(need.skill)
-            .iter()
-            .find(|o| Arc::ptr_eq(&o.delegate, &b.delegate))
-            .is_some_and(|o| routing::evaluate(o, policy, need, &self.cfg.routing).eligible())
-    }
-
-    fn pick(&self, policy: &Policy, need: &Need<'_>) -> Result<Arc<Delegate>, LdpError> {
-        let index = self.registry.index();
-        let offers: &[SkillOffer] = index.offers(need.skill);
-        let mut rng = fastrand::Rng::new();
-        match routing::decide(offers, policy, need, &self.cfg.routing, &mut rng) {
-            Ok(p) => {
-                let chosen = &offers[p.index];
-                self.metrics
-                    .routing_decisions
-                    .with_label_values(&[policy.name.0.as_str(), chosen.name()])
-                    .inc();
-                tracing::debug!(skill = need.skill, policy = %policy.name, delegate = chosen.name(),
-                    score = p.score, eligible = p.eligible, band = p.band, "routed");
-                Ok(chosen.delegate.clone())
-            }
-            Err(e) => Err(LdpError::gateway(
-                GatewayCode::NoEligibleDelegate,
-                e.to_string(),
-            )),
-        }
-    }
-
     /// Explains the routing decision for `skill` under `policy` (or the one selection would
     /// use) for a client in `client_domain`.
     pub fn explain(
@@ -604,40 +362,6 @@ impl Proxy {
             &need,
             &self.cfg.routing,
         ))
-    }
-
-    async fn open_binding(
-        &self,
-        session: &ClientSession,
-        skill: &str,
-        delegate: Arc<Delegate>,
-    ) -> Result<Binding, LdpError> {
-        let card = delegate.card().ok_or_else(|| {
-            LdpError::gateway(
-                GatewayCode::UpstreamFailed,
-                format!("delegate '{}' has no card", delegate.name),
-            )
-        })?;
-        let mut prefs = vec![session.payload.mode];
-        prefs.extend(session.payload.fallback_chain.iter().copied());
-        let config = SessionConfig {
-            preferred_payload_modes: Some(prefs),
-            payload_mode: Some(session.payload.mode),
-            ttl_secs: Some(session.ttl.as_secs().max(1)),
-            required_trust_domain: None,
-            trust_domain: Some(session.client_domain.clone()),
-            policy: None,
-        };
-        let upstream = self
-            .upstream
-            .open_session(&delegate.base_url, &card, config)
-            .await
-            .map_err(|e| upstream_failed(&delegate, &e))?;
-        let binding = Binding { delegate, upstream };
-        if let Some(old) = session.bind(skill, binding.clone()) {
-            self.close_later(vec![old]);
-        }
-        Ok(binding)
     }
 
     async fn cancel(&self, env: &Envelope, task_id: &str) -> Envelope {

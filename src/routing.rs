@@ -420,7 +420,7 @@ pub fn score(c: &Components, policy: &Policy) -> f64 {
 }
 
 /// The outcome of a decision on the hot path.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Pick {
     /// Index of the chosen offer.
     pub index: usize,
@@ -430,6 +430,8 @@ pub struct Pick {
     pub eligible: usize,
     /// How many shared the top band.
     pub band: usize,
+    /// `(constraint, offers it excluded)`, for constraints that excluded any.
+    pub excluded: Vec<(Constraint, usize)>,
 }
 
 /// Why nothing could be picked: the skill, and per constraint how many offers it excluded.
@@ -463,6 +465,14 @@ impl std::fmt::Display for NoEligible {
     }
 }
 
+fn exclusions(counts: &[usize; Constraint::ALL.len()]) -> Vec<(Constraint, usize)> {
+    Constraint::ALL
+        .into_iter()
+        .zip(counts.iter().copied())
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
 /// Chooses among `offers` (the delegates offering `need.skill`): filter by every hard
 /// constraint, score the rest, pick at random, weighted by `Offer::weight`, among those
 /// within `policy.tolerance` of the best score.
@@ -491,11 +501,7 @@ pub fn decide<O: Offer>(
         return Err(NoEligible {
             skill: need.skill.to_owned(),
             offering: offers.len(),
-            excluded: Constraint::ALL
-                .into_iter()
-                .zip(excluded)
-                .filter(|(_, n)| *n > 0)
-                .collect(),
+            excluded: exclusions(&excluded),
         });
     }
     let scores: Vec<f64> = evals
@@ -540,6 +546,11 @@ pub fn decide<O: Offer>(
         score: scores[k],
         eligible: evals.len(),
         band,
+        excluded: if evals.len() == offers.len() {
+            Vec::new()
+        } else {
+            exclusions(&excluded)
+        },
     })
 }
 
@@ -580,5 +591,7 @@ pub fn scores<O: Offer>(
     (evals, scored, best * (1.0 - policy.tolerance))
 }
 
+#[cfg(test)]
+mod proptests;
 #[cfg(test)]
 mod tests;

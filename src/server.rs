@@ -11,6 +11,7 @@ mod reload;
 use crate::config::{Config, ConfigError};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::LdpError;
+use crate::provenance::Ledger;
 use crate::proxy::Proxy;
 use crate::registry::Registry;
 use axum::http::StatusCode;
@@ -46,6 +47,9 @@ pub enum ServerError {
     /// The policy directory has problems (each `file:line: key: reason`).
     #[error("policy problems:\n{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
     Policies(Vec<crate::policy::PolicyProblem>),
+    /// The provenance store could not be opened.
+    #[error("provenance: {0}")]
+    Ledger(#[from] crate::provenance::LedgerError),
     /// The metrics registry refused a collector.
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
@@ -103,6 +107,7 @@ pub struct Gateway {
     ldp_addr: SocketAddr,
     admin_addr: SocketAddr,
     proxy: Arc<Proxy>,
+    ledger: Ledger,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -135,11 +140,15 @@ impl Gateway {
         let policies = crate::policy::load_dir(&config.policies.dir, &config.policies.default)
             .map_err(ServerError::Policies)?;
         let metrics = Arc::new(crate::telemetry::Metrics::new()?);
+        let p = &config.provenance;
+        let backend = crate::provenance::open_backend(&p.store, p.durability)?;
+        let ledger = Ledger::start(backend, p.durability, p.queue_capacity, metrics.clone());
         let proxy = Arc::new(Proxy::new(
             config.clone(),
             registry.clone(),
             policies,
             metrics,
+            ledger.handle(),
         ));
         registry
             .poll_all(proxy.upstream(), config.discovery.fetch_timeout, true)
@@ -175,10 +184,16 @@ impl Gateway {
         tasks.push(spawn_server(admin_listener, admin_router(state), rx));
         tracing::info!(ldp = %ldp_addr, admin = %admin_addr, delegates = registry.snapshot().len(),
             healthy = registry.healthy_count(), "gateway listening");
+        tasks.push(
+            ledger
+                .handle()
+                .spawn_pruner(p.retention, p.prune_every, shutdown.subscribe()),
+        );
         Ok(Gateway {
             ldp_addr,
             admin_addr,
             proxy,
+            ledger,
             shutdown,
             tasks,
         })
@@ -223,13 +238,15 @@ impl Gateway {
         }
     }
 
-    /// Stops accepting, lets in-flight requests finish, closes upstream sessions.
+    /// Stops accepting, lets in-flight requests finish, closes upstream sessions, then
+    /// commits every queued provenance row.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         for t in self.tasks {
             let _ = t.await;
         }
         self.proxy.close_everything().await;
+        self.ledger.close(Duration::from_secs(10)).await;
     }
 }
 
@@ -303,7 +320,16 @@ pub async fn explain_from_file(
         .map_err(ServerError::Policies)?;
     let registry = Arc::new(Registry::from_config(&config.delegates).map_err(anyhow::Error::msg)?);
     let metrics = Arc::new(crate::telemetry::Metrics::new()?);
-    let proxy = Proxy::new(config.clone(), registry.clone(), policies, metrics);
+    // Explaining records nothing: an in-memory ledger stands in.
+    let backend = crate::provenance::open_backend("sqlite::memory:", Default::default())?;
+    let ledger = Ledger::start(backend, Default::default(), 1, metrics.clone());
+    let proxy = Proxy::new(
+        config.clone(),
+        registry.clone(),
+        policies,
+        metrics,
+        ledger.handle(),
+    );
     registry
         .poll_all(proxy.upstream(), config.discovery.fetch_timeout, true)
         .await;

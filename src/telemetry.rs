@@ -1,6 +1,13 @@
 //! Logging set-up and the one `Metrics` struct that owns every Prometheus collector.
+//!
+//! Names are part of the product contract (PRODUCT.md "Metrics"); dashboards in `grafana/`
+//! query exactly these. Labels are bounded: tenant, skill, delegate, policy, outcome, reason,
+//! scope, route, status — never a session or task id.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 /// Installs the global subscriber once; later calls do nothing.
 pub fn init() {
@@ -12,32 +19,140 @@ pub fn init() {
         .try_init();
 }
 
-/// Every collector the gateway exports, registered once in its own registry. Labels are
-/// bounded: delegate names, policy names, reasons — never a session or task id.
+/// Buckets for task durations: 1 ms … 2 min.
+const TASK_BUCKETS: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+/// Buckets for gateway overhead: 10 µs … 100 ms.
+const OVERHEAD_BUCKETS: [f64; 12] = [
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1,
+];
+
+/// Reasons for an extra upstream attempt, as `ldp_gateway_fallbacks_total{reason}` counts them.
+pub const FALLBACK_REASONS: [&str; 2] = ["payload_mode", "session_lost"];
+
+/// Every collector the gateway exports, registered once in its own registry.
 pub struct Metrics {
     registry: Registry,
+    /// `ldp_gateway_tasks_total{tenant,skill,delegate,outcome}`.
+    pub tasks: IntCounterVec,
+    /// `ldp_gateway_task_duration_seconds{skill,delegate}`: client-observed task time.
+    pub task_duration: HistogramVec,
+    /// `ldp_gateway_cost_usd_total{tenant,skill,delegate}`.
+    pub cost_usd: CounterVec,
+    /// `ldp_gateway_tokens_total{tenant,delegate}`.
+    pub tokens: IntCounterVec,
     /// `ldp_gateway_routing_decisions_total{policy,delegate}`.
     pub routing_decisions: IntCounterVec,
+    /// `ldp_gateway_fallbacks_total{reason}`.
+    pub fallbacks: IntCounterVec,
+    /// `ldp_gateway_rate_limited_total{scope}`.
+    pub rate_limited: IntCounterVec,
     /// `ldp_gateway_delegate_up{delegate}`.
     pub delegate_up: IntGaugeVec,
+    /// `ldp_gateway_delegate_latency_ewma_seconds{delegate}`: observed.
+    pub delegate_latency_ewma: GaugeVec,
+    /// `ldp_gateway_delegate_declared_latency_seconds{delegate,skill}`: the card's p50 hint.
+    pub delegate_declared_latency: GaugeVec,
     /// `ldp_gateway_sessions_active`.
     pub sessions_active: IntGauge,
+    /// `ldp_gateway_http_requests_total{route,status}`.
+    pub http_requests: IntCounterVec,
+    /// `ldp_gateway_overhead_seconds`: task time minus upstream time.
+    pub overhead: Histogram,
+    /// `ldp_gateway_cost_discrepancies_total{delegate}`: reported and declared cost disagree.
+    pub cost_discrepancies: IntCounterVec,
+    /// `ldp_gateway_ledger_dropped_rows_total`: rows lost in `async` durability.
+    pub ledger_dropped: IntCounter,
+    /// `ldp_gateway_ledger_rows_total`: rows committed.
+    pub ledger_rows: IntCounter,
+    /// `ldp_gateway_ledger_queue_depth`.
+    pub ledger_queue: IntGauge,
     /// `ldp_gateway_policy_reloads_total{result}`: `ok` or `error`.
     pub policy_reloads: IntCounterVec,
     /// `ldp_gateway_policy_reload_failures_total`.
     pub policy_reload_failures: IntCounter,
+    /// `ldp_gateway_build_info{version}` = 1.
+    pub build_info: GaugeVec,
+    /// `ldp_gateway_spend_usd_total`: every cost recorded, for a single total.
+    pub spend_total: Counter,
+    /// `ldp_gateway_up` = 1.
+    pub up: Gauge,
+}
+
+fn counter_vec(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntCounterVec, prometheus::Error> {
+    let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+    r.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
+fn gauge_vec(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<GaugeVec, prometheus::Error> {
+    let g = GaugeVec::new(Opts::new(name, help), labels)?;
+    r.register(Box::new(g.clone()))?;
+    Ok(g)
 }
 
 impl Metrics {
     /// Builds and registers every collector.
     pub fn new() -> Result<Metrics, prometheus::Error> {
-        let registry = Registry::new();
-        let routing_decisions = IntCounterVec::new(
+        let r = Registry::new();
+        let tasks = counter_vec(
+            &r,
+            "ldp_gateway_tasks_total",
+            "Task outcomes by tenant, skill, delegate and outcome (result, failed)",
+            &["tenant", "skill", "delegate", "outcome"],
+        )?;
+        let task_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "ldp_gateway_task_duration_seconds",
+                "Task time as the client sees it",
+            )
+            .buckets(TASK_BUCKETS.to_vec()),
+            &["skill", "delegate"],
+        )?;
+        r.register(Box::new(task_duration.clone()))?;
+        let cost_usd = CounterVec::new(
             Opts::new(
-                "ldp_gateway_routing_decisions_total",
-                "Routing decisions by policy and chosen delegate",
+                "ldp_gateway_cost_usd_total",
+                "Spend in USD by tenant, skill and delegate",
             ),
+            &["tenant", "skill", "delegate"],
+        )?;
+        r.register(Box::new(cost_usd.clone()))?;
+        let tokens = counter_vec(
+            &r,
+            "ldp_gateway_tokens_total",
+            "Tokens used by tenant and delegate",
+            &["tenant", "delegate"],
+        )?;
+        let routing_decisions = counter_vec(
+            &r,
+            "ldp_gateway_routing_decisions_total",
+            "Routing decisions by policy and chosen delegate",
             &["policy", "delegate"],
+        )?;
+        let fallbacks = counter_vec(
+            &r,
+            "ldp_gateway_fallbacks_total",
+            "Upstream retries and fallbacks by reason",
+            &["reason"],
+        )?;
+        let rate_limited = counter_vec(
+            &r,
+            "ldp_gateway_rate_limited_total",
+            "Requests refused by a rate limit, by scope",
+            &["scope"],
         )?;
         let delegate_up = IntGaugeVec::new(
             Opts::new(
@@ -46,30 +161,110 @@ impl Metrics {
             ),
             &["delegate"],
         )?;
+        r.register(Box::new(delegate_up.clone()))?;
+        let delegate_latency_ewma = gauge_vec(
+            &r,
+            "ldp_gateway_delegate_latency_ewma_seconds",
+            "Observed upstream latency (EWMA) per delegate",
+            &["delegate"],
+        )?;
+        let delegate_declared_latency = gauge_vec(
+            &r,
+            "ldp_gateway_delegate_declared_latency_seconds",
+            "Latency the delegate's card declares (p50 hint) per skill",
+            &["delegate", "skill"],
+        )?;
         let sessions_active = IntGauge::new("ldp_gateway_sessions_active", "Open client sessions")?;
-        let policy_reloads = IntCounterVec::new(
-            Opts::new(
-                "ldp_gateway_policy_reloads_total",
-                "Policy reloads by result",
-            ),
+        r.register(Box::new(sessions_active.clone()))?;
+        let http_requests = counter_vec(
+            &r,
+            "ldp_gateway_http_requests_total",
+            "HTTP requests on the LDP listener by route and status",
+            &["route", "status"],
+        )?;
+        let overhead = Histogram::with_opts(
+            HistogramOpts::new(
+                "ldp_gateway_overhead_seconds",
+                "Time the gateway adds to a task (total minus upstream)",
+            )
+            .buckets(OVERHEAD_BUCKETS.to_vec()),
+        )?;
+        r.register(Box::new(overhead.clone()))?;
+        let cost_discrepancies = counter_vec(
+            &r,
+            "ldp_gateway_cost_discrepancies_total",
+            "Results whose reported cost differs from the declared price beyond the configured ratio",
+            &["delegate"],
+        )?;
+        let ledger_dropped = IntCounter::new(
+            "ldp_gateway_ledger_dropped_rows_total",
+            "Provenance rows lost (async durability: queue overflow or shutdown)",
+        )?;
+        r.register(Box::new(ledger_dropped.clone()))?;
+        let ledger_rows =
+            IntCounter::new("ldp_gateway_ledger_rows_total", "Provenance rows committed")?;
+        r.register(Box::new(ledger_rows.clone()))?;
+        let ledger_queue = IntGauge::new(
+            "ldp_gateway_ledger_queue_depth",
+            "Provenance rows waiting for the writer",
+        )?;
+        r.register(Box::new(ledger_queue.clone()))?;
+        let policy_reloads = counter_vec(
+            &r,
+            "ldp_gateway_policy_reloads_total",
+            "Policy reloads by result",
             &["result"],
         )?;
         let policy_reload_failures = IntCounter::new(
             "ldp_gateway_policy_reload_failures_total",
             "Policy reloads refused because a file had problems (the old set stayed)",
         )?;
-        registry.register(Box::new(routing_decisions.clone()))?;
-        registry.register(Box::new(delegate_up.clone()))?;
-        registry.register(Box::new(sessions_active.clone()))?;
-        registry.register(Box::new(policy_reloads.clone()))?;
-        registry.register(Box::new(policy_reload_failures.clone()))?;
+        r.register(Box::new(policy_reload_failures.clone()))?;
+        let build_info = gauge_vec(
+            &r,
+            "ldp_gateway_build_info",
+            "Build information",
+            &["version"],
+        )?;
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1.0);
+        let spend_total = Counter::new("ldp_gateway_spend_usd_total", "All spend in USD")?;
+        r.register(Box::new(spend_total.clone()))?;
+        // Known label values start at zero, so dashboards show a flat line, not "no data".
+        for scope in ["tenant", "tenant_skill", "policy", "delegate"] {
+            rate_limited.with_label_values(&[scope]);
+        }
+        for reason in FALLBACK_REASONS {
+            fallbacks.with_label_values(&[reason]);
+        }
+        let up = Gauge::new("ldp_gateway_up", "1 while the gateway runs")?;
+        r.register(Box::new(up.clone()))?;
+        up.set(1.0);
         Ok(Metrics {
-            registry,
+            registry: r,
+            tasks,
+            task_duration,
+            cost_usd,
+            tokens,
             routing_decisions,
+            fallbacks,
+            rate_limited,
             delegate_up,
+            delegate_latency_ewma,
+            delegate_declared_latency,
             sessions_active,
+            http_requests,
+            overhead,
+            cost_discrepancies,
+            ledger_dropped,
+            ledger_rows,
+            ledger_queue,
             policy_reloads,
             policy_reload_failures,
+            build_info,
+            spend_total,
+            up,
         })
     }
 

@@ -153,12 +153,14 @@ async fn rfc_and_reference_cards_are_routed_on_the_same_terms() {
     .unwrap();
     let a = sim(SimOptions::new(rfc)).await;
     let b = sim(SimOptions::new(reference)).await;
-    let gw = gateway_with(&[a.url(), b.url()], 2, |_| {}).await;
-    let (status, x) = get(format!(
-        "{}/admin/route?skill=s&policy=balanced",
-        gw.admin_url()
-    ))
+    // Latency weight 0: once measured, the two would differ by a millisecond of noise.
+    let qc = "name = \"qc\"\n[weights]\nquality = 0.5\ncost = 0.5\nlatency = 0.0\n";
+    let dir = policy_dir(&[("a.toml", BALANCED), ("qc.toml", qc)]);
+    let gw = gateway_with(&[a.url(), b.url()], 2, |cfg| {
+        cfg.policies.dir = dir.path().into()
+    })
     .await;
+    let (status, x) = get(format!("{}/admin/route?skill=s&policy=qc", gw.admin_url())).await;
     assert_eq!(status, 200, "{x}");
     let rows = x["delegates"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
@@ -175,7 +177,7 @@ async fn rfc_and_reference_cards_are_routed_on_the_same_terms() {
     let mut seen = std::collections::HashSet::new();
     for _ in 0..40 {
         let (sid, _) = c
-            .session(json!({"preferred_payload_modes": ["text"]}))
+            .session(json!({"policy": "qc", "preferred_payload_modes": ["text"]}))
             .await;
         seen.insert(produced_by(&c, &sid).await);
     }

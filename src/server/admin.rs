@@ -27,6 +27,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/admin/reload", post(reload))
         .route("/admin/route", get(route))
         .route("/admin/sessions", get(sessions))
+        .route("/admin/provenance", get(provenance))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -73,9 +74,28 @@ async fn readyz(State(s): State<AppState>) -> Response {
 async fn metrics(State(s): State<AppState>) -> Response {
     let m = s.proxy.metrics();
     for d in s.proxy.registry().snapshot().iter() {
+        let name = d.name.as_str();
         m.delegate_up
-            .with_label_values(&[d.name.as_str()])
+            .with_label_values(&[name])
             .set(i64::from(d.is_healthy()));
+        m.cost_discrepancies.with_label_values(&[name]);
+        if let Some(ms) = d.observed_latency_ms() {
+            m.delegate_latency_ewma
+                .with_label_values(&[name])
+                .set(ms / 1000.0);
+        }
+        if let Some(card) = d.card() {
+            for cap in &card.capabilities {
+                if let Some(p50) = card
+                    .effective_hints(&cap.name)
+                    .and_then(|h| h.latency_p50_ms)
+                {
+                    m.delegate_declared_latency
+                        .with_label_values(&[name, cap.name.as_str()])
+                        .set(p50 as f64 / 1000.0);
+                }
+            }
+        }
     }
     m.sessions_active.set(s.proxy.sessions().len() as i64);
     (
@@ -244,6 +264,58 @@ async fn route(
         Ok(x) if q.format.as_deref() == Some("text") => x.to_table().into_response(),
         Ok(x) => Json(x).into_response(),
         Err(e) => ApiError::new(GatewayCode::UnknownPolicy, e).into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct ProvenanceQuery {
+    #[serde(flatten)]
+    filter: crate::provenance::Query,
+    #[serde(default)]
+    since: Option<String>,
+    #[serde(default)]
+    format: Option<String>,
+}
+
+async fn provenance(
+    State(s): State<AppState>,
+    q: Result<Query<ProvenanceQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let mut q = match q {
+        Ok(Query(q)) => q,
+        Err(e) => return ApiError::new(GatewayCode::BadRequest, e.body_text()).into_response(),
+    };
+    if let Some(since) = &q.since {
+        let now = chrono::Utc::now().timestamp_millis();
+        match crate::provenance::query::parse_since(since, now) {
+            Ok(ms) => q.filter.since_ms = Some(ms),
+            Err(e) => return ApiError::new(GatewayCode::BadRequest, e).into_response(),
+        }
+    }
+    let csv = match q.format.as_deref() {
+        None | Some("json") => false,
+        Some("csv") => true,
+        Some(other) => {
+            return ApiError::new(
+                GatewayCode::BadRequest,
+                format!("format must be json or csv, got '{other}'"),
+            )
+            .into_response()
+        }
+    };
+    let page = q.filter.page();
+    let offset = q.filter.offset.unwrap_or(0);
+    match s.proxy.ledger().query(q.filter).await {
+        Ok(rows) if csv => (
+            [(header::CONTENT_TYPE, "text/csv; charset=utf-8")],
+            crate::provenance::query::to_csv(&rows),
+        )
+            .into_response(),
+        Ok(rows) => {
+            let next = (rows.len() as u32 == page).then(|| offset + page);
+            Json(json!({"rows": rows, "count": rows.len(), "next_offset": next})).into_response()
+        }
+        Err(e) => ApiError::new(GatewayCode::Internal, e.to_string()).into_response(),
     }
 }
 

@@ -27,7 +27,38 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
         .with_state(state)
+}
+
+/// Counts every request by route template (never the raw path: bounded labels) and status.
+async fn count_requests(
+    State(s): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route =
+        req.extensions()
+            .get::<axum::extract::MatchedPath>()
+            .map_or("unmatched", |p| match p.as_str() {
+                "/ldp/messages" => "/ldp/messages",
+                "/ldp/stream" => "/ldp/stream",
+                "/.well-known/ldp-identity" => "/.well-known/ldp-identity",
+                "/ldp/identity" => "/ldp/identity",
+                "/ldp/capabilities" => "/ldp/capabilities",
+                "/healthz" => "/healthz",
+                _ => "other",
+            });
+    let resp = next.run(req).await;
+    s.proxy
+        .metrics()
+        .http_requests
+        .with_label_values(&[route, resp.status().as_str()])
+        .inc();
+    resp
 }
 
 async fn not_found() -> ApiError {

@@ -47,6 +47,7 @@ pub async fn gateway_with(
     cfg.admin.listen = "127.0.0.1:0".parse().expect("addr");
     cfg.discovery.poll_interval = Duration::from_secs(3600);
     cfg.policies.dir = concat!(env!("CARGO_MANIFEST_DIR"), "/policies").into();
+    cfg.provenance.store = format!("sqlite://{}", temp_db().display());
     cfg.delegates = urls
         .iter()
         .enumerate()
@@ -62,6 +63,17 @@ pub async fn gateway_with(
         "delegates did not come up"
     );
     gw
+}
+
+/// A fresh SQLite path under the system temp dir (one per call).
+pub fn temp_db() -> std::path::PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!(
+        "ldp-gw-test-{}-{n}-{}.db",
+        std::process::id(),
+        uuid::Uuid::new_v4()
+    ))
 }
 
 /// A raw-JSON LDP client.

@@ -1,0 +1,132 @@
+//! The provenance ledger: one row per task outcome, written by a batching writer (group
+//! commit) behind a bounded queue, to SQLite by default.
+//!
+//! Durability (`[provenance] durability`):
+//! - `commit` (default): a result is answered only after its row is committed (SQLite WAL,
+//!   `synchronous = NORMAL`: survives a crash of the gateway process);
+//! - `fsync`: the same with `synchronous = FULL` (survives power loss too, at a cost);
+//! - `async`: rows are queued and the answer does not wait; a full queue drops the row
+//!   (counted in `ldp_gateway_ledger_dropped_rows_total` and logged), and a crash may lose
+//!   what was still queued.
+//!
+//! Backends implement [`Backend`] (blocking, run on the writer's own thread): SQLite here,
+//! Postgres in cluster mode.
+
+pub mod query;
+mod row;
+mod sqlite;
+mod writer;
+
+pub use query::{Format, Query};
+pub use row::{digest, redact_preview, LedgerRow, Outcome};
+pub use sqlite::SqliteBackend;
+pub use writer::{Ledger, LedgerHandle};
+
+use serde::{Deserialize, Serialize};
+
+/// How hard the ledger tries not to lose a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Answer after commit (process-crash safe).
+    #[default]
+    Commit,
+    /// Answer after an fsync'd commit (power-loss safe).
+    Fsync,
+    /// Answer at once; rows may be lost.
+    Async,
+}
+
+/// Why the ledger could not do something.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The store URL is not understood.
+    #[error("unsupported provenance store '{0}' (use sqlite://PATH)")]
+    BadStore(String),
+    /// SQLite failed.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// Creating the database's folder failed.
+    #[error("cannot create {path}: {source}")]
+    Io {
+        /// The folder.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The writer could not commit (the store's error, as text).
+    #[error("provenance write failed: {0}")]
+    Write(String),
+    /// The writer has stopped (shutdown) or its queue is gone.
+    #[error("the provenance writer is not running")]
+    Closed,
+    /// A stored value could not be read back.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    /// The database has a newer schema than this build knows.
+    #[error("database schema version {found} is newer than this build's {known}")]
+    SchemaTooNew {
+        /// In the file.
+        found: i64,
+        /// Known here.
+        known: i64,
+    },
+}
+
+/// A ledger store. Calls are blocking; the writer runs them on its own thread.
+pub trait Backend: Send + 'static {
+    /// Inserts `rows` in one transaction.
+    fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError>;
+    /// Rows matching `q`, newest first.
+    fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError>;
+    /// Deletes rows finished before `before_ms` (Unix ms); returns how many.
+    fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError>;
+}
+
+/// Opens the backend a store URL names: `sqlite://relative/path.db`, `sqlite:///abs/path.db`
+/// or `sqlite::memory:`.
+pub fn open_backend(store: &str, durability: Durability) -> Result<Box<dyn Backend>, LedgerError> {
+    if let Some(rest) = store.strip_prefix("sqlite:") {
+        let path = rest.strip_prefix("//").unwrap_or(rest);
+        return Ok(Box::new(SqliteBackend::open(path, durability)?));
+    }
+    Err(LedgerError::BadStore(store.to_owned()))
+}
+
+/// `ldp-gateway provenance`: query the SQLite file (`db`, else the config's store) read-only
+/// and render the rows as `json` or `csv`.
+pub fn print_from_file(
+    db: Option<&std::path::Path>,
+    config: &std::path::Path,
+    mut q: Query,
+    since: Option<&str>,
+    format: &str,
+) -> anyhow::Result<String> {
+    let path = match db {
+        Some(p) => p.display().to_string(),
+        None => {
+            let cfg = crate::config::Config::load(config)?;
+            let store = cfg.provenance.store;
+            let rest = store
+                .strip_prefix("sqlite:")
+                .ok_or_else(|| LedgerError::BadStore(store.clone()))?;
+            rest.strip_prefix("//").unwrap_or(rest).to_owned()
+        }
+    };
+    if !std::path::Path::new(&path).exists() {
+        anyhow::bail!("no provenance database at {path}");
+    }
+    if let Some(s) = since {
+        q.since_ms = Some(
+            query::parse_since(s, chrono::Utc::now().timestamp_millis())
+                .map_err(anyhow::Error::msg)?,
+        );
+    }
+    let mut backend = SqliteBackend::open_read_only(&path)?;
+    let rows = backend.query(&q)?;
+    Ok(match format {
+        "csv" => query::to_csv(&rows),
+        "json" => format!("{}\n", serde_json::to_string_pretty(&rows)?),
+        other => anyhow::bail!("--format must be json or csv, got '{other}'"),
+    })
+}

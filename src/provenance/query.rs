@@ -1,0 +1,149 @@
+//! Ledger queries (admin API and `ldp-gateway provenance`) and their CSV/JSON output.
+
+use super::LedgerRow;
+use serde::Deserialize;
+
+/// Filters; every present field must match. Newest rows first.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Query {
+    /// Client session id.
+    pub session_id: Option<String>,
+    /// Client task id.
+    pub task_id: Option<String>,
+    /// Delegate registry name.
+    pub delegate: Option<String>,
+    /// Tenant.
+    pub tenant: Option<String>,
+    /// Rows finished at or after this Unix ms.
+    #[serde(skip)]
+    pub since_ms: Option<i64>,
+    /// Page size (default 100, at most 10,000).
+    pub limit: Option<u32>,
+    /// Rows to skip.
+    pub offset: Option<u32>,
+}
+
+impl Query {
+    /// The page size in force.
+    pub fn page(&self) -> u32 {
+        self.limit.unwrap_or(100).clamp(1, 10_000)
+    }
+}
+
+/// Parses a `since` value: a duration back from now (`1h`, `30m`) or an RFC 3339 time.
+pub fn parse_since(s: &str, now_ms: i64) -> Result<i64, String> {
+    if let Ok(d) = humantime::parse_duration(s) {
+        return Ok(now_ms - d.as_millis() as i64);
+    }
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.timestamp_millis())
+        .map_err(|_| format!("`since` must be a duration like 1h or an RFC 3339 time, got '{s}'"))
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// JSON object `{rows: […]}`.
+    #[default]
+    Json,
+    /// CSV with a header line.
+    Csv,
+}
+
+const CSV_COLUMNS: [&str; 22] = [
+    "finished_at",
+    "task_id",
+    "session_id",
+    "upstream_session_id",
+    "tenant",
+    "skill",
+    "policy",
+    "delegate",
+    "delegate_id",
+    "model_version",
+    "outcome",
+    "error_code",
+    "score",
+    "candidates",
+    "attempts",
+    "payload_mode",
+    "latency_ms",
+    "cost_usd",
+    "reported_cost_usd",
+    "declared_cost_usd",
+    "tokens",
+    "output_sha256",
+];
+
+fn csv_field(out: &mut String, v: &str) {
+    if v.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        out.push_str(&v.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(v);
+    }
+}
+
+fn opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map(ToString::to_string).unwrap_or_default()
+}
+
+/// Rows as CSV (the main columns; JSON has everything).
+pub fn to_csv(rows: &[LedgerRow]) -> String {
+    let mut out = CSV_COLUMNS.join(",");
+    out.push('\n');
+    for r in rows {
+        let fields = [
+            r.finished_at.clone(),
+            r.task_id.clone(),
+            r.session_id.clone(),
+            opt(&r.upstream_session_id),
+            r.tenant.clone(),
+            r.skill.clone(),
+            opt(&r.policy),
+            opt(&r.delegate),
+            opt(&r.delegate_id),
+            opt(&r.model_version),
+            r.outcome.as_str().to_owned(),
+            opt(&r.error_code),
+            opt(&r.score),
+            opt(&r.candidates),
+            r.attempts.to_string(),
+            opt(&r.payload_mode),
+            format!("{:.3}", r.latency_ms),
+            opt(&r.cost_usd),
+            opt(&r.reported_cost_usd),
+            opt(&r.declared_cost_usd),
+            opt(&r.tokens),
+            opt(&r.output_sha256),
+        ];
+        for (i, f) in fields.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            csv_field(&mut out, f);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_reads_durations_and_times() {
+        assert_eq!(parse_since("1h", 10_000_000), Ok(10_000_000 - 3_600_000));
+        assert_eq!(parse_since("1970-01-01T00:00:01Z", 0), Ok(1000));
+        assert!(parse_since("yesterday", 0).is_err());
+    }
+
+    #[test]
+    fn csv_quotes_what_needs_it() {
+        let mut s = String::new();
+        csv_field(&mut s, "a,\"b\"");
+        assert_eq!(s, "\"a,\"\"b\"\"\"");
+    }
+}

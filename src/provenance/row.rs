@@ -1,0 +1,162 @@
+//! One ledger row, and the digest and redaction applied to what goes in it.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Result or failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// TASK_RESULT.
+    Result,
+    /// TASK_FAILED.
+    Failed,
+}
+
+impl Outcome {
+    /// The stored and exported value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Result => "result",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// Everything recorded about one task outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LedgerRow {
+    /// Client-side task id.
+    pub task_id: String,
+    /// Client session id (gateway-issued).
+    pub session_id: String,
+    /// The delegate's session id.
+    pub upstream_session_id: Option<String>,
+    /// Tenant.
+    pub tenant: String,
+    /// Skill.
+    pub skill: String,
+    /// Policy used.
+    pub policy: Option<String>,
+    /// Registry name of the delegate that answered last.
+    pub delegate: Option<String>,
+    /// Its card id.
+    pub delegate_id: Option<String>,
+    /// Its model version.
+    pub model_version: Option<String>,
+    /// Result or failure.
+    pub outcome: Outcome,
+    /// Error code for failures.
+    pub error_code: Option<String>,
+    /// Error message for failures.
+    pub error_message: Option<String>,
+    /// Routing score of the pick (none when the session's binding was reused).
+    pub score: Option<f64>,
+    /// Eligible candidates at the decision.
+    pub candidates: Option<u32>,
+    /// Upstream attempts.
+    pub attempts: u32,
+    /// Why each extra attempt happened.
+    pub fallbacks: Vec<String>,
+    /// Payload mode used upstream.
+    pub payload_mode: Option<String>,
+    /// Client-observed time, ms.
+    pub latency_ms: f64,
+    /// Time spent upstream, ms.
+    pub upstream_ms: f64,
+    /// Cost charged: reported if the delegate said, else declared.
+    pub cost_usd: Option<f64>,
+    /// Cost the delegate reported.
+    pub reported_cost_usd: Option<f64>,
+    /// Cost its card declares.
+    pub declared_cost_usd: Option<f64>,
+    /// Tokens used.
+    pub tokens: Option<u64>,
+    /// Confidence.
+    pub confidence: Option<f64>,
+    /// Verification status.
+    pub verification_status: Option<String>,
+    /// Start, RFC 3339.
+    pub started_at: String,
+    /// End, RFC 3339.
+    pub finished_at: String,
+    /// End, Unix ms (indexed).
+    pub finished_ms: i64,
+    /// SHA-256 of the output JSON, hex.
+    pub output_sha256: Option<String>,
+    /// Provenance lineage as returned to the client.
+    pub lineage: serde_json::Value,
+    /// Routing summary: chosen_by, band, excluded constraints.
+    pub routing: serde_json::Value,
+    /// Redacted previews of input and output (only with `store_payloads`).
+    pub payload: Option<serde_json::Value>,
+}
+
+/// SHA-256 of `v`'s JSON text, hex.
+pub fn digest(v: &serde_json::Value) -> String {
+    let bytes = serde_json::to_vec(v).unwrap_or_default();
+    hex::encode(Sha256::digest(&bytes))
+}
+
+/// Keys whose values never reach the ledger.
+const SECRET_KEYS: [&str; 8] = [
+    "api_key",
+    "apikey",
+    "authorization",
+    "password",
+    "secret",
+    "token",
+    "access_token",
+    "private_key",
+];
+
+/// Longest string kept in a preview.
+const PREVIEW_CHARS: usize = 256;
+
+/// A preview of `v`: secret-looking keys replaced by `"[redacted]"`, long strings cut.
+pub fn redact_preview(v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| {
+                    let lower = k.to_ascii_lowercase();
+                    if SECRET_KEYS.iter().any(|s| lower.contains(s)) {
+                        (k.clone(), Value::String("[redacted]".into()))
+                    } else {
+                        (k.clone(), redact_preview(v))
+                    }
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().take(16).map(redact_preview).collect()),
+        Value::String(s) if s.chars().count() > PREVIEW_CHARS => {
+            Value::String(s.chars().take(PREVIEW_CHARS).chain("…".chars()).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn previews_hide_secrets_and_cut_long_text() {
+        let v = redact_preview(
+            &json!({"api_key": "sk-canary", "nested": {"Authorization": "Bearer x"},
+            "text": "a".repeat(1000)}),
+        );
+        let s = v.to_string();
+        assert!(!s.contains("sk-canary") && !s.contains("Bearer x"), "{s}");
+        assert!(v["text"].as_str().unwrap().chars().count() <= PREVIEW_CHARS + 1);
+    }
+
+    #[test]
+    fn digest_is_stable_hex() {
+        let d = digest(&json!({"a": 1}));
+        assert_eq!(d.len(), 64);
+        assert_eq!(d, digest(&json!({"a": 1})));
+    }
+}

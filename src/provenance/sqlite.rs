@@ -1,0 +1,298 @@
+//! The SQLite backend: WAL, embedded migrations, indexes on (session, task), (delegate,
+//! time), (tenant, time).
+
+use super::{Backend, Durability, LedgerError, LedgerRow, Outcome, Query};
+use rusqlite::{params, Connection};
+
+/// Schema migrations; `PRAGMA user_version` records how many ran. Append only.
+pub const MIGRATIONS: [&str; 2] = [
+    // 1: the ledger as first shipped.
+    "CREATE TABLE ledger (
+        id INTEGER PRIMARY KEY,
+        task_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        upstream_session_id TEXT,
+        tenant TEXT NOT NULL,
+        skill TEXT NOT NULL,
+        policy TEXT,
+        delegate TEXT,
+        delegate_id TEXT,
+        model_version TEXT,
+        outcome TEXT NOT NULL,
+        error_code TEXT,
+        error_message TEXT,
+        score REAL,
+        candidates INTEGER,
+        attempts INTEGER NOT NULL,
+        fallbacks TEXT NOT NULL,
+        payload_mode TEXT,
+        latency_ms REAL NOT NULL,
+        upstream_ms REAL NOT NULL,
+        cost_usd REAL,
+        tokens INTEGER,
+        confidence REAL,
+        verification_status TEXT,
+        started_at TEXT NOT NULL,
+        finished_at TEXT NOT NULL,
+        finished_ms INTEGER NOT NULL,
+        output_sha256 TEXT,
+        lineage TEXT NOT NULL
+    );
+    CREATE INDEX ledger_session_task ON ledger (session_id, task_id);
+    CREATE INDEX ledger_delegate_time ON ledger (delegate, finished_ms);
+    CREATE INDEX ledger_tenant_time ON ledger (tenant, finished_ms);",
+    // 2: cost discrepancy, routing summary, payload previews.
+    "ALTER TABLE ledger ADD COLUMN reported_cost_usd REAL;
+    ALTER TABLE ledger ADD COLUMN declared_cost_usd REAL;
+    ALTER TABLE ledger ADD COLUMN routing TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE ledger ADD COLUMN payload TEXT;
+    CREATE INDEX ledger_time ON ledger (finished_ms);",
+];
+
+/// A ledger in one SQLite file.
+pub struct SqliteBackend {
+    conn: Connection,
+}
+
+impl SqliteBackend {
+    /// Opens (creating folders and file as needed) and migrates `path` (`:memory:` works).
+    pub fn open(path: &str, durability: Durability) -> Result<SqliteBackend, LedgerError> {
+        if path != ":memory:" {
+            if let Some(dir) = std::path::Path::new(path)
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+            {
+                std::fs::create_dir_all(dir).map_err(|source| LedgerError::Io {
+                    path: dir.display().to_string(),
+                    source,
+                })?;
+            }
+        }
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        let sync = match durability {
+            Durability::Fsync => "FULL",
+            Durability::Commit | Durability::Async => "NORMAL",
+        };
+        conn.pragma_update(None, "synchronous", sync)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let mut backend = SqliteBackend { conn };
+        backend.migrate(MIGRATIONS.len())?;
+        Ok(backend)
+    }
+
+    /// Opens `path` read-only for queries (the `provenance` command), without migrating.
+    pub fn open_read_only(path: &str) -> Result<SqliteBackend, LedgerError> {
+        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Ok(SqliteBackend { conn })
+    }
+
+    /// Runs migrations up to `target` (tests use fewer to build an old-schema file).
+    pub fn migrate(&mut self, target: usize) -> Result<(), LedgerError> {
+        let version: i64 = self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if version > MIGRATIONS.len() as i64 {
+            return Err(LedgerError::SchemaTooNew {
+                found: version,
+                known: MIGRATIONS.len() as i64,
+            });
+        }
+        for (i, sql) in MIGRATIONS
+            .iter()
+            .enumerate()
+            .take(target)
+            .skip(version.max(0) as usize)
+        {
+            let tx = self.conn.transaction()?;
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+            tx.commit()?;
+            tracing::info!(version = i + 1, "provenance schema migrated");
+        }
+        Ok(())
+    }
+
+    /// The schema version of the open file.
+    pub fn schema_version(&self) -> Result<i64, LedgerError> {
+        Ok(self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))?)
+    }
+
+    /// The raw connection (tests).
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+fn json_text(v: &serde_json::Value) -> String {
+    v.to_string()
+}
+
+impl Backend for SqliteBackend {
+    fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO ledger (task_id, session_id, upstream_session_id, tenant, skill, policy,
+                    delegate, delegate_id, model_version, outcome, error_code, error_message, score,
+                    candidates, attempts, fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd,
+                    tokens, confidence, verification_status, started_at, finished_at, finished_ms,
+                    output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                    ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
+            )?;
+            for r in rows {
+                let fallbacks = serde_json::to_string(&r.fallbacks).unwrap_or_else(|_| "[]".into());
+                stmt.execute(params![
+                    r.task_id,
+                    r.session_id,
+                    r.upstream_session_id,
+                    r.tenant,
+                    r.skill,
+                    r.policy,
+                    r.delegate,
+                    r.delegate_id,
+                    r.model_version,
+                    r.outcome.as_str(),
+                    r.error_code,
+                    r.error_message,
+                    r.score,
+                    r.candidates,
+                    r.attempts,
+                    fallbacks,
+                    r.payload_mode,
+                    r.latency_ms,
+                    r.upstream_ms,
+                    r.cost_usd,
+                    r.tokens.map(|t| t as i64),
+                    r.confidence,
+                    r.verification_status,
+                    r.started_at,
+                    r.finished_at,
+                    r.finished_ms,
+                    r.output_sha256,
+                    json_text(&r.lineage),
+                    r.reported_cost_usd,
+                    r.declared_cost_usd,
+                    json_text(&r.routing),
+                    r.payload.as_ref().map(json_text),
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
+        let mut sql = String::from(
+            "SELECT task_id, session_id, upstream_session_id, tenant, skill, policy, delegate,
+                delegate_id, model_version, outcome, error_code, error_message, score, candidates,
+                attempts, fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd, tokens,
+                confidence, verification_status, started_at, finished_at, finished_ms,
+                output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload
+             FROM ledger WHERE 1 = 1",
+        );
+        let mut args: Vec<rusqlite::types::Value> = Vec::new();
+        let text = |s: &String| rusqlite::types::Value::Text(s.clone());
+        for (col, v) in [
+            ("session_id", &q.session_id),
+            ("task_id", &q.task_id),
+            ("delegate", &q.delegate),
+            ("tenant", &q.tenant),
+        ] {
+            if let Some(v) = v {
+                args.push(text(v));
+                sql.push_str(&format!(" AND {col} = ?{}", args.len()));
+            }
+        }
+        if let Some(since) = q.since_ms {
+            args.push(rusqlite::types::Value::Integer(since));
+            sql.push_str(&format!(" AND finished_ms >= ?{}", args.len()));
+        }
+        sql.push_str(&format!(
+            " ORDER BY finished_ms DESC, id DESC LIMIT {} OFFSET {}",
+            q.page(),
+            q.offset.unwrap_or(0)
+        ));
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| {
+            let outcome: String = r.get(9)?;
+            let fallbacks: String = r.get(15)?;
+            let lineage: String = r.get(27)?;
+            let routing: String = r.get(30)?;
+            let payload: Option<String> = r.get(31)?;
+            let tokens: Option<i64> = r.get(20)?;
+            Ok((
+                LedgerRow {
+                    task_id: r.get(0)?,
+                    session_id: r.get(1)?,
+                    upstream_session_id: r.get(2)?,
+                    tenant: r.get(3)?,
+                    skill: r.get(4)?,
+                    policy: r.get(5)?,
+                    delegate: r.get(6)?,
+                    delegate_id: r.get(7)?,
+                    model_version: r.get(8)?,
+                    outcome: if outcome == "result" {
+                        Outcome::Result
+                    } else {
+                        Outcome::Failed
+                    },
+                    error_code: r.get(10)?,
+                    error_message: r.get(11)?,
+                    score: r.get(12)?,
+                    candidates: r.get(13)?,
+                    attempts: r.get(14)?,
+                    fallbacks: Vec::new(),
+                    payload_mode: r.get(16)?,
+                    latency_ms: r.get(17)?,
+                    upstream_ms: r.get(18)?,
+                    cost_usd: r.get(19)?,
+                    reported_cost_usd: r.get(28)?,
+                    declared_cost_usd: r.get(29)?,
+                    tokens: tokens.map(|t| t.max(0) as u64),
+                    confidence: r.get(21)?,
+                    verification_status: r.get(22)?,
+                    started_at: r.get(23)?,
+                    finished_at: r.get(24)?,
+                    finished_ms: r.get(25)?,
+                    output_sha256: r.get(26)?,
+                    lineage: serde_json::Value::Null,
+                    routing: serde_json::Value::Null,
+                    payload: None,
+                },
+                fallbacks,
+                lineage,
+                routing,
+                payload,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (mut r, fallbacks, lineage, routing, payload) = row?;
+            r.fallbacks = serde_json::from_str(&fallbacks)
+                .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+            r.lineage =
+                serde_json::from_str(&lineage).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+            r.routing =
+                serde_json::from_str(&routing).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+            r.payload = payload
+                .map(|p| serde_json::from_str(&p))
+                .transpose()
+                .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+            out.push(r);
+        }
+        Ok(out)
+    }
+
+    fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
+        let n = self.conn.execute(
+            "DELETE FROM ledger WHERE finished_ms < ?1",
+            params![before_ms],
+        )?;
+        Ok(n as u64)
+    }
+}

@@ -1,0 +1,516 @@
+//! One TASK_SUBMIT through the gateway: choose the policy, bind (or reuse) an upstream session,
+//! translate, fall back along the payload chain, re-handshake once, rewrite provenance, then
+//! record the outcome (ledger row and metrics) before answering.
+
+use super::{upstream_failed, Proxy, RequestCtx, ANONYMOUS, MAX_TRIES};
+use crate::ldp::error::GatewayCode;
+use crate::ldp::{
+    Body, DelegationContract, Envelope, LdpError, LineageEntry, PayloadMode, Provenance,
+    SessionConfig, VerificationStatus,
+};
+use crate::policy::Policy;
+use crate::provenance::{digest, redact_preview, LedgerRow, Outcome};
+use crate::registry::{Delegate, SkillOffer};
+use crate::routing::{self, Need, Offer};
+use crate::session::{Binding, ClientSession};
+use crate::translate::{is_mode_failure, translate_input};
+use crate::upstream::UpstreamError;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The routing decision behind a new binding (absent when the session's binding was reused).
+#[derive(Debug, Clone)]
+struct RouteInfo {
+    score: f64,
+    eligible: usize,
+    band: usize,
+    excluded: Vec<(routing::Constraint, usize)>,
+}
+
+/// What the task's trip produced and how.
+struct TaskRun {
+    binding: Option<Binding>,
+    route: Option<RouteInfo>,
+    attempts: u32,
+    /// Reason codes of extra attempts (`payload_mode`, `session_lost`).
+    fallbacks: Vec<&'static str>,
+    notes: Vec<String>,
+    mode: Option<PayloadMode>,
+    upstream: Duration,
+}
+
+enum Answer {
+    Result {
+        output: serde_json::Value,
+        provenance: Provenance,
+    },
+    Failed(LdpError),
+}
+
+/// The task as the client sent it.
+pub(super) struct TaskIn<'a> {
+    pub task_id: &'a str,
+    pub skill: &'a str,
+    pub input: &'a serde_json::Value,
+    pub contract: Option<&'a DelegationContract>,
+}
+
+impl Proxy {
+    pub(super) async fn submit(
+        &self,
+        env: &Envelope,
+        ctx: &RequestCtx,
+        task: TaskIn<'_>,
+    ) -> Envelope {
+        let Some(session) = self.sessions.get(&env.session_id, &env.from) else {
+            return self.task_failed(env, task.task_id, self.session_not_found(env));
+        };
+        let started = Instant::now();
+        let started_at = crate::ldp::now_rfc3339();
+        let named = ctx.policy.as_deref().or(session.policy.as_deref());
+        let set = self.policies.load_full();
+        let policy = match set.select(named, None, task.skill, ANONYMOUS) {
+            Ok((p, _)) => p.clone(),
+            Err(reason) => {
+                let error = LdpError::gateway(GatewayCode::UnknownPolicy, reason);
+                return self.task_failed(env, task.task_id, error);
+            }
+        };
+        session.task_started(task.task_id, task.skill);
+        let mut run = TaskRun {
+            binding: None,
+            route: None,
+            attempts: 0,
+            fallbacks: Vec::new(),
+            notes: Vec::new(),
+            mode: None,
+            upstream: Duration::ZERO,
+        };
+        let answer = self.run_task(&session, &policy, env, &task, &mut run).await;
+        session.task_finished(task.task_id);
+        let row = self.ledger_row(&session, &policy, &task, &run, &answer, started, started_at);
+        self.count(&row, started.elapsed(), run.upstream);
+        let recorded = self.ledger.record(row).await;
+        match (answer, recorded) {
+            (Answer::Result { output, provenance }, Ok(())) => env.reply(
+                self.id(),
+                Body::TaskResult {
+                    task_id: task.task_id.to_owned(),
+                    output,
+                    provenance: Some(provenance),
+                },
+                env.payload_mode,
+            ),
+            (Answer::Result { .. }, Err(e)) => {
+                // A result is only acknowledged once its provenance is committed.
+                tracing::error!(error = %e, task_id = task.task_id, "provenance not recorded; result withheld");
+                let error = LdpError::gateway(
+                    GatewayCode::Internal,
+                    "the provenance ledger is unavailable",
+                );
+                self.task_failed(env, task.task_id, error)
+            }
+            (Answer::Failed(error), recorded) => {
+                if let Err(e) = recorded {
+                    tracing::error!(error = %e, task_id = task.task_id, "provenance of a failure not recorded");
+                }
+                self.task_failed(env, task.task_id, error)
+            }
+        }
+    }
+
+    async fn run_task(
+        &self,
+        session: &ClientSession,
+        policy: &Policy,
+        env: &Envelope,
+        task: &TaskIn<'_>,
+        run: &mut TaskRun,
+    ) -> Answer {
+        let skill = task.skill;
+        let contract = task.contract;
+        let need = Need {
+            skill,
+            client_domain: &session.client_domain,
+            required_domain: session.required_domain.as_deref(),
+            contract_max_cost_usd: contract
+                .and_then(|c| c.policy.budget.as_ref())
+                .and_then(|b| b.max_cost_usd),
+            contract_ms_left: contract
+                .and_then(|c| c.deadline_at())
+                .map(|d| (d - chrono::Utc::now()).num_milliseconds().max(0) as u64),
+        };
+        let mut binding = match self.binding_for(session, policy, &need, run).await {
+            Ok(b) => b,
+            Err(e) => return Answer::Failed(e),
+        };
+        let mut mode = binding.upstream.payload.mode;
+        let mut rehandshaken = false;
+        loop {
+            run.attempts += 1;
+            run.mode = Some(mode);
+            run.binding = Some(binding.clone());
+            let upstream_env = Envelope::new(
+                binding.upstream.session_id.as_str(),
+                self.id(),
+                binding.upstream.delegate_id.as_str(),
+                Body::TaskSubmit {
+                    task_id: task.task_id.to_owned(),
+                    skill: skill.to_owned(),
+                    input: translate_input(task.input, env.payload_mode, mode),
+                    contract: contract.cloned(),
+                },
+                mode,
+            );
+            let sent = Instant::now();
+            let answer = self
+                .upstream
+                .send(
+                    &binding.delegate.base_url,
+                    &upstream_env,
+                    self.cfg.upstream.task_timeout,
+                )
+                .await;
+            let took = sent.elapsed();
+            run.upstream += took;
+            let answer = match answer {
+                Ok(a) => {
+                    binding.delegate.observe_latency(took);
+                    a
+                }
+                Err(e) => return Answer::Failed(upstream_failed(&binding.delegate, &e)),
+            };
+            match answer.body {
+                Body::TaskResult {
+                    output, provenance, ..
+                } => {
+                    let provenance =
+                        self.route_provenance(session, policy, &binding, mode, provenance, run);
+                    return Answer::Result { output, provenance };
+                }
+                Body::TaskFailed { error, .. } if run.attempts >= MAX_TRIES => {
+                    return Answer::Failed(error)
+                }
+                Body::TaskFailed { error, .. }
+                    if error.code == "SESSION_NOT_FOUND" && !rehandshaken =>
+                {
+                    // The delegate's TTL ran out: one silent re-handshake with the same delegate.
+                    rehandshaken = true;
+                    session.unbind(skill, &binding.upstream.session_id);
+                    binding = match self
+                        .open_binding(session, skill, binding.delegate.clone())
+                        .await
+                    {
+                        Ok(b) => b,
+                        Err(e) => return Answer::Failed(e),
+                    };
+                    mode = binding.upstream.payload.mode;
+                    run.fallbacks.push("session_lost");
+                    run.notes.push("upstream session expired; re-opened".into());
+                }
+                Body::TaskFailed { error, .. } if is_mode_failure(&error, mode) => {
+                    let Some(next) = binding.upstream.payload.next_after(mode) else {
+                        return Answer::Failed(error);
+                    };
+                    run.fallbacks.push("payload_mode");
+                    run.notes.push(format!(
+                        "{mode} failed upstream ({}); fell back to {next}",
+                        error.code
+                    ));
+                    tracing::debug!(delegate = %binding.delegate.name, from = %mode, to = %next, "payload mode fallback");
+                    mode = next;
+                    // RFC §4.3: the session continues at the lower mode.
+                    binding.upstream.payload.mode = next;
+                    session.bind(skill, binding.clone());
+                }
+                Body::TaskFailed { error, .. } => return Answer::Failed(error),
+                other => {
+                    let e = UpstreamError::Unexpected {
+                        url: binding.delegate.base_url.clone(),
+                        got: other.message_type().as_str(),
+                    };
+                    return Answer::Failed(upstream_failed(&binding.delegate, &e));
+                }
+            }
+        }
+    }
+
+    /// The delegate's provenance as the client sees it: the client's session id, and a first
+    /// lineage entry for the gateway's routing step.
+    fn route_provenance(
+        &self,
+        session: &ClientSession,
+        policy: &Policy,
+        binding: &Binding,
+        mode: PayloadMode,
+        provenance: Option<Provenance>,
+        run: &TaskRun,
+    ) -> Provenance {
+        let mut p = provenance.unwrap_or_else(|| {
+            let card = binding.delegate.card();
+            let (id, version) = card
+                .map(|c| (c.delegate_id.clone(), c.model_version.clone()))
+                .unwrap_or_else(|| (binding.upstream.delegate_id.clone(), String::new()));
+            Provenance::new(id, version, mode)
+        });
+        p.session_id = Some(session.id.clone());
+        p.lineage.insert(
+            0,
+            LineageEntry {
+                delegate_id: self.id().to_owned(),
+                model_version: self.version.clone(),
+                step: "route".into(),
+                timestamp: Some(crate::ldp::now_rfc3339()),
+                verification_status: VerificationStatus::Unverified,
+                policy: Some(policy.name.0.clone()),
+                routed_to: Some(binding.delegate.name.clone()),
+                attempts: Some(run.attempts),
+                note: (!run.notes.is_empty()).then(|| run.notes.join("; ")),
+            },
+        );
+        p.normalize();
+        p
+    }
+
+    /// The upstream binding for the task's skill: the existing one while its delegate stays
+    /// healthy and passes the policy (session affinity), else a newly picked delegate with a
+    /// new upstream session.
+    async fn binding_for(
+        &self,
+        session: &ClientSession,
+        policy: &Policy,
+        need: &Need<'_>,
+        run: &mut TaskRun,
+    ) -> Result<Binding, LdpError> {
+        let skill = need.skill;
+        if let Some(b) = session
+            .binding(skill)
+            .filter(|b| self.still_fits(b, policy, need))
+        {
+            return Ok(b);
+        }
+        let _guard = session.handshake.lock().await;
+        if let Some(b) = session
+            .binding(skill)
+            .filter(|b| self.still_fits(b, policy, need))
+        {
+            return Ok(b);
+        }
+        let (delegate, route) = self.pick(policy, need)?;
+        run.route = Some(route);
+        self.open_binding(session, skill, delegate).await
+    }
+
+    fn still_fits(&self, b: &Binding, policy: &Policy, need: &Need<'_>) -> bool {
+        let index = self.registry.index();
+        index
+            .offers(need.skill)
+            .iter()
+            .find(|o| Arc::ptr_eq(&o.delegate, &b.delegate))
+            .is_some_and(|o| routing::evaluate(o, policy, need, &self.cfg.routing).eligible())
+    }
+
+    fn pick(
+        &self,
+        policy: &Policy,
+        need: &Need<'_>,
+    ) -> Result<(Arc<Delegate>, RouteInfo), LdpError> {
+        let index = self.registry.index();
+        let offers: &[SkillOffer] = index.offers(need.skill);
+        let mut rng = fastrand::Rng::new();
+        match routing::decide(offers, policy, need, &self.cfg.routing, &mut rng) {
+            Ok(p) => {
+                let chosen = &offers[p.index];
+                self.metrics
+                    .routing_decisions
+                    .with_label_values(&[policy.name.0.as_str(), chosen.name()])
+                    .inc();
+                tracing::debug!(skill = need.skill, policy = %policy.name, delegate = chosen.name(),
+                    score = p.score, eligible = p.eligible, band = p.band, "routed");
+                let info = RouteInfo {
+                    score: p.score,
+                    eligible: p.eligible,
+                    band: p.band,
+                    excluded: p.excluded,
+                };
+                Ok((chosen.delegate.clone(), info))
+            }
+            Err(e) => Err(LdpError::gateway(
+                GatewayCode::NoEligibleDelegate,
+                e.to_string(),
+            )),
+        }
+    }
+
+    pub(super) async fn open_binding(
+        &self,
+        session: &ClientSession,
+        skill: &str,
+        delegate: Arc<Delegate>,
+    ) -> Result<Binding, LdpError> {
+        let card = delegate.card().ok_or_else(|| {
+            LdpError::gateway(
+                GatewayCode::UpstreamFailed,
+                format!("delegate '{}' has no card", delegate.name),
+            )
+        })?;
+        let mut prefs = vec![session.payload.mode];
+        prefs.extend(session.payload.fallback_chain.iter().copied());
+        let config = SessionConfig {
+            preferred_payload_modes: Some(prefs),
+            payload_mode: Some(session.payload.mode),
+            ttl_secs: Some(session.ttl.as_secs().max(1)),
+            required_trust_domain: None,
+            trust_domain: Some(session.client_domain.clone()),
+            policy: None,
+        };
+        let upstream = self
+            .upstream
+            .open_session(&delegate.base_url, &card, config)
+            .await
+            .map_err(|e| upstream_failed(&delegate, &e))?;
+        let binding = Binding { delegate, upstream };
+        if let Some(old) = session.bind(skill, binding.clone()) {
+            self.close_later(vec![old]);
+        }
+        Ok(binding)
+    }
+
+    /// The ledger row for a finished task.
+    #[allow(clippy::too_many_arguments)]
+    fn ledger_row(
+        &self,
+        session: &ClientSession,
+        policy: &Policy,
+        task: &TaskIn<'_>,
+        run: &TaskRun,
+        answer: &Answer,
+        started: Instant,
+        started_at: String,
+    ) -> LedgerRow {
+        let now = chrono::Utc::now();
+        let delegate = run.binding.as_ref().map(|b| &b.delegate);
+        let card = delegate.and_then(|d| d.card());
+        let declared = card.as_ref().and_then(|c| {
+            let h = c.effective_hints(task.skill)?;
+            h.cost_per_call_usd
+                .or_else(|| h.cost_tier.map(|t| self.cfg.routing.tier_prices.of(t)))
+        });
+        let (outcome, error, provenance, output) = match answer {
+            Answer::Result { output, provenance } => {
+                (Outcome::Result, None, Some(provenance), Some(output))
+            }
+            Answer::Failed(e) => (Outcome::Failed, Some(e), None, None),
+        };
+        let reported = provenance.and_then(|p| p.cost_usd);
+        let mut routing = serde_json::json!({
+            "policy": policy.name.0,
+            "reused_binding": run.route.is_none() && run.binding.is_some(),
+        });
+        if let Some(r) = &run.route {
+            routing["band"] = r.band.into();
+            routing["excluded"] = r
+                .excluded
+                .iter()
+                .map(|(c, n)| (c.as_str().to_owned(), serde_json::Value::from(*n)))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+        }
+        if !run.notes.is_empty() {
+            routing["notes"] = run.notes.clone().into();
+        }
+        let payload = self.cfg.provenance.store_payloads.then(|| {
+            serde_json::json!({
+                "input": redact_preview(task.input),
+                "output": output.map(redact_preview),
+            })
+        });
+        LedgerRow {
+            task_id: task.task_id.to_owned(),
+            session_id: session.id.clone(),
+            upstream_session_id: run.binding.as_ref().map(|b| b.upstream.session_id.clone()),
+            tenant: ANONYMOUS.to_owned(),
+            skill: task.skill.to_owned(),
+            policy: Some(policy.name.0.clone()),
+            delegate: delegate.map(|d| d.name.clone()),
+            delegate_id: card.as_ref().map(|c| c.delegate_id.clone()),
+            model_version: provenance
+                .map(|p| p.model_version.clone())
+                .or_else(|| card.as_ref().map(|c| c.model_version.clone())),
+            outcome,
+            error_code: error.map(|e| e.code.clone()),
+            error_message: error.map(|e| e.message.clone()),
+            score: run.route.as_ref().map(|r| r.score),
+            candidates: run.route.as_ref().map(|r| r.eligible as u32),
+            attempts: run.attempts,
+            fallbacks: run.fallbacks.iter().map(|s| (*s).to_owned()).collect(),
+            payload_mode: run.mode.map(|m| m.as_str().to_owned()),
+            latency_ms: started.elapsed().as_secs_f64() * 1000.0,
+            upstream_ms: run.upstream.as_secs_f64() * 1000.0,
+            cost_usd: reported.or(if outcome == Outcome::Result {
+                declared
+            } else {
+                None
+            }),
+            reported_cost_usd: reported,
+            declared_cost_usd: declared,
+            tokens: provenance.and_then(|p| p.tokens_used),
+            confidence: provenance.and_then(|p| p.confidence),
+            verification_status: provenance.map(|p| {
+                serde_json::to_value(p.verification_status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            }),
+            started_at,
+            finished_at: now.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            finished_ms: now.timestamp_millis(),
+            output_sha256: output.map(digest),
+            lineage: provenance
+                .map(|p| serde_json::to_value(&p.lineage).unwrap_or_default())
+                .unwrap_or_default(),
+            routing,
+            payload,
+        }
+    }
+
+    /// Exports one outcome to the metrics.
+    fn count(&self, row: &LedgerRow, total: Duration, upstream: Duration) {
+        let m = &self.metrics;
+        let delegate = row.delegate.as_deref().unwrap_or("none");
+        m.tasks
+            .with_label_values(&[
+                row.tenant.as_str(),
+                row.skill.as_str(),
+                delegate,
+                row.outcome.as_str(),
+            ])
+            .inc();
+        m.task_duration
+            .with_label_values(&[row.skill.as_str(), delegate])
+            .observe(total.as_secs_f64());
+        m.overhead
+            .observe(total.saturating_sub(upstream).as_secs_f64());
+        for reason in &row.fallbacks {
+            m.fallbacks.with_label_values(&[reason.as_str()]).inc();
+        }
+        if let Some(cost) = row.cost_usd {
+            m.cost_usd
+                .with_label_values(&[row.tenant.as_str(), row.skill.as_str(), delegate])
+                .inc_by(cost.max(0.0));
+            m.spend_total.inc_by(cost.max(0.0));
+        }
+        if let Some(t) = row.tokens {
+            m.tokens
+                .with_label_values(&[row.tenant.as_str(), delegate])
+                .inc_by(t);
+        }
+        if let (Some(r), Some(d)) = (row.reported_cost_usd, row.declared_cost_usd) {
+            let ratio = self.cfg.provenance.cost_discrepancy_ratio;
+            let (lo, hi) = if r < d { (r, d) } else { (d, r) };
+            if hi > lo * ratio && hi - lo > 1e-9 {
+                m.cost_discrepancies.with_label_values(&[delegate]).inc();
+            }
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! Black-box tests of the real binary: `check` output and exit codes, `serve` refusing a bad
+//! config, a simulated `delegate` serving its card, and `demo` answering LDP and finishing.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ldp-gateway");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const SHIPPED_POLICIES: [&str; 6] = [
+    "balanced",
+    "cheapest",
+    "best-quality",
+    "low-latency",
+    "eu-only",
+    "internal-only",
+];
+/// Generous: CI machines are slow and the demo sleeps real (simulated) model latencies.
+const DEMO_WITHIN: Duration = Duration::from_secs(90);
+
+/// The binary, run from the crate root, with no admin token or config overrides from the
+/// environment and quiet logs.
+fn bin() -> Command {
+    let mut c = Command::new(BIN);
+    c.current_dir(ROOT)
+        .env_remove("LDP_ADMIN_TOKEN")
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("LDP_GATEWAY_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+async fn run(args: &[&str]) -> Output {
+    let out = bin().args(args).stdin(Stdio::null()).output();
+    tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("finishes within a minute")
+        .expect("runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Reads a child's stdout line by line, remembering what it saw for failure messages.
+struct Reader {
+    lines: Lines<BufReader<ChildStdout>>,
+    seen: Vec<String>,
+}
+
+impl Reader {
+    fn of(child: &mut Child) -> Reader {
+        Reader {
+            lines: BufReader::new(child.stdout.take().expect("piped stdout")).lines(),
+            seen: Vec::new(),
+        }
+    }
+
+    /// The first line (from here on) matching `want`, within `within`.
+    async fn until(&mut self, within: Duration, want: impl Fn(&str) -> bool) -> String {
+        let seen = &mut self.seen;
+        let lines = &mut self.lines;
+        let found = tokio::time::timeout(within, async {
+            while let Some(line) = lines.next_line().await.expect("read stdout") {
+                seen.push(line.clone());
+                if want(&line) {
+                    return Some(line);
+                }
+            }
+            None
+        })
+        .await;
+        match found {
+            Ok(Some(line)) => line,
+            Ok(None) => panic!("stdout ended first; it said:\n{}", self.seen.join("\n")),
+            Err(_) => panic!(
+                "not seen within {within:?}; stdout so far:\n{}",
+                self.seen.join("\n")
+            ),
+        }
+    }
+}
+
+fn write(path: &Path, body: &str) {
+    std::fs::write(path, body).unwrap();
+}
+
+/// A config whose policy directory is `dir`, with free ports.
+fn config_with_policies(dir: &Path, default: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [policies]\ndir = \"{}\"\ndefault = \"{default}\"\n",
+        dir.display()
+    )
+}
+
+#[tokio::test]
+async fn check_accepts_the_shipped_configs() {
+    for config in ["config/gateway.toml", "config/demo.toml"] {
+        let out = run(&["check", "--config", config]).await;
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{config}: {stdout}{}",
+            text(&out.stderr)
+        );
+        assert_eq!(stdout.trim(), format!("{config}: ok"));
+    }
+}
+
+#[tokio::test]
+async fn check_reports_each_policy_problem_with_file_line_and_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let policies = tmp.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let bad = policies.join("bad.toml");
+    write(
+        &bad,
+        "name = \"bad\"\n\
+         description = \"two mistakes\"\n\
+         [require]\n\
+         min_quality = 1.5\n\
+         colour = \"blue\"\n",
+    );
+    let config = tmp.path().join("gateway.toml");
+    write(&config, &config_with_policies(&policies, "bad"));
+
+    let out = run(&["check", "--config", config.to_str().unwrap()]).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let file = bad.display().to_string();
+    let lines: Vec<&str> = stdout.lines().collect();
+    let quality = format!("{file}:4: require.min_quality: ");
+    let colour = format!("{file}:5: require.colour: ");
+    assert!(
+        lines.iter().any(|l| l.starts_with(&quality)),
+        "no `{quality}…` line in:\n{stdout}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with(&colour)),
+        "no `{colour}…` line in:\n{stdout}"
+    );
+    assert!(!stdout.contains(": ok"), "{stdout}");
+}
+
+#[tokio::test]
+async fn check_names_an_unknown_config_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("gateway.toml");
+    write(
+        &config,
+        "[server]\nlisten = \"127.0.0.1:0\"\nlisten_typo = \"x\"\n",
+    );
+    let out = run(&["check", "--config", config.to_str().unwrap()]).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let want = format!("{}: server.listen_typo: ", config.display());
+    assert!(
+        stdout.lines().any(|l| l.starts_with(&want)),
+        "no `{want}…` line in:\n{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn serve_refuses_a_bad_config_without_starting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("gateway.toml");
+    write(
+        &config,
+        "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [discovery]\npoll_interval = \"0s\"\n",
+    );
+    let out = run(&["serve", "--config", config.to_str().unwrap()]).await;
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "serve started on a bad config");
+    assert!(
+        stderr.contains("discovery.poll_interval: must be longer than 0s"),
+        "{stderr}"
+    );
+    assert!(
+        !text(&out.stdout).contains("LDP endpoint"),
+        "it must not have listened"
+    );
+}
+
+#[tokio::test]
+async fn serve_refuses_a_bad_policy_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let policies = tmp.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let bad = policies.join("bad.toml");
+    write(&bad, "name = \"bad\"\n[weights]\nquality = \"high\"\n");
+    let config = tmp.path().join("gateway.toml");
+    write(&config, &config_with_policies(&policies, "bad"));
+    let out = run(&["serve", "--config", config.to_str().unwrap()]).await;
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "serve started with a bad policy");
+    let want = format!("{}:3: weights.quality: ", bad.display());
+    assert!(stderr.contains(&want), "no `{want}` in:\n{stderr}");
+}
+
+#[tokio::test]
+async fn delegate_serves_its_card() {
+    let mut child = bin()
+        .args([
+            "delegate",
+            "--card",
+            "config/delegates/qwen-translate-apac.json",
+            "--latency-ms",
+            "0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = Reader::of(&mut child);
+    let line = out
+        .until(Duration::from_secs(30), |l| l.starts_with("listening on "))
+        .await;
+    let url = line.trim_start_matches("listening on ").trim();
+    assert!(url.starts_with("http://127.0.0.1:"), "{line}");
+    let card: Value = reqwest::get(format!("{url}/.well-known/ldp-identity"))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .map(|b| serde_json::from_slice(&b).unwrap())
+        .unwrap();
+    assert_eq!(card["delegate_id"], "ldp:delegate:qwen-translate-apac");
+    assert_eq!(
+        card["endpoint"], url,
+        "an empty endpoint becomes the listen URL"
+    );
+    child.kill().await.unwrap();
+}
+
+fn hello() -> Value {
+    json!({
+        "message_id": "cli-test-hello", "session_id": "", "from": "ldp:client:cli-test",
+        "to": "ldp:delegate:gateway", "payload_mode": "text",
+        "timestamp": "2026-01-01T00:00:00Z", "provenance": null,
+        "body": {"type": "HELLO", "delegate_id": "ldp:client:cli-test",
+                 "supported_modes": ["semantic_frame", "text"]}
+    })
+}
+
+#[tokio::test]
+async fn demo_answers_ldp_early_then_prints_a_table_per_policy() {
+    let mut child = bin()
+        .args(["demo", "--tasks", "10"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = Reader::of(&mut child);
+    let first = out.until(DEMO_WITHIN, |_| true).await;
+    let url = first
+        .strip_prefix("LDP endpoint: ")
+        .unwrap_or_else(|| panic!("the first line names the LDP endpoint: {first}"));
+    assert!(url.starts_with("http://127.0.0.1:"), "{first}");
+
+    let resp = reqwest::Client::new()
+        .post(format!("{url}/ldp/messages"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&hello()).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let manifest: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(
+        manifest["body"]["type"], "CAPABILITY_MANIFEST",
+        "{manifest}"
+    );
+    let skills: Vec<&str> = manifest["body"]["capabilities"]["capabilities"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{manifest}"))
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    for skill in ["summarize", "reasoning", "translate", "code-review"] {
+        assert!(skills.contains(&skill), "{skill} missing from {skills:?}");
+    }
+
+    out.until(DEMO_WITHIN, |l| l.starts_with("demo traffic done"))
+        .await;
+    for policy in SHIPPED_POLICIES {
+        let heading = format!("policy {policy} ");
+        assert!(
+            out.seen.iter().any(|l| l.starts_with(&heading)),
+            "no table for {policy}:\n{}",
+            out.seen.join("\n")
+        );
+    }
+    assert!(
+        out.seen.last().unwrap().ends_with("serving until Ctrl-C"),
+        "{:?}",
+        out.seen.last()
+    );
+    // Still serving after the tables.
+    let health = reqwest::get(format!("{url}/healthz")).await.unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+    child.kill().await.unwrap();
+}
+
+/// The `savings` line of `policy`'s table: `(USD saved, percent saved)`.
+fn savings(stdout: &str, policy: &str) -> (f64, f64) {
+    let heading = format!("policy {policy} ");
+    let table: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with(&heading))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let line = table
+        .iter()
+        .find(|l| l.trim_start().starts_with("savings"))
+        .unwrap_or_else(|| panic!("no savings line for {policy}:\n{}", table.join("\n")));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let usd: f64 = words[1].parse().unwrap();
+    let pct: f64 = words
+        .iter()
+        .find_map(|w| w.strip_suffix('%'))
+        .unwrap()
+        .parse()
+        .unwrap();
+    (usd, pct)
+}
+
+#[tokio::test]
+async fn demo_with_exit_finishes_cleans_up_and_shows_savings() {
+    let child = bin()
+        .args(["demo", "--tasks", "10", "--exit"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = tokio::time::timeout(DEMO_WITHIN, child.wait_with_output())
+        .await
+        .expect("demo --exit finishes in time")
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\nstderr:\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with("LDP endpoint: http://127.0.0.1:"),
+        "{stdout}"
+    );
+    let last = stdout.lines().last().unwrap();
+    assert!(
+        last.starts_with("demo traffic done") && last.ends_with("exiting (--exit)"),
+        "{last}"
+    );
+    for policy in SHIPPED_POLICIES {
+        assert!(stdout.contains(&format!("policy {policy} ")), "{stdout}");
+    }
+    let (usd, pct) = savings(&stdout, "cheapest");
+    assert!(
+        usd > 0.0 && pct > 50.0,
+        "cheapest saves {usd} USD ({pct}%):\n{stdout}"
+    );
+    let (_, best) = savings(&stdout, "best-quality");
+    assert!(
+        best < pct,
+        "best-quality saves less than cheapest:\n{stdout}"
+    );
+
+    let data = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("data:"))
+        .unwrap_or_else(|| panic!("no data line:\n{stdout}"));
+    let dir = data.split_whitespace().next().unwrap();
+    assert!(!dir.is_empty());
+    assert!(
+        !Path::new(dir).exists(),
+        "the temporary directory {dir} is removed at exit"
+    );
+}
