@@ -356,21 +356,24 @@ fn latency_rows(gateway: &Gateway, fleet: &[Member]) -> Vec<LatencyRow> {
         .collect()
 }
 
-/// How the lying delegate fared under the latency policy: early tasks (its card speaks for
-/// it) versus later ones (the gateway has measured it).
+/// How the lying delegate fared under the latency policy: before its first answer came back
+/// (routing had only its card to go by) and after (the gateway had measured it).
 fn liar_story(tasks: &[traffic::Task], outcomes: &[Outcome]) -> String {
     let skills = ["reasoning", "code-review"];
-    let relevant = tasks.iter().filter(|t| skills.contains(&t.skill)).count();
-    let head = relevant.div_ceil(4).max(1);
-    let ((e, en), (l, ln)) = report::share_over_time(tasks, outcomes, &skills, fleet::LIAR, head);
-    format!(
-        "{LATENCY_POLICY}: {liar} declares {declared} ms but answers in about {actual} ms. It \
-         served {e} of the first {en} reasoning/code-review tasks, while only its card spoke \
-         for it, and {l} of the remaining {ln}, once the gateway had measured it.\n",
-        liar = fleet::LIAR,
-        declared = fleet::LIAR_DECLARED_MS,
-        actual = fleet::LIAR_ACTUAL.as_millis(),
-    )
+    let liar = fleet::LIAR;
+    let head = format!(
+        "{LATENCY_POLICY}: {liar} declares {} ms but answers in about {} ms.",
+        fleet::LIAR_DECLARED_MS,
+        fleet::LIAR_ACTUAL.as_millis()
+    );
+    match report::before_and_after_first_answer(outcomes, tasks, &skills, liar) {
+        Some(((b, bn), (a, an))) => format!(
+            "{head} Until its first answer came back it got {b} of {bn} reasoning/code-review \
+             tasks (routing had only its card to go by); once the gateway had measured it, {a} \
+             of {an}.\n"
+        ),
+        None => format!("{head} It served none of the reasoning/code-review tasks.\n"),
+    }
 }
 
 /// Where to look next.

@@ -39,7 +39,7 @@ pub struct Metrics {
     pub tasks: IntCounterVec,
     /// `ldp_gateway_task_duration_seconds{skill,delegate}`: client-observed task time.
     pub task_duration: HistogramVec,
-    /// `ldp_gateway_cost_usd_total{tenant,skill,delegate}`.
+    /// `ldp_gateway_cost_usd_total{tenant,skill,delegate,policy}`.
     pub cost_usd: CounterVec,
     /// `ldp_gateway_tokens_total{tenant,delegate}`.
     pub tokens: IntCounterVec,
@@ -125,9 +125,9 @@ impl Metrics {
         let cost_usd = CounterVec::new(
             Opts::new(
                 "ldp_gateway_cost_usd_total",
-                "Spend in USD by tenant, skill and delegate",
+                "Spend in USD by tenant, skill, delegate and policy",
             ),
-            &["tenant", "skill", "delegate"],
+            &["tenant", "skill", "delegate", "policy"],
         )?;
         r.register(Box::new(cost_usd.clone()))?;
         let tokens = counter_vec(

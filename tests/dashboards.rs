@@ -367,7 +367,7 @@ struct Prometheus {
     base: String,
     log: PathBuf,
     /// Config, storage and log; removed after the process is gone (fields drop in order).
-    _dir: Option<tempfile::TempDir>,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl Prometheus {
@@ -410,10 +410,10 @@ impl Prometheus {
                 child,
                 base: format!("http://127.0.0.1:{port}"),
                 log: log.clone(),
-                _dir: None,
+                dir: None,
             };
             if p.wait_ready().await {
-                p._dir = Some(dir);
+                p.dir = Some(dir);
                 return p;
             }
             eprintln!("prometheus exited at start, retrying:\n{}", p.log_text());

@@ -4,6 +4,7 @@
 use super::traffic::{Outcome, Task};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::time::{Duration, Instant};
 
 /// Nearest-rank percentile (`q` in 0..=1) of `values`; 0 when empty.
 pub fn percentile(values: &[f64], q: f64) -> f64 {
@@ -83,6 +84,7 @@ impl PolicyReport {
                     delegate,
                     cost_usd,
                     latency_ms,
+                    ..
                 } => {
                     r.delegates.entry(delegate.clone()).or_default().add(
                         task,
@@ -96,6 +98,7 @@ impl PolicyReport {
                             delegate,
                             cost_usd,
                             latency_ms,
+                            ..
                         }) => r.blind.add(task, delegate, *cost_usd, *latency_ms),
                         _ => r.blind_failed += 1,
                     }
@@ -127,11 +130,6 @@ impl PolicyReport {
         } else {
             0.0
         }
-    }
-
-    /// How many unroutable tasks in all.
-    pub fn unroutable_total(&self) -> usize {
-        self.unroutable.values().map(|(n, _)| n).sum()
     }
 
     /// The fixed-width table, headed by `title`.
@@ -281,29 +279,47 @@ pub fn render_latency(rows: &[LatencyRow]) -> String {
     out
 }
 
-/// How many of `outcomes` went to `delegate` among the first `head` tasks of `skills`, and
-/// among the rest: `((served, of), (served, of))`.
-pub fn share_over_time(
-    tasks: &[Task],
+/// Tasks of `skills` served to `delegate`, split at the moment its first answer came back
+/// (before it, routing only had its card to go by): `((to it, of), (to it, of))` for tasks
+/// sent before and after. `None` if it served none of them.
+pub fn before_and_after_first_answer(
     outcomes: &[Outcome],
+    tasks: &[Task],
     skills: &[&str],
     delegate: &str,
-    head: usize,
-) -> ((usize, usize), (usize, usize)) {
-    let mut early = (0, 0);
-    let mut late = (0, 0);
-    let relevant = tasks
+) -> Option<((usize, usize), (usize, usize))> {
+    let served: Vec<(&str, Instant, f64)> = tasks
         .iter()
         .zip(outcomes)
-        .filter(|(t, _)| skills.contains(&t.skill));
-    for (k, (_, o)) in relevant.enumerate() {
-        let slot = if k < head { &mut early } else { &mut late };
+        .filter(|(t, _)| skills.contains(&t.skill))
+        .filter_map(|(_, o)| match o {
+            Outcome::Served {
+                delegate,
+                latency_ms,
+                sent,
+                ..
+            } => Some((delegate.as_str(), *sent, *latency_ms)),
+            _ => None,
+        })
+        .collect();
+    let first_answer = served
+        .iter()
+        .filter(|(d, ..)| *d == delegate)
+        .map(|(_, sent, ms)| *sent + Duration::from_secs_f64(ms / 1000.0))
+        .min()?;
+    let (mut before, mut after) = ((0, 0), (0, 0));
+    for (d, sent, _) in served {
+        let slot = if sent < first_answer {
+            &mut before
+        } else {
+            &mut after
+        };
         slot.1 += 1;
-        if matches!(o, Outcome::Served { delegate: d, .. } if d == delegate) {
+        if d == delegate {
             slot.0 += 1;
         }
     }
-    (early, late)
+    Some((before, after))
 }
 
 #[cfg(test)]
@@ -316,6 +332,7 @@ mod tests {
             delegate: d.into(),
             cost_usd: cost,
             latency_ms: ms,
+            sent: Instant::now(),
         }
     }
 
@@ -365,14 +382,30 @@ mod tests {
     }
 
     #[test]
-    fn share_over_time_splits_by_position_among_the_skills() {
+    fn traffic_is_split_at_the_first_answer() {
         let t = tasks(8);
-        let o: Vec<Outcome> = (0..8)
-            .map(|i| served(if i < 4 { "liar" } else { "honest" }, 0.0, 1.0))
-            .collect();
-        // reasoning and code-review are tasks 1, 3, 5, 7.
-        let (early, late) = share_over_time(&t, &o, &["reasoning", "code-review"], "liar", 2);
-        assert_eq!((early, late), ((2, 2), (0, 2)));
+        let t0 = Instant::now();
+        let at = |d: &str, sent_ms: u64, ms: f64| Outcome::Served {
+            delegate: d.into(),
+            cost_usd: 0.0,
+            latency_ms: ms,
+            sent: t0 + Duration::from_millis(sent_ms),
+        };
+        // reasoning and code-review are tasks 1, 3, 5, 7; the liar's first answer is at 1800.
+        let o = [
+            at("fast", 0, 40.0),
+            at("liar", 0, 1800.0),
+            at("fast", 10, 40.0),
+            at("liar", 10, 1800.0),
+            at("fast", 20, 40.0),
+            at("honest", 1900, 1000.0),
+            at("fast", 30, 40.0),
+            at("liar", 1700, 1800.0),
+        ];
+        let split = before_and_after_first_answer(&o, &t, &["reasoning", "code-review"], "liar");
+        assert_eq!(split, Some(((3, 3), (0, 1))));
+        let none = before_and_after_first_answer(&o, &t, &["summarize"], "liar");
+        assert_eq!(none, None);
     }
 
     #[test]

@@ -86,6 +86,8 @@ pub enum Outcome {
         cost_usd: f64,
         /// Round trip as the client saw it, ms.
         latency_ms: f64,
+        /// When it was sent.
+        sent: Instant,
     },
     /// `NO_ELIGIBLE_DELEGATE`: the policy allows no delegate for the skill.
     Unroutable(String),
@@ -254,6 +256,7 @@ async fn submit(
                 delegate,
                 cost_usd,
                 latency_ms,
+                sent: started,
             }
         }
         Ok(Body::TaskFailed { error, .. }) if error.code == "NO_ELIGIBLE_DELEGATE" => {

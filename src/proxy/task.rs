@@ -67,7 +67,8 @@ impl Proxy {
         };
         let started = Instant::now();
         let started_at = crate::ldp::now_rfc3339();
-        let named = ctx.policy.as_deref().or(session.policy.as_deref());
+        // PRODUCT.md order: the session's own policy, then the request header.
+        let named = session.policy.as_deref().or(ctx.policy.as_deref());
         let set = self.policies.load_full();
         let policy = match set.select(named, None, task.skill, ANONYMOUS) {
             Ok((p, _)) => p.clone(),
@@ -495,8 +496,9 @@ impl Proxy {
             m.fallbacks.with_label_values(&[reason.as_str()]).inc();
         }
         if let Some(cost) = row.cost_usd {
+            let policy = row.policy.as_deref().unwrap_or("none");
             m.cost_usd
-                .with_label_values(&[row.tenant.as_str(), row.skill.as_str(), delegate])
+                .with_label_values(&[row.tenant.as_str(), row.skill.as_str(), delegate, policy])
                 .inc_by(cost.max(0.0));
             m.spend_total.inc_by(cost.max(0.0));
         }

@@ -461,11 +461,17 @@ fn oracle(s: &Spec, c: &Case) -> Vec<Constraint> {
 }
 
 fn config() -> ProptestConfig {
+    let default = ProptestConfig::default();
     ProptestConfig {
-        cases: 256,
-        // No persistence file: failures print the minimal case, which is what we report.
+        // A few seconds by default; `PROPTEST_CASES=20000` for a deep run.
+        cases: if std::env::var_os("PROPTEST_CASES").is_some() {
+            default.cases
+        } else {
+            256
+        },
+        // No persistence file: a failure prints its minimal case.
         failure_persistence: None,
-        ..ProptestConfig::default()
+        ..default
     }
 }
 
@@ -476,6 +482,9 @@ fn picks(c: &Case, offers: &[TestOffer], n: usize) -> Vec<Result<Pick, NoEligibl
         .map(|_| decide(offers, &c.policy, &c.need, &c.params, &mut rng))
         .collect()
 }
+
+/// One figure of a spec (quality, cost or latency), if known.
+type FigureOf<'a> = dyn Fn(&Spec) -> Option<f64> + 'a;
 
 /// A copy of `c` with other weights and no tolerance: the pick is a top scorer.
 fn with_weights(c: &Case, quality: f64, cost: f64, latency: f64) -> Case {
@@ -607,7 +616,7 @@ proptest! {
         let eligible: Vec<usize> = (0..offers.len())
             .filter(|&i| oracle(&c.specs[i], &c).is_empty())
             .collect();
-        let extreme = |f: &dyn Fn(&Spec) -> Option<f64>, max: bool| {
+        let extreme = |f: &FigureOf<'_>, max: bool| {
             eligible
                 .iter()
                 .filter_map(|&i| f(&c.specs[i]))
@@ -616,13 +625,13 @@ proptest! {
         let params = c.params;
         let cost = move |s: &Spec| spec_cost(s, &params);
         let quality = |s: &Spec| s.quality;
-        let checks: [(Case, &dyn Fn(&Spec) -> Option<f64>, bool); 3] = [
+        let checks: [(Case, &FigureOf<'_>, bool); 3] = [
             (with_weights(&c, 1.0, 0.0, 0.0), &quality, true),
             (with_weights(&c, 0.0, 1.0, 0.0), &cost, false),
             (with_weights(&c, 0.0, 0.0, 1.0), &spec_latency, false),
         ];
         for (k, (case, figure, max)) in checks.iter().enumerate() {
-            let best = extreme(*figure, *max);
+            let best = extreme(figure, *max);
             for r in picks(case, &offers, 8) {
                 let Ok(p) = r else {
                     prop_assert!(eligible.is_empty());
