@@ -199,7 +199,14 @@ async fn demo(
         tasks.len(),
         args.concurrency,
     ))?;
-    let results = drive_all(gateway, fleet, &tasks, usize::from(args.concurrency)).await?;
+    let traffic = drive_all(gateway, fleet, &tasks, usize::from(args.concurrency));
+    let results = tokio::select! {
+        results = traffic => results?,
+        () = crate::server::wait_for_signal() => {
+            say("interrupted; shutting down")?;
+            return Ok(());
+        }
+    };
     let elapsed = started.elapsed();
     say("")?;
 
@@ -210,20 +217,19 @@ async fn demo(
             continue;
         };
         let report = PolicyReport::new(name, &tasks, outcomes, blind);
-        let about = policies.get(name).map_or_else(String::new, |p| {
-            let w = p.weights;
-            format!(
-                " — {} (weights: quality {}, cost {}, latency {})",
+        let title = match policies.get(name) {
+            Some(p) => format!(
+                "policy {name} — {}\n  weights: quality {}, cost {}, latency {}; {} tasks in {:.1} s",
                 p.description.trim(),
-                w.quality,
-                w.cost,
-                w.latency
-            )
-        });
-        say(report.render(&format!(
-            "policy {name}{about} [{:.1} s]",
-            took.as_secs_f64()
-        )))?;
+                p.weights.quality,
+                p.weights.cost,
+                p.weights.latency,
+                outcomes.len(),
+                took.as_secs_f64()
+            ),
+            None => format!("policy {name}"),
+        };
+        say(report.render(&title))?;
     }
 
     say(

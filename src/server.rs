@@ -54,7 +54,7 @@ pub enum ServerError {
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
     /// A listener could not bind.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,

@@ -193,7 +193,7 @@ async fn worker(
                         client
                             .open_session(url, card, target.session_config())
                             .await
-                            .map_err(|e| format!("session refused: {e}"))
+                            .map_err(|e| format!("opening a session: {e}"))
                     }
                 };
                 match session {
