@@ -106,7 +106,7 @@ fn fleet(n: usize) -> Vec<BenchOffer> {
 fn policy() -> Policy {
     Policy {
         require: Require {
-            jurisdictions: vec![],
+            jurisdictions: vec![Glob("eu-*".into()), Glob("us-*".into())],
             min_quality: Some(0.6),
             max_cost_usd: Some(0.03),
             ..Require::default()

@@ -28,7 +28,8 @@ pub struct Glob(pub String);
 impl Glob {
     /// Whether `s` matches. `*` matches any run of characters, anywhere in the pattern.
     pub fn matches(&self, s: &str) -> bool {
-        glob_match(self.0.as_bytes(), s.to_ascii_lowercase().as_bytes())
+        // Case-insensitive in place: no lowercase copy per call (this runs per offer per task).
+        glob_match(self.0.as_bytes(), s.as_bytes())
     }
 }
 
@@ -36,7 +37,7 @@ fn glob_match(p: &[u8], s: &[u8]) -> bool {
     // Iterative wildcard match with single backtrack point (linear for one `*` run).
     let (mut pi, mut si, mut star, mut mark) = (0usize, 0usize, None::<usize>, 0usize);
     while si < s.len() {
-        if pi < p.len() && p[pi] != b'*' && p[pi].to_ascii_lowercase() == s[si] {
+        if pi < p.len() && p[pi] != b'*' && p[pi].eq_ignore_ascii_case(&s[si]) {
             pi += 1;
             si += 1;
         } else if pi < p.len() && p[pi] == b'*' {
