@@ -31,6 +31,10 @@ pub struct Config {
     pub policies: PoliciesConfig,
     /// How routing treats prices, missing hints and unknown values.
     pub routing: crate::routing::RoutingParams,
+    /// Outlier detection: when a failing delegate is cut out and how it comes back.
+    pub outlier: crate::registry::OutlierConfig,
+    /// Failover: the retry budget.
+    pub fallback: FallbackConfig,
     /// Provenance ledger (written from the ledger release on; accepted now).
     pub provenance: ProvenanceConfig,
 }
@@ -43,6 +47,9 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Largest accepted request body, bytes.
     pub body_limit_bytes: usize,
+    /// On shutdown, how long in-flight requests may take to finish before they are cut.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
 }
 
 /// `[admin]`.
@@ -132,6 +139,10 @@ pub struct DelegateConfig {
     /// Free-form labels.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Most tasks in flight at once; a full delegate is skipped, not queued behind
+    /// (default: the card's `metadata.max_in_flight`, else no limit).
+    #[serde(default)]
+    pub max_in_flight: Option<u32>,
 }
 
 impl DelegateConfig {
@@ -142,6 +153,30 @@ impl DelegateConfig {
             name: None,
             weight: None,
             labels: BTreeMap::new(),
+            max_in_flight: None,
+        }
+    }
+}
+
+/// `[fallback]`: how much extra load failover may add.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FallbackConfig {
+    /// Retries allowed as a fraction of recent tasks.
+    pub retry_ratio: f64,
+    /// Retries always allowed per window, however few tasks there were.
+    pub retry_floor: u32,
+    /// The window the budget counts over.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+}
+
+impl Default for FallbackConfig {
+    fn default() -> Self {
+        FallbackConfig {
+            retry_ratio: 0.2,
+            retry_floor: 10,
+            window: Duration::from_secs(10),
         }
     }
 }
@@ -184,6 +219,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8700)),
             body_limit_bytes: 1024 * 1024,
+            shutdown_grace: Duration::from_secs(30),
         }
     }
 }

@@ -2,7 +2,10 @@
 //! sessions, translating payload modes and rewriting provenance. No HTTP here: the server
 //! hands in parsed envelopes and sends back what this returns.
 
+mod budget;
 mod task;
+
+pub use budget::RetryBudget;
 
 use crate::config::Config;
 use crate::ldp::error::GatewayCode;
@@ -52,6 +55,7 @@ pub struct Proxy {
     upstream: UpstreamClient,
     metrics: Arc<Metrics>,
     ledger: LedgerHandle,
+    budget: RetryBudget,
     version: String,
 }
 
@@ -75,6 +79,7 @@ impl Proxy {
             .clone()
             .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned());
         Proxy {
+            budget: RetryBudget::new(cfg.fallback.clone()),
             cfg,
             registry,
             policies: ArcSwap::from_pointee(policies),
@@ -82,6 +87,7 @@ impl Proxy {
             upstream,
             metrics,
             ledger,
+
             version,
         }
     }
@@ -194,6 +200,17 @@ impl Proxy {
 
     /// Answers one client envelope.
     pub async fn handle(&self, env: Envelope, ctx: &RequestCtx) -> Result<Envelope, NotAccepted> {
+        self.handle_with(env, ctx, None).await
+    }
+
+    /// Answers one client envelope, sending TASK_UPDATE progress (the gateway's own and any
+    /// the delegate streams) to `progress` while a task runs.
+    pub async fn handle_with(
+        &self,
+        env: Envelope,
+        ctx: &RequestCtx,
+        progress: Option<&tokio::sync::mpsc::Sender<Envelope>>,
+    ) -> Result<Envelope, NotAccepted> {
         match &env.body {
             Body::Hello { .. } => Ok(self.hello(&env)),
             Body::SessionPropose { config } => Ok(self.propose(&env, config)),
@@ -212,6 +229,7 @@ impl Proxy {
                         input,
                         contract: contract.as_ref(),
                     },
+                    progress,
                 )
                 .await),
             Body::TaskCancel { task_id } => Ok(self.cancel(&env, task_id).await),
@@ -362,6 +380,44 @@ impl Proxy {
             &need,
             &self.cfg.routing,
         ))
+    }
+
+    /// Cancels a running task upstream on behalf of a client that went away (a dropped
+    /// stream). Returns whether a TASK_CANCEL reached the delegate.
+    pub async fn cancel_for_disconnect(
+        &self,
+        session_id: &str,
+        owner: &str,
+        task_id: &str,
+    ) -> bool {
+        let Some(session) = self.sessions.get(session_id, owner) else {
+            return false;
+        };
+        let Some(b) = session
+            .running_skill(task_id)
+            .and_then(|skill| session.binding(&skill))
+        else {
+            return false;
+        };
+        let cancel = Envelope::new(
+            b.upstream.session_id.as_str(),
+            self.id(),
+            b.upstream.delegate_id.as_str(),
+            Body::TaskCancel {
+                task_id: task_id.to_owned(),
+            },
+            PayloadMode::Text,
+        );
+        let sent = self
+            .upstream
+            .send(
+                &b.delegate.base_url,
+                &cancel,
+                self.cfg.upstream.handshake_timeout,
+            )
+            .await;
+        tracing::info!(task_id, delegate = %b.delegate.name, ok = sent.is_ok(), "client went away; task cancelled upstream");
+        sent.is_ok()
     }
 
     async fn cancel(&self, env: &Envelope, task_id: &str) -> Envelope {

@@ -3,16 +3,17 @@
 
 use crate::config::{normalize_url, DelegateConfig};
 use crate::ldp::{CapabilityHints, IdentityCard};
-use crate::routing::Offer;
+use crate::routing::{Load, Offer};
 use crate::upstream::UpstreamClient;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Weight of the newest sample in the observed-latency EWMA.
-const EWMA_ALPHA: f64 = 0.3;
+mod health;
+
+pub use health::{Availability, InFlight, Observed, OutlierConfig, Phase, Snapshot};
 
 /// Polls skipped at most while a delegate keeps failing: backoff grows as 1, 2, 4, … 32
 /// intervals.
@@ -34,14 +35,16 @@ pub struct Delegate {
     last_error: ArcSwapOption<String>,
     failures: AtomicU32,
     skip_polls: AtomicU32,
-    /// f64 bits of the latency EWMA (ms); meaningful once `samples` > 0.
-    ewma_ms: AtomicU64,
-    samples: AtomicU64,
+    /// Most tasks in flight (config; else the card's `metadata.max_in_flight`).
+    max_in_flight: Option<u32>,
+    /// In-flight count, latency EWMA, errors, outlier state.
+    pub observed: Observed,
+    outlier: OutlierConfig,
 }
 
 impl Delegate {
-    /// A delegate with no card yet (so not healthy).
-    pub fn from_config(cfg: &DelegateConfig) -> Result<Delegate, String> {
+    /// A delegate with no card yet (so not healthy), judged by `outlier`.
+    pub fn from_config(cfg: &DelegateConfig, outlier: OutlierConfig) -> Result<Delegate, String> {
         let base_url = normalize_url(&cfg.url)?;
         Ok(Delegate {
             name: cfg.name.clone().unwrap_or_else(|| cfg.url.clone()),
@@ -53,8 +56,9 @@ impl Delegate {
             last_error: ArcSwapOption::empty(),
             failures: AtomicU32::new(0),
             skip_polls: AtomicU32::new(0),
-            ewma_ms: AtomicU64::new(0),
-            samples: AtomicU64::new(0),
+            max_in_flight: cfg.max_in_flight,
+            observed: Observed::default(),
+            outlier,
         })
     }
 
@@ -75,25 +79,71 @@ impl Delegate {
 
     /// Observed latency EWMA in ms, once measured.
     pub fn observed_latency_ms(&self) -> Option<f64> {
-        (self.samples.load(Ordering::Acquire) > 0)
-            .then(|| f64::from_bits(self.ewma_ms.load(Ordering::Acquire)))
+        self.observed.latency_ms()
     }
 
     /// How many latency samples it has.
     pub fn samples(&self) -> u64 {
-        self.samples.load(Ordering::Acquire)
+        self.observed.samples()
     }
 
-    /// Records how long one upstream task took.
-    pub fn observe_latency(&self, took: Duration) {
-        let ms = took.as_secs_f64() * 1000.0;
-        // A lost update under a race only drops one sample from the average.
-        let next = match self.observed_latency_ms() {
-            Some(prev) => prev + EWMA_ALPHA * (ms - prev),
-            None => ms,
-        };
-        self.ewma_ms.store(next.to_bits(), Ordering::Release);
-        self.samples.fetch_add(1, Ordering::AcqRel);
+    /// Most tasks it may have in flight: config, else the card's `metadata.max_in_flight`.
+    pub fn max_in_flight(&self) -> Option<u32> {
+        self.max_in_flight.or_else(|| {
+            self.card().and_then(|c| {
+                c.metadata
+                    .get("max_in_flight")
+                    .and_then(|v| v.trim().parse().ok())
+            })
+        })
+    }
+
+    /// Counts a task in flight until the guard drops.
+    pub fn start_task(&self) -> InFlight<'_> {
+        self.observed.start()
+    }
+
+    /// A task answered (with a result, or with a failure that is the task's own, not the
+    /// delegate's): its latency counts, and it is a success for outlier detection.
+    pub fn record_success(&self, took: Duration) {
+        let now = tokio::time::Instant::now();
+        self.observed.record_latency(took, now, &self.outlier);
+        self.observed.record_success(now, &self.outlier);
+    }
+
+    /// The delegate failed a task (transport error, 5xx, timeout, malformed answer, retryable
+    /// runtime failure). Returns true if that ejected it.
+    pub fn record_failure(&self, took: Option<Duration>) -> bool {
+        let now = tokio::time::Instant::now();
+        if let Some(t) = took {
+            // A timeout is a latency sample too: the slow delegate must look slow.
+            self.observed.record_latency(t, now, &self.outlier);
+        }
+        let ejected = self.observed.record_failure(now, &self.outlier);
+        if ejected {
+            tracing::warn!(delegate = %self.name, "delegate ejected by outlier detection");
+        }
+        ejected
+    }
+
+    /// Load and outlier state for routing, now.
+    pub fn load(&self) -> Load {
+        let a = self
+            .observed
+            .availability(tokio::time::Instant::now(), &self.outlier);
+        Load {
+            in_flight: self.observed.in_flight(),
+            max_in_flight: self.max_in_flight(),
+            ejected: a.ejected,
+            probing: a.probing,
+            weight_factor: a.weight_factor,
+        }
+    }
+
+    /// Observed state for operators.
+    pub fn snapshot(&self) -> Snapshot {
+        self.observed
+            .snapshot(tokio::time::Instant::now(), &self.outlier)
     }
 
     /// Records a successful fetch; returns whether the card changed in a way routing sees.
@@ -122,7 +172,7 @@ impl Delegate {
 
     /// Records a failed fetch: the delegate stops receiving new tasks, and is polled less
     /// often while it keeps failing. Returns whether its health changed.
-    fn record_failure(&self, error: String) -> bool {
+    fn record_fetch_failure(&self, error: String) -> bool {
         let went_down = self.healthy.swap(false, Ordering::AcqRel);
         if went_down {
             tracing::warn!(delegate = %self.name, error = %error, "delegate down");
@@ -174,6 +224,9 @@ impl Offer for SkillOffer {
     }
     fn weight(&self) -> f64 {
         self.delegate.weight
+    }
+    fn load(&self) -> Load {
+        self.delegate.load()
     }
 }
 
@@ -240,19 +293,24 @@ pub struct Registry {
     index: ArcSwap<SkillIndex>,
     /// Serialises membership changes (add/remove); readers never take it.
     writer: Mutex<()>,
+    outlier: OutlierConfig,
 }
 
 impl Registry {
     /// A registry of the configured delegates (cards not fetched yet).
-    pub fn from_config(cfgs: &[DelegateConfig]) -> Result<Registry, String> {
+    pub fn from_config(
+        cfgs: &[DelegateConfig],
+        outlier: OutlierConfig,
+    ) -> Result<Registry, String> {
         let list = cfgs
             .iter()
-            .map(|c| Delegate::from_config(c).map(Arc::new))
+            .map(|c| Delegate::from_config(c, outlier).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Registry {
             delegates: ArcSwap::from_pointee(list),
             index: ArcSwap::from_pointee(SkillIndex::default()),
             writer: Mutex::new(()),
+            outlier,
         })
     }
 
@@ -291,7 +349,7 @@ impl Registry {
 
     /// Adds a delegate at run time (its card is fetched by the caller or the next poll).
     pub fn add(&self, cfg: &DelegateConfig) -> Result<Arc<Delegate>, RegistryError> {
-        let d = Arc::new(Delegate::from_config(cfg).map_err(RegistryError::BadUrl)?);
+        let d = Arc::new(Delegate::from_config(cfg, self.outlier).map_err(RegistryError::BadUrl)?);
         let _w = self
             .writer
             .lock()
@@ -331,7 +389,7 @@ impl Registry {
     pub async fn poll_one(&self, d: &Delegate, client: &UpstreamClient, timeout: Duration) {
         let changed = match client.fetch_card(&d.base_url, timeout).await {
             Ok(card) => d.record_card(card),
-            Err(e) => d.record_failure(e.to_string()),
+            Err(e) => d.record_fetch_failure(e.to_string()),
         };
         if changed {
             self.reindex();
@@ -347,7 +405,7 @@ impl Registry {
             .map(|d| async move {
                 let changed = match client.fetch_card(&d.base_url, timeout).await {
                     Ok(card) => d.record_card(card),
-                    Err(e) => d.record_failure(e.to_string()),
+                    Err(e) => d.record_fetch_failure(e.to_string()),
                 };
                 changed
             });

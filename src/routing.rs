@@ -61,6 +61,9 @@ pub struct RoutingParams {
     /// `max_latency_ms`, `min_context_window`, the contract's budget and deadline). Default
     /// false: a bound is only met by a value that is known to meet it.
     pub unknown_passes_bounds: bool,
+    /// If outlier ejections would leave fewer than this fraction of the otherwise eligible
+    /// delegates, ejections are ignored for that decision (route to all).
+    pub panic_threshold: f64,
 }
 
 impl Default for RoutingParams {
@@ -69,6 +72,7 @@ impl Default for RoutingParams {
             tier_prices: TierPrices::default(),
             missing_score: 0.5,
             unknown_passes_bounds: false,
+            panic_threshold: 0.5,
         }
     }
 }
@@ -87,6 +91,48 @@ pub trait Offer {
     fn observed_latency_ms(&self) -> Option<f64>;
     /// Relative share among near-equals.
     fn weight(&self) -> f64;
+    /// Its load and outlier state now (default: idle, never ejected).
+    fn load(&self) -> Load {
+        Load::idle()
+    }
+}
+
+/// An offer's load and outlier state at decision time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Load {
+    /// Tasks in flight.
+    pub in_flight: u32,
+    /// Most tasks it may have in flight.
+    pub max_in_flight: Option<u32>,
+    /// Cut out by outlier detection.
+    pub ejected: bool,
+    /// Back for one trial task (at most one in flight).
+    pub probing: bool,
+    /// Share multiplier during slow start (1 otherwise).
+    pub weight_factor: f64,
+}
+
+impl Load {
+    /// No tasks, no limits, not ejected.
+    pub fn idle() -> Load {
+        Load {
+            in_flight: 0,
+            max_in_flight: None,
+            ejected: false,
+            probing: false,
+            weight_factor: 1.0,
+        }
+    }
+
+    /// Whether it can take one more task.
+    pub fn has_room(&self) -> bool {
+        let cap = if self.probing {
+            Some(self.max_in_flight.map_or(1, |m| m.min(1)))
+        } else {
+            self.max_in_flight
+        };
+        cap.is_none_or(|c| self.in_flight < c)
+    }
 }
 
 /// The task-side inputs.
@@ -98,6 +144,8 @@ pub struct Need<'a> {
     pub client_domain: &'a str,
     /// The session's required delegate domain (R).
     pub required_domain: Option<&'a str>,
+    /// Delegates already tried for this task (by registry name): failover skips them.
+    pub exclude: &'a [String],
     /// The delegation contract's `policy.budget.max_cost_usd`.
     pub contract_max_cost_usd: Option<f64>,
     /// Milliseconds left until the contract's deadline (0 if already past).
@@ -110,6 +158,12 @@ pub struct Need<'a> {
 pub enum Constraint {
     /// The delegate is up.
     Healthy,
+    /// Not already tried for this task (failover).
+    NotTried,
+    /// Not cut out by outlier detection (ignored under the panic threshold).
+    NotEjected,
+    /// Below its `max_in_flight` (and at most one task while probing).
+    Capacity,
     /// RFC §7.2: the delegate's domain trusts the client's, and is the required one if any.
     TrustDomain,
     /// Policy `trust_domains`.
@@ -136,8 +190,11 @@ pub enum Constraint {
 
 impl Constraint {
     /// All, in order.
-    pub const ALL: [Constraint; 12] = [
+    pub const ALL: [Constraint; 15] = [
         Constraint::Healthy,
+        Constraint::NotTried,
+        Constraint::NotEjected,
+        Constraint::Capacity,
         Constraint::TrustDomain,
         Constraint::PolicyTrustDomains,
         Constraint::Jurisdiction,
@@ -155,6 +212,9 @@ impl Constraint {
     pub fn as_str(self) -> &'static str {
         match self {
             Constraint::Healthy => "healthy",
+            Constraint::NotTried => "not_tried",
+            Constraint::NotEjected => "not_ejected",
+            Constraint::Capacity => "capacity",
             Constraint::TrustDomain => "trust_domain",
             Constraint::PolicyTrustDomains => "policy_trust_domains",
             Constraint::Jurisdiction => "jurisdiction",
@@ -265,6 +325,12 @@ pub fn evaluate<O: Offer>(
     // An unknown value meets a bound only if the operator said so.
     let unknown = !params.unknown_passes_bounds;
     fail(Constraint::Healthy, !o.healthy());
+    fail(
+        Constraint::NotTried,
+        need.exclude.iter().any(|n| n == o.name()),
+    );
+    // Ejection depends on the whole candidate set (the panic threshold): `decide` applies it.
+    fail(Constraint::Capacity, !o.load().has_room());
     fail(
         Constraint::TrustDomain,
         check_session(&card.trust_domain, need.client_domain, need.required_domain).is_err(),
@@ -465,6 +531,62 @@ impl std::fmt::Display for NoEligible {
     }
 }
 
+/// The offers that pass every constraint, with outlier ejection applied unless that would
+/// leave fewer than `panic_threshold` of them (then the ejected stay: route to all).
+struct Survivors {
+    index: Vec<usize>,
+    figures: Vec<Figures>,
+    loads: Vec<Load>,
+    excluded: [usize; Constraint::ALL.len()],
+    evaluated: usize,
+}
+
+fn survivors<O: Offer>(
+    offers: &[O],
+    policy: &Policy,
+    need: &Need<'_>,
+    params: &RoutingParams,
+) -> Survivors {
+    let cap = offers.len().min(64);
+    let mut s = Survivors {
+        index: Vec::with_capacity(cap),
+        figures: Vec::with_capacity(cap),
+        loads: Vec::with_capacity(cap),
+        excluded: [0; Constraint::ALL.len()],
+        evaluated: offers.len(),
+    };
+    let mut ejected = 0usize;
+    for (i, o) in offers.iter().enumerate() {
+        let e = evaluate(o, policy, need, params);
+        if e.eligible() {
+            let load = o.load();
+            ejected += usize::from(load.ejected);
+            s.index.push(i);
+            s.figures.push(e.figures);
+            s.loads.push(load);
+        } else {
+            for c in e.failures() {
+                s.excluded[c as usize] += 1;
+            }
+        }
+    }
+    let n = s.index.len();
+    if ejected > 0 && ((n - ejected) as f64) >= params.panic_threshold * n as f64 {
+        let mut k = 0;
+        while k < s.index.len() {
+            if s.loads[k].ejected {
+                s.index.swap_remove(k);
+                s.figures.swap_remove(k);
+                s.loads.swap_remove(k);
+            } else {
+                k += 1;
+            }
+        }
+        s.excluded[Constraint::NotEjected as usize] += ejected;
+    }
+    s
+}
+
 fn exclusions(counts: &[usize; Constraint::ALL.len()]) -> Vec<(Constraint, usize)> {
     Constraint::ALL
         .into_iter()
@@ -473,9 +595,43 @@ fn exclusions(counts: &[usize; Constraint::ALL.len()]) -> Vec<(Constraint, usize
         .collect()
 }
 
+/// Picks one of `band` (positions in the survivors) at random, weighted by `weight`,
+/// skipping `not`; uniform if every weight is zero.
+fn weighted(
+    band: &[usize],
+    weight: &dyn Fn(usize) -> f64,
+    not: Option<usize>,
+    rng: &mut fastrand::Rng,
+) -> usize {
+    let total: f64 = band
+        .iter()
+        .filter(|k| Some(**k) != not)
+        .map(|k| weight(*k))
+        .sum();
+    let others = band.iter().copied().filter(|k| Some(*k) != not);
+    if total <= 0.0 {
+        let n = band.len() - usize::from(not.is_some_and(|x| band.contains(&x)));
+        return others.clone().nth(rng.usize(..n.max(1))).unwrap_or(band[0]);
+    }
+    let mut ticket = rng.f64() * total;
+    let mut last = band[0];
+    for k in others {
+        let w = weight(k);
+        if ticket < w {
+            return k;
+        }
+        ticket -= w;
+        last = k;
+    }
+    last
+}
+
 /// Chooses among `offers` (the delegates offering `need.skill`): filter by every hard
-/// constraint, score the rest, pick at random, weighted by `Offer::weight`, among those
-/// within `policy.tolerance` of the best score.
+/// constraint and outlier ejection, score the rest, then among those within
+/// `policy.tolerance` of the best, the power of two random choices: two drawn by weight
+/// (× slow-start factor), the one with less work queued — (in flight + 1) × observed latency
+/// — wins (ties go to a weighted coin). An unmeasured delegate counts as fast, so it gets
+/// explored, but its in-flight count still spreads the load.
 pub fn decide<O: Offer>(
     offers: &[O],
     policy: &Policy,
@@ -483,73 +639,59 @@ pub fn decide<O: Offer>(
     params: &RoutingParams,
     rng: &mut fastrand::Rng,
 ) -> Result<Pick, NoEligible> {
-    let mut evals: Vec<(usize, Figures)> = Vec::with_capacity(offers.len().min(64));
-    let mut excluded = [0usize; Constraint::ALL.len()];
-    let mut scale = Scale::default();
-    for (i, o) in offers.iter().enumerate() {
-        let e = evaluate(o, policy, need, params);
-        if e.eligible() {
-            scale.add(&e.figures);
-            evals.push((i, e.figures));
-        } else {
-            for c in e.failures() {
-                excluded[c as usize] += 1;
-            }
-        }
-    }
-    if evals.is_empty() {
+    let s = survivors(offers, policy, need, params);
+    if s.index.is_empty() {
         return Err(NoEligible {
             skill: need.skill.to_owned(),
             offering: offers.len(),
-            excluded: exclusions(&excluded),
+            excluded: exclusions(&s.excluded),
         });
     }
-    let scores: Vec<f64> = evals
+    let mut scale = Scale::default();
+    for f in &s.figures {
+        scale.add(f);
+    }
+    let scores: Vec<f64> = s
+        .figures
         .iter()
-        .map(|(_, f)| score(&scale.components(f, params.missing_score), policy))
+        .map(|f| score(&scale.components(f, params.missing_score), policy))
         .collect();
     let best = scores.iter().copied().fold(f64::MIN, f64::max);
     let floor = best * (1.0 - policy.tolerance);
-    let (mut band, mut total_weight) = (0usize, 0.0f64);
-    for (k, s) in scores.iter().enumerate() {
-        if *s >= floor {
-            band += 1;
-            total_weight += offers[evals[k].0].weight().max(0.0);
+    let band: Vec<usize> = (0..scores.len()).filter(|k| scores[*k] >= floor).collect();
+    let weight = |k: usize| offers[s.index[k]].weight().max(0.0) * s.loads[k].weight_factor;
+    let k = if band.len() == 1 {
+        band[0]
+    } else {
+        let a = weighted(&band, &weight, None, rng);
+        let b = weighted(&band, &weight, Some(a), rng);
+        let cost = |k: usize| {
+            let latency = offers[s.index[k]].observed_latency_ms().unwrap_or(0.0) + 1.0;
+            (f64::from(s.loads[k].in_flight) + 1.0) * latency
+        };
+        let (ca, cb) = (cost(a), cost(b));
+        if (ca - cb).abs() <= 1e-9 * ca.max(cb) {
+            let (wa, wb) = (weight(a), weight(b));
+            if wa + wb <= 0.0 || rng.f64() * (wa + wb) < wa {
+                a
+            } else {
+                b
+            }
+        } else if ca < cb {
+            a
+        } else {
+            b
         }
-    }
-    // Weighted choice within the band; falls back to the best if every weight is zero.
-    let mut ticket = rng.f64() * total_weight;
-    let mut chosen = None;
-    for (k, s) in scores.iter().enumerate() {
-        if *s < floor {
-            continue;
-        }
-        let w = offers[evals[k].0].weight().max(0.0);
-        if ticket < w {
-            chosen = Some(k);
-            break;
-        }
-        ticket -= w;
-    }
-    let k = chosen.unwrap_or_else(|| {
-        scores
-            .iter()
-            .enumerate()
-            .fold(
-                (0, f64::MIN),
-                |acc, (k, s)| if *s > acc.1 { (k, *s) } else { acc },
-            )
-            .0
-    });
+    };
     Ok(Pick {
-        index: evals[k].0,
+        index: s.index[k],
         score: scores[k],
-        eligible: evals.len(),
-        band,
-        excluded: if evals.len() == offers.len() {
+        eligible: s.index.len(),
+        band: band.len(),
+        excluded: if s.index.len() == s.evaluated {
             Vec::new()
         } else {
-            exclusions(&excluded)
+            exclusions(&s.excluded)
         },
     })
 }
@@ -558,31 +700,36 @@ pub fn decide<O: Offer>(
 /// rest), and the band floor.
 pub type Scored = (Vec<Evaluation>, Vec<Option<(Components, f64)>>, f64);
 
-/// Scores of the eligible offers, in offer order (`None` for ineligible ones), and the band
-/// floor: what [`decide`] computed, for explain and tests.
+/// What [`decide`] computed, for explain and tests: every offer's evaluation (with
+/// `NotEjected` marked where ejection applied), the scores of the survivors in offer order
+/// (`None` for the rest), and the band floor.
 pub fn scores<O: Offer>(
     offers: &[O],
     policy: &Policy,
     need: &Need<'_>,
     params: &RoutingParams,
 ) -> Scored {
-    let evals: Vec<Evaluation> = offers
+    let s = survivors(offers, policy, need, params);
+    let mut evals: Vec<Evaluation> = offers
         .iter()
         .map(|o| evaluate(o, policy, need, params))
         .collect();
-    let mut scale = Scale::default();
-    for e in evals.iter().filter(|e| e.eligible()) {
-        scale.add(&e.figures);
+    if s.excluded[Constraint::NotEjected as usize] > 0 {
+        for (i, e) in evals.iter_mut().enumerate() {
+            if e.eligible() && !s.index.contains(&i) {
+                e.failed |= Constraint::NotEjected.bit();
+            }
+        }
     }
-    let scored: Vec<Option<(Components, f64)>> = evals
-        .iter()
-        .map(|e| {
-            e.eligible().then(|| {
-                let c = scale.components(&e.figures, params.missing_score);
-                (c, score(&c, policy))
-            })
-        })
-        .collect();
+    let mut scale = Scale::default();
+    for f in &s.figures {
+        scale.add(f);
+    }
+    let mut scored: Vec<Option<(Components, f64)>> = vec![None; offers.len()];
+    for (k, &i) in s.index.iter().enumerate() {
+        let c = scale.components(&s.figures[k], params.missing_score);
+        scored[i] = Some((c, score(&c, policy)));
+    }
     let best = scored
         .iter()
         .flatten()
@@ -591,7 +738,5 @@ pub fn scores<O: Offer>(
     (evals, scored, best * (1.0 - policy.tolerance))
 }
 
-#[cfg(test)]
-mod proptests;
 #[cfg(test)]
 mod tests;

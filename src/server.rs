@@ -108,6 +108,7 @@ pub struct Gateway {
     admin_addr: SocketAddr,
     proxy: Arc<Proxy>,
     ledger: Ledger,
+    grace: Duration,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -135,7 +136,8 @@ impl Gateway {
                 source,
             })?;
         let registry = Arc::new(
-            Registry::from_config(&config.delegates).map_err(|e| ConfigError::Invalid(vec![e]))?,
+            Registry::from_config(&config.delegates, config.outlier)
+                .map_err(|e| ConfigError::Invalid(vec![e]))?,
         );
         let policies = crate::policy::load_dir(&config.policies.dir, &config.policies.default)
             .map_err(ServerError::Policies)?;
@@ -194,6 +196,7 @@ impl Gateway {
             admin_addr,
             proxy,
             ledger,
+            grace: config.server.shutdown_grace,
             shutdown,
             tasks,
         })
@@ -242,11 +245,20 @@ impl Gateway {
     /// commits every queued provenance row.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
-        for t in self.tasks {
-            let _ = t.await;
+        let grace = self.grace;
+        let deadline = tokio::time::Instant::now() + grace;
+        for mut t in self.tasks {
+            if tokio::time::timeout_at(deadline, &mut t).await.is_err() {
+                tracing::warn!(
+                    ?grace,
+                    "in-flight requests still running at the shutdown deadline; cutting them"
+                );
+                t.abort();
+            }
         }
         self.proxy.close_everything().await;
-        self.ledger.close(Duration::from_secs(10)).await;
+        let lost = self.ledger.close(Duration::from_secs(10)).await;
+        tracing::info!(provenance_rows_lost = lost, "gateway stopped");
     }
 }
 
@@ -318,7 +330,9 @@ pub async fn explain_from_file(
     let config = Arc::new(Config::load(path)?);
     let policies = crate::policy::load_dir(&config.policies.dir, &config.policies.default)
         .map_err(ServerError::Policies)?;
-    let registry = Arc::new(Registry::from_config(&config.delegates).map_err(anyhow::Error::msg)?);
+    let registry = Arc::new(
+        Registry::from_config(&config.delegates, config.outlier).map_err(anyhow::Error::msg)?,
+    );
     let metrics = Arc::new(crate::telemetry::Metrics::new()?);
     // Explaining records nothing: an in-memory ledger stands in.
     let backend = crate::provenance::open_backend("sqlite::memory:", Default::default())?;

@@ -71,6 +71,19 @@ impl ClientSession {
         }
     }
 
+    /// Removes the binding for `skill` if it is with `delegate` (after it failed the task).
+    pub fn unbind_delegate(&self, skill: &str, delegate: &Arc<Delegate>) -> Option<Binding> {
+        let mut map = self.bindings.lock().ok()?;
+        if map
+            .get(skill)
+            .is_some_and(|b| Arc::ptr_eq(&b.delegate, delegate))
+        {
+            map.remove(skill)
+        } else {
+            None
+        }
+    }
+
     /// Every binding, taken out (for closing).
     pub fn take_bindings(&self) -> Vec<Binding> {
         self.bindings

@@ -91,6 +91,12 @@ pub struct SimOptions {
     pub card_latency: bool,
     /// How often idle sessions past their TTL are swept.
     pub sweep_interval: Duration,
+    /// Probability (0..=1) that a task's answer is replaced by unreadable JSON (HTTP 200).
+    pub malformed_rate: f64,
+    /// Probability (0..=1) that a task is answered with HTTP 500.
+    pub error_500_rate: f64,
+    /// `/ldp/stream` sends its updates, then ends without the final message.
+    pub break_stream: bool,
 }
 
 impl SimOptions {
@@ -104,6 +110,9 @@ impl SimOptions {
             fail_modes: Vec::new(),
             card_latency: false,
             sweep_interval: Duration::from_secs(1),
+            malformed_rate: 0.0,
+            error_500_rate: 0.0,
+            break_stream: false,
         }
     }
 }
@@ -144,6 +153,9 @@ struct Knobs {
     jitter: Duration,
     fail_rate: f64,
     card_latency: bool,
+    malformed_rate: f64,
+    error_500_rate: f64,
+    break_stream: bool,
 }
 
 /// Shared state of one simulated delegate; cheap to clone. Build it for [`router`].
@@ -184,6 +196,9 @@ impl SimState {
             jitter: opts.jitter,
             fail_rate: clamp_rate(opts.fail_rate),
             card_latency: opts.card_latency,
+            malformed_rate: clamp_rate(opts.malformed_rate),
+            error_500_rate: clamp_rate(opts.error_500_rate),
+            break_stream: opts.break_stream,
         };
         SimState(Arc::new(Inner {
             card: opts.card,
@@ -251,6 +266,21 @@ impl SimHandle {
     /// The shared state (card, counters).
     pub fn state(&self) -> &SimState {
         &self.state
+    }
+
+    /// Changes the probability of an unreadable answer to a task.
+    pub fn set_malformed_rate(&self, rate: f64) {
+        lock(&self.state.0.knobs).malformed_rate = clamp_rate(rate);
+    }
+
+    /// Changes the probability of an HTTP 500 answer to a task.
+    pub fn set_error_500_rate(&self, rate: f64) {
+        lock(&self.state.0.knobs).error_500_rate = clamp_rate(rate);
+    }
+
+    /// Makes `/ldp/stream` end before its final message (or not).
+    pub fn set_break_stream(&self, on: bool) {
+        lock(&self.state.0.knobs).break_stream = on;
     }
 
     /// Changes the failure probability (clamped to 0..=1) for tasks that start from now on.
@@ -434,9 +464,40 @@ fn bad_request(e: &ParseError) -> Response {
         .into_response()
 }
 
+/// Transport faults to inject for a task: `(malformed, http_500)`.
+fn faults(state: &SimState, env: &Envelope) -> (bool, bool) {
+    if !matches!(env.body, crate::ldp::Body::TaskSubmit { .. }) {
+        return (false, false);
+    }
+    let k = *lock(&state.0.knobs);
+    (
+        fastrand::f64() < k.malformed_rate,
+        fastrand::f64() < k.error_500_rate,
+    )
+}
+
 async fn messages(State(state): State<SimState>, body: Bytes) -> Response {
     match Envelope::from_slice(&body) {
-        Ok(env) => Json(handler::handle(&state, env, None).await).into_response(),
+        Ok(env) => {
+            let (malformed, http_500) = faults(&state, &env);
+            let reply = handler::handle(&state, env, None).await;
+            if http_500 {
+                return (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "simulated internal error",
+                )
+                    .into_response();
+            }
+            if malformed {
+                return (
+                    StatusCode::OK,
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    "{\"message_id\": ",
+                )
+                    .into_response();
+            }
+            Json(reply).into_response()
+        }
         Err(e) => bad_request(&e),
     }
 }
@@ -447,10 +508,14 @@ async fn stream(State(state): State<SimState>, body: Bytes) -> Response {
         Err(e) => return bad_request(&e),
     };
     let (tx, rx) = mpsc::channel::<Envelope>(8);
+    let breaks = lock(&state.0.knobs).break_stream
+        && matches!(env.body, crate::ldp::Body::TaskSubmit { .. });
     // Ends with its task: after the latency, or at once on cancel or shutdown.
     tokio::spawn(async move {
         let reply = handler::handle(&state, env, Some(&tx)).await;
-        let _ = tx.send(reply).await;
+        if !breaks {
+            let _ = tx.send(reply).await;
+        }
     });
     let events = futures_util::stream::unfold(rx, |mut rx| async move {
         let env = rx.recv().await?;

@@ -52,6 +52,20 @@ pub enum UpstreamError {
         /// Its structured error, if any.
         error: Option<LdpError>,
     },
+    /// The connection failed after the request was sent: the delegate may have started work.
+    #[error("connection to {url} broke: {reason}")]
+    Broken {
+        /// Where.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// A stream ended before its final message.
+    #[error("the stream from {url} ended before its final message")]
+    StreamBroken {
+        /// Where.
+        url: String,
+    },
     /// The delegate answered with a message type that makes no sense here.
     #[error("unexpected {got} from {url}")]
     Unexpected {
@@ -63,15 +77,39 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
-    /// Whether another delegate (or the same one later) might succeed.
+    /// Whether trying another delegate is safe and may help: nothing was started (connect),
+    /// or the delegate gave up or answered nonsense (timeout, 5xx, malformed, rejected, a
+    /// broken stream). A connection that broke after sending is not: work may have started.
     pub fn retryable(&self) -> bool {
         match self {
             UpstreamError::Connect { .. }
             | UpstreamError::Timeout { .. }
             | UpstreamError::Malformed { .. }
             | UpstreamError::Rejected { .. }
+            | UpstreamError::StreamBroken { .. }
             | UpstreamError::Unexpected { .. } => true,
             UpstreamError::Status { status, .. } => *status >= 500,
+            UpstreamError::Broken { .. } => false,
+        }
+    }
+
+    /// Whether this says something about the delegate's health (a refused session does not).
+    pub fn is_delegate_fault(&self) -> bool {
+        !matches!(self, UpstreamError::Rejected { .. })
+            && !matches!(self, UpstreamError::Status { status, .. } if *status < 500)
+    }
+
+    /// Low-cardinality reason for metrics and the ledger.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            UpstreamError::Connect { .. } => "connect",
+            UpstreamError::Timeout { .. } => "timeout",
+            UpstreamError::Status { status, .. } if *status >= 500 => "http_5xx",
+            UpstreamError::Status { .. } => "http_4xx",
+            UpstreamError::Malformed { .. } | UpstreamError::Unexpected { .. } => "malformed",
+            UpstreamError::Rejected { .. } => "session_rejected",
+            UpstreamError::Broken { .. } => "broken",
+            UpstreamError::StreamBroken { .. } => "stream_broken",
         }
     }
 }
@@ -201,6 +239,68 @@ impl UpstreamClient {
         })
     }
 
+    /// Sends one envelope to `base/ldp/stream` and reads Server-Sent Events: every TASK_UPDATE
+    /// goes to `on_update`, the final TASK_RESULT/TASK_FAILED is returned. A stream that ends
+    /// without a final message is [`UpstreamError::StreamBroken`], never a success.
+    pub async fn send_stream(
+        &self,
+        base: &str,
+        envelope: &Envelope,
+        timeout: Duration,
+        mut on_update: impl FnMut(Envelope),
+    ) -> Result<Envelope, UpstreamError> {
+        let url = format!("{base}/ldp/stream");
+        let body = envelope.to_vec().map_err(|e| UpstreamError::Malformed {
+            url: url.clone(),
+            reason: e.to_string(),
+        })?;
+        let work = async {
+            let mut resp = self
+                .http
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("accept", "text/event-stream")
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| classify(&url, timeout, e))?;
+            if !resp.status().is_success() {
+                return Err(UpstreamError::Status {
+                    url: url.clone(),
+                    status: resp.status().as_u16(),
+                });
+            }
+            let mut buf = String::new();
+            loop {
+                let chunk = match resp.chunk().await {
+                    Ok(Some(c)) => c,
+                    Ok(None) => return Err(UpstreamError::StreamBroken { url: url.clone() }),
+                    Err(_) => return Err(UpstreamError::StreamBroken { url: url.clone() }),
+                };
+                buf.push_str(&String::from_utf8_lossy(&chunk));
+                for data in take_events(&mut buf) {
+                    let env = Envelope::from_slice(data.as_bytes()).map_err(|e| {
+                        UpstreamError::Malformed {
+                            url: url.clone(),
+                            reason: e.to_string(),
+                        }
+                    })?;
+                    match env.body {
+                        Body::TaskUpdate { .. } => on_update(env),
+                        _ => return Ok(env),
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r,
+            Err(_) => Err(UpstreamError::Timeout {
+                url,
+                after: timeout,
+            }),
+        }
+    }
+
     /// HELLO → CAPABILITY_MANIFEST → SESSION_PROPOSE → SESSION_ACCEPT with the delegate at
     /// `base`, whose card is `card`.
     pub async fn open_session(
@@ -289,21 +389,49 @@ impl UpstreamClient {
 
 fn classify(url: &str, timeout: Duration, e: reqwest::Error) -> UpstreamError {
     if e.is_timeout() {
-        UpstreamError::Timeout {
+        return UpstreamError::Timeout {
             url: url.to_owned(),
             after: timeout,
-        }
-    } else {
-        // The source chain carries the useful part ("Connection refused").
-        let mut reason = e.to_string();
-        let mut src = std::error::Error::source(&e);
-        while let Some(s) = src {
-            reason = s.to_string();
-            src = s.source();
-        }
+        };
+    }
+    // The source chain carries the useful part ("Connection refused").
+    let mut reason = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        reason = s.to_string();
+        src = s.source();
+    }
+    if e.is_connect() {
         UpstreamError::Connect {
             url: url.to_owned(),
             reason,
         }
+    } else {
+        UpstreamError::Broken {
+            url: url.to_owned(),
+            reason,
+        }
     }
+}
+
+/// Splits complete SSE events off the front of `buf`, returning each event's `data` text.
+fn take_events(buf: &mut String) -> Vec<String> {
+    let mut out = Vec::new();
+    loop {
+        let normalized = buf.replace("\r\n", "\n");
+        if normalized.len() != buf.len() {
+            *buf = normalized;
+        }
+        let Some(end) = buf.find("\n\n") else { break };
+        let event: String = buf.drain(..end + 2).collect();
+        let data: Vec<&str> = event
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(|d| d.strip_prefix(' ').unwrap_or(d))
+            .collect();
+        if !data.is_empty() {
+            out.push(data.join("\n"));
+        }
+    }
+    out
 }

@@ -18,9 +18,30 @@ pub struct Query {
     #[serde(skip)]
     pub since_ms: Option<i64>,
     /// Page size (default 100, at most 10,000).
+    #[serde(default, deserialize_with = "whole_number")]
     pub limit: Option<u32>,
     /// Rows to skip.
+    #[serde(default, deserialize_with = "whole_number")]
     pub offset: Option<u32>,
+}
+
+/// A number given as a number or as text. The admin API reads `Query` through
+/// `#[serde(flatten)]`, which hands query-string values over as strings only.
+fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NumberOrText {
+        Number(u32),
+        Text(String),
+    }
+    match Option::<NumberOrText>::deserialize(d)? {
+        None => Ok(None),
+        Some(NumberOrText::Number(n)) => Ok(Some(n)),
+        Some(NumberOrText::Text(s)) => s
+            .parse()
+            .map(Some)
+            .map_err(|_| serde::de::Error::custom(format!("expected a whole number, got '{s}'"))),
+    }
 }
 
 impl Query {

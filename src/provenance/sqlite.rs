@@ -296,3 +296,243 @@ impl Backend for SqliteBackend {
         Ok(n as u64)
     }
 }
+
+#[cfg(test)]
+pub(super) mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+    use super::*;
+    use serde_json::json;
+
+    /// A plausible row for `task` in `session`, finished at `finished_ms`.
+    pub(in crate::provenance) fn row(task: &str, session: &str, finished_ms: i64) -> LedgerRow {
+        LedgerRow {
+            task_id: task.into(),
+            session_id: session.into(),
+            upstream_session_id: Some(format!("up-{session}")),
+            tenant: "anonymous".into(),
+            skill: "echo".into(),
+            policy: Some("balanced".into()),
+            delegate: Some("d0".into()),
+            delegate_id: Some("ldp:delegate:a".into()),
+            model_version: Some("a-1".into()),
+            outcome: Outcome::Result,
+            error_code: None,
+            error_message: None,
+            score: Some(0.8),
+            candidates: Some(2),
+            attempts: 2,
+            fallbacks: vec!["payload_mode".into()],
+            payload_mode: Some("text".into()),
+            latency_ms: 12.5,
+            upstream_ms: 10.0,
+            cost_usd: Some(0.0021),
+            reported_cost_usd: Some(0.0021),
+            declared_cost_usd: Some(0.002),
+            tokens: Some(42),
+            confidence: Some(0.9),
+            verification_status: Some("self_verified".into()),
+            started_at: "2026-01-01T00:00:00.000000Z".into(),
+            finished_at: "2026-01-01T00:00:00.012500Z".into(),
+            finished_ms,
+            output_sha256: Some("ab".repeat(32)),
+            lineage: json!([{"delegate_id": "ldp:delegate:gateway", "step": "route"}]),
+            routing: json!({"policy": "balanced", "reused_binding": false}),
+            payload: None,
+        }
+    }
+
+    fn temp_path(dir: &tempfile::TempDir) -> String {
+        dir.path().join("nested/p.db").display().to_string()
+    }
+
+    fn columns(conn: &Connection) -> Vec<String> {
+        let mut stmt = conn
+            .prepare("SELECT name FROM pragma_table_info('ledger')")
+            .unwrap();
+        let names = stmt.query_map([], |r| r.get(0)).unwrap();
+        names.map(Result::unwrap).collect()
+    }
+
+    #[test]
+    fn an_empty_file_migrates_to_the_current_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = temp_path(&dir);
+        let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+        assert_eq!(b.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        let mode: String = b
+            .connection()
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        for col in [
+            "routing",
+            "payload",
+            "reported_cost_usd",
+            "declared_cost_usd",
+        ] {
+            assert!(columns(b.connection()).contains(&col.to_owned()), "{col}");
+        }
+        let r = row("t1", "s1", 1_000);
+        b.insert(std::slice::from_ref(&r)).unwrap();
+        drop(b);
+        // Re-opening an up-to-date file runs nothing and keeps the rows.
+        let mut b = SqliteBackend::open(&path, Durability::Fsync).unwrap();
+        assert_eq!(b.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        assert_eq!(b.query(&Query::default()).unwrap(), vec![r]);
+    }
+
+    #[test]
+    fn migrating_step_by_step_reaches_the_same_schema() {
+        let mut b = SqliteBackend {
+            conn: Connection::open_in_memory().unwrap(),
+        };
+        b.migrate(1).unwrap();
+        assert_eq!(b.schema_version().unwrap(), 1);
+        assert!(!columns(&b.conn).contains(&"routing".to_owned()));
+        b.migrate(MIGRATIONS.len()).unwrap();
+        assert_eq!(b.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        let fresh = SqliteBackend::open(":memory:", Durability::Commit).unwrap();
+        assert_eq!(columns(&b.conn), columns(&fresh.conn));
+    }
+
+    #[test]
+    fn a_first_schema_file_migrates_and_keeps_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = temp_path(&dir);
+        std::fs::create_dir_all(dir.path().join("nested")).unwrap();
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute(
+                "INSERT INTO ledger (task_id, session_id, upstream_session_id, tenant, skill,
+                    policy, delegate, delegate_id, model_version, outcome, error_code,
+                    error_message, score, candidates, attempts, fallbacks, payload_mode,
+                    latency_ms, upstream_ms, cost_usd, tokens, confidence, verification_status,
+                    started_at, finished_at, finished_ms, output_sha256, lineage)
+                 VALUES ('old-task', 'old-session', NULL, 'anonymous', 'echo', 'balanced', 'd0',
+                    'ldp:delegate:a', 'a-1', 'failed', 'SIMULATED_FAILURE', 'boom', NULL, 1, 1,
+                    '[]', 'text', 3.5, 3.0, NULL, NULL, NULL, NULL, '2025-01-01T00:00:00Z',
+                    '2025-01-01T00:00:01Z', 1735689601000, NULL, '[]')",
+                [],
+            )
+            .unwrap();
+        }
+        let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+        assert_eq!(b.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        let rows = b.query(&Query::default()).unwrap();
+        assert_eq!(rows.len(), 1);
+        let old = &rows[0];
+        assert_eq!(
+            (old.task_id.as_str(), old.outcome, old.error_code.as_deref()),
+            ("old-task", Outcome::Failed, Some("SIMULATED_FAILURE"))
+        );
+        assert_eq!((old.finished_ms, old.latency_ms), (1_735_689_601_000, 3.5));
+        // The columns the second migration added read back empty.
+        assert_eq!(old.reported_cost_usd, None);
+        assert_eq!(old.declared_cost_usd, None);
+        assert_eq!(old.routing, json!({}));
+        assert_eq!(old.payload, None);
+        // New rows go in next to it.
+        let new = row("new-task", "new-session", 1_735_689_602_000);
+        b.insert(std::slice::from_ref(&new)).unwrap();
+        let rows = b.query(&Query::default()).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0], new);
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = temp_path(&dir);
+        drop(SqliteBackend::open(&path, Durability::Commit).unwrap());
+        let future = MIGRATIONS.len() as i64 + 1;
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", future)
+            .unwrap();
+        match SqliteBackend::open(&path, Durability::Commit) {
+            Err(LedgerError::SchemaTooNew { found, known }) => {
+                assert_eq!((found, known), (future, MIGRATIONS.len() as i64));
+            }
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("a newer schema was accepted"),
+        }
+    }
+
+    fn ids(b: &mut SqliteBackend, q: Query) -> Vec<String> {
+        b.query(&q)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.task_id)
+            .collect()
+    }
+
+    #[test]
+    fn queries_filter_page_and_prune() {
+        let mut b = SqliteBackend::open(":memory:", Durability::Commit).unwrap();
+        let mut rows = Vec::new();
+        for i in 0..10 {
+            let mut r = row(
+                &format!("t{i}"),
+                if i % 2 == 0 { "even" } else { "odd" },
+                1_000 + i,
+            );
+            if i == 3 {
+                r.delegate = Some("d1".into());
+                r.tenant = "acme".into();
+                r.outcome = Outcome::Failed;
+                r.error_code = Some("UPSTREAM_FAILED".into());
+                r.output_sha256 = None;
+                r.tokens = None;
+                r.payload = Some(json!({"input": "[redacted]"}));
+            }
+            rows.push(r);
+        }
+        b.insert(&rows).unwrap();
+        let all = ids(&mut b, Query::default());
+        assert_eq!(
+            all,
+            (0..10).rev().map(|i| format!("t{i}")).collect::<Vec<_>>()
+        );
+        let q = |f: fn(&mut Query)| {
+            let mut q = Query::default();
+            f(&mut q);
+            q
+        };
+        assert_eq!(
+            ids(&mut b, q(|q| q.session_id = Some("odd".into()))).len(),
+            5
+        );
+        assert_eq!(ids(&mut b, q(|q| q.task_id = Some("t4".into()))), ["t4"]);
+        assert_eq!(ids(&mut b, q(|q| q.delegate = Some("d1".into()))), ["t3"]);
+        assert_eq!(ids(&mut b, q(|q| q.tenant = Some("acme".into()))), ["t3"]);
+        assert_eq!(
+            ids(&mut b, q(|q| q.since_ms = Some(1_007))),
+            ["t9", "t8", "t7"]
+        );
+        assert_eq!(
+            ids(
+                &mut b,
+                q(|q| {
+                    q.limit = Some(3);
+                    q.offset = Some(2);
+                })
+            ),
+            ["t7", "t6", "t5"]
+        );
+        // Everything stored reads back as written, including the failure's payload preview.
+        assert_eq!(
+            b.query(&q(|q| q.task_id = Some("t3".into()))).unwrap(),
+            vec![rows[3].clone()]
+        );
+        // Pruning is strictly before the cut-off.
+        assert_eq!(b.prune(1_005).unwrap(), 5);
+        assert_eq!(b.prune(1_005).unwrap(), 0);
+        assert_eq!(
+            ids(&mut b, Query::default()).last().map(String::as_str),
+            Some("t5")
+        );
+    }
+}

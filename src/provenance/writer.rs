@@ -255,3 +255,281 @@ fn run(mut backend: Box<dyn Backend>, mut rx: mpsc::Receiver<Cmd>, m: &Metrics) 
         flush(backend.as_mut(), &mut rows, &mut acks, m);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+    use super::*;
+    use crate::provenance::sqlite::tests::row;
+    use crate::provenance::SqliteBackend;
+    use std::sync::mpsc as std_mpsc;
+    use std::sync::Mutex;
+
+    /// SQLite behind a gate: the first insert signals `entered` and waits until the gate's
+    /// sender is used or dropped; every batch size is recorded.
+    struct Gated {
+        inner: SqliteBackend,
+        entered: Option<std_mpsc::Sender<()>>,
+        gate: Option<std_mpsc::Receiver<()>>,
+        batches: Arc<Mutex<Vec<usize>>>,
+    }
+
+    struct Gate {
+        entered: std_mpsc::Receiver<()>,
+        open: std_mpsc::Sender<()>,
+        batches: Arc<Mutex<Vec<usize>>>,
+    }
+
+    fn gated(path: &str) -> (Box<dyn Backend>, Gate) {
+        let (entered_tx, entered) = std_mpsc::channel();
+        let (open, gate) = std_mpsc::channel();
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let backend = Gated {
+            inner: SqliteBackend::open(path, Durability::Commit).unwrap(),
+            entered: Some(entered_tx),
+            gate: Some(gate),
+            batches: batches.clone(),
+        };
+        let g = Gate {
+            entered,
+            open,
+            batches,
+        };
+        (Box::new(backend), g)
+    }
+
+    impl Backend for Gated {
+        fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+            if let (Some(entered), Some(gate)) = (self.entered.take(), self.gate.take()) {
+                let _ = entered.send(());
+                let _ = gate.recv();
+            }
+            self.batches.lock().unwrap().push(rows.len());
+            self.inner.insert(rows)
+        }
+        fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
+            self.inner.query(q)
+        }
+        fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
+            self.inner.prune(before_ms)
+        }
+    }
+
+    fn metrics() -> Arc<Metrics> {
+        Arc::new(Metrics::new().unwrap())
+    }
+
+    fn everything() -> Query {
+        Query {
+            limit: Some(10_000),
+            ..Query::default()
+        }
+    }
+
+    /// Yields until the writer is inside its first, gated insert (queued work runs meanwhile).
+    async fn entered(gate: &Gate) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while gate.entered.try_recv().is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the writer never reached its first insert"
+            );
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrent_records_commit_in_groups() {
+        const N: usize = 500;
+        let (backend, gate) = gated(":memory:");
+        let m = metrics();
+        let ledger = Ledger::start(backend, Durability::Commit, 10_000, m.clone());
+        let h = ledger.handle();
+        let tasks: Vec<_> = (0..N)
+            .map(|i| {
+                let h = h.clone();
+                tokio::spawn(async move { h.record(row(&format!("t{i}"), "s", i as i64)).await })
+            })
+            .collect();
+        entered(&gate).await;
+        // Every record is queued (on this single-threaded runtime a task counts its row and
+        // sends it in one poll) while the writer is held inside its first transaction.
+        let mut spins = 0;
+        while m.ledger_queue.get() != N as i64 {
+            tokio::task::yield_now().await;
+            spins += 1;
+            assert!(spins < 100_000, "queue depth {}", m.ledger_queue.get());
+        }
+        for t in &tasks {
+            assert!(
+                !t.is_finished(),
+                "nothing is acknowledged before it commits"
+            );
+        }
+        gate.open.send(()).unwrap();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        let batches = gate.batches.lock().unwrap().clone();
+        assert_eq!(batches.iter().sum::<usize>(), N);
+        assert!(batches.len() <= 2, "group commit: {batches:?}");
+        assert_eq!(h.query(everything()).await.unwrap().len(), N);
+        assert_eq!(m.ledger_rows.get(), N as u64);
+        assert_eq!(m.ledger_queue.get(), 0);
+        assert_eq!(ledger.close(Duration::from_secs(10)).await, 0);
+        assert!(matches!(
+            h.record(row("late", "s", 0)).await,
+            Err(LedgerError::Closed)
+        ));
+    }
+
+    #[tokio::test]
+    async fn async_overflow_drops_are_counted_exactly() {
+        const SENT: u64 = 1000;
+        let (backend, gate) = gated(":memory:");
+        let m = metrics();
+        let ledger = Ledger::start(backend, Durability::Async, 1, m.clone());
+        let h = ledger.handle();
+        h.record(row("t0", "s", 0)).await.unwrap();
+        entered(&gate).await;
+        // The writer holds t0; the queue (capacity 1) takes t1; the rest of the burst is dropped.
+        for i in 1..SENT {
+            h.record(row(&format!("t{i}"), "s", 0)).await.unwrap();
+        }
+        assert_eq!(h.dropped(), SENT - 2);
+        assert_eq!(m.ledger_dropped.get(), SENT - 2);
+        gate.open.send(()).unwrap();
+        let stored = h.query(everything()).await.unwrap();
+        let ids: Vec<&str> = stored.iter().map(|r| r.task_id.as_str()).collect();
+        assert_eq!(ids, ["t1", "t0"]);
+        assert_eq!(stored.len() as u64 + h.dropped(), SENT);
+        assert_eq!(ledger.close(Duration::from_secs(10)).await, SENT - 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn async_accounting_holds_under_a_racing_writer() {
+        const SENT: u64 = 20_000;
+        let m = metrics();
+        let backend = SqliteBackend::open(":memory:", Durability::Async).unwrap();
+        let ledger = Ledger::start(Box::new(backend), Durability::Async, 16, m.clone());
+        let h = ledger.handle();
+        for i in 0..SENT {
+            h.record(row(&format!("t{i}"), "s", 0)).await.unwrap();
+        }
+        let stored = h.query(everything()).await.unwrap().len() as u64;
+        assert_eq!(stored + h.dropped(), SENT, "stored {stored}");
+        assert_eq!(m.ledger_dropped.get(), h.dropped());
+        assert_eq!(m.ledger_rows.get(), stored);
+    }
+
+    #[tokio::test]
+    async fn close_commits_everything_queued() {
+        const N: usize = 300;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db").display().to_string();
+        let (backend, gate) = gated(&path);
+        let m = metrics();
+        let ledger = Ledger::start(backend, Durability::Async, 1000, m.clone());
+        let h = ledger.handle();
+        for i in 0..N {
+            h.record(row(&format!("t{i}"), "s", 0)).await.unwrap();
+        }
+        entered(&gate).await;
+        assert!(m.ledger_queue.get() > 0);
+        // The shutdown is queued behind the rows before the writer may go on.
+        let open = gate.open;
+        let (lost, ()) = tokio::join!(
+            ledger.close(Duration::from_secs(10)),
+            async move { drop(open) }
+        );
+        assert_eq!(lost, 0);
+        assert_eq!(m.ledger_queue.get(), 0);
+        let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+        assert_eq!(b.query(&everything()).unwrap().len(), N);
+        assert!(matches!(
+            h.query(everything()).await,
+            Err(LedgerError::Closed)
+        ));
+    }
+
+    /// Runs `f` on a blocking thread. Awaiting the writer thread directly would leave the
+    /// runtime idle, and a paused clock then jumps to the next timer (the pruner's tick);
+    /// a running blocking task holds the clock still.
+    async fn off_clock<T: Send + 'static>(
+        f: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> T {
+        let rt = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || rt.block_on(f))
+            .await
+            .unwrap()
+    }
+
+    async fn stored(h: &LedgerHandle) -> Vec<String> {
+        let h = h.clone();
+        let rows = off_clock(async move { h.query(everything()).await })
+            .await
+            .unwrap();
+        let mut ids: Vec<String> = rows.into_iter().map(|r| r.task_id).collect();
+        ids.sort();
+        ids
+    }
+
+    /// Lets a pruner whose timer fired send its command; the writer answers in order, so a
+    /// query sent after it sees its effect.
+    async fn let_pruner_run() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retention_prunes_old_rows_every_interval() {
+        const DAY_MS: i64 = 24 * 3600 * 1000;
+        const HOUR: Duration = Duration::from_secs(3600);
+        let m = metrics();
+        let backend = SqliteBackend::open(":memory:", Durability::Commit).unwrap();
+        let ledger = Ledger::start(Box::new(backend), Durability::Commit, 100, m);
+        let h = ledger.handle();
+        let now = chrono::Utc::now().timestamp_millis();
+        let put = |task: &'static str, finished_ms: i64| {
+            let h = h.clone();
+            off_clock(async move { h.record(row(task, "s", finished_ms)).await.unwrap() })
+        };
+        put("old", now - 40 * DAY_MS).await;
+        put("recent", now - 29 * DAY_MS).await;
+        put("new", now).await;
+        let start = tokio::time::Instant::now();
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        let pruner = h.spawn_pruner(Duration::from_secs(30 * 24 * 3600), HOUR, shutdown);
+
+        // The first run is at once.
+        let mut spins = 0;
+        while stored(&h).await.contains(&"old".to_owned()) {
+            let_pruner_run().await;
+            spins += 1;
+            assert!(spins < 1000, "the first prune never ran");
+        }
+        assert_eq!(stored(&h).await, ["new", "recent"]);
+        assert_eq!(start.elapsed(), Duration::ZERO, "the clock stood still");
+
+        // A row that ages past retention waits for the next run, an interval later.
+        put("aged", now - 31 * DAY_MS).await;
+        tokio::time::advance(HOUR - Duration::from_secs(60)).await;
+        let_pruner_run().await;
+        assert_eq!(stored(&h).await, ["aged", "new", "recent"]);
+        tokio::time::advance(Duration::from_secs(120)).await;
+        let mut spins = 0;
+        while stored(&h).await.contains(&"aged".to_owned()) {
+            let_pruner_run().await;
+            spins += 1;
+            assert!(spins < 1000, "the hourly prune never ran");
+        }
+        assert_eq!(stored(&h).await, ["new", "recent"]);
+        assert_eq!(start.elapsed(), HOUR + Duration::from_secs(60));
+
+        stop.send(true).unwrap();
+        pruner.await.unwrap();
+        assert_eq!(ledger.close(Duration::from_secs(10)).await, 0);
+    }
+}

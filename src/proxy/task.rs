@@ -16,7 +16,9 @@ use crate::session::{Binding, ClientSession};
 use crate::translate::{is_mode_failure, translate_input};
 use crate::upstream::UpstreamError;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 /// The routing decision behind a new binding (absent when the session's binding was reused).
 #[derive(Debug, Clone)]
@@ -31,8 +33,11 @@ struct RouteInfo {
 struct TaskRun {
     binding: Option<Binding>,
     route: Option<RouteInfo>,
+    /// Upstream requests sent (mode fallbacks and re-handshakes included).
     attempts: u32,
-    /// Reason codes of extra attempts (`payload_mode`, `session_lost`).
+    /// Delegates tried.
+    delegates: u32,
+    /// Reason codes of extra attempts (`payload_mode`, `session_lost`, `timeout`, …).
     fallbacks: Vec<&'static str>,
     notes: Vec<String>,
     mode: Option<PayloadMode>,
@@ -47,6 +52,29 @@ enum Answer {
     Failed(LdpError),
 }
 
+/// How one delegate's handling of the task ended.
+enum Attempt {
+    /// A final answer for the client.
+    Done(Answer),
+    /// The delegate failed; `retryable` says whether another may be tried.
+    Failed {
+        error: LdpError,
+        reason: &'static str,
+        retryable: bool,
+    },
+}
+
+/// Why no binding could be had.
+enum Choose {
+    /// Routing found no candidate (left).
+    None(LdpError),
+    /// The chosen delegate refused or failed the handshake.
+    Open {
+        delegate: Arc<Delegate>,
+        error: UpstreamError,
+    },
+}
+
 /// The task as the client sent it.
 pub(super) struct TaskIn<'a> {
     pub task_id: &'a str,
@@ -55,12 +83,16 @@ pub(super) struct TaskIn<'a> {
     pub contract: Option<&'a DelegationContract>,
 }
 
+/// Where progress events go while a task runs (streaming clients only).
+pub(super) type Progress<'a> = Option<&'a mpsc::Sender<Envelope>>;
+
 impl Proxy {
     pub(super) async fn submit(
         &self,
         env: &Envelope,
         ctx: &RequestCtx,
         task: TaskIn<'_>,
+        progress: Progress<'_>,
     ) -> Envelope {
         let Some(session) = self.sessions.get(&env.session_id, &env.from) else {
             return self.task_failed(env, task.task_id, self.session_not_found(env));
@@ -77,17 +109,21 @@ impl Proxy {
                 return self.task_failed(env, task.task_id, error);
             }
         };
+        self.budget.task();
         session.task_started(task.task_id, task.skill);
         let mut run = TaskRun {
             binding: None,
             route: None,
             attempts: 0,
+            delegates: 0,
             fallbacks: Vec::new(),
             notes: Vec::new(),
             mode: None,
             upstream: Duration::ZERO,
         };
-        let answer = self.run_task(&session, &policy, env, &task, &mut run).await;
+        let answer = self
+            .run_task(&session, &policy, env, &task, &mut run, progress)
+            .await;
         session.task_finished(task.task_id);
         let row = self.ledger_row(&session, &policy, &task, &run, &answer, started, started_at);
         self.count(&row, started.elapsed(), run.upstream);
@@ -120,6 +156,21 @@ impl Proxy {
         }
     }
 
+    /// The task's deadline: the tightest of the global ceiling, the policy's `max_latency_ms`
+    /// and the contract's deadline.
+    fn task_timeout(&self, policy: &Policy, need: &Need<'_>) -> Duration {
+        let mut t = self.cfg.upstream.task_timeout;
+        if let Some(ms) = policy.require.max_latency_ms {
+            t = t.min(Duration::from_millis(ms));
+        }
+        if let Some(ms) = need.contract_ms_left {
+            t = t.min(Duration::from_millis(ms));
+        }
+        t
+    }
+
+    /// Tries delegates until one answers, failing over on retryable failures within the
+    /// policy's `max_attempts`, the retry budget and the task's deadline.
     async fn run_task(
         &self,
         session: &ClientSession,
@@ -127,11 +178,13 @@ impl Proxy {
         env: &Envelope,
         task: &TaskIn<'_>,
         run: &mut TaskRun,
+        progress: Progress<'_>,
     ) -> Answer {
-        let skill = task.skill;
         let contract = task.contract;
-        let need = Need {
-            skill,
+        let mut tried: Vec<String> = Vec::new();
+        let base = Need {
+            skill: task.skill,
+            exclude: &[],
             client_domain: &session.client_domain,
             required_domain: session.required_domain.as_deref(),
             contract_max_cost_usd: contract
@@ -141,16 +194,174 @@ impl Proxy {
                 .and_then(|c| c.deadline_at())
                 .map(|d| (d - chrono::Utc::now()).num_milliseconds().max(0) as u64),
         };
-        let mut binding = match self.binding_for(session, policy, &need, run).await {
-            Ok(b) => b,
-            Err(e) => return Answer::Failed(e),
-        };
+        let deadline = Instant::now() + self.task_timeout(policy, &base);
+        let previous = session.binding(task.skill).map(|b| b.delegate.name.clone());
+        let mut last: Option<LdpError> = None;
+        loop {
+            let need = Need {
+                exclude: &tried,
+                ..base
+            };
+            let chosen = if tried.is_empty() {
+                self.binding_for(session, policy, &need, run).await
+            } else {
+                self.rebind(session, policy, &need, run).await
+            };
+            let failure = match chosen {
+                Ok(binding) => {
+                    run.delegates += 1;
+                    let delegate = binding.delegate.clone();
+                    match self
+                        .attempt(session, policy, env, task, run, binding, deadline, progress)
+                        .await
+                    {
+                        Attempt::Done(Answer::Result {
+                            output,
+                            mut provenance,
+                        }) => {
+                            if let Some(prev) = previous.as_ref().filter(|p| **p != delegate.name) {
+                                let note =
+                                    format!("context moved from {prev} to {}", delegate.name);
+                                if let Some(first) = provenance.lineage.first_mut() {
+                                    first.note = Some(match first.note.take() {
+                                        Some(n) => format!("{n}; {note}"),
+                                        None => note,
+                                    });
+                                }
+                            }
+                            return Answer::Result { output, provenance };
+                        }
+                        Attempt::Done(answer) => return answer,
+                        Attempt::Failed {
+                            error,
+                            reason,
+                            retryable,
+                        } => {
+                            session.unbind_delegate(task.skill, &delegate);
+                            (delegate, error, reason, retryable)
+                        }
+                    }
+                }
+                Err(Choose::None(e)) => return Answer::Failed(last.unwrap_or(e)),
+                Err(Choose::Open { delegate, error }) => {
+                    run.delegates += 1;
+                    if error.is_delegate_fault() {
+                        delegate.record_failure(None);
+                    }
+                    let reason = error.reason();
+                    let retryable = error.retryable();
+                    (
+                        delegate.clone(),
+                        upstream_failed(&delegate, &error),
+                        reason,
+                        retryable,
+                    )
+                }
+            };
+            let (delegate, error, reason, retryable) = failure;
+            tried.push(delegate.name.clone());
+            if !retryable {
+                return Answer::Failed(error);
+            }
+            let out_of_time = Instant::now() >= deadline;
+            if run.delegates >= policy.max_attempts || out_of_time || !self.budget.try_retry() {
+                let why = if out_of_time {
+                    "the task's deadline passed"
+                } else if run.delegates >= policy.max_attempts {
+                    "the policy's max_attempts is reached"
+                } else {
+                    "the retry budget is spent"
+                };
+                let mut e = LdpError::gateway(
+                    GatewayCode::UpstreamFailed,
+                    format!("every attempt failed ({why}); last: {}", error.message),
+                );
+                e.retryable = true;
+                return Answer::Failed(e);
+            }
+            run.fallbacks.push(reason);
+            run.notes
+                .push(format!("failover from {} ({reason})", delegate.name));
+            tracing::info!(delegate = %delegate.name, reason, task_id = task.task_id, "failing over");
+            if let Some(tx) = progress {
+                let update = env.reply(
+                    self.id(),
+                    Body::TaskUpdate {
+                        task_id: task.task_id.to_owned(),
+                        progress: None,
+                        message: Some(format!(
+                            "delegate {} failed ({reason}); retrying on another delegate",
+                            delegate.name
+                        )),
+                    },
+                    PayloadMode::Text,
+                );
+                let _ = tx.try_send(update);
+            }
+            last = Some(error);
+        }
+    }
+
+    /// One delegate's handling of the task: payload-mode fallback along the chain and one
+    /// silent re-handshake stay on this delegate; anything else ends the attempt.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempt(
+        &self,
+        session: &ClientSession,
+        policy: &Policy,
+        env: &Envelope,
+        task: &TaskIn<'_>,
+        run: &mut TaskRun,
+        mut binding: Binding,
+        deadline: Instant,
+        progress: Progress<'_>,
+    ) -> Attempt {
+        let skill = task.skill;
+        let delegate = binding.delegate.clone();
+        let _in_flight = delegate.start_task();
+        let streams = progress.is_some()
+            && delegate
+                .card()
+                .and_then(|c| {
+                    c.capability(skill)
+                        .and_then(|cap| cap.hints.supports_streaming)
+                })
+                .unwrap_or(false);
         let mut mode = binding.upstream.payload.mode;
         let mut rehandshaken = false;
+        if let Some(tx) = progress {
+            let routed = env.reply(
+                self.id(),
+                Body::TaskUpdate {
+                    task_id: task.task_id.to_owned(),
+                    progress: Some(0.0),
+                    message: Some(format!("routed to {}", delegate.name)),
+                },
+                PayloadMode::Text,
+            );
+            let _ = tx.try_send(routed);
+        }
         loop {
             run.attempts += 1;
             run.mode = Some(mode);
             run.binding = Some(binding.clone());
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let e = UpstreamError::Timeout {
+                    url: delegate.base_url.clone(),
+                    after: Duration::ZERO,
+                };
+                return Attempt::Failed {
+                    error: upstream_failed(&delegate, &e),
+                    reason: "timeout",
+                    retryable: false,
+                };
+            }
+            if run.attempts > MAX_TRIES {
+                let e =
+                    LdpError::gateway(GatewayCode::UpstreamFailed, "too many upstream attempts");
+                return Attempt::Done(Answer::Failed(e));
+            }
             let upstream_env = Envelope::new(
                 binding.upstream.session_id.as_str(),
                 self.id(),
@@ -159,38 +370,53 @@ impl Proxy {
                     task_id: task.task_id.to_owned(),
                     skill: skill.to_owned(),
                     input: translate_input(task.input, env.payload_mode, mode),
-                    contract: contract.cloned(),
+                    contract: task.contract.cloned(),
                 },
                 mode,
             );
             let sent = Instant::now();
-            let answer = self
-                .upstream
-                .send(
-                    &binding.delegate.base_url,
-                    &upstream_env,
-                    self.cfg.upstream.task_timeout,
-                )
-                .await;
+            let answer = if streams {
+                let relay = |update: Envelope| {
+                    if let (Some(tx), Body::TaskUpdate { .. }) = (progress, &update.body) {
+                        let mut update = update;
+                        update.session_id = env.session_id.clone();
+                        update.from = self.id().to_owned();
+                        update.to = env.from.clone();
+                        let _ = tx.try_send(update);
+                    }
+                };
+                self.upstream
+                    .send_stream(&delegate.base_url, &upstream_env, left, relay)
+                    .await
+            } else {
+                self.upstream
+                    .send(&delegate.base_url, &upstream_env, left)
+                    .await
+            };
             let took = sent.elapsed();
             run.upstream += took;
             let answer = match answer {
-                Ok(a) => {
-                    binding.delegate.observe_latency(took);
-                    a
+                Ok(a) => a,
+                Err(e) => {
+                    if e.is_delegate_fault() {
+                        let timed_out = matches!(e, UpstreamError::Timeout { .. });
+                        delegate.record_failure(timed_out.then_some(took));
+                    }
+                    return Attempt::Failed {
+                        error: upstream_failed(&delegate, &e),
+                        reason: e.reason(),
+                        retryable: e.retryable(),
+                    };
                 }
-                Err(e) => return Answer::Failed(upstream_failed(&binding.delegate, &e)),
             };
             match answer.body {
                 Body::TaskResult {
                     output, provenance, ..
                 } => {
+                    delegate.record_success(took);
                     let provenance =
                         self.route_provenance(session, policy, &binding, mode, provenance, run);
-                    return Answer::Result { output, provenance };
-                }
-                Body::TaskFailed { error, .. } if run.attempts >= MAX_TRIES => {
-                    return Answer::Failed(error)
+                    return Attempt::Done(Answer::Result { output, provenance });
                 }
                 Body::TaskFailed { error, .. }
                     if error.code == "SESSION_NOT_FOUND" && !rehandshaken =>
@@ -198,39 +424,60 @@ impl Proxy {
                     // The delegate's TTL ran out: one silent re-handshake with the same delegate.
                     rehandshaken = true;
                     session.unbind(skill, &binding.upstream.session_id);
-                    binding = match self
-                        .open_binding(session, skill, binding.delegate.clone())
-                        .await
-                    {
+                    binding = match self.open_binding(session, skill, delegate.clone()).await {
                         Ok(b) => b,
-                        Err(e) => return Answer::Failed(e),
+                        Err(error) => {
+                            return Attempt::Failed {
+                                reason: error.reason(),
+                                retryable: error.retryable(),
+                                error: upstream_failed(&delegate, &error),
+                            }
+                        }
                     };
                     mode = binding.upstream.payload.mode;
                     run.fallbacks.push("session_lost");
                     run.notes.push("upstream session expired; re-opened".into());
                 }
                 Body::TaskFailed { error, .. } if is_mode_failure(&error, mode) => {
+                    delegate.record_success(took);
                     let Some(next) = binding.upstream.payload.next_after(mode) else {
-                        return Answer::Failed(error);
+                        return Attempt::Done(Answer::Failed(error));
                     };
                     run.fallbacks.push("payload_mode");
                     run.notes.push(format!(
                         "{mode} failed upstream ({}); fell back to {next}",
                         error.code
                     ));
-                    tracing::debug!(delegate = %binding.delegate.name, from = %mode, to = %next, "payload mode fallback");
+                    tracing::debug!(delegate = %delegate.name, from = %mode, to = %next, "payload mode fallback");
                     mode = next;
                     // RFC §4.3: the session continues at the lower mode.
                     binding.upstream.payload.mode = next;
                     session.bind(skill, binding.clone());
                 }
-                Body::TaskFailed { error, .. } => return Answer::Failed(error),
+                Body::TaskFailed { error, .. } if error.retryable => {
+                    delegate.record_failure(Some(took));
+                    return Attempt::Failed {
+                        reason: "task_failed",
+                        retryable: true,
+                        error,
+                    };
+                }
+                Body::TaskFailed { error, .. } => {
+                    // The task's own failure, answered properly: not the delegate's health.
+                    delegate.record_success(took);
+                    return Attempt::Done(Answer::Failed(error));
+                }
                 other => {
+                    delegate.record_failure(None);
                     let e = UpstreamError::Unexpected {
-                        url: binding.delegate.base_url.clone(),
+                        url: delegate.base_url.clone(),
                         got: other.message_type().as_str(),
                     };
-                    return Answer::Failed(upstream_failed(&binding.delegate, &e));
+                    return Attempt::Failed {
+                        error: upstream_failed(&delegate, &e),
+                        reason: e.reason(),
+                        retryable: true,
+                    };
                 }
             }
         }
@@ -274,15 +521,15 @@ impl Proxy {
     }
 
     /// The upstream binding for the task's skill: the existing one while its delegate stays
-    /// healthy and passes the policy (session affinity), else a newly picked delegate with a
-    /// new upstream session.
+    /// healthy, in service and passes the policy (session affinity), else a newly picked
+    /// delegate with a new upstream session.
     async fn binding_for(
         &self,
         session: &ClientSession,
         policy: &Policy,
         need: &Need<'_>,
         run: &mut TaskRun,
-    ) -> Result<Binding, LdpError> {
+    ) -> Result<Binding, Choose> {
         let skill = need.skill;
         if let Some(b) = session
             .binding(skill)
@@ -297,9 +544,33 @@ impl Proxy {
         {
             return Ok(b);
         }
-        let (delegate, route) = self.pick(policy, need)?;
+        self.rebind_locked(session, policy, need, run).await
+    }
+
+    /// A new delegate and upstream session for the skill (failover), skipping `need.exclude`.
+    async fn rebind(
+        &self,
+        session: &ClientSession,
+        policy: &Policy,
+        need: &Need<'_>,
+        run: &mut TaskRun,
+    ) -> Result<Binding, Choose> {
+        let _guard = session.handshake.lock().await;
+        self.rebind_locked(session, policy, need, run).await
+    }
+
+    async fn rebind_locked(
+        &self,
+        session: &ClientSession,
+        policy: &Policy,
+        need: &Need<'_>,
+        run: &mut TaskRun,
+    ) -> Result<Binding, Choose> {
+        let (delegate, route) = self.pick(policy, need).map_err(Choose::None)?;
         run.route = Some(route);
-        self.open_binding(session, skill, delegate).await
+        self.open_binding(session, need.skill, delegate.clone())
+            .await
+            .map_err(|error| Choose::Open { delegate, error })
     }
 
     fn still_fits(&self, b: &Binding, policy: &Policy, need: &Need<'_>) -> bool {
@@ -308,7 +579,10 @@ impl Proxy {
             .offers(need.skill)
             .iter()
             .find(|o| Arc::ptr_eq(&o.delegate, &b.delegate))
-            .is_some_and(|o| routing::evaluate(o, policy, need, &self.cfg.routing).eligible())
+            .is_some_and(|o| {
+                routing::evaluate(o, policy, need, &self.cfg.routing).eligible()
+                    && !o.load().ejected
+            })
     }
 
     fn pick(
@@ -348,12 +622,10 @@ impl Proxy {
         session: &ClientSession,
         skill: &str,
         delegate: Arc<Delegate>,
-    ) -> Result<Binding, LdpError> {
-        let card = delegate.card().ok_or_else(|| {
-            LdpError::gateway(
-                GatewayCode::UpstreamFailed,
-                format!("delegate '{}' has no card", delegate.name),
-            )
+    ) -> Result<Binding, UpstreamError> {
+        let card = delegate.card().ok_or_else(|| UpstreamError::Malformed {
+            url: delegate.base_url.clone(),
+            reason: "no identity card".into(),
         })?;
         let mut prefs = vec![session.payload.mode];
         prefs.extend(session.payload.fallback_chain.iter().copied());
@@ -368,8 +640,7 @@ impl Proxy {
         let upstream = self
             .upstream
             .open_session(&delegate.base_url, &card, config)
-            .await
-            .map_err(|e| upstream_failed(&delegate, &e))?;
+            .await?;
         let binding = Binding { delegate, upstream };
         if let Some(old) = session.bind(skill, binding.clone()) {
             self.close_later(vec![old]);

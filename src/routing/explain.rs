@@ -71,6 +71,28 @@ fn detail<O: Offer>(c: Constraint, o: &O, f: &Figures, policy: &Policy, need: &N
     };
     match c {
         Constraint::Healthy => if o.healthy() { "up" } else { "down" }.to_owned(),
+        Constraint::NotTried if need.exclude.is_empty() => "first attempt".into(),
+        Constraint::NotTried => format!("already tried: [{}]", need.exclude.join(", ")),
+        Constraint::NotEjected => {
+            let l = o.load();
+            if l.ejected {
+                "ejected by outlier detection".into()
+            } else if l.probing {
+                "probing after an ejection".into()
+            } else if l.weight_factor < 1.0 {
+                format!("slow start, share x{:.2}", l.weight_factor)
+            } else {
+                "in service".into()
+            }
+        }
+        Constraint::Capacity => {
+            let l = o.load();
+            match (l.max_in_flight, l.probing) {
+                (_, true) => format!("{} in flight, probing allows 1", l.in_flight),
+                (Some(m), _) => format!("{} in flight < max {m}", l.in_flight),
+                (None, _) => format!("{} in flight, no limit", l.in_flight),
+            }
+        }
         Constraint::TrustDomain => format!(
             "delegate domain '{}' vs client domain '{}'{}",
             card.trust_domain.name,

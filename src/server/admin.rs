@@ -144,6 +144,8 @@ struct Registration {
     weight: Option<f64>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
+    #[serde(default)]
+    max_in_flight: Option<u32>,
 }
 
 async fn register(State(s): State<AppState>, body: axum::body::Bytes) -> Response {
@@ -160,6 +162,7 @@ async fn register(State(s): State<AppState>, body: axum::body::Bytes) -> Respons
         name: reg.name,
         weight: reg.weight,
         labels: reg.labels,
+        max_in_flight: reg.max_in_flight,
     };
     let registry = s.proxy.registry();
     match registry.add(&cfg) {
@@ -267,13 +270,18 @@ async fn route(
     }
 }
 
+/// Query parameters of `/admin/provenance`. Spelled out rather than `#[serde(flatten)]`:
+/// flattening makes serde_urlencoded hand numbers over as strings.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ProvenanceQuery {
-    #[serde(flatten)]
-    filter: crate::provenance::Query,
-    #[serde(default)]
+    session_id: Option<String>,
+    task_id: Option<String>,
+    delegate: Option<String>,
+    tenant: Option<String>,
+    limit: Option<u32>,
+    offset: Option<u32>,
     since: Option<String>,
-    #[serde(default)]
     format: Option<String>,
 }
 
@@ -281,14 +289,23 @@ async fn provenance(
     State(s): State<AppState>,
     q: Result<Query<ProvenanceQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let mut q = match q {
+    let q = match q {
         Ok(Query(q)) => q,
         Err(e) => return ApiError::new(GatewayCode::BadRequest, e.body_text()).into_response(),
+    };
+    let mut filter = crate::provenance::Query {
+        session_id: q.session_id,
+        task_id: q.task_id,
+        delegate: q.delegate,
+        tenant: q.tenant,
+        since_ms: None,
+        limit: q.limit,
+        offset: q.offset,
     };
     if let Some(since) = &q.since {
         let now = chrono::Utc::now().timestamp_millis();
         match crate::provenance::query::parse_since(since, now) {
-            Ok(ms) => q.filter.since_ms = Some(ms),
+            Ok(ms) => filter.since_ms = Some(ms),
             Err(e) => return ApiError::new(GatewayCode::BadRequest, e).into_response(),
         }
     }
@@ -303,9 +320,9 @@ async fn provenance(
             .into_response()
         }
     };
-    let page = q.filter.page();
-    let offset = q.filter.offset.unwrap_or(0);
-    match s.proxy.ledger().query(q.filter).await {
+    let page = filter.page();
+    let offset = filter.offset.unwrap_or(0);
+    match s.proxy.ledger().query(filter).await {
         Ok(rows) if csv => (
             [(header::CONTENT_TYPE, "text/csv; charset=utf-8")],
             crate::provenance::query::to_csv(&rows),

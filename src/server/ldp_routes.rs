@@ -2,7 +2,7 @@
 
 use super::{ApiError, AppState};
 use crate::ldp::error::GatewayCode;
-use crate::ldp::{Body, Envelope, PayloadMode};
+use crate::ldp::{Body, Envelope};
 use crate::proxy::{RequestCtx, GATEWAY_MODES};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -149,9 +149,40 @@ async fn messages(
     }
 }
 
-/// SSE: for a task, a TASK_UPDATE "accepted" event, then the final envelope; anything else
-/// gets its one answer as a single event. (Relaying delegates' own updates comes with the
-/// streaming work.)
+/// How often a running stream carries a heartbeat comment. Short, because a write is how a
+/// vanished client is noticed: its task is then cancelled upstream within about a second.
+const HEARTBEAT: Duration = Duration::from_millis(400);
+
+/// Cancels the task upstream if the stream is dropped (client gone) before its final event.
+struct CancelOnDrop {
+    proxy: std::sync::Arc<crate::proxy::Proxy>,
+    session_id: String,
+    owner: String,
+    task_id: String,
+    done: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let (proxy, session, owner, task) = (
+            self.proxy.clone(),
+            std::mem::take(&mut self.session_id),
+            std::mem::take(&mut self.owner),
+            std::mem::take(&mut self.task_id),
+        );
+        tokio::spawn(async move {
+            proxy.cancel_for_disconnect(&session, &owner, &task).await;
+        });
+    }
+}
+
+/// SSE: TASK_UPDATE events (the gateway's "routed", the delegate's own updates when it
+/// streams, "retrying" on failover), then the final TASK_RESULT/TASK_FAILED. A stream never
+/// ends without a final event unless the client left. Other message types get their one
+/// answer as a single event.
 async fn stream(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -161,21 +192,46 @@ async fn stream(
         Ok(env) => env,
         Err(e) => return e.into_response(),
     };
-    let accepted = match &env.body {
-        Body::TaskSubmit { task_id, .. } => Some(env.reply(
-            &s.config.identity.delegate_id,
-            Body::TaskUpdate {
-                task_id: task_id.clone(),
-                progress: Some(0.0),
-                message: Some("accepted".into()),
-            },
-            PayloadMode::Text,
-        )),
+    let ctx = request_ctx(&headers);
+    let guard = match &env.body {
+        Body::TaskSubmit { task_id, .. } => Some(CancelOnDrop {
+            proxy: s.proxy.clone(),
+            session_id: env.session_id.clone(),
+            owner: env.from.clone(),
+            task_id: task_id.clone(),
+            done: false,
+        }),
         _ => None,
     };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Envelope>(64);
     let proxy = s.proxy.clone();
-    let ctx = request_ctx(&headers);
-    let events = async_stream(accepted, async move { proxy.handle(env, &ctx).await });
+    let task = tokio::spawn(async move { proxy.handle_with(env, &ctx, Some(&tx)).await });
+    let events = futures_util::stream::unfold(
+        (rx, Some(task), guard),
+        |(mut rx, task, mut guard)| async move {
+            let mut task = task?;
+            let heartbeat = tokio::time::sleep(HEARTBEAT);
+            tokio::select! {
+                biased;
+                Some(update) = rx.recv() => {
+                    Some((Ok::<Event, Infallible>(event(&update)), (rx, Some(task), guard)))
+                }
+                joined = &mut task => {
+                    // `biased`: queued updates always went out before this branch runs.
+                    if let Some(g) = guard.as_mut() {
+                        g.done = true;
+                    }
+                    let ev = match joined {
+                        Ok(Ok(env)) => event(&env),
+                        Ok(Err(e)) => error_event(e.0),
+                        Err(e) => error_event(format!("task failed: {e}")),
+                    };
+                    Some((Ok(ev), (rx, None, guard)))
+                }
+                _ = heartbeat => Some((Ok(Event::default().comment("")), (rx, Some(task), guard))),
+            }
+        },
+    );
     Sse::new(events)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
@@ -186,21 +242,8 @@ fn event(env: &Envelope) -> Event {
         .data(serde_json::to_string(env).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")))
 }
 
-fn async_stream(
-    first: Option<Envelope>,
-    last: impl std::future::Future<Output = Result<Envelope, crate::proxy::NotAccepted>>
-        + Send
-        + 'static,
-) -> impl futures_util::Stream<Item = Result<Event, Infallible>> + Send + 'static {
-    use futures_util::StreamExt;
-    let head = futures_util::stream::iter(first.map(|e| Ok(event(&e))));
-    let tail = futures_util::stream::once(async move {
-        Ok(match last.await {
-            Ok(env) => event(&env),
-            Err(e) => Event::default()
-                .event("error")
-                .data(serde_json::json!({"error": crate::ldp::LdpError::gateway(GatewayCode::BadRequest, e.0)}).to_string()),
-        })
-    });
-    head.chain(tail)
+fn error_event(message: String) -> Event {
+    Event::default()
+        .event("error")
+        .data(serde_json::json!({"error": crate::ldp::LdpError::gateway(GatewayCode::BadRequest, message)}).to_string())
 }
