@@ -35,6 +35,11 @@ pub struct Config {
     pub outlier: crate::registry::OutlierConfig,
     /// Failover: the retry budget.
     pub fallback: FallbackConfig,
+    /// Tenants: keys, trust domains, policies, limits, budgets, signing. None: every client
+    /// is the built-in `anonymous` tenant.
+    pub tenants: Vec<TenantConfig>,
+    /// Signatures and replay protection.
+    pub security: SecurityConfig,
     /// Provenance ledger (written from the ledger release on; accepted now).
     pub provenance: ProvenanceConfig,
 }
@@ -50,6 +55,12 @@ pub struct ServerConfig {
     /// On shutdown, how long in-flight requests may take to finish before they are cut.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Deadline for reading a whole request head (slow-header clients are cut off).
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// Deadline for reading a whole request body.
+    #[serde(with = "humantime_serde")]
+    pub body_read_timeout: Duration,
 }
 
 /// `[admin]`.
@@ -143,6 +154,113 @@ pub struct DelegateConfig {
     /// (default: the card's `metadata.max_in_flight`, else no limit).
     #[serde(default)]
     pub max_in_flight: Option<u32>,
+    /// Rate limit protecting the delegate: when it is reached, routing skips the delegate.
+    #[serde(default)]
+    pub limits: Option<RateConfig>,
+    /// Environment variable holding the secret that signs messages to this delegate.
+    #[serde(default)]
+    pub signing_secret_env: Option<String>,
+}
+
+/// A rate: sustained requests per second and a burst.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateConfig {
+    /// Sustained rate.
+    pub rps: f64,
+    /// Burst size (default: the rate rounded up).
+    #[serde(default)]
+    pub burst: Option<u32>,
+}
+
+/// One `[[tenants]]` entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Tenant name (metrics, ledger, `[match] tenants`).
+    pub name: String,
+    /// SHA-256 (hex) of each API key; keys themselves are never stored.
+    #[serde(default)]
+    pub api_key_sha256: Vec<String>,
+    /// Trust domains this tenant's clients may claim (first = default claim).
+    #[serde(default)]
+    pub trust_domains: Vec<String>,
+    /// Policies it may use (empty: all).
+    #[serde(default)]
+    pub policies: Vec<String>,
+    /// Its default policy.
+    #[serde(default)]
+    pub default_policy: Option<String>,
+    /// Requests per second for the tenant (every LDP message).
+    #[serde(default)]
+    pub limits: Option<RateConfig>,
+    /// Tasks per second per skill for the tenant.
+    #[serde(default)]
+    pub skill_limits: Option<RateConfig>,
+    /// Spend limits.
+    #[serde(default)]
+    pub budget: BudgetConfig,
+    /// Envelope signatures from this tenant's clients.
+    #[serde(default)]
+    pub signing: Option<SigningConfig>,
+    /// Most open sessions at once.
+    #[serde(default)]
+    pub max_sessions: Option<usize>,
+}
+
+/// Spend limits in USD; absent means unlimited.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// Per UTC day.
+    #[serde(default)]
+    pub usd_per_day: Option<f64>,
+    /// Per UTC month.
+    #[serde(default)]
+    pub usd_per_month: Option<f64>,
+    /// Per client session.
+    #[serde(default)]
+    pub usd_per_session: Option<f64>,
+}
+
+/// A tenant's signature requirement.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SigningConfig {
+    /// Environment variable holding the shared HMAC secret.
+    pub secret_env: String,
+    /// Unsigned messages are refused (else they pass, and signed ones are still checked).
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// `[security]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecurityConfig {
+    /// Signed messages must be this fresh, and a message id + nonce is refused twice within it.
+    #[serde(with = "humantime_serde")]
+    pub replay_window: Duration,
+    /// Most nonces remembered; beyond it, new signed messages are refused, never forgotten.
+    pub replay_capacity: usize,
+    /// Deepest JSON nesting accepted in a request.
+    pub max_json_depth: usize,
+    /// Most open sessions overall.
+    pub max_sessions: usize,
+    /// Hosts (exact names) and CIDRs that `POST /admin/delegates` may register; empty: any.
+    pub registration_allow: Vec<String>,
+}
+
+impl Default for SecurityConfig {
+    fn default() -> Self {
+        SecurityConfig {
+            replay_window: Duration::from_secs(300),
+            replay_capacity: 1_000_000,
+            max_json_depth: 64,
+            max_sessions: 100_000,
+            registration_allow: Vec::new(),
+        }
+    }
 }
 
 impl DelegateConfig {
@@ -154,6 +272,8 @@ impl DelegateConfig {
             weight: None,
             labels: BTreeMap::new(),
             max_in_flight: None,
+            limits: None,
+            signing_secret_env: None,
         }
     }
 }
@@ -220,6 +340,8 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8700)),
             body_limit_bytes: 1024 * 1024,
             shutdown_grace: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(5),
+            body_read_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -391,6 +513,51 @@ impl Config {
             out.push(format!(
                 "{origin}: sessions.sweep_interval: must be longer than 0s"
             ));
+        }
+        let mut tenants = std::collections::HashSet::new();
+        for (i, t) in self.tenants.iter().enumerate() {
+            if t.name.trim().is_empty() {
+                out.push(format!("{origin}: tenants[{i}].name: must not be empty"));
+            }
+            if !tenants.insert(t.name.clone()) {
+                out.push(format!(
+                    "{origin}: tenants[{i}].name: duplicate tenant '{}'",
+                    t.name
+                ));
+            }
+            for (k, h) in t.api_key_sha256.iter().enumerate() {
+                if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    out.push(format!(
+                        "{origin}: tenants[{i}].api_key_sha256[{k}]: must be 64 hex characters (`ldp-gateway hash-key` prints one)"
+                    ));
+                }
+            }
+            if t.api_key_sha256.is_empty() && t.name != "anonymous" {
+                out.push(format!(
+                    "{origin}: tenants[{i}].api_key_sha256: a tenant needs at least one key (only `anonymous` may have none)"
+                ));
+            }
+            for (what, r) in [("limits", &t.limits), ("skill_limits", &t.skill_limits)] {
+                if let Some(r) = r {
+                    if !(r.rps.is_finite() && r.rps > 0.0) {
+                        out.push(format!(
+                            "{origin}: tenants[{i}].{what}.rps: must be greater than 0"
+                        ));
+                    }
+                }
+            }
+            let b = &t.budget;
+            for (what, v) in [
+                ("usd_per_day", b.usd_per_day),
+                ("usd_per_month", b.usd_per_month),
+                ("usd_per_session", b.usd_per_session),
+            ] {
+                if v.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
+                    out.push(format!(
+                        "{origin}: tenants[{i}].budget.{what}: must not be negative"
+                    ));
+                }
+            }
         }
         let mut names = std::collections::HashSet::new();
         for (i, d) in self.delegates.iter().enumerate() {

@@ -11,7 +11,9 @@ pub mod error;
 pub mod identity;
 pub mod payload;
 pub mod provenance;
+pub mod replay;
 pub mod session_config;
+pub mod signing;
 pub mod trust;
 
 pub use body::{Body, CapabilityManifest, MessageType};

@@ -8,14 +8,17 @@
 pub mod config;
 pub mod demo;
 pub mod ldp;
+pub mod limits;
 pub mod policy;
 pub mod provenance;
 pub mod proxy;
 pub mod registry;
 pub mod routing;
+pub mod secret;
 pub mod server;
 pub mod session;
 pub mod sim;
 pub mod telemetry;
+pub mod tenant;
 pub mod translate;
 pub mod upstream;

@@ -81,6 +81,8 @@ pub trait Backend: Send + 'static {
     fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError>;
     /// Deletes rows finished before `before_ms` (Unix ms); returns how many.
     fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError>;
+    /// Total `cost_usd` per tenant of rows finished at or after `since_ms`.
+    fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError>;
 }
 
 /// Opens the backend a store URL names: `sqlite://relative/path.db`, `sqlite:///abs/path.db`

@@ -13,12 +13,14 @@ use crate::ldp::{
     negotiate, Body, Capability, Envelope, IdentityCard, LdpError, MessageType, PayloadMode,
     SessionConfig,
 };
+use crate::limits::{BudgetBook, RateLimit, Scope};
 use crate::policy::{PolicyProblem, PolicySet};
 use crate::provenance::LedgerHandle;
 use crate::registry::{Delegate, Registry};
 use crate::routing::{self, Explanation, Need};
 use crate::session::{Binding, NewSession, SessionTable};
 use crate::telemetry::Metrics;
+use crate::tenant::{Tenant, Tenants, ANONYMOUS};
 use crate::upstream::{UpstreamClient, UpstreamError};
 use arc_swap::ArcSwap;
 use std::collections::BTreeMap;
@@ -31,20 +33,43 @@ pub const GATEWAY_MODES: [PayloadMode; 2] = [PayloadMode::SemanticFrame, Payload
 /// Bound on upstream tries for one task: mode fallbacks plus one re-handshake.
 const MAX_TRIES: u32 = 8;
 
-/// A client message the gateway will not take (answered with HTTP 400).
+/// A request the gateway refuses before it is a protocol exchange (answered with a 4xx).
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct NotAccepted(pub String);
+pub enum Refusal {
+    /// Malformed or not acceptable from a client (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// A signature is missing, wrong, stale or replayed (401).
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// A rate limit refused it (429 with `Retry-After`).
+    #[error("{} rate limit reached", scope.as_str())]
+    RateLimited {
+        /// Which limit.
+        scope: crate::limits::Scope,
+        /// When to retry.
+        retry_after: Duration,
+    },
+}
 
 /// What the transport knows about a request beyond its envelope.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RequestCtx {
+    /// The caller's tenant (authenticated by its API key).
+    pub tenant: Arc<Tenant>,
     /// The `x-ldp-policy` header.
     pub policy: Option<String>,
 }
 
-/// Tenant of every client until tenants are configured.
-pub const ANONYMOUS: &str = "anonymous";
+impl RequestCtx {
+    /// A context for the built-in anonymous tenant (tests, tools).
+    pub fn anonymous() -> RequestCtx {
+        RequestCtx {
+            tenant: Arc::new(Tenant::builtin_anonymous()),
+            policy: None,
+        }
+    }
+}
 
 /// The gateway core shared by every request.
 pub struct Proxy {
@@ -56,6 +81,10 @@ pub struct Proxy {
     metrics: Arc<Metrics>,
     ledger: LedgerHandle,
     budget: RetryBudget,
+    tenants: Tenants,
+    budgets: BudgetBook,
+    policy_limits: dashmap::DashMap<String, Arc<RateLimit>>,
+    replay: crate::ldp::replay::ReplayGuard,
     version: String,
 }
 
@@ -67,6 +96,7 @@ impl Proxy {
         policies: PolicySet,
         metrics: Arc<Metrics>,
         ledger: LedgerHandle,
+        tenants: Tenants,
     ) -> Proxy {
         let upstream = UpstreamClient::new(
             cfg.identity.delegate_id.clone(),
@@ -78,6 +108,10 @@ impl Proxy {
             .model_version
             .clone()
             .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned());
+        let replay = crate::ldp::replay::ReplayGuard::new(
+            cfg.security.replay_window,
+            cfg.security.replay_capacity,
+        );
         Proxy {
             budget: RetryBudget::new(cfg.fallback.clone()),
             cfg,
@@ -87,9 +121,115 @@ impl Proxy {
             upstream,
             metrics,
             ledger,
-
+            tenants,
+            budgets: BudgetBook::default(),
+            policy_limits: dashmap::DashMap::new(),
+            replay,
             version,
         }
+    }
+
+    /// The tenants.
+    pub fn tenants(&self) -> &Tenants {
+        &self.tenants
+    }
+
+    /// Restores each budgeted tenant's spend for the current UTC day and month from the
+    /// ledger, so budgets survive a restart.
+    pub async fn restore_spend(&self) {
+        let budgeted = self
+            .tenants
+            .all()
+            .iter()
+            .any(|t| t.budget.usd_per_day.is_some() || t.budget.usd_per_month.is_some());
+        if !budgeted {
+            return;
+        }
+        let (day, month) = crate::limits::budget::period_starts(chrono::Utc::now());
+        let (Ok(d), Ok(m)) = (
+            self.ledger.spend_since(day).await,
+            self.ledger.spend_since(month).await,
+        ) else {
+            tracing::warn!("could not read past spend from the ledger; budgets start from zero");
+            return;
+        };
+        for t in self.tenants.all() {
+            let find = |v: &[(String, f64)]| {
+                v.iter()
+                    .find(|(n, _)| *n == t.name)
+                    .map_or(0.0, |(_, s)| *s)
+            };
+            self.budgets.restore(&t.name, find(&d), find(&m));
+        }
+    }
+
+    /// Verifies the envelope's signature with the tenant's secret (refusing unsigned messages
+    /// when the tenant requires signatures) and refuses replays of a signed message id + nonce
+    /// within the window.
+    fn check_signature(&self, env: &Envelope, ctx: &RequestCtx) -> Result<(), Refusal> {
+        let Some((secret, required)) = &ctx.tenant.signing else {
+            return Ok(());
+        };
+        if env.signature.is_none() {
+            return if *required {
+                Err(Refusal::Unauthenticated(
+                    "this tenant requires signed messages".into(),
+                ))
+            } else {
+                Ok(())
+            };
+        }
+        crate::ldp::signing::verify(env, secret.expose())
+            .map_err(|e| Refusal::Unauthenticated(format!("signature rejected: {e}")))?;
+        self.replay
+            .check_envelope(env, chrono::Utc::now())
+            .map_err(|e| Refusal::Unauthenticated(format!("message rejected: {e}")))
+    }
+
+    /// The budget book (spend per tenant).
+    pub fn budgets(&self) -> &BudgetBook {
+        &self.budgets
+    }
+
+    /// Counts a refusal by a rate limit.
+    fn limited(&self, scope: Scope, retry_after: Duration) -> Refusal {
+        self.metrics
+            .rate_limited
+            .with_label_values(&[scope.as_str()])
+            .inc();
+        Refusal::RateLimited { scope, retry_after }
+    }
+
+    /// Takes a token from the policy's `[limits]`, if it has one.
+    fn check_policy_limit(&self, policy: &crate::policy::Policy) -> Result<(), Refusal> {
+        let Some(l) = policy.limits else {
+            return Ok(());
+        };
+        let rate = crate::config::RateConfig {
+            rps: l.rps,
+            burst: Some(l.burst),
+        };
+        let limiter = {
+            let current = self
+                .policy_limits
+                .get(&policy.name.0)
+                .map(|e| e.value().clone());
+            match current {
+                Some(lim) if lim.rate == rate => lim,
+                _ => match RateLimit::new(&rate) {
+                    Some(lim) => {
+                        let lim = Arc::new(lim);
+                        self.policy_limits
+                            .insert(policy.name.0.clone(), lim.clone());
+                        lim
+                    }
+                    None => return Ok(()),
+                },
+            }
+        };
+        limiter
+            .check()
+            .map_err(|wait| self.limited(Scope::Policy, wait))
     }
 
     /// The registry.
@@ -199,7 +339,7 @@ impl Proxy {
     }
 
     /// Answers one client envelope.
-    pub async fn handle(&self, env: Envelope, ctx: &RequestCtx) -> Result<Envelope, NotAccepted> {
+    pub async fn handle(&self, env: Envelope, ctx: &RequestCtx) -> Result<Envelope, Refusal> {
         self.handle_with(env, ctx, None).await
     }
 
@@ -210,17 +350,23 @@ impl Proxy {
         env: Envelope,
         ctx: &RequestCtx,
         progress: Option<&tokio::sync::mpsc::Sender<Envelope>>,
-    ) -> Result<Envelope, NotAccepted> {
+    ) -> Result<Envelope, Refusal> {
+        if let Some(limit) = &ctx.tenant.limit {
+            limit
+                .check()
+                .map_err(|wait| self.limited(Scope::Tenant, wait))?;
+        }
+        self.check_signature(&env, ctx)?;
         match &env.body {
             Body::Hello { .. } => Ok(self.hello(&env)),
-            Body::SessionPropose { config } => Ok(self.propose(&env, config)),
+            Body::SessionPropose { config } => Ok(self.propose(&env, config, ctx)),
             Body::TaskSubmit {
                 task_id,
                 skill,
                 input,
                 contract,
-            } => Ok(self
-                .submit(
+            } => {
+                self.submit(
                     &env,
                     ctx,
                     task::TaskIn {
@@ -231,10 +377,11 @@ impl Proxy {
                     },
                     progress,
                 )
-                .await),
-            Body::TaskCancel { task_id } => Ok(self.cancel(&env, task_id).await),
-            Body::SessionClose { .. } => Ok(self.close(&env)),
-            other => Err(NotAccepted(format!(
+                .await
+            }
+            Body::TaskCancel { task_id } => Ok(self.cancel(&env, ctx, task_id).await),
+            Body::SessionClose { .. } => Ok(self.close(&env, ctx)),
+            other => Err(Refusal::BadRequest(format!(
                 "the gateway does not accept {} from clients",
                 other.message_type().as_str()
             ))),
@@ -266,18 +413,30 @@ impl Proxy {
         )
     }
 
-    fn propose(&self, env: &Envelope, config: &SessionConfig) -> Envelope {
+    fn propose(&self, env: &Envelope, config: &SessionConfig, ctx: &RequestCtx) -> Envelope {
         let own = &self.cfg.identity.trust_domain;
-        let claimed = config
-            .trust_domain
-            .clone()
-            .unwrap_or_else(|| own.name.clone());
-        if !own.trusts(&claimed) {
-            let reason = format!(
-                "client trust domain '{claimed}' is not trusted by gateway domain '{}'",
-                own.name
-            );
-            return self.reject(env, GatewayCode::TrustViolation, reason);
+        let tenant = &ctx.tenant;
+        let claimed = match (&config.trust_domain, &tenant.trust_domains) {
+            (Some(c), _) => c.clone(),
+            (None, Some(list)) => list.first().cloned().unwrap_or_else(|| own.name.clone()),
+            (None, None) => own.name.clone(),
+        };
+        match &tenant.trust_domains {
+            // With tenants, the claim must be one the tenant owns.
+            Some(list) if !list.contains(&claimed) => {
+                let reason = format!("trust domain '{claimed}' is not one this tenant may claim");
+                return self.reject(env, GatewayCode::TrustViolation, reason);
+            }
+            Some(_) => {}
+            // Without tenants, RFC §7.2: the gateway's own domain must trust the claim.
+            None if !own.trusts(&claimed) => {
+                let reason = format!(
+                    "client trust domain '{claimed}' is not trusted by gateway domain '{}'",
+                    own.name
+                );
+                return self.reject(env, GatewayCode::TrustViolation, reason);
+            }
+            None => {}
         }
         if let Some(required) = &config.required_trust_domain {
             let any = self
@@ -296,6 +455,10 @@ impl Proxy {
                 let reason = format!("unknown policy '{name}'");
                 return self.reject(env, GatewayCode::UnknownPolicy, reason);
             }
+            if !tenant.may_use(name) {
+                let reason = format!("policy '{name}' is not allowed for this tenant");
+                return self.reject(env, GatewayCode::UnknownPolicy, reason);
+            }
         }
         let payload = negotiate(&config.preferences(), &GATEWAY_MODES);
         let ttl = config
@@ -303,14 +466,23 @@ impl Proxy {
             .map(Duration::from_secs)
             .unwrap_or(self.cfg.sessions.default_ttl)
             .clamp(Duration::from_secs(1), self.cfg.sessions.max_ttl);
-        let session = self.sessions.open(NewSession {
-            owner: env.from.clone(),
-            client_domain: claimed,
-            required_domain: config.required_trust_domain.clone(),
-            payload: payload.clone(),
-            policy: config.policy.clone(),
-            ttl,
-        });
+        let opened = self.sessions.open_limited(
+            NewSession {
+                owner: owner(ctx, env),
+                tenant: tenant.name.clone(),
+                client_domain: claimed,
+                required_domain: config.required_trust_domain.clone(),
+                payload: payload.clone(),
+                policy: config.policy.clone(),
+                ttl,
+            },
+            self.cfg.security.max_sessions,
+            tenant.max_sessions,
+        );
+        let session = match opened {
+            Ok(s) => s,
+            Err(e) => return self.reject(env, GatewayCode::SessionLimit, e.to_string()),
+        };
         tracing::debug!(session_id = %session.id, mode = %payload.mode, "session accepted");
         let mut reply = env.reply(
             self.id(),
@@ -420,8 +592,8 @@ impl Proxy {
         sent.is_ok()
     }
 
-    async fn cancel(&self, env: &Envelope, task_id: &str) -> Envelope {
-        let Some(session) = self.sessions.get(&env.session_id, &env.from) else {
+    async fn cancel(&self, env: &Envelope, ctx: &RequestCtx, task_id: &str) -> Envelope {
+        let Some(session) = self.sessions.get(&env.session_id, &owner(ctx, env)) else {
             return self.task_failed(env, task_id, self.session_not_found(env));
         };
         let binding = session
@@ -464,10 +636,10 @@ impl Proxy {
         )
     }
 
-    fn close(&self, env: &Envelope) -> Envelope {
+    fn close(&self, env: &Envelope, ctx: &RequestCtx) -> Envelope {
         // Closing twice, or closing an unknown session, is acknowledged the same way: the
         // caller cannot learn whether someone else's session id exists.
-        if let Some(session) = self.sessions.close(&env.session_id, &env.from) {
+        if let Some(session) = self.sessions.close(&env.session_id, &owner(ctx, env)) {
             self.close_later(session.take_bindings());
         }
         env.reply(
@@ -522,6 +694,15 @@ impl Proxy {
                 | MessageType::SessionClose
         )
     }
+}
+
+/// The session owner key: tenant and envelope `from`, so a session id is useless to anyone else.
+fn owner(ctx: &RequestCtx, env: &Envelope) -> String {
+    let mut o = String::with_capacity(ctx.tenant.name.len() + 1 + env.from.len());
+    o.push_str(&ctx.tenant.name);
+    o.push('\u{1f}');
+    o.push_str(&env.from);
+    o
 }
 
 async fn close_all(upstream: &UpstreamClient, bindings: Vec<Binding>) {

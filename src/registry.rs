@@ -39,6 +39,8 @@ pub struct Delegate {
     max_in_flight: Option<u32>,
     /// In-flight count, latency EWMA, errors, outlier state.
     pub observed: Observed,
+    /// Rate limit protecting the delegate (routing skips it when reached).
+    pub limit: Option<crate::limits::RateLimit>,
     outlier: OutlierConfig,
 }
 
@@ -58,6 +60,7 @@ impl Delegate {
             skip_polls: AtomicU32::new(0),
             max_in_flight: cfg.max_in_flight,
             observed: Observed::default(),
+            limit: cfg.limits.as_ref().and_then(crate::limits::RateLimit::new),
             outlier,
         })
     }

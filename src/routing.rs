@@ -64,6 +64,9 @@ pub struct RoutingParams {
     /// If outlier ejections would leave fewer than this fraction of the otherwise eligible
     /// delegates, ejections are ignored for that decision (route to all).
     pub panic_threshold: f64,
+    /// A task reserves its delegate's declared cost × this against budgets (actual costs run
+    /// a little above the declared price; the margin keeps budgets from being overshot).
+    pub budget_reserve_factor: f64,
 }
 
 impl Default for RoutingParams {
@@ -73,6 +76,7 @@ impl Default for RoutingParams {
             missing_score: 0.5,
             unknown_passes_bounds: false,
             panic_threshold: 0.5,
+            budget_reserve_factor: 1.25,
         }
     }
 }

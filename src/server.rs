@@ -68,6 +68,7 @@ pub enum ServerError {
 pub struct ApiError {
     status: StatusCode,
     error: LdpError,
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -82,23 +83,51 @@ impl ApiError {
             GatewayCode::TrustViolation
             | GatewayCode::BudgetExceeded
             | GatewayCode::UnknownPolicy => StatusCode::FORBIDDEN,
+            GatewayCode::SessionLimit => StatusCode::SERVICE_UNAVAILABLE,
             GatewayCode::UpstreamFailed => StatusCode::BAD_GATEWAY,
             GatewayCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError {
             status,
             error: LdpError::gateway(code, message),
+            retry_after: None,
         }
+    }
+}
+
+impl ApiError {
+    /// HTTP 429 `RATE_LIMITED` with a `Retry-After` of at least one second.
+    pub fn rate_limited(scope: crate::limits::Scope, retry_after: Duration) -> Self {
+        let mut e = ApiError::new(
+            GatewayCode::RateLimited,
+            format!(
+                "{} rate limit reached; retry after {:.3} s",
+                scope.as_str(),
+                retry_after.as_secs_f64()
+            ),
+        );
+        e.retry_after = Some(retry_after.as_secs_f64().ceil().max(1.0) as u64);
+        e
+    }
+
+    /// The LDP error this answers with.
+    pub fn error(&self) -> &LdpError {
+        &self.error
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
-            self.status,
-            axum::Json(serde_json::json!({ "error": self.error })),
-        )
-            .into_response()
+        let body = axum::Json(serde_json::json!({ "error": self.error }));
+        match self.retry_after {
+            Some(secs) => (
+                self.status,
+                [(axum::http::header::RETRY_AFTER, secs.to_string())],
+                body,
+            )
+                .into_response(),
+            None => (self.status, body).into_response(),
+        }
     }
 }
 
@@ -145,13 +174,30 @@ impl Gateway {
         let p = &config.provenance;
         let backend = crate::provenance::open_backend(&p.store, p.durability)?;
         let ledger = Ledger::start(backend, p.durability, p.queue_capacity, metrics.clone());
+        let tenants = crate::tenant::Tenants::from_config(&config.tenants)
+            .map_err(|e| ConfigError::Invalid(vec![e]))?;
         let proxy = Arc::new(Proxy::new(
             config.clone(),
             registry.clone(),
             policies,
             metrics,
             ledger.handle(),
+            tenants,
         ));
+        proxy.restore_spend().await;
+        for d in &config.delegates {
+            if let Some(var) = &d.signing_secret_env {
+                let secret = crate::secret::Secret::from_env(var).ok_or_else(|| {
+                    ConfigError::Invalid(vec![format!(
+                        "delegates: signing secret variable {var} for {} is not set",
+                        d.url
+                    )])
+                })?;
+                let base = crate::config::normalize_url(&d.url)
+                    .map_err(|e| ConfigError::Invalid(vec![e]))?;
+                proxy.upstream().sign_for(&base, secret);
+            }
+        }
         registry
             .poll_all(proxy.upstream(), config.discovery.fetch_timeout, true)
             .await;
@@ -178,12 +224,14 @@ impl Gateway {
             config.policies.dir.clone(),
             rx.clone(),
         ));
+        let head = config.server.header_read_timeout;
         tasks.push(spawn_server(
             ldp_listener,
             router(state.clone()),
+            head,
             rx.clone(),
         ));
-        tasks.push(spawn_server(admin_listener, admin_router(state), rx));
+        tasks.push(spawn_server(admin_listener, admin_router(state), head, rx));
         tracing::info!(ldp = %ldp_addr, admin = %admin_addr, delegates = registry.snapshot().len(),
             healthy = registry.healthy_count(), "gateway listening");
         tasks.push(
@@ -268,25 +316,53 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
         .map_err(|source| ServerError::Bind { addr, source })
 }
 
+/// Serves `app` on `listener` until shutdown: HTTP/1.1 with keep-alive, `TCP_NODELAY`, and a
+/// deadline on reading each request head (`header_read_timeout`), so slow-header clients
+/// (slowloris) are cut off instead of holding connections. On shutdown it stops accepting and
+/// waits for in-flight requests (the caller bounds the wait).
 fn spawn_server(
     listener: TcpListener,
     app: axum::Router,
+    header_read_timeout: Duration,
     mut rx: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
+    use hyper_util::rt::{TokioIo, TokioTimer};
     tokio::spawn(async move {
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let service = hyper_util::service::TowerToHyperService::new(app);
         let stop = async move {
             let _ = rx.wait_for(|v| *v).await;
         };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(stop)
-            .await
-        {
-            tracing::error!(error = %e, "listener stopped");
+        tokio::pin!(stop);
+        loop {
+            let (tcp, _) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off briefly, keep serving.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                _ = &mut stop => break,
+            };
+            let _ = tcp.set_nodelay(true);
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout)
+                .keep_alive(true);
+            let conn = builder.serve_connection(TokioIo::new(tcp), service.clone());
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+            });
         }
+        drop(listener);
+        graceful.shutdown().await;
     })
 }
 
@@ -337,12 +413,15 @@ pub async fn explain_from_file(
     // Explaining records nothing: an in-memory ledger stands in.
     let backend = crate::provenance::open_backend("sqlite::memory:", Default::default())?;
     let ledger = Ledger::start(backend, Default::default(), 1, metrics.clone());
+    let tenants =
+        crate::tenant::Tenants::from_config(&config.tenants).map_err(anyhow::Error::msg)?;
     let proxy = Proxy::new(
         config.clone(),
         registry.clone(),
         policies,
         metrics,
         ledger.handle(),
+        tenants,
     );
     registry
         .poll_all(proxy.upstream(), config.discovery.fetch_timeout, true)

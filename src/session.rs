@@ -25,8 +25,12 @@ pub struct Binding {
 pub struct ClientSession {
     /// Gateway-issued id.
     pub id: String,
-    /// Who opened it (the envelope `from`); other callers cannot use it.
+    /// Who opened it (tenant and envelope `from`); other callers cannot use it.
     pub owner: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// Spend charged to it (for `usd_per_session`).
+    pub spend: crate::limits::budget::SessionSpend,
     /// The client's verified trust domain (C).
     pub client_domain: String,
     /// The domain its delegates must be in (R), if required.
@@ -120,8 +124,10 @@ impl ClientSession {
 /// Parameters of a new session.
 #[derive(Debug, Clone)]
 pub struct NewSession {
-    /// Envelope `from` of the proposal.
+    /// Tenant and envelope `from` of the proposal.
     pub owner: String,
+    /// The tenant.
+    pub tenant: String,
     /// Verified client domain.
     pub client_domain: String,
     /// Required delegate domain.
@@ -137,6 +143,7 @@ pub struct NewSession {
 /// All client sessions.
 pub struct SessionTable {
     map: DashMap<String, Arc<ClientSession>>,
+    per_tenant: DashMap<String, usize>,
     epoch: Instant,
 }
 
@@ -144,9 +151,21 @@ impl Default for SessionTable {
     fn default() -> Self {
         SessionTable {
             map: DashMap::new(),
+            per_tenant: DashMap::new(),
             epoch: Instant::now(),
         }
     }
+}
+
+/// Why a session could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionLimit {
+    /// The gateway holds its maximum of sessions.
+    #[error("the gateway has its maximum of {0} open sessions")]
+    Overall(usize),
+    /// The tenant holds its maximum.
+    #[error("tenant has its maximum of {0} open sessions")]
+    Tenant(usize),
 }
 
 impl SessionTable {
@@ -154,11 +173,45 @@ impl SessionTable {
         self.epoch.elapsed().as_millis() as u64
     }
 
+    fn forget(&self, s: &ClientSession) {
+        if let Some(mut n) = self.per_tenant.get_mut(&s.tenant) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// Opens a session unless the overall or the tenant's session limit is reached. The
+    /// check and the insert are not one atomic step; concurrent opens may pass a limit by at
+    /// most the number of racing requests.
+    pub fn open_limited(
+        &self,
+        new: NewSession,
+        overall: usize,
+        tenant: Option<usize>,
+    ) -> Result<Arc<ClientSession>, SessionLimit> {
+        if self.map.len() >= overall {
+            return Err(SessionLimit::Overall(overall));
+        }
+        if let Some(max) = tenant {
+            if self.per_tenant.get(&new.tenant).is_some_and(|n| *n >= max) {
+                return Err(SessionLimit::Tenant(max));
+            }
+        }
+        Ok(self.open(new))
+    }
+
+    /// Open sessions of `tenant`.
+    pub fn count_for(&self, tenant: &str) -> usize {
+        self.per_tenant.get(tenant).map_or(0, |n| *n)
+    }
+
     /// Opens a session with a fresh gateway-issued id.
     pub fn open(&self, new: NewSession) -> Arc<ClientSession> {
+        *self.per_tenant.entry(new.tenant.clone()).or_insert(0) += 1;
         let session = Arc::new(ClientSession {
             id: crate::ldp::new_id(),
             owner: new.owner,
+            tenant: new.tenant,
+            spend: Default::default(),
             client_domain: new.client_domain,
             required_domain: new.required_domain,
             payload: new.payload,
@@ -208,10 +261,14 @@ impl SessionTable {
             })
             .map(|e| e.key().clone())
             .collect();
-        expired
+        let gone: Vec<Arc<ClientSession>> = expired
             .into_iter()
             .filter_map(|id| self.map.remove(&id).map(|(_, s)| s))
-            .collect()
+            .collect();
+        for s in &gone {
+            self.forget(s);
+        }
+        gone
     }
 
     /// Removes and returns every session (shutdown).
@@ -245,6 +302,7 @@ mod tests {
     fn new(owner: &str, ttl: Duration) -> NewSession {
         NewSession {
             owner: owner.into(),
+            tenant: "t".into(),
             client_domain: "default".into(),
             required_domain: None,
             payload: NegotiatedPayload::text(),

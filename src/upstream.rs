@@ -131,7 +131,14 @@ pub struct UpstreamClient {
     http: reqwest::Client,
     from: String,
     handshake_timeout: Duration,
+    /// Per-delegate signing secrets, by base URL.
+    signers: std::sync::Arc<dashmap::DashMap<String, crate::secret::Secret>>,
+    /// Largest answer read from a delegate.
+    max_response_bytes: usize,
 }
+
+/// Largest answer read from a delegate by default (a multiple of the request body limit).
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
 
 impl UpstreamClient {
     /// A client that signs messages as `from` (the gateway's delegate id).
@@ -151,6 +158,8 @@ impl UpstreamClient {
             http,
             from: from.into(),
             handshake_timeout,
+            signers: Default::default(),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 
@@ -204,7 +213,40 @@ impl UpstreamClient {
         }))
     }
 
-    /// Sends one envelope to `base/ldp/messages` and reads the answer.
+    /// Signs every message to the delegate at `base` with `secret` (the reference HMAC, which
+    /// every SDK verifies).
+    pub fn sign_for(&self, base: &str, secret: crate::secret::Secret) {
+        self.signers.insert(base.to_owned(), secret);
+    }
+
+    /// Caps how much of a delegate's answer is read.
+    pub fn set_max_response_bytes(&mut self, max: usize) {
+        self.max_response_bytes = max.max(1024);
+    }
+
+    /// The JSON bytes to send to `base`: signed when a secret is registered for it.
+    fn encode(&self, base: &str, url: &str, envelope: &Envelope) -> Result<Vec<u8>, UpstreamError> {
+        let malformed = |reason: String| UpstreamError::Malformed {
+            url: url.to_owned(),
+            reason,
+        };
+        match self.signers.get(base) {
+            Some(secret) => {
+                let mut signed = envelope.clone();
+                crate::ldp::signing::apply(
+                    &mut signed,
+                    secret.expose(),
+                    crate::ldp::signing::Algorithm::Reference,
+                )
+                .map_err(|e| malformed(e.to_string()))?;
+                signed.to_vec().map_err(|e| malformed(e.to_string()))
+            }
+            None => envelope.to_vec().map_err(|e| malformed(e.to_string())),
+        }
+    }
+
+    /// Sends one envelope to `base/ldp/messages` and reads the answer (at most
+    /// `max_response_bytes` of it).
     pub async fn send(
         &self,
         base: &str,
@@ -212,10 +254,7 @@ impl UpstreamClient {
         timeout: Duration,
     ) -> Result<Envelope, UpstreamError> {
         let url = format!("{base}/ldp/messages");
-        let body = envelope.to_vec().map_err(|e| UpstreamError::Malformed {
-            url: url.clone(),
-            reason: e.to_string(),
-        })?;
+        let body = self.encode(base, &url, envelope)?;
         let resp = self
             .http
             .post(&url)
@@ -226,7 +265,17 @@ impl UpstreamClient {
             .await
             .map_err(|e| classify(&url, timeout, e))?;
         let status = resp.status();
-        let bytes = resp.bytes().await.map_err(|e| classify(&url, timeout, e))?;
+        let mut resp = resp;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| classify(&url, timeout, e))? {
+            if bytes.len() + chunk.len() > self.max_response_bytes {
+                return Err(UpstreamError::Malformed {
+                    url,
+                    reason: format!("answer larger than {} bytes", self.max_response_bytes),
+                });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
         if !status.is_success() {
             return Err(UpstreamError::Status {
                 url,
@@ -250,10 +299,8 @@ impl UpstreamClient {
         mut on_update: impl FnMut(Envelope),
     ) -> Result<Envelope, UpstreamError> {
         let url = format!("{base}/ldp/stream");
-        let body = envelope.to_vec().map_err(|e| UpstreamError::Malformed {
-            url: url.clone(),
-            reason: e.to_string(),
-        })?;
+        let body = self.encode(base, &url, envelope)?;
+        let cap = self.max_response_bytes;
         let work = async {
             let mut resp = self
                 .http
@@ -278,6 +325,12 @@ impl UpstreamClient {
                     Err(_) => return Err(UpstreamError::StreamBroken { url: url.clone() }),
                 };
                 buf.push_str(&String::from_utf8_lossy(&chunk));
+                if buf.len() > cap {
+                    return Err(UpstreamError::Malformed {
+                        url: url.clone(),
+                        reason: format!("stream event larger than {cap} bytes"),
+                    });
+                }
                 for data in take_events(&mut buf) {
                     let env = Envelope::from_slice(data.as_bytes()).map_err(|e| {
                         UpstreamError::Malformed {

@@ -133,8 +133,10 @@ pub enum GatewayCode {
     NoEligibleDelegate,
     /// A budget would be overshot.
     BudgetExceeded,
-    /// The request named a policy that does not exist.
+    /// The request named a policy that does not exist or its tenant may not use.
     UnknownPolicy,
+    /// A session limit (overall or per tenant) is reached.
+    SessionLimit,
     /// Every attempt upstream failed.
     UpstreamFailed,
     /// The gateway's own fault.
@@ -154,6 +156,7 @@ impl GatewayCode {
             GatewayCode::NoEligibleDelegate => "NO_ELIGIBLE_DELEGATE",
             GatewayCode::BudgetExceeded => "BUDGET_EXCEEDED",
             GatewayCode::UnknownPolicy => "UNKNOWN_POLICY",
+            GatewayCode::SessionLimit => "SESSION_LIMIT",
             GatewayCode::UpstreamFailed => "UPSTREAM_FAILED",
             GatewayCode::Internal => "INTERNAL",
         }
@@ -167,6 +170,7 @@ impl GatewayCode {
             GatewayCode::RateLimited
             | GatewayCode::TrustViolation
             | GatewayCode::UnknownPolicy
+            | GatewayCode::SessionLimit
             | GatewayCode::BudgetExceeded => ErrorCategory::Policy,
             GatewayCode::SessionNotFound => ErrorCategory::Session,
             GatewayCode::NoEligibleDelegate => ErrorCategory::Capability,
@@ -186,7 +190,10 @@ impl GatewayCode {
     /// Whether a client may retry the same request.
     pub fn retryable(self) -> bool {
         match self {
-            GatewayCode::RateLimited | GatewayCode::UpstreamFailed | GatewayCode::Internal => true,
+            GatewayCode::RateLimited
+            | GatewayCode::UpstreamFailed
+            | GatewayCode::SessionLimit
+            | GatewayCode::Internal => true,
             GatewayCode::BadRequest
             | GatewayCode::PayloadTooLarge
             | GatewayCode::Unauthenticated

@@ -288,6 +288,16 @@ impl Backend for SqliteBackend {
         Ok(out)
     }
 
+    fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT tenant, COALESCE(SUM(cost_usd), 0) FROM ledger WHERE finished_ms >= ?1 GROUP BY tenant",
+        )?;
+        let rows = stmt.query_map(params![since_ms], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?))
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
     fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
         let n = self.conn.execute(
             "DELETE FROM ledger WHERE finished_ms < ?1",

@@ -14,6 +14,7 @@ enum Cmd {
     Insert(Box<LedgerRow>, Option<Ack<()>>),
     Query(Box<Query>, Ack<Vec<LedgerRow>>),
     Prune(i64, Ack<u64>),
+    Spend(i64, Ack<Vec<(String, f64)>>),
     Shutdown,
 }
 
@@ -159,6 +160,16 @@ impl LedgerHandle {
         done.await.map_err(closed)?.map_err(LedgerError::Write)
     }
 
+    /// Total cost per tenant of rows finished at or after `since_ms`.
+    pub async fn spend_since(&self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
+        let (ack, done) = oneshot::channel();
+        self.tx
+            .send(Cmd::Spend(since_ms, ack))
+            .await
+            .map_err(closed)?;
+        done.await.map_err(closed)?.map_err(LedgerError::Write)
+    }
+
     /// Deletes rows finished before `before_ms`.
     pub async fn prune(&self, before_ms: i64) -> Result<u64, LedgerError> {
         let (ack, done) = oneshot::channel();
@@ -243,6 +254,10 @@ fn run(mut backend: Box<dyn Backend>, mut rx: mpsc::Receiver<Cmd>, m: &Metrics) 
                     flush(backend.as_mut(), &mut rows, &mut acks, m);
                     let _ = ack.send(backend.prune(before).map_err(|e| e.to_string()));
                 }
+                Cmd::Spend(since, ack) => {
+                    flush(backend.as_mut(), &mut rows, &mut acks, m);
+                    let _ = ack.send(backend.spend_since(since).map_err(|e| e.to_string()));
+                }
                 Cmd::Shutdown => {
                     stopping = true;
                     rx.close();
@@ -313,6 +328,9 @@ mod tests {
         }
         fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
             self.inner.prune(before_ms)
+        }
+        fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
+            self.inner.spend_since(since_ms)
         }
     }
 
@@ -432,11 +450,13 @@ mod tests {
         let m = metrics();
         let ledger = Ledger::start(backend, Durability::Async, 1000, m.clone());
         let h = ledger.handle();
-        for i in 0..N {
+        h.record(row("t0", "s", 0)).await.unwrap();
+        entered(&gate).await;
+        // The writer holds t0; the rest waits in the queue.
+        for i in 1..N {
             h.record(row(&format!("t{i}"), "s", 0)).await.unwrap();
         }
-        entered(&gate).await;
-        assert!(m.ledger_queue.get() > 0);
+        assert_eq!(m.ledger_queue.get(), N as i64);
         // The shutdown is queued behind the rows before the writer may go on.
         let open = gate.open;
         let (lost, ()) = tokio::join!(

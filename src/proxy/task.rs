@@ -2,7 +2,7 @@
 //! translate, fall back along the payload chain, re-handshake once, rewrite provenance, then
 //! record the outcome (ledger row and metrics) before answering.
 
-use super::{upstream_failed, Proxy, RequestCtx, ANONYMOUS, MAX_TRIES};
+use super::{upstream_failed, Proxy, Refusal, RequestCtx, MAX_TRIES};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{
     Body, DelegationContract, Envelope, LdpError, LineageEntry, PayloadMode, Provenance,
@@ -31,6 +31,7 @@ struct RouteInfo {
 
 /// What the task's trip produced and how.
 struct TaskRun {
+    tenant: Arc<crate::tenant::Tenant>,
     binding: Option<Binding>,
     route: Option<RouteInfo>,
     /// Upstream requests sent (mode fallbacks and re-handshakes included).
@@ -93,25 +94,43 @@ impl Proxy {
         ctx: &RequestCtx,
         task: TaskIn<'_>,
         progress: Progress<'_>,
-    ) -> Envelope {
-        let Some(session) = self.sessions.get(&env.session_id, &env.from) else {
-            return self.task_failed(env, task.task_id, self.session_not_found(env));
+    ) -> Result<Envelope, Refusal> {
+        let Some(session) = self.sessions.get(&env.session_id, &super::owner(ctx, env)) else {
+            return Ok(self.task_failed(env, task.task_id, self.session_not_found(env)));
         };
+        if let Some(limit) = &ctx.tenant.skill_limit {
+            limit
+                .check(task.skill)
+                .map_err(|wait| self.limited(crate::limits::Scope::TenantSkill, wait))?;
+        }
         let started = Instant::now();
         let started_at = crate::ldp::now_rfc3339();
         // PRODUCT.md order: the session's own policy, then the request header.
         let named = session.policy.as_deref().or(ctx.policy.as_deref());
         let set = self.policies.load_full();
-        let policy = match set.select(named, None, task.skill, ANONYMOUS) {
-            Ok((p, _)) => p.clone(),
+        let tenant = &ctx.tenant;
+        let policy = match set.select(
+            named,
+            tenant.default_policy.as_deref(),
+            task.skill,
+            &tenant.name,
+        ) {
+            Ok((p, _)) if tenant.may_use(&p.name.0) => p.clone(),
+            Ok((p, _)) => {
+                let reason = format!("policy '{}' is not allowed for this tenant", p.name);
+                let error = LdpError::gateway(GatewayCode::UnknownPolicy, reason);
+                return Ok(self.task_failed(env, task.task_id, error));
+            }
             Err(reason) => {
                 let error = LdpError::gateway(GatewayCode::UnknownPolicy, reason);
-                return self.task_failed(env, task.task_id, error);
+                return Ok(self.task_failed(env, task.task_id, error));
             }
         };
+        self.check_policy_limit(&policy)?;
         self.budget.task();
         session.task_started(task.task_id, task.skill);
         let mut run = TaskRun {
+            tenant: ctx.tenant.clone(),
             binding: None,
             route: None,
             attempts: 0,
@@ -128,7 +147,7 @@ impl Proxy {
         let row = self.ledger_row(&session, &policy, &task, &run, &answer, started, started_at);
         self.count(&row, started.elapsed(), run.upstream);
         let recorded = self.ledger.record(row).await;
-        match (answer, recorded) {
+        Ok(match (answer, recorded) {
             (Answer::Result { output, provenance }, Ok(())) => env.reply(
                 self.id(),
                 Body::TaskResult {
@@ -153,7 +172,7 @@ impl Proxy {
                 }
                 self.task_failed(env, task.task_id, error)
             }
-        }
+        })
     }
 
     /// The task's deadline: the tightest of the global ceiling, the policy's `max_latency_ms`
@@ -312,13 +331,80 @@ impl Proxy {
         env: &Envelope,
         task: &TaskIn<'_>,
         run: &mut TaskRun,
-        mut binding: Binding,
+        binding: Binding,
         deadline: Instant,
         progress: Progress<'_>,
     ) -> Attempt {
-        let skill = task.skill;
         let delegate = binding.delegate.clone();
         let _in_flight = delegate.start_task();
+        let reservation = match self.reserve(session, run, &delegate, task.skill) {
+            Ok(r) => r,
+            Err(e) => return Attempt::Done(Answer::Failed(e)),
+        };
+        let mut charged = 0.0;
+        let outcome = self
+            .attempt_inner(
+                session,
+                policy,
+                env,
+                task,
+                run,
+                binding,
+                deadline,
+                progress,
+                &mut charged,
+            )
+            .await;
+        if let Some(r) = reservation {
+            self.budgets.settle(r, &session.spend, charged);
+        }
+        outcome
+    }
+
+    /// Reserves the delegate's declared cost against the tenant's and the session's budgets.
+    fn reserve(
+        &self,
+        session: &ClientSession,
+        run: &TaskRun,
+        delegate: &Delegate,
+        skill: &str,
+    ) -> Result<Option<crate::limits::Reservation>, LdpError> {
+        let b = &run.tenant.budget;
+        if b.usd_per_day.is_none() && b.usd_per_month.is_none() && b.usd_per_session.is_none() {
+            return Ok(None);
+        }
+        let declared = self.declared_cost(delegate, skill).unwrap_or(0.0);
+        let amount = declared * self.cfg.routing.budget_reserve_factor;
+        self.budgets
+            .reserve(&run.tenant.name, b, &session.spend, amount)
+            .map(Some)
+            .map_err(|e| LdpError::gateway(GatewayCode::BudgetExceeded, e.to_string()))
+    }
+
+    /// The card's price for `skill`: the declared price, else its cost tier's price.
+    fn declared_cost(&self, delegate: &Delegate, skill: &str) -> Option<f64> {
+        let h = delegate.card()?.effective_hints(skill)?;
+        h.cost_per_call_usd
+            .or_else(|| h.cost_tier.map(|t| self.cfg.routing.tier_prices.of(t)))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn attempt_inner(
+        &self,
+        session: &ClientSession,
+        policy: &Policy,
+        env: &Envelope,
+        task: &TaskIn<'_>,
+        run: &mut TaskRun,
+        mut binding: Binding,
+        deadline: Instant,
+        progress: Progress<'_>,
+        charged: &mut f64,
+    ) -> Attempt {
+        let skill = task.skill;
+        let delegate = binding.delegate.clone();
+        let mut mode = binding.upstream.payload.mode;
+        let mut rehandshaken = false;
         let streams = progress.is_some()
             && delegate
                 .card()
@@ -327,8 +413,6 @@ impl Proxy {
                         .and_then(|cap| cap.hints.supports_streaming)
                 })
                 .unwrap_or(false);
-        let mut mode = binding.upstream.payload.mode;
-        let mut rehandshaken = false;
         if let Some(tx) = progress {
             let routed = env.reply(
                 self.id(),
@@ -416,6 +500,10 @@ impl Proxy {
                     delegate.record_success(took);
                     let provenance =
                         self.route_provenance(session, policy, &binding, mode, provenance, run);
+                    *charged = provenance
+                        .cost_usd
+                        .or_else(|| self.declared_cost(&delegate, skill))
+                        .unwrap_or(0.0);
                     return Attempt::Done(Answer::Result { output, provenance });
                 }
                 Body::TaskFailed { error, .. }
@@ -593,27 +681,45 @@ impl Proxy {
         let index = self.registry.index();
         let offers: &[SkillOffer] = index.offers(need.skill);
         let mut rng = fastrand::Rng::new();
-        match routing::decide(offers, policy, need, &self.cfg.routing, &mut rng) {
-            Ok(p) => {
-                let chosen = &offers[p.index];
-                self.metrics
-                    .routing_decisions
-                    .with_label_values(&[policy.name.0.as_str(), chosen.name()])
-                    .inc();
-                tracing::debug!(skill = need.skill, policy = %policy.name, delegate = chosen.name(),
-                    score = p.score, eligible = p.eligible, band = p.band, "routed");
-                let info = RouteInfo {
-                    score: p.score,
-                    eligible: p.eligible,
-                    band: p.band,
-                    excluded: p.excluded,
-                };
-                Ok((chosen.delegate.clone(), info))
+        // A delegate at its own rate limit is skipped, not failed: decide again without it.
+        let mut limited: Vec<String> = Vec::new();
+        loop {
+            let exclude: Vec<String>;
+            let need = if limited.is_empty() {
+                *need
+            } else {
+                exclude = need.exclude.iter().chain(&limited).cloned().collect();
+                Need {
+                    exclude: &exclude,
+                    ..*need
+                }
+            };
+            let p = routing::decide(offers, policy, &need, &self.cfg.routing, &mut rng)
+                .map_err(|e| LdpError::gateway(GatewayCode::NoEligibleDelegate, e.to_string()))?;
+            let chosen = &offers[p.index];
+            if let Some(limit) = &chosen.delegate.limit {
+                if limit.check().is_err() {
+                    self.metrics
+                        .rate_limited
+                        .with_label_values(&[crate::limits::Scope::Delegate.as_str()])
+                        .inc();
+                    limited.push(chosen.delegate.name.clone());
+                    continue;
+                }
             }
-            Err(e) => Err(LdpError::gateway(
-                GatewayCode::NoEligibleDelegate,
-                e.to_string(),
-            )),
+            self.metrics
+                .routing_decisions
+                .with_label_values(&[policy.name.0.as_str(), chosen.name()])
+                .inc();
+            tracing::debug!(skill = need.skill, policy = %policy.name, delegate = chosen.name(),
+                score = p.score, eligible = p.eligible, band = p.band, "routed");
+            let info = RouteInfo {
+                score: p.score,
+                eligible: p.eligible,
+                band: p.band,
+                excluded: p.excluded,
+            };
+            return Ok((chosen.delegate.clone(), info));
         }
     }
 
@@ -701,7 +807,7 @@ impl Proxy {
             task_id: task.task_id.to_owned(),
             session_id: session.id.clone(),
             upstream_session_id: run.binding.as_ref().map(|b| b.upstream.session_id.clone()),
-            tenant: ANONYMOUS.to_owned(),
+            tenant: session.tenant.clone(),
             skill: task.skill.to_owned(),
             policy: Some(policy.name.0.clone()),
             delegate: delegate.map(|d| d.name.clone()),

@@ -57,8 +57,76 @@ async fn require_token(State(s): State<AppState>, req: Request, next: Next) -> R
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+use crate::secret::constant_time_eq;
+
+/// Whether `url`'s host may be registered: with an allowlist, its host must be a listed name
+/// (exact, case-insensitive; no DNS lookup, so no rebinding) or an IP inside a listed CIDR.
+fn registration_allowed(url: &str, allow: &[String]) -> Result<(), String> {
+    if allow.is_empty() {
+        return Ok(());
+    }
+    let base = crate::config::normalize_url(url)?;
+    let rest = base.split("://").nth(1).unwrap_or("");
+    let authority = rest.split('/').next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    let ip: Option<std::net::IpAddr> = host.parse().ok();
+    let ok = allow.iter().any(|entry| match (entry.split_once('/'), ip) {
+        (Some((net, bits)), Some(ip)) => in_cidr(ip, net, bits),
+        (Some(_), None) => false,
+        (None, _) => entry.eq_ignore_ascii_case(host),
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "host '{host}' is not in security.registration_allow"
+        ))
+    }
+}
+
+fn in_cidr(ip: std::net::IpAddr, net: &str, bits: &str) -> bool {
+    use std::net::IpAddr;
+    let (Ok(net), Ok(bits)) = (net.parse::<IpAddr>(), bits.parse::<u32>()) else {
+        return false;
+    };
+    match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) if bits <= 32 => {
+            let mask = if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - bits)
+            };
+            u32::from(a) & mask == u32::from(n) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) if bits <= 128 => {
+            let mask = if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - bits)
+            };
+            u128::from(a) & mask == u128::from(n) & mask
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::registration_allowed;
+
+    #[test]
+    fn allowlist_by_cidr_and_exact_name() {
+        let allow = vec!["127.0.0.0/8".to_string(), "delegates.internal".to_string()];
+        assert!(registration_allowed("http://127.0.0.5:9000", &allow).is_ok());
+        assert!(registration_allowed("ldp://delegates.internal:1/x", &allow).is_ok());
+        assert!(registration_allowed("http://169.254.169.254/latest", &allow).is_err());
+        assert!(registration_allowed("http://evil.delegates.internal.example", &allow).is_err());
+        assert!(registration_allowed("http://10.0.0.1", &[]).is_ok());
+        assert!(registration_allowed("http://[::1]:80", &["::1/128".to_string()]).is_ok());
+    }
 }
 
 async fn readyz(State(s): State<AppState>) -> Response {
@@ -163,7 +231,16 @@ async fn register(State(s): State<AppState>, body: axum::body::Bytes) -> Respons
         weight: reg.weight,
         labels: reg.labels,
         max_in_flight: reg.max_in_flight,
+        limits: None,
+        signing_secret_env: None,
     };
+    if let Err(why) = registration_allowed(&cfg.url, &s.config.security.registration_allow) {
+        return (
+            StatusCode::FORBIDDEN,
+            Json(json!({"error": crate::ldp::LdpError::gateway(GatewayCode::BadRequest, why)})),
+        )
+            .into_response();
+    }
     let registry = s.proxy.registry();
     match registry.add(&cfg) {
         Ok(d) => {

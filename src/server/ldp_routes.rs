@@ -3,9 +3,8 @@
 use super::{ApiError, AppState};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, Envelope};
-use crate::proxy::{RequestCtx, GATEWAY_MODES};
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use crate::proxy::{Refusal, RequestCtx, GATEWAY_MODES};
+use axum::body::Body as HttpBody;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -96,50 +95,114 @@ async fn capabilities(State(s): State<AppState>) -> Response {
     }
 }
 
-/// Reads the body into an envelope, or the 4xx that explains why not.
-fn read_envelope(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Envelope, ApiError> {
-    let bytes = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                GatewayCode::PayloadTooLarge,
-                format!("request body is over the {limit}-byte limit"),
+/// Reads the body within the size limit and the body deadline, checks JSON nesting cheaply,
+/// then parses the envelope; or the 4xx that explains why not.
+async fn read_envelope(s: &AppState, body: HttpBody) -> Result<Envelope, ApiError> {
+    use http_body_util::BodyExt;
+    let limit = s.config.server.body_limit_bytes;
+    let too_large = || {
+        ApiError::new(
+            GatewayCode::PayloadTooLarge,
+            format!("request body is over the {limit}-byte limit"),
+        )
+    };
+    let collect = http_body_util::Limited::new(body, limit).collect();
+    let bytes = match tokio::time::timeout(s.config.server.body_read_timeout, collect).await {
+        Err(_) => {
+            return Err(ApiError::new(
+                GatewayCode::BadRequest,
+                "request body was not received in time",
             )
-        } else {
-            ApiError::new(GatewayCode::BadRequest, rejection.body_text())
+            .with_status(StatusCode::REQUEST_TIMEOUT))
         }
-    })?;
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+        Ok(Err(e)) => {
+            return Err(ApiError::new(
+                GatewayCode::BadRequest,
+                format!("cannot read body: {e}"),
+            ))
+        }
+        Ok(Ok(c)) => c.to_bytes(),
+    };
+    let depth = s.config.security.max_json_depth;
+    if json_depth_exceeds(&bytes, depth) {
+        return Err(ApiError::new(
+            GatewayCode::BadRequest,
+            format!("JSON nesting deeper than {depth} levels"),
+        ));
+    }
     Envelope::from_slice(&bytes).map_err(|e| ApiError::new(GatewayCode::BadRequest, e.to_string()))
 }
 
-/// What the headers add to the envelope: the `x-ldp-policy` header.
-fn request_ctx(headers: &HeaderMap) -> RequestCtx {
-    RequestCtx {
+/// Whether `bytes` nest `[`/`{` deeper than `max` (outside strings): one linear pass, no
+/// allocation, before any parsing.
+pub fn json_depth_exceeds(bytes: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Who is calling (the tenant of its API key) and what the headers add (`x-ldp-policy`).
+fn request_ctx(s: &AppState, headers: &HeaderMap) -> Result<RequestCtx, ApiError> {
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let tenant = s
+        .proxy
+        .tenants()
+        .authenticate(auth)
+        .map_err(|e| ApiError::new(GatewayCode::Unauthenticated, e.to_string()))?;
+    Ok(RequestCtx {
+        tenant,
         policy: headers
             .get("x-ldp-policy")
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
             .filter(|v| !v.is_empty())
             .map(str::to_owned),
+    })
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> ApiError {
+        match r {
+            Refusal::BadRequest(m) => ApiError::new(GatewayCode::BadRequest, m),
+            Refusal::Unauthenticated(m) => ApiError::new(GatewayCode::Unauthenticated, m),
+            Refusal::RateLimited { scope, retry_after } => {
+                ApiError::rate_limited(scope, retry_after)
+            }
+        }
     }
 }
 
-async fn answer(
-    s: &AppState,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Envelope, ApiError> {
-    let env = read_envelope(body, s.config.server.body_limit_bytes)?;
-    s.proxy
-        .handle(env, &request_ctx(headers))
-        .await
-        .map_err(|e| ApiError::new(GatewayCode::BadRequest, e.0))
+async fn answer(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Envelope, ApiError> {
+    let ctx = request_ctx(s, headers)?;
+    let env = read_envelope(s, body).await?;
+    Ok(s.proxy.handle(env, &ctx).await?)
 }
 
-async fn messages(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn messages(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> Response {
     match answer(&s, &headers, body).await {
         Ok(reply) => match reply.to_vec() {
             Ok(b) => json_bytes(StatusCode::OK, b),
@@ -183,16 +246,15 @@ impl Drop for CancelOnDrop {
 /// streams, "retrying" on failover), then the final TASK_RESULT/TASK_FAILED. A stream never
 /// ends without a final event unless the client left. Other message types get their one
 /// answer as a single event.
-async fn stream(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let env = match read_envelope(body, s.config.server.body_limit_bytes) {
+async fn stream(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> Response {
+    let ctx = match request_ctx(&s, &headers) {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let env = match read_envelope(&s, body).await {
         Ok(env) => env,
         Err(e) => return e.into_response(),
     };
-    let ctx = request_ctx(&headers);
     let guard = match &env.body {
         Body::TaskSubmit { task_id, .. } => Some(CancelOnDrop {
             proxy: s.proxy.clone(),
@@ -223,8 +285,8 @@ async fn stream(
                     }
                     let ev = match joined {
                         Ok(Ok(env)) => event(&env),
-                        Ok(Err(e)) => error_event(e.0),
-                        Err(e) => error_event(format!("task failed: {e}")),
+                        Ok(Err(e)) => error_event(&ApiError::from(e)),
+                        Err(e) => error_event(&ApiError::new(GatewayCode::Internal, format!("task failed: {e}"))),
                     };
                     Some((Ok(ev), (rx, None, guard)))
                 }
@@ -242,8 +304,8 @@ fn event(env: &Envelope) -> Event {
         .data(serde_json::to_string(env).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")))
 }
 
-fn error_event(message: String) -> Event {
+fn error_event(e: &ApiError) -> Event {
     Event::default()
         .event("error")
-        .data(serde_json::json!({"error": crate::ldp::LdpError::gateway(GatewayCode::BadRequest, message)}).to_string())
+        .data(serde_json::json!({ "error": e.error() }).to_string())
 }

@@ -1,0 +1,246 @@
+//! Fuzz oracles: each reader of untrusted input fed arbitrary bytes, then the contracts its
+//! result must keep.
+//!
+//! Shared by the libFuzzer targets (`fuzz_targets/*.rs`) and by the stable replay of the
+//! committed corpora (`tests/fuzz_corpus.rs` includes this file as a module), so CI checks
+//! exactly what the fuzzer checked. A panic is a finding: either a reader panicked, or an
+//! `assert!` below caught a result that breaks its contract. Each function returns whether the
+//! input was accepted, so the replay can also pin that the `valid-` seeds stay valid.
+
+use ldp_gateway::ldp::{self, CapabilityManifest, Envelope, IdentityCard, SessionConfig};
+use ldp_gateway::policy::{self, Glob, PolicySet};
+use std::sync::Arc;
+
+/// Names the policy oracle passes as the file path (problems must carry it back).
+const POLICY_PATH: &str = "fuzz/policy.toml";
+
+/// Strings glob matching is tried against: ASCII, mixed case, multi-byte, empty.
+const PROBES: [&str; 6] = [
+    "",
+    "summarize",
+    "EU-West",
+    "reasoning-deep",
+    "ß-İ-日本",
+    "*",
+];
+
+/// Envelope reader (both dialects). Accepted envelopes must be written in a shape the reader
+/// takes back, naming the same message. Also feeds the same JSON to the manifest and session
+/// config readers, which bodies reach only through their own fields.
+pub fn envelope(data: &[u8]) -> bool {
+    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) {
+        if let Ok(m) = CapabilityManifest::from_value(&value) {
+            for c in &m.capabilities {
+                let _ = c.name.len();
+            }
+        }
+        if let Ok(config) = serde_json::from_value::<SessionConfig>(value) {
+            let prefs = config.preferences();
+            assert!(!prefs.is_empty(), "a session config always has preferences");
+            let n = ldp::negotiate(&prefs, &ldp::PayloadMode::ALL);
+            let _ = n.next_after(n.mode);
+            if let Err(e) = serde_json::to_vec(&config) {
+                panic!("an accepted session config cannot be written: {e}");
+            }
+        }
+    }
+
+    let env = match Envelope::from_slice(data) {
+        Ok(env) => env,
+        Err(e) => {
+            // Error messages reach clients: rendering one must not panic.
+            let _ = e.to_string();
+            return false;
+        }
+    };
+    let kind = env.body.message_type();
+    let task_id = env.body.task_id().map(str::to_owned);
+    if let ldp::Body::TaskSubmit {
+        contract: Some(c), ..
+    } = &env.body
+    {
+        let _ = c.deadline_at();
+    }
+    if let ldp::Body::SessionPropose { config } = &env.body {
+        let _ = config.preferences();
+    }
+
+    let bytes = match env.to_vec() {
+        Ok(b) => b,
+        Err(e) => panic!("an accepted envelope cannot be written: {e}"),
+    };
+    let back = match Envelope::from_slice(&bytes) {
+        Ok(b) => b,
+        Err(e) => panic!(
+            "the gateway writes an envelope it cannot read back: {e}\nwritten: {}",
+            String::from_utf8_lossy(&bytes)
+        ),
+    };
+    assert_eq!(back.body.message_type(), kind, "message type changed");
+    assert_eq!(back.body.task_id(), task_id.as_deref(), "task id changed");
+    assert_eq!(back.message_id, env.message_id, "message id changed");
+    assert_eq!(back.session_id, env.session_id, "session id changed");
+    assert_eq!(back.from, env.from, "sender changed");
+    assert_eq!(back.to, env.to, "recipient changed");
+    assert!(
+        back.payload_mode.is_emittable(),
+        "wrote a mode the SDKs reject"
+    );
+    true
+}
+
+/// Identity card reader (both dialects). Accepted cards must answer every accessor, and be
+/// written in a shape the reader takes back with the same identity and skills.
+pub fn card(data: &[u8]) -> bool {
+    let card = match serde_json::from_slice::<IdentityCard>(data) {
+        Ok(c) => c,
+        Err(_) => return false,
+    };
+    assert!(
+        !card.supported_payload_modes.is_empty(),
+        "a card always supports some mode"
+    );
+    assert_ne!(card.context_window, Some(0), "0 means unknown");
+    let _ = card.labels();
+    let _ = card.latency();
+    let _ = card.cost_tier();
+    for c in &card.capabilities {
+        let hints = card.effective_hints(&c.name);
+        assert!(hints.is_some(), "a listed skill has hints");
+    }
+    let _ = card.effective_hints("no-such-skill-\u{1F980}");
+    let _ = ldp::negotiate(
+        &[ldp::PayloadMode::SemanticFrame, ldp::PayloadMode::Text],
+        &card.supported_payload_modes,
+    );
+    let _ = ldp::trust::check_session(&card.trust_domain, "default", Some("default"));
+
+    let bytes = match serde_json::to_vec(&card) {
+        Ok(b) => b,
+        Err(e) => panic!("an accepted card cannot be written: {e}"),
+    };
+    let back = match serde_json::from_slice::<IdentityCard>(&bytes) {
+        Ok(b) => b,
+        Err(e) => panic!(
+            "the gateway writes a card it cannot read back: {e}\nwritten: {}",
+            String::from_utf8_lossy(&bytes)
+        ),
+    };
+    assert_eq!(back.delegate_id, card.delegate_id, "delegate id changed");
+    assert_eq!(back.name, card.name, "name changed");
+    assert_eq!(back.model_family, card.model_family, "model family changed");
+    assert_eq!(
+        back.model_version, card.model_version,
+        "model version changed"
+    );
+    assert_eq!(back.trust_domain, card.trust_domain, "trust domain changed");
+    assert_eq!(
+        back.context_window, card.context_window,
+        "context window changed"
+    );
+    assert_eq!(back.metadata, card.metadata, "metadata changed");
+    let names = |c: &IdentityCard| -> Vec<String> {
+        c.capabilities.iter().map(|c| c.name.clone()).collect()
+    };
+    assert_eq!(names(&back), names(&card), "skills changed");
+    true
+}
+
+/// Policy parser and compiler. A compiled policy keeps every documented bound (routing
+/// divides by the weight sum and trusts the rest); a rejected one names at least one problem,
+/// each in this file, on a line that exists, with problems in line order.
+pub fn policy(data: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(data);
+    let p = match policy::parse_str(POLICY_PATH, &text) {
+        Ok(p) => p,
+        Err(problems) => {
+            assert!(!problems.is_empty(), "rejected without a problem");
+            let lines = text.lines().count().max(1) + 1;
+            for p in &problems {
+                assert_eq!(p.file, POLICY_PATH, "problem names another file: {p}");
+                assert!(
+                    p.line <= lines,
+                    "problem on line {} of {lines}: {p}",
+                    p.line
+                );
+                assert!(!p.key.is_empty(), "problem without a key: {p}");
+                assert!(!p.reason.is_empty(), "problem without a reason: {p}");
+                let _ = p.to_string();
+            }
+            assert!(
+                problems.windows(2).all(|w| w[0].line <= w[1].line),
+                "problems out of line order"
+            );
+            return false;
+        }
+    };
+
+    assert!(
+        !p.name.0.is_empty()
+            && p.name
+                .0
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')),
+        "accepted policy name {:?}",
+        p.name.0
+    );
+    let w = p.weights;
+    let total = w.quality + w.cost + w.latency;
+    for x in [w.quality, w.cost, w.latency] {
+        assert!(x.is_finite() && x >= 0.0, "accepted weight {x}");
+    }
+    assert!(
+        total.is_finite() && total > 0.0,
+        "accepted weights {w:?} do not normalise (sum {total})"
+    );
+    assert!(
+        (0.0..1.0).contains(&p.tolerance),
+        "tolerance {}",
+        p.tolerance
+    );
+    assert!(
+        (1..=10).contains(&p.max_attempts),
+        "max_attempts {}",
+        p.max_attempts
+    );
+    if let Some(l) = p.limits {
+        assert!(l.rps.is_finite() && l.rps > 0.0, "rps {}", l.rps);
+        assert!(l.burst >= 1, "burst {}", l.burst);
+    }
+    let r = &p.require;
+    if let Some(q) = r.min_quality {
+        assert!((0.0..=1.0).contains(&q), "min_quality {q}");
+    }
+    if let Some(c) = r.max_cost_usd {
+        assert!(c.is_finite() && c >= 0.0, "max_cost_usd {c}");
+    }
+    assert_ne!(r.max_latency_ms, Some(0), "max_latency_ms 0 accepted");
+    let globs: Vec<&Glob> = r
+        .jurisdictions
+        .iter()
+        .chain(&r.deny_jurisdictions)
+        .chain(&r.model_families)
+        .chain(&r.deny_model_families)
+        .chain(p.matcher.iter().flat_map(|m| &m.skills))
+        .collect();
+    for g in globs {
+        assert!(!g.0.is_empty(), "empty glob accepted");
+        for s in PROBES {
+            let _ = g.matches(s);
+        }
+        let _ = g.matches(&g.0);
+    }
+
+    let name = p.name.0.clone();
+    let set = PolicySet {
+        default: p.name.clone(),
+        policies: vec![Arc::new(p)],
+    };
+    for s in PROBES {
+        match set.select(None, None, s, s) {
+            Ok((chosen, _)) => assert_eq!(chosen.name.0, name, "selected another policy"),
+            Err(e) => panic!("selection without a name failed: {e}"),
+        }
+    }
+    true
+}

@@ -1,0 +1,73 @@
+//! A value that must never be shown: `Debug` and `Display` print `[redacted]`, and it does not
+//! implement `Serialize`, so it cannot reach logs, metrics, error bodies or the ledger by
+//! accident.
+
+use std::fmt;
+
+/// A secret (API key, HMAC secret, admin token).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    /// Wraps `bytes`.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Secret {
+        Secret(bytes.into())
+    }
+
+    /// Reads the secret from environment variable `var` (`None` if unset or empty).
+    pub fn from_env(var: &str) -> Option<Secret> {
+        std::env::var(var)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map(Secret::new)
+    }
+
+    /// The bytes, for the one place that needs them (HMAC keys, comparisons).
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// Constant-time equality of two byte strings (length is not hidden).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// SHA-256 of `key`, lower-case hex: how API keys are stored (`ldp-gateway hash-key`).
+pub fn hash_key(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(key.trim().as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn never_prints_its_value() {
+        let s = Secret::new("sk-CANARY-42");
+        assert!(!format!("{s:?} {s}").contains("CANARY"));
+        assert_eq!(s.expose(), b"sk-CANARY-42");
+    }
+
+    #[test]
+    fn hashes_keys_as_hex_sha256() {
+        assert_eq!(
+            hash_key("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(constant_time_eq(b"a", b"a") && !constant_time_eq(b"a", b"b"));
+    }
+}
