@@ -1,7 +1,7 @@
-//! The provenance ledger's cost, in one run: (a) the sustained insert rate of the batching
-//! writer (commit, fsync, async) and of raw `Backend::insert` batches, against a temp-file
-//! SQLite; (b) the per-task latency through a real gateway with `durability = "commit"`,
-//! `"fsync"` and `"async"`, interleaved, and what commit adds over async.
+//! The provenance ledger's cost, in one run: (b, measured first) the per-task latency through
+//! a real gateway with `durability = "commit"`, `"fsync"` and `"async"`, interleaved, and what
+//! commit adds over async; (a) the sustained insert rate of the batching writer (commit, fsync,
+//! async) and of raw `Backend::insert` batches, against a temp-file SQLite.
 //! `cargo bench --bench ledger [-- ROWS [TASKS]]`.
 
 use ldp_gateway::config::{Config, DelegateConfig};
@@ -241,35 +241,6 @@ async fn main() -> anyhow::Result<()> {
     let tasks: usize = args.next().unwrap_or(2_000);
     let dir = tempfile::tempdir()?;
 
-    // (a) Insert rate.
-    println!("ledger insert rate: {rows} rows, temp-file SQLite (WAL), one writer thread");
-    println!(
-        "{:<50} {:>12} {:>10} {:>8}",
-        "path", "rows/s", "total", "dropped"
-    );
-    for (name, d) in [
-        ("writer, commit (256 concurrent record)", Durability::Commit),
-        ("writer, fsync (256 concurrent record)", Durability::Fsync),
-        ("writer, async (queue holds all)", Durability::Async),
-    ] {
-        let (took, dropped) = writer_run(&dir, d, rows).await?;
-        println!(
-            "{name:<50} {} {:>10.2?} {dropped:>8}",
-            rate(rows, took),
-            took
-        );
-    }
-    for (name, dir) in [("file", Some(&dir)), ("in memory", None)] {
-        let took = raw_run(dir, rows)?;
-        println!(
-            "{:<50} {} {:>10.2?} {:>8}",
-            format!("Backend::insert, {RAW_BATCH} rows/transaction, {name}"),
-            rate(rows, took),
-            took,
-            "-"
-        );
-    }
-
     // (b) Per-task latency through the gateway, the three durabilities interleaved.
     let card: IdentityCard = serde_json::from_value(serde_json::json!({
         "delegate_id": "ldp:delegate:fast", "name": "fast", "model_family": "sim", "model_version": "1",
@@ -294,7 +265,6 @@ async fn main() -> anyhow::Result<()> {
             lane.run(tasks / ROUNDS, true).await?;
         }
     }
-    println!();
     println!(
         "per-task latency through the gateway: {tasks} sequential tasks per durability \
          (interleaved in {ROUNDS} rounds), 1 keep-alive connection, zero-latency delegate"
@@ -339,5 +309,36 @@ async fn main() -> anyhow::Result<()> {
         lane.gw.shutdown().await;
     }
     delegate.shutdown().await;
+
+    // (a) Insert rate. Run second: its hundreds of MB of writes leave the kernel flushing
+    // dirty pages for a while, which would stall the commits (b) measures.
+    println!();
+    println!("ledger insert rate: {rows} rows, temp-file SQLite (WAL), one writer thread");
+    println!(
+        "{:<50} {:>12} {:>10} {:>8}",
+        "path", "rows/s", "total", "dropped"
+    );
+    for (name, d) in [
+        ("writer, commit (256 concurrent record)", Durability::Commit),
+        ("writer, fsync (256 concurrent record)", Durability::Fsync),
+        ("writer, async (queue holds all)", Durability::Async),
+    ] {
+        let (took, dropped) = writer_run(&dir, d, rows).await?;
+        println!(
+            "{name:<50} {} {:>10.2?} {dropped:>8}",
+            rate(rows, took),
+            took
+        );
+    }
+    for (name, dir) in [("file", Some(&dir)), ("in memory", None)] {
+        let took = raw_run(dir, rows)?;
+        println!(
+            "{:<50} {} {:>10.2?} {:>8}",
+            format!("Backend::insert, {RAW_BATCH} rows/transaction, {name}"),
+            rate(rows, took),
+            took,
+            "-"
+        );
+    }
     Ok(())
 }

@@ -77,6 +77,13 @@ enum Command {
         #[arg(long, default_value = "config/gateway.toml")]
         config: PathBuf,
     },
+    /// Print the SHA-256 of an API key for `[[tenants]] api_key_sha256` (the key is read from
+    /// standard input, or generated when `--generate` is given).
+    HashKey {
+        /// Generate a new random key, print it and its hash.
+        #[arg(long)]
+        generate: bool,
+    },
     /// Validate a config file and its policy directory; exit 1 on any problem.
     Check {
         /// Config file (TOML).
@@ -147,6 +154,25 @@ fn main() -> anyhow::Result<()> {
                 &format,
             )?;
             print!("{out}");
+            Ok(())
+        }
+        Command::HashKey { generate } => {
+            if generate {
+                let key = format!(
+                    "ldpk-{}{}",
+                    uuid::Uuid::new_v4().simple(),
+                    uuid::Uuid::new_v4().simple()
+                );
+                println!("key:    {key}");
+                println!("sha256: {}", ldp_gateway::secret::hash_key(&key));
+            } else {
+                let mut key = String::new();
+                std::io::stdin().read_line(&mut key)?;
+                if key.trim().is_empty() {
+                    anyhow::bail!("no key on standard input (or use --generate)");
+                }
+                println!("{}", ldp_gateway::secret::hash_key(&key));
+            }
             Ok(())
         }
         Command::Check { config } => {

@@ -697,7 +697,7 @@ impl Proxy {
 }
 
 /// The session owner key: tenant and envelope `from`, so a session id is useless to anyone else.
-fn owner(ctx: &RequestCtx, env: &Envelope) -> String {
+pub(crate) fn owner(ctx: &RequestCtx, env: &Envelope) -> String {
     let mut o = String::with_capacity(ctx.tenant.name.len() + 1 + env.from.len());
     o.push_str(&ctx.tenant.name);
     o.push('\u{1f}');

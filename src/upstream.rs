@@ -60,6 +60,15 @@ pub enum UpstreamError {
         /// Why.
         reason: String,
     },
+    /// The connection closed (or reset) before any answer began: the delegate never answered —
+    /// typically a pooled keep-alive connection it closed as it went down.
+    #[error("{url} closed the connection without answering: {reason}")]
+    Unanswered {
+        /// Where.
+        url: String,
+        /// Why.
+        reason: String,
+    },
     /// A stream ended before its final message.
     #[error("the stream from {url} ended before its final message")]
     StreamBroken {
@@ -78,14 +87,16 @@ pub enum UpstreamError {
 
 impl UpstreamError {
     /// Whether trying another delegate is safe and may help: nothing was started (connect),
-    /// or the delegate gave up or answered nonsense (timeout, 5xx, malformed, rejected, a
-    /// broken stream). A connection that broke after sending is not: work may have started.
+    /// or the delegate gave up, never answered or answered nonsense (timeout, unanswered, 5xx,
+    /// malformed, rejected, a broken stream). A connection that broke once the answer had
+    /// begun is not: the delegate did the work.
     pub fn retryable(&self) -> bool {
         match self {
             UpstreamError::Connect { .. }
             | UpstreamError::Timeout { .. }
             | UpstreamError::Malformed { .. }
             | UpstreamError::Rejected { .. }
+            | UpstreamError::Unanswered { .. }
             | UpstreamError::StreamBroken { .. }
             | UpstreamError::Unexpected { .. } => true,
             UpstreamError::Status { status, .. } => *status >= 500,
@@ -109,6 +120,7 @@ impl UpstreamError {
             UpstreamError::Malformed { .. } | UpstreamError::Unexpected { .. } => "malformed",
             UpstreamError::Rejected { .. } => "session_rejected",
             UpstreamError::Broken { .. } => "broken",
+            UpstreamError::Unanswered { .. } => "unanswered",
             UpstreamError::StreamBroken { .. } => "stream_broken",
         }
     }
@@ -263,7 +275,7 @@ impl UpstreamClient {
             .timeout(timeout)
             .send()
             .await
-            .map_err(|e| classify(&url, timeout, e))?;
+            .map_err(|e| unanswered(classify(&url, timeout, e)))?;
         let status = resp.status();
         let mut resp = resp;
         let mut bytes = Vec::new();
@@ -310,7 +322,7 @@ impl UpstreamClient {
                 .body(body)
                 .send()
                 .await
-                .map_err(|e| classify(&url, timeout, e))?;
+                .map_err(|e| unanswered(classify(&url, timeout, e)))?;
             if !resp.status().is_success() {
                 return Err(UpstreamError::Status {
                     url: url.clone(),
@@ -464,6 +476,15 @@ fn classify(url: &str, timeout: Duration, e: reqwest::Error) -> UpstreamError {
             url: url.to_owned(),
             reason,
         }
+    }
+}
+
+/// A transport failure before the answer's head arrived: the delegate never answered, so the
+/// task may go to another (HTTP/1.1 keep-alive races a closing delegate on every request).
+fn unanswered(e: UpstreamError) -> UpstreamError {
+    match e {
+        UpstreamError::Broken { url, reason } => UpstreamError::Unanswered { url, reason },
+        other => other,
     }
 }
 

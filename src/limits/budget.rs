@@ -220,7 +220,7 @@ mod tests {
         book.settle(r2, &s2, 0.0);
         assert!((book.spent("t").0 - 0.1).abs() < 1e-12);
         assert!(book
-            .reserve("t", &limits, &SessionSpend::default(), 0.85)
+            .reserve("t", &limits, &SessionSpend::default(), 0.45)
             .is_ok());
     }
 

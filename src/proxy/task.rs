@@ -119,11 +119,17 @@ impl Proxy {
             Ok((p, _)) => {
                 let reason = format!("policy '{}' is not allowed for this tenant", p.name);
                 let error = LdpError::gateway(GatewayCode::UnknownPolicy, reason);
-                return Ok(self.task_failed(env, task.task_id, error));
+                return Ok(self
+                    .refuse(env, &session, &p.clone(), &task, error, started, started_at)
+                    .await);
             }
             Err(reason) => {
+                // No policy applies: the row names the set's default, for the record.
                 let error = LdpError::gateway(GatewayCode::UnknownPolicy, reason);
-                return Ok(self.task_failed(env, task.task_id, error));
+                let policy = set.default_policy().clone();
+                return Ok(self
+                    .refuse(env, &session, &policy, &task, error, started, started_at)
+                    .await);
             }
         };
         self.check_policy_limit(&policy)?;
@@ -175,17 +181,57 @@ impl Proxy {
         })
     }
 
-    /// The task's deadline: the tightest of the global ceiling, the policy's `max_latency_ms`
-    /// and the contract's deadline.
-    fn task_timeout(&self, policy: &Policy, need: &Need<'_>) -> Duration {
-        let mut t = self.cfg.upstream.task_timeout;
-        if let Some(ms) = policy.require.max_latency_ms {
-            t = t.min(Duration::from_millis(ms));
+    /// Answers a task refused before routing, after recording its ledger row (every task
+    /// outcome has one).
+    #[allow(clippy::too_many_arguments)]
+    async fn refuse(
+        &self,
+        env: &Envelope,
+        session: &ClientSession,
+        policy: &Policy,
+        task: &TaskIn<'_>,
+        error: LdpError,
+        started: Instant,
+        started_at: String,
+    ) -> Envelope {
+        let run = TaskRun {
+            tenant: std::sync::Arc::new(crate::tenant::Tenant::builtin_anonymous()),
+            binding: None,
+            route: None,
+            attempts: 0,
+            delegates: 0,
+            fallbacks: Vec::new(),
+            notes: Vec::new(),
+            mode: None,
+            upstream: Duration::ZERO,
+        };
+        let answer = Answer::Failed(error.clone());
+        let row = self.ledger_row(session, policy, task, &run, &answer, started, started_at);
+        self.count(&row, started.elapsed(), Duration::ZERO);
+        if let Err(e) = self.ledger.record(row).await {
+            tracing::error!(error = %e, task_id = task.task_id, "provenance of a refusal not recorded");
         }
+        self.task_failed(env, task.task_id, error)
+    }
+
+    /// The task's deadline, across every attempt: the tighter of the global ceiling and the
+    /// contract's deadline. (The policy's `max_latency_ms` bounds each attempt instead, so a
+    /// hanging delegate is failed over while time is left: see [`Proxy::attempt_timeout`].)
+    fn task_timeout(&self, need: &Need<'_>) -> Duration {
+        let mut t = self.cfg.upstream.task_timeout;
         if let Some(ms) = need.contract_ms_left {
             t = t.min(Duration::from_millis(ms));
         }
         t
+    }
+
+    /// How long one delegate may take: the policy's `max_latency_ms`, within what is left of
+    /// the task's deadline.
+    fn attempt_timeout(policy: &Policy, left: Duration) -> Duration {
+        policy
+            .require
+            .max_latency_ms
+            .map_or(left, |ms| left.min(Duration::from_millis(ms)))
     }
 
     /// Tries delegates until one answers, failing over on retryable failures within the
@@ -213,7 +259,7 @@ impl Proxy {
                 .and_then(|c| c.deadline_at())
                 .map(|d| (d - chrono::Utc::now()).num_milliseconds().max(0) as u64),
         };
-        let deadline = Instant::now() + self.task_timeout(policy, &base);
+        let deadline = Instant::now() + self.task_timeout(&base);
         let previous = session.binding(task.skill).map(|b| b.delegate.name.clone());
         let mut last: Option<LdpError> = None;
         loop {
@@ -458,6 +504,7 @@ impl Proxy {
                 },
                 mode,
             );
+            let limit = Self::attempt_timeout(policy, left);
             let sent = Instant::now();
             let answer = if streams {
                 let relay = |update: Envelope| {
@@ -470,11 +517,11 @@ impl Proxy {
                     }
                 };
                 self.upstream
-                    .send_stream(&delegate.base_url, &upstream_env, left, relay)
+                    .send_stream(&delegate.base_url, &upstream_env, limit, relay)
                     .await
             } else {
                 self.upstream
-                    .send(&delegate.base_url, &upstream_env, left)
+                    .send(&delegate.base_url, &upstream_env, limit)
                     .await
             };
             let took = sent.elapsed();

@@ -259,7 +259,8 @@ async fn stream(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -
         Body::TaskSubmit { task_id, .. } => Some(CancelOnDrop {
             proxy: s.proxy.clone(),
             session_id: env.session_id.clone(),
-            owner: env.from.clone(),
+            // The same owner key the session table uses (tenant + `from`).
+            owner: crate::proxy::owner(&ctx, &env),
             task_id: task_id.clone(),
             done: false,
         }),
