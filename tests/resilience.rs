@@ -106,7 +106,7 @@ async fn chaos_delegate_killed_under_load() {
     // At least `TASKS`; the load goes on (up to `MAX_TASKS`) until the dead delegate is
     // ejected, since a delegate with a latency peak may be picked rarely after its death.
     const TASKS: usize = 600;
-    const MAX_TASKS: usize = 3 * TASKS;
+    const MAX_TASKS: usize = 4 * TASKS;
     const LOOPS: usize = 8;
     const KILL_AT: usize = 200;
     const TASKS_PER_SESSION: usize = 5;
@@ -222,7 +222,8 @@ async fn chaos_delegate_killed_under_load() {
         "{at_ejection:?}"
     );
     assert_eq!(at_ejection.ejections, 1, "{at_ejection:?}");
-    assert!(death_to_ejection < Duration::from_secs(5));
+    // Time is bounded by the poll above (10 s); the count of failures is the real bound, as
+    // a dead delegate that routing avoids (its latency peak) is ejected only when picked.
     // No result came from the dead delegate after its death (its running tasks were cut).
     let served_late: Vec<&LedgerRow> = rows
         .iter()
@@ -398,17 +399,20 @@ async fn ejection_probe_and_slow_start_follow_the_outlier_timers() {
     .await;
     let d0 = gw.proxy().registry().get("d0").unwrap();
     let c = Client::new(&gw.ldp_url());
-    // A new session per task, so every task is a fresh pick (the best: flaky).
+    // A new session per task, so every task is a fresh pick (the best: flaky). Instants are
+    // taken before the task that changes the phase, so they bound the change from below.
+    let mut before_third = Instant::now();
     for i in 1..=3u32 {
         let sid = open(&c, "quality").await;
+        before_third = Instant::now();
         assert_eq!(produced_by(&task(&c, &sid).await), "ldp:delegate:steady");
         let s = d0.snapshot();
         assert_eq!(s.consecutive_failures, i);
         let expected = if i < 3 { Phase::Active } else { Phase::Ejected };
         assert_eq!(s.phase, expected, "after failure {i}: {s:?}");
     }
-    let ejected = Instant::now();
     let s = d0.snapshot();
+    let ends = Instant::now() + Duration::from_millis(s.ejected_for_ms.unwrap());
     assert_eq!(s.ejections, 1);
     assert!(
         s.ejected_for_ms.is_some_and(|ms| ms > 0 && ms <= 300),
@@ -424,7 +428,7 @@ async fn ejection_probe_and_slow_start_follow_the_outlier_timers() {
         "no failover: {r}"
     );
     assert_eq!(flaky.stats().tasks, 3, "the ejected delegate got nothing");
-    if ejected.elapsed() < Duration::from_millis(250) {
+    if Instant::now() + Duration::from_millis(20) < ends {
         assert_eq!(
             d0.snapshot().phase,
             Phase::Ejected,
@@ -440,9 +444,11 @@ async fn ejection_probe_and_slow_start_follow_the_outlier_timers() {
         "{:?}",
         d0.snapshot()
     );
-    let probing_after = ejected.elapsed();
+    let probing_after = before_third.elapsed();
+    // Exact periods are unit-tested with paused time (src/registry/health.rs); on a loaded
+    // 2-core CI machine only a generous lower bound is asserted here.
     assert!(
-        probing_after >= Duration::from_millis(250),
+        probing_after >= Duration::from_millis(100),
         "{probing_after:?}"
     );
     assert!(
@@ -451,12 +457,12 @@ async fn ejection_probe_and_slow_start_follow_the_outlier_timers() {
     );
     flaky.set_fail_rate(0.0);
     let sid = open(&c, "quality").await;
+    let slow_started = Instant::now();
     assert_eq!(
         produced_by(&task(&c, &sid).await),
         "ldp:delegate:flaky",
         "the probe"
     );
-    let slow_started = Instant::now();
     assert_eq!(d0.snapshot().phase, Phase::SlowStart);
 
     // Slow start ends: fully back, and the backoff forgotten.
@@ -468,10 +474,11 @@ async fn ejection_probe_and_slow_start_follow_the_outlier_timers() {
         d0.snapshot()
     );
     let ramp = slow_started.elapsed();
-    assert!(ramp >= Duration::from_millis(550), "{ramp:?}");
+    assert!(ramp >= Duration::from_millis(600), "{ramp:?}");
+    assert!(ramp < Duration::from_millis(1600), "{ramp:?}");
     assert_eq!(d0.snapshot().ejections, 0);
     println!(
-        "outlier timers: probing {} ms after ejection, active {} ms after the probe",
+        "outlier timers: probing {} ms after the ejecting task, active {} ms after the probe",
         probing_after.as_millis(),
         ramp.as_millis()
     );

@@ -329,11 +329,31 @@ impl Proxy {
                 return Answer::Failed(error);
             }
             let out_of_time = Instant::now() >= deadline;
-            if run.delegates >= policy.max_attempts || out_of_time || !self.budget.try_retry() {
+            let exhausted = run.delegates >= policy.max_attempts;
+            // Only a failover that can happen counts (and spends retry budget).
+            let another = !out_of_time && !exhausted && {
+                let need = Need {
+                    exclude: &tried,
+                    ..base
+                };
+                let index = self.registry.index();
+                let mut rng = fastrand::Rng::new();
+                routing::decide(
+                    index.offers(task.skill),
+                    policy,
+                    &need,
+                    &self.cfg.routing,
+                    &mut rng,
+                )
+                .is_ok()
+            };
+            if !another || !self.budget.try_retry() {
                 let why = if out_of_time {
                     "the task's deadline passed"
-                } else if run.delegates >= policy.max_attempts {
+                } else if exhausted {
                     "the policy's max_attempts is reached"
+                } else if !another {
+                    "no other eligible delegate"
                 } else {
                     "the retry budget is spent"
                 };
@@ -666,20 +686,58 @@ impl Proxy {
         run: &mut TaskRun,
     ) -> Result<Binding, Choose> {
         let skill = need.skill;
+        // A bound delegate at its own rate limit is skipped like in `pick`: affinity must not
+        // let a session's tasks past the limit that protects the delegate.
+        let without = |b: &Binding| -> Vec<String> {
+            let mut v = need.exclude.to_vec();
+            v.push(b.delegate.name.clone());
+            v
+        };
         if let Some(b) = session
             .binding(skill)
             .filter(|b| self.still_fits(b, policy, need))
         {
-            return Ok(b);
+            if self.admits(&b.delegate) {
+                return Ok(b);
+            }
+            let exclude = without(&b);
+            let need = Need {
+                exclude: &exclude,
+                ..*need
+            };
+            return self.rebind(session, policy, &need, run).await;
         }
         let _guard = session.handshake.lock().await;
         if let Some(b) = session
             .binding(skill)
             .filter(|b| self.still_fits(b, policy, need))
         {
-            return Ok(b);
+            if self.admits(&b.delegate) {
+                return Ok(b);
+            }
+            let exclude = without(&b);
+            let need = Need {
+                exclude: &exclude,
+                ..*need
+            };
+            return self.rebind_locked(session, policy, &need, run).await;
         }
         self.rebind_locked(session, policy, need, run).await
+    }
+
+    /// Takes a token from the delegate's own rate limit, if it has one; a refusal is counted
+    /// (`ldp_gateway_rate_limited_total{scope="delegate"}`) and the caller skips the delegate.
+    fn admits(&self, delegate: &Delegate) -> bool {
+        match &delegate.limit {
+            Some(limit) if limit.check().is_err() => {
+                self.metrics
+                    .rate_limited
+                    .with_label_values(&[crate::limits::Scope::Delegate.as_str()])
+                    .inc();
+                false
+            }
+            _ => true,
+        }
     }
 
     /// A new delegate and upstream session for the skill (failover), skipping `need.exclude`.
@@ -744,15 +802,9 @@ impl Proxy {
             let p = routing::decide(offers, policy, &need, &self.cfg.routing, &mut rng)
                 .map_err(|e| LdpError::gateway(GatewayCode::NoEligibleDelegate, e.to_string()))?;
             let chosen = &offers[p.index];
-            if let Some(limit) = &chosen.delegate.limit {
-                if limit.check().is_err() {
-                    self.metrics
-                        .rate_limited
-                        .with_label_values(&[crate::limits::Scope::Delegate.as_str()])
-                        .inc();
-                    limited.push(chosen.delegate.name.clone());
-                    continue;
-                }
+            if !self.admits(&chosen.delegate) {
+                limited.push(chosen.delegate.name.clone());
+                continue;
             }
             self.metrics
                 .routing_decisions

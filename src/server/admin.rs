@@ -66,12 +66,14 @@ fn registration_allowed(url: &str, allow: &[String]) -> Result<(), String> {
         return Ok(());
     }
     let base = crate::config::normalize_url(url)?;
-    let rest = base.split("://").nth(1).unwrap_or("");
-    let authority = rest.split('/').next().unwrap_or("");
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(""),
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
+    // The host the HTTP client will connect to, parsed by the client's own URL parser:
+    // splitting the string by hand read `http://127.0.0.1:80@169.254.169.254/` as 127.0.0.1.
+    let parsed = reqwest::Url::parse(&base).map_err(|e| format!("'{url}': {e}"))?;
+    let host = parsed.host_str().unwrap_or("");
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
     let ip: Option<std::net::IpAddr> = host.parse().ok();
     let ok = allow.iter().any(|entry| match (entry.split_once('/'), ip) {
         (Some((net, bits)), Some(ip)) => in_cidr(ip, net, bits),
@@ -124,6 +126,8 @@ mod tests {
         assert!(registration_allowed("ldp://delegates.internal:1/x", &allow).is_ok());
         assert!(registration_allowed("http://169.254.169.254/latest", &allow).is_err());
         assert!(registration_allowed("http://evil.delegates.internal.example", &allow).is_err());
+        assert!(registration_allowed("http://127.0.0.1:80@169.254.169.254/", &allow).is_err());
+        assert!(registration_allowed("http://127.0.0.1@10.0.0.1:8080", &allow).is_err());
         assert!(registration_allowed("http://10.0.0.1", &[]).is_ok());
         assert!(registration_allowed("http://[::1]:80", &["::1/128".to_string()]).is_ok());
     }
