@@ -685,44 +685,38 @@ impl Proxy {
         need: &Need<'_>,
         run: &mut TaskRun,
     ) -> Result<Binding, Choose> {
-        let skill = need.skill;
-        // A bound delegate at its own rate limit is skipped like in `pick`: affinity must not
-        // let a session's tasks past the limit that protects the delegate.
-        let without = |b: &Binding| -> Vec<String> {
-            let mut v = need.exclude.to_vec();
-            v.push(b.delegate.name.clone());
-            v
-        };
-        if let Some(b) = session
-            .binding(skill)
-            .filter(|b| self.still_fits(b, policy, need))
-        {
-            if self.admits(&b.delegate) {
-                return Ok(b);
-            }
-            let exclude = without(&b);
-            let need = Need {
-                exclude: &exclude,
-                ..*need
-            };
-            return self.rebind(session, policy, &need, run).await;
+        if let Some(b) = self.reusable(session, policy, need) {
+            return Ok(b);
         }
         let _guard = session.handshake.lock().await;
-        if let Some(b) = session
-            .binding(skill)
-            .filter(|b| self.still_fits(b, policy, need))
-        {
-            if self.admits(&b.delegate) {
-                return Ok(b);
-            }
-            let exclude = without(&b);
-            let need = Need {
-                exclude: &exclude,
-                ..*need
-            };
-            return self.rebind_locked(session, policy, &need, run).await;
+        if let Some(b) = self.reusable(session, policy, need) {
+            return Ok(b);
         }
-        self.rebind_locked(session, policy, need, run).await
+        // The bound delegate, if any, no longer fits or is at its own rate limit: choose
+        // afresh without it.
+        let exclude: Vec<String> = need
+            .exclude
+            .iter()
+            .cloned()
+            .chain(session.binding(need.skill).map(|b| b.delegate.name.clone()))
+            .collect();
+        let need = Need {
+            exclude: &exclude,
+            ..*need
+        };
+        self.rebind_locked(session, policy, &need, run).await
+    }
+
+    /// The session's binding for the skill if its delegate still fits the policy and its own
+    /// rate limit admits one more task (affinity must not let a session past that limit).
+    fn reusable(
+        &self,
+        session: &ClientSession,
+        policy: &Policy,
+        need: &Need<'_>,
+    ) -> Option<Binding> {
+        let b = session.binding(need.skill)?;
+        (self.still_fits(&b, policy, need) && self.admits(&b.delegate)).then_some(b)
     }
 
     /// Takes a token from the delegate's own rate limit, if it has one; a refusal is counted
