@@ -1,9 +1,10 @@
 //! LDP Gateway: one LDP endpoint in front of many LLM delegates.
 //!
-//! The request path (see `docs/ARCHITECTURE.md`):
-//! `server` (HTTP, body limit, parse) → `gateway` (session table, routing seam, payload
-//! translation) → `routing` (pick) → `upstream` (delegate client, upstream sessions) →
-//! back through `gateway` (provenance lineage) → `server` (answer).
+//! The request path (see `docs/ARCHITECTURE.md`): `server` (HTTP, request-head deadline,
+//! authentication → `tenant`, body limit, parse) → `proxy` (limits, signatures, session table,
+//! policy, budgets) → `routing` (constraints, score, balance over the `registry`'s skill index)
+//! → `upstream` (delegate client, upstream sessions, failover) → back through `proxy`
+//! (provenance lineage, `provenance` ledger row, `telemetry` metrics) → `server` (answer).
 
 pub mod config;
 pub mod demo;

@@ -3,6 +3,7 @@
 //! hands in parsed envelopes and sends back what this returns.
 
 mod budget;
+mod record;
 mod task;
 
 pub use budget::RetryBudget;

@@ -1,0 +1,559 @@
+//! Load bench: direct vs a bare nginx `proxy_pass` hop vs the gateway (production-like config),
+//! in one run, against the same zero-latency simulated delegate, at 1, 16 and 64 keep-alive
+//! connections. Each connection opens one LDP session and submits tasks in it back to back.
+//!
+//! `cargo build --release && cargo bench --bench load [-- SECS]` (SECS: measured seconds per
+//! row, default 5). It runs `target/release/ldp-gateway` (the release binary, not built here)
+//! and Debian `nginx` (`apt-get install nginx-light`; the nginx row is skipped when missing),
+//! prints the table and ratios, and rewrites the results section of `benches/README.md`.
+
+use ldp_gateway::ldp::{Body, Envelope, PayloadMode, SessionConfig};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CONNS: [usize; 3] = [1, 16, 64];
+const WARMUP: Duration = Duration::from_secs(1);
+const BEGIN: &str = "<!-- load:begin -->";
+const END: &str = "<!-- load:end -->";
+
+/// A child process killed on drop.
+struct Proc {
+    child: Child,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Spawn and wait for a stdout line starting with `prefix`; returns the rest of every line
+/// read until then that starts with one of `prefixes` (in order).
+fn spawn_until(mut cmd: Command, prefixes: &[&str], log: &Path) -> anyhow::Result<(Proc, Vec<String>)> {
+    cmd.stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log)?);
+    let mut child = cmd.spawn()?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let proc = Proc { child };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut found = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while found.len() < prefixes.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .map_err(|_| anyhow::anyhow!("no {:?} line (see {})", prefixes, log.display()))?;
+        if let Some(rest) = line.strip_prefix(prefixes[found.len()]) {
+            found.push(rest.trim().to_string());
+        }
+    }
+    Ok((proc, found))
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// utime + stime in clock ticks of `pid` (all threads).
+fn ticks(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+        return 0;
+    };
+    // rest starts at field 3 (state); utime and stime are fields 14 and 15.
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    n(11) + n(12)
+}
+
+/// `pid` and its direct children (nginx master + workers).
+fn tree(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+                continue;
+            };
+            let ppid = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 2..].split_whitespace().nth(1))
+                .and_then(|s| s.parse::<u32>().ok());
+            if ppid == Some(pid) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn cpu(pids: &[u32]) -> u64 {
+    pids.iter().map(|&p| ticks(p)).sum()
+}
+
+fn clk_tck() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+#[derive(Clone)]
+struct Target {
+    base: String,
+    key: Option<String>,
+}
+
+async fn post(http: &reqwest::Client, t: &Target, env: &Envelope) -> anyhow::Result<Envelope> {
+    let mut req = http
+        .post(format!("{}/ldp/messages", t.base))
+        .header("content-type", "application/json")
+        .body(env.to_vec()?);
+    if let Some(k) = &t.key {
+        req = req.header("authorization", format!("Bearer {k}"));
+    }
+    let bytes = req.send().await?.bytes().await?;
+    Ok(Envelope::from_slice(&bytes)?)
+}
+
+async fn open(http: &reqwest::Client, t: &Target) -> anyhow::Result<String> {
+    let config = SessionConfig {
+        preferred_payload_modes: Some(vec![PayloadMode::Text]),
+        ..SessionConfig::default()
+    };
+    let env = Envelope::new(
+        "",
+        "ldp:client:load",
+        "x",
+        Body::SessionPropose { config },
+        PayloadMode::Text,
+    );
+    match post(http, t, &env).await?.body {
+        Body::SessionAccept { session_id, .. } => Ok(session_id),
+        other => anyhow::bail!("no session from {}: {other:?}", t.base),
+    }
+}
+
+fn task(sid: &str, i: u64) -> Envelope {
+    Envelope::new(
+        sid,
+        "ldp:client:load",
+        "x",
+        Body::TaskSubmit {
+            task_id: format!("t{i}"),
+            skill: "echo".into(),
+            input: serde_json::json!("hello"),
+            contract: None,
+        },
+        PayloadMode::Text,
+    )
+}
+
+/// One connection: its own client (one pooled keep-alive connection), one session, tasks
+/// until `end`; latencies (µs) of tasks sent at or after `from` and done by `end`.
+async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32>, u64)> {
+    let http = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(1)
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let sid = open(&http, &t).await?;
+    let mut lat = Vec::with_capacity(100_000);
+    let mut errors = 0u64;
+    let mut i = 0u64;
+    loop {
+        let start = Instant::now();
+        if start >= end {
+            break;
+        }
+        i += 1;
+        let ok = matches!(
+            post(&http, &t, &task(&sid, i)).await.map(|e| e.body),
+            Ok(Body::TaskResult { .. })
+        );
+        let done = Instant::now();
+        if start >= from && done <= end {
+            if ok {
+                lat.push(done.duration_since(start).as_micros().min(u32::MAX as u128) as u32);
+            } else {
+                errors += 1;
+            }
+        }
+    }
+    Ok((lat, errors))
+}
+
+struct Row {
+    path: &'static str,
+    conns: usize,
+    rps: f64,
+    p50: u32,
+    p99: u32,
+    p999: u32,
+    hop_us: f64,
+    delegate_us: f64,
+    errors: u64,
+}
+
+fn pct(v: &[u32], p: f64) -> u32 {
+    if v.is_empty() {
+        return 0;
+    }
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn row(
+    path: &'static str,
+    t: &Target,
+    conns: usize,
+    secs: u64,
+    hop: &[u32],
+    delegate: u32,
+) -> anyhow::Result<Row> {
+    let from = Instant::now() + WARMUP;
+    let end = from + Duration::from_secs(secs);
+    let tasks: Vec<_> = (0..conns)
+        .map(|_| tokio::spawn(conn(t.clone(), from, end)))
+        .collect();
+    tokio::time::sleep_until(from.into()).await;
+    let (h0, d0) = (cpu(hop), ticks(delegate));
+    tokio::time::sleep_until(end.into()).await;
+    let (h1, d1) = (cpu(hop), ticks(delegate));
+    let mut lat = Vec::new();
+    let mut errors = 0;
+    for h in tasks {
+        let (l, e) = h.await??;
+        lat.extend(l);
+        errors += e;
+    }
+    lat.sort_unstable();
+    let n = lat.len().max(1) as f64;
+    let us = |ticks: u64| ticks as f64 / clk_tck() * 1e6 / n;
+    let r = Row {
+        path,
+        conns,
+        rps: lat.len() as f64 / secs as f64,
+        p50: pct(&lat, 0.5),
+        p99: pct(&lat, 0.99),
+        p999: pct(&lat, 0.999),
+        hop_us: us(h1 - h0),
+        delegate_us: us(d1 - d0),
+        errors,
+    };
+    eprintln!(
+        "{path:<8} c={conns:<3} {:>9.0} req/s  p50 {}µs  p99 {}µs  p99.9 {}µs  errors {}",
+        r.rps, r.p50, r.p99, r.p999, r.errors
+    );
+    Ok(r)
+}
+
+const CARD: &str = r#"{
+  "delegate_id": "ldp:delegate:load-fast", "name": "load-fast", "model_family": "sim",
+  "model_version": "1", "trust_domain": { "name": "default" }, "context_window": 32768,
+  "jurisdiction": "eu-west",
+  "capabilities": [{ "name": "echo", "quality": { "quality_score": 0.9, "latency_p50_ms": 5,
+    "cost_per_call_usd": 0.001, "supports_streaming": false } }],
+  "supported_payload_modes": ["text"], "endpoint": "", "metadata": {}
+}"#;
+
+/// Every `[require]` constraint kind; the card above passes all of them.
+const POLICY: &str = r#"name = "load-all"
+description = "load bench: every constraint kind"
+[require]
+jurisdictions = ["eu-*"]
+deny_jurisdictions = ["us-*"]
+trust_domains = ["default"]
+min_quality = 0.5
+max_cost_usd = 0.01
+max_latency_ms = 2000
+payload_modes = ["text", "semantic_frame"]
+min_context_window = 8000
+model_families = ["sim*"]
+deny_model_families = ["gpt*"]
+"#;
+
+fn nginx_conf(dir: &Path, port: u16, upstream: &str) -> String {
+    let d = dir.display();
+    format!(
+        "daemon off;\nworker_processes auto;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log warn;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/nginx-body;\n  proxy_temp_path {d}/nginx-proxy;\n\
+         \x20 upstream ldp {{ server {upstream}; keepalive 64; keepalive_requests 1000000; }}\n\
+         \x20 server {{\n    listen 127.0.0.1:{port};\n    keepalive_requests 1000000;\n\
+         \x20   location / {{ proxy_pass http://ldp; proxy_http_version 1.1; proxy_set_header Connection \"\"; }}\n  }}\n}}\n"
+    )
+}
+
+fn machine() -> String {
+    let cmd = |c: &str, a: &[&str]| {
+        Command::new(c)
+            .args(a)
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_default();
+    format!(
+        "{} · {} CPUs (nproc) · Linux {} · {}",
+        cmd("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        cmd("nproc", &[]),
+        cmd("uname", &["-r"]),
+        model
+    )
+}
+
+fn report(rows: &[Row], secs: u64, notes: &[String]) -> String {
+    let mut s = String::new();
+    s.push_str(&format!("Run: {}\n\n", machine()));
+    s.push_str(&format!(
+        "Command: `cargo build --release && cargo bench --bench load` ({}s warm-up + {secs}s measured per row; \
+         load generator in the same process tree, on the same cores)\n\n",
+        WARMUP.as_secs()
+    ));
+    s.push_str("| path | conns | req/s | p50 µs | p99 µs | p99.9 µs | hop CPU µs/req | delegate CPU µs/req | errors |\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for r in rows {
+        s.push_str(&format!(
+            "| {} | {} | {:.0} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
+            r.path, r.conns, r.rps, r.p50, r.p99, r.p999, r.hop_us, r.delegate_us, r.errors
+        ));
+    }
+    s.push_str("\nhop CPU = the process under test: the delegate (direct), nginx master + workers (nginx), the gateway (gateway).\n\n");
+    s.push_str("Ratios (gateway vs direct / vs nginx):\n\n");
+    s.push_str("| conns | req/s ÷ direct | req/s ÷ nginx | p50 added vs direct | p50 added vs nginx | p99 ÷ direct | p99 ÷ nginx | hop CPU ÷ nginx CPU |\n");
+    s.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    let find = |p: &str, c: usize| rows.iter().find(|r| r.path == p && r.conns == c);
+    for c in CONNS {
+        let (Some(g), Some(d)) = (find("gateway", c), find("direct", c)) else {
+            continue;
+        };
+        let n = find("nginx", c);
+        let opt = |f: &dyn Fn(&Row) -> String| n.map(f).unwrap_or_else(|| "–".into());
+        s.push_str(&format!(
+            "| {c} | {:.2} | {} | {} µs | {} | {:.2} | {} | {} |\n",
+            g.rps / d.rps.max(1e-9),
+            opt(&|n| format!("{:.2}", g.rps / n.rps.max(1e-9))),
+            g.p50 as i64 - d.p50 as i64,
+            opt(&|n| format!("{} µs", g.p50 as i64 - n.p50 as i64)),
+            g.p99 as f64 / (d.p99.max(1)) as f64,
+            opt(&|n| format!("{:.2}", g.p99 as f64 / n.p99.max(1) as f64)),
+            opt(&|n| format!("{:.2}", g.hop_us / n.hop_us.max(1e-9))),
+        ));
+    }
+    for n in notes {
+        s.push_str(&format!("\nNote: {n}\n"));
+    }
+    s
+}
+
+fn write_readme(manifest: &Path, section: &str) -> anyhow::Result<()> {
+    let path = manifest.join("benches/README.md");
+    let old = std::fs::read_to_string(&path).unwrap_or_default();
+    let block = format!("{BEGIN}\n{section}{END}");
+    let new = match (old.find(BEGIN), old.find(END)) {
+        (Some(a), Some(b)) if b > a => format!("{}{block}{}", &old[..a], &old[b + END.len()..]),
+        _ => format!("{old}\n## Load bench results\n\n{block}\n"),
+    };
+    std::fs::write(path, new)?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let secs: u64 = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(5);
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest.join("target"));
+    let bin = target.join("release/ldp-gateway");
+    if !bin.exists() {
+        anyhow::bail!("{} missing: run `cargo build --release` first", bin.display());
+    }
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path();
+    let mut notes = Vec::new();
+
+    // The upstream: a zero-latency simulated delegate.
+    let card = dir.join("card.json");
+    std::fs::write(&card, CARD)?;
+    let mut cmd = Command::new(&bin);
+    cmd.args(["delegate", "--latency-ms", "0", "--listen", "127.0.0.1:0", "--card"])
+        .arg(&card);
+    let (delegate, urls) = spawn_until(cmd, &["listening on "], &dir.join("delegate.log"))?;
+    let delegate_url = urls[0].clone();
+    let delegate_pid = delegate.child.id();
+    let upstream = delegate_url.trim_start_matches("http://").to_string();
+
+    // nginx: bare proxy_pass hop with upstream keep-alive.
+    let nginx_port = free_port()?;
+    std::fs::write(dir.join("nginx.conf"), nginx_conf(dir, nginx_port, &upstream))?;
+    let nginx = match Command::new("nginx")
+        .arg("-c")
+        .arg(dir.join("nginx.conf"))
+        .arg("-p")
+        .arg(dir)
+        .arg("-e")
+        .arg(dir.join("nginx-error.log"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("nginx.stderr"))?)
+        .spawn()
+    {
+        Ok(child) => {
+            let p = Proc { child };
+            let mut up = false;
+            for _ in 0..50 {
+                if std::net::TcpStream::connect(("127.0.0.1", nginx_port)).is_ok() {
+                    up = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if up {
+                Some(p)
+            } else {
+                notes.push(format!(
+                    "nginx did not come up: {}",
+                    std::fs::read_to_string(dir.join("nginx.stderr")).unwrap_or_default()
+                ));
+                None
+            }
+        }
+        Err(e) => {
+            notes.push(format!(
+                "nginx row skipped: {e} (apt-get install nginx-light)"
+            ));
+            None
+        }
+    };
+
+    // The gateway, production-like: one tenant with an API key, sqlite ledger with commit
+    // durability, metrics (always on at the admin /metrics), one policy using every constraint.
+    let key = format!("load-{}", uuid::Uuid::new_v4().simple());
+    std::fs::create_dir_all(dir.join("policies"))?;
+    std::fs::write(dir.join("policies/load-all.toml"), POLICY)?;
+    let cfg = format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+[admin]
+listen = "127.0.0.1:0"
+[policies]
+dir = "{d}/policies"
+default = "load-all"
+[provenance]
+store = "sqlite://{d}/provenance.db"
+durability = "commit"
+[[tenants]]
+name = "load"
+api_key_sha256 = ["{h}"]
+trust_domains = ["default"]
+policies = ["load-all"]
+default_policy = "load-all"
+limits = {{ rps = 1000000, burst = 1000000 }}
+max_sessions = 10000
+[[delegates]]
+url = "{delegate_url}"
+name = "load-fast"
+"#,
+        d = dir.display(),
+        h = ldp_gateway::secret::hash_key(&key),
+    );
+    std::fs::write(dir.join("gateway.toml"), cfg)?;
+    let mut cmd = Command::new(&bin);
+    cmd.args(["serve", "--config"]).arg(dir.join("gateway.toml"));
+    let (gateway, urls) = spawn_until(
+        cmd,
+        &["LDP endpoint:", "admin:"],
+        &dir.join("gateway.log"),
+    )?;
+    let (gw_url, admin_url) = (urls[0].clone(), urls[1].clone());
+    let probe = reqwest::Client::new();
+    let mut ready = false;
+    for _ in 0..100 {
+        if let Ok(r) = probe.get(format!("{admin_url}/readyz")).send().await {
+            if r.status().is_success() {
+                ready = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !ready {
+        anyhow::bail!("gateway not ready (see {}/gateway.log)", dir.display());
+    }
+
+    let mut targets: Vec<(&'static str, Target, Vec<u32>)> = vec![(
+        "direct",
+        Target { base: delegate_url.clone(), key: None },
+        vec![delegate_pid],
+    )];
+    if let Some(n) = &nginx {
+        targets.push((
+            "nginx",
+            Target { base: format!("http://127.0.0.1:{nginx_port}"), key: None },
+            tree(n.child.id()),
+        ));
+    }
+    targets.push(("gateway", Target { base: gw_url, key: Some(key) }, vec![gateway.child.id()]));
+
+    let mut rows = Vec::new();
+    for c in CONNS {
+        for (name, t, hop) in &targets {
+            rows.push(row(name, t, c, secs, hop, delegate_pid).await?);
+        }
+    }
+
+    // Sanity: the gateway's metrics and ledger saw the tasks.
+    let metrics = probe.get(format!("{admin_url}/metrics")).send().await?.text().await?;
+    let counted = metrics
+        .lines()
+        .filter(|l| l.starts_with("ldp_gateway_tasks_total") && l.contains("outcome=\"ok\""))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum::<f64>();
+    notes.push(format!(
+        "gateway /metrics counted {counted:.0} ok tasks in ldp_gateway_tasks_total (warm-up included)"
+    ));
+
+    let section = report(&rows, secs, &notes);
+    println!("{section}");
+    write_readme(&manifest, &section)?;
+    drop(gateway);
+    drop(nginx);
+    drop(delegate);
+    std::io::stdout().flush()?;
+    Ok(())
+}

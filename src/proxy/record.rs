@@ -1,0 +1,150 @@
+//! Recording a finished task: its ledger row and its metrics.
+
+use super::task::{Answer, TaskIn, TaskRun};
+use super::Proxy;
+use crate::policy::Policy;
+use crate::provenance::{digest, redact_preview, LedgerRow, Outcome};
+use crate::session::ClientSession;
+use std::time::Duration;
+use tokio::time::Instant;
+
+impl Proxy {
+    /// The ledger row for a finished task.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn ledger_row(
+        &self,
+        session: &ClientSession,
+        policy: &Policy,
+        task: &TaskIn<'_>,
+        run: &TaskRun,
+        answer: &Answer,
+        started: Instant,
+        started_at: String,
+    ) -> LedgerRow {
+        let now = chrono::Utc::now();
+        let delegate = run.binding.as_ref().map(|b| &b.delegate);
+        let card = delegate.and_then(|d| d.card());
+        let declared = card.as_ref().and_then(|c| {
+            let h = c.effective_hints(task.skill)?;
+            h.cost_per_call_usd
+                .or_else(|| h.cost_tier.map(|t| self.cfg.routing.tier_prices.of(t)))
+        });
+        let (outcome, error, provenance, output) = match answer {
+            Answer::Result { output, provenance } => {
+                (Outcome::Result, None, Some(provenance), Some(output))
+            }
+            Answer::Failed(e) => (Outcome::Failed, Some(e), None, None),
+        };
+        let reported = provenance.and_then(|p| p.cost_usd);
+        let mut routing = serde_json::json!({
+            "policy": policy.name.0,
+            "reused_binding": run.route.is_none() && run.binding.is_some(),
+        });
+        if let Some(r) = &run.route {
+            routing["band"] = r.band.into();
+            routing["excluded"] = r
+                .excluded
+                .iter()
+                .map(|(c, n)| (c.as_str().to_owned(), serde_json::Value::from(*n)))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+        }
+        if !run.notes.is_empty() {
+            routing["notes"] = run.notes.clone().into();
+        }
+        let payload = self.cfg.provenance.store_payloads.then(|| {
+            serde_json::json!({
+                "input": redact_preview(task.input),
+                "output": output.map(redact_preview),
+            })
+        });
+        LedgerRow {
+            task_id: task.task_id.to_owned(),
+            session_id: session.id.clone(),
+            upstream_session_id: run.binding.as_ref().map(|b| b.upstream.session_id.clone()),
+            tenant: session.tenant.clone(),
+            skill: task.skill.to_owned(),
+            policy: Some(policy.name.0.clone()),
+            delegate: delegate.map(|d| d.name.clone()),
+            delegate_id: card.as_ref().map(|c| c.delegate_id.clone()),
+            model_version: provenance
+                .map(|p| p.model_version.clone())
+                .or_else(|| card.as_ref().map(|c| c.model_version.clone())),
+            outcome,
+            error_code: error.map(|e| e.code.clone()),
+            error_message: error.map(|e| e.message.clone()),
+            score: run.route.as_ref().map(|r| r.score),
+            candidates: run.route.as_ref().map(|r| r.eligible as u32),
+            attempts: run.attempts,
+            fallbacks: run.fallbacks.iter().map(|s| (*s).to_owned()).collect(),
+            payload_mode: run.mode.map(|m| m.as_str().to_owned()),
+            latency_ms: started.elapsed().as_secs_f64() * 1000.0,
+            upstream_ms: run.upstream.as_secs_f64() * 1000.0,
+            cost_usd: reported.or(if outcome == Outcome::Result {
+                declared
+            } else {
+                None
+            }),
+            reported_cost_usd: reported,
+            declared_cost_usd: declared,
+            tokens: provenance.and_then(|p| p.tokens_used),
+            confidence: provenance.and_then(|p| p.confidence),
+            verification_status: provenance.map(|p| {
+                serde_json::to_value(p.verification_status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            }),
+            started_at,
+            finished_at: now.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            finished_ms: now.timestamp_millis(),
+            output_sha256: output.map(digest),
+            lineage: provenance
+                .map(|p| serde_json::to_value(&p.lineage).unwrap_or_default())
+                .unwrap_or_default(),
+            routing,
+            payload,
+        }
+    }
+
+    /// Exports one outcome to the metrics.
+    pub(super) fn count(&self, row: &LedgerRow, total: Duration, upstream: Duration) {
+        let m = &self.metrics;
+        let delegate = row.delegate.as_deref().unwrap_or("none");
+        m.tasks
+            .with_label_values(&[
+                row.tenant.as_str(),
+                row.skill.as_str(),
+                delegate,
+                row.outcome.as_str(),
+            ])
+            .inc();
+        m.task_duration
+            .with_label_values(&[row.skill.as_str(), delegate])
+            .observe(total.as_secs_f64());
+        m.overhead
+            .observe(total.saturating_sub(upstream).as_secs_f64());
+        for reason in &row.fallbacks {
+            m.fallbacks.with_label_values(&[reason.as_str()]).inc();
+        }
+        if let Some(cost) = row.cost_usd {
+            let policy = row.policy.as_deref().unwrap_or("none");
+            m.cost_usd
+                .with_label_values(&[row.tenant.as_str(), row.skill.as_str(), delegate, policy])
+                .inc_by(cost.max(0.0));
+            m.spend_total.inc_by(cost.max(0.0));
+        }
+        if let Some(t) = row.tokens {
+            m.tokens
+                .with_label_values(&[row.tenant.as_str(), delegate])
+                .inc_by(t);
+        }
+        if let (Some(r), Some(d)) = (row.reported_cost_usd, row.declared_cost_usd) {
+            let ratio = self.cfg.provenance.cost_discrepancy_ratio;
+            let (lo, hi) = if r < d { (r, d) } else { (d, r) };
+            if hi > lo * ratio && hi - lo > 1e-9 {
+                m.cost_discrepancies.with_label_values(&[delegate]).inc();
+            }
+        }
+    }
+}
