@@ -11,7 +11,6 @@ use ldp_gateway::ldp::{Body, Envelope, PayloadMode, SessionConfig};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CONNS: [usize; 3] = [1, 16, 64];
@@ -26,6 +25,16 @@ struct Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        // SIGTERM first: a SIGKILLed nginx master leaves its workers running.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..50 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -33,7 +42,11 @@ impl Drop for Proc {
 
 /// Spawn and wait for a stdout line starting with `prefix`; returns the rest of every line
 /// read until then that starts with one of `prefixes` (in order).
-fn spawn_until(mut cmd: Command, prefixes: &[&str], log: &Path) -> anyhow::Result<(Proc, Vec<String>)> {
+fn spawn_until(
+    mut cmd: Command,
+    prefixes: &[&str],
+    log: &Path,
+) -> anyhow::Result<(Proc, Vec<String>)> {
     cmd.stdout(Stdio::piped())
         .stderr(std::fs::File::create(log)?);
     let mut child = cmd.spawn()?;
@@ -66,7 +79,9 @@ fn spawn_until(mut cmd: Command, prefixes: &[&str], log: &Path) -> anyhow::Resul
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// utime + stime in clock ticks of `pid` (all threads).
@@ -238,9 +253,11 @@ async fn row(
         .map(|_| tokio::spawn(conn(t.clone(), from, end)))
         .collect();
     tokio::time::sleep_until(from.into()).await;
-    let (h0, d0) = (cpu(hop), ticks(delegate));
+    // The hop's children too (nginx workers), looked up at each read.
+    let pids = || hop.iter().flat_map(|&p| tree(p)).collect::<Vec<_>>();
+    let (h0, d0) = (cpu(&pids()), ticks(delegate));
     tokio::time::sleep_until(end.into()).await;
-    let (h1, d1) = (cpu(hop), ticks(delegate));
+    let (h1, d1) = (cpu(&pids()), ticks(delegate));
     let mut lat = Vec::new();
     let mut errors = 0;
     for h in tasks {
@@ -402,7 +419,10 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| manifest.join("target"));
     let bin = target.join("release/ldp-gateway");
     if !bin.exists() {
-        anyhow::bail!("{} missing: run `cargo build --release` first", bin.display());
+        anyhow::bail!(
+            "{} missing: run `cargo build --release` first",
+            bin.display()
+        );
     }
     let tmp = tempfile::tempdir()?;
     let dir = tmp.path();
@@ -412,8 +432,15 @@ async fn main() -> anyhow::Result<()> {
     let card = dir.join("card.json");
     std::fs::write(&card, CARD)?;
     let mut cmd = Command::new(&bin);
-    cmd.args(["delegate", "--latency-ms", "0", "--listen", "127.0.0.1:0", "--card"])
-        .arg(&card);
+    cmd.args([
+        "delegate",
+        "--latency-ms",
+        "0",
+        "--listen",
+        "127.0.0.1:0",
+        "--card",
+    ])
+    .arg(&card);
     let (delegate, urls) = spawn_until(cmd, &["listening on "], &dir.join("delegate.log"))?;
     let delegate_url = urls[0].clone();
     let delegate_pid = delegate.child.id();
@@ -421,7 +448,10 @@ async fn main() -> anyhow::Result<()> {
 
     // nginx: bare proxy_pass hop with upstream keep-alive.
     let nginx_port = free_port()?;
-    std::fs::write(dir.join("nginx.conf"), nginx_conf(dir, nginx_port, &upstream))?;
+    std::fs::write(
+        dir.join("nginx.conf"),
+        nginx_conf(dir, nginx_port, &upstream),
+    )?;
     let nginx = match Command::new("nginx")
         .arg("-c")
         .arg(dir.join("nginx.conf"))
@@ -494,12 +524,9 @@ name = "load-fast"
     );
     std::fs::write(dir.join("gateway.toml"), cfg)?;
     let mut cmd = Command::new(&bin);
-    cmd.args(["serve", "--config"]).arg(dir.join("gateway.toml"));
-    let (gateway, urls) = spawn_until(
-        cmd,
-        &["LDP endpoint:", "admin:"],
-        &dir.join("gateway.log"),
-    )?;
+    cmd.args(["serve", "--config"])
+        .arg(dir.join("gateway.toml"));
+    let (gateway, urls) = spawn_until(cmd, &["LDP endpoint:", "admin:"], &dir.join("gateway.log"))?;
     let (gw_url, admin_url) = (urls[0].clone(), urls[1].clone());
     let probe = reqwest::Client::new();
     let mut ready = false;
@@ -518,17 +545,30 @@ name = "load-fast"
 
     let mut targets: Vec<(&'static str, Target, Vec<u32>)> = vec![(
         "direct",
-        Target { base: delegate_url.clone(), key: None },
+        Target {
+            base: delegate_url.clone(),
+            key: None,
+        },
         vec![delegate_pid],
     )];
     if let Some(n) = &nginx {
         targets.push((
             "nginx",
-            Target { base: format!("http://127.0.0.1:{nginx_port}"), key: None },
-            tree(n.child.id()),
+            Target {
+                base: format!("http://127.0.0.1:{nginx_port}"),
+                key: None,
+            },
+            vec![n.child.id()],
         ));
     }
-    targets.push(("gateway", Target { base: gw_url, key: Some(key) }, vec![gateway.child.id()]));
+    targets.push((
+        "gateway",
+        Target {
+            base: gw_url,
+            key: Some(key),
+        },
+        vec![gateway.child.id()],
+    ));
 
     let mut rows = Vec::new();
     for c in CONNS {
@@ -538,15 +578,28 @@ name = "load-fast"
     }
 
     // Sanity: the gateway's metrics and ledger saw the tasks.
-    let metrics = probe.get(format!("{admin_url}/metrics")).send().await?.text().await?;
+    let metrics = probe
+        .get(format!("{admin_url}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
     let counted = metrics
         .lines()
-        .filter(|l| l.starts_with("ldp_gateway_tasks_total") && l.contains("outcome=\"ok\""))
+        .filter(|l| l.starts_with("ldp_gateway_tasks_total") && l.contains("outcome=\"result\""))
         .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
         .sum::<f64>();
     notes.push(format!(
         "gateway /metrics counted {counted:.0} ok tasks in ldp_gateway_tasks_total (warm-up included)"
     ));
+    let ledger = rusqlite::Connection::open(dir.join("provenance.db"))
+        .and_then(|c| c.query_row("SELECT count(*) FROM ledger", [], |r| r.get::<_, i64>(0)));
+    match ledger {
+        Ok(n) => notes.push(format!(
+            "provenance ledger (durability commit) holds {n} rows"
+        )),
+        Err(e) => notes.push(format!("provenance ledger not readable: {e}")),
+    }
 
     let section = report(&rows, secs, &notes);
     println!("{section}");
