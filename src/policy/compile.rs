@@ -285,13 +285,21 @@ fn compile_raw(file: &str, raw: RawPolicy, problems: &mut Vec<PolicyProblem>) ->
             let latency = one("weights.latency", w.value.latency, d.latency);
             match (quality, cost, latency) {
                 (Some(quality), Some(cost), Some(latency)) => {
-                    if quality + cost + latency <= 0.0 {
+                    let sum = quality + cost + latency;
+                    if sum <= 0.0 {
                         c.problem(
                             w.line,
                             "weights",
                             "weights are all zero (at least one of quality, cost, latency \
                              must be above 0)"
                                 .into(),
+                        );
+                    } else if !sum.is_finite() {
+                        // Routing divides by the sum: an infinite one makes every score NaN.
+                        c.problem(
+                            w.line,
+                            "weights",
+                            "weights are too large (their sum must be a finite number)".into(),
                         );
                     }
                     Weights {

@@ -326,6 +326,14 @@ fn weights_all_zero() {
 }
 
 #[test]
+fn weights_sum_overflows() {
+    assert_eq!(
+        one("[weights]\nquality = 1e308\ncost = 1e308\n"),
+        "p.toml:2: weights: weights are too large (their sum must be a finite number)"
+    );
+}
+
+#[test]
 fn negative_weight() {
     assert_eq!(
         one("[weights]\ncost = -0.5\n"),
