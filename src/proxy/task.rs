@@ -44,6 +44,22 @@ pub(super) struct TaskRun {
     pub(super) upstream: Duration,
 }
 
+impl TaskRun {
+    fn new(tenant: Arc<crate::tenant::Tenant>) -> TaskRun {
+        TaskRun {
+            tenant,
+            binding: None,
+            route: None,
+            attempts: 0,
+            delegates: 0,
+            fallbacks: Vec::new(),
+            notes: Vec::new(),
+            mode: None,
+            upstream: Duration::ZERO,
+        }
+    }
+}
+
 pub(super) enum Answer {
     Result {
         output: serde_json::Value,
@@ -119,7 +135,16 @@ impl Proxy {
                 let reason = format!("policy '{}' is not allowed for this tenant", p.name);
                 let error = LdpError::gateway(GatewayCode::UnknownPolicy, reason);
                 return Ok(self
-                    .refuse(env, &session, &p.clone(), &task, error, started, started_at)
+                    .refuse(
+                        env,
+                        &session,
+                        &p.clone(),
+                        &task,
+                        error,
+                        started,
+                        started_at,
+                        tenant.clone(),
+                    )
                     .await);
             }
             Err(reason) => {
@@ -127,24 +152,23 @@ impl Proxy {
                 let error = LdpError::gateway(GatewayCode::UnknownPolicy, reason);
                 let policy = set.default_policy().clone();
                 return Ok(self
-                    .refuse(env, &session, &policy, &task, error, started, started_at)
+                    .refuse(
+                        env,
+                        &session,
+                        &policy,
+                        &task,
+                        error,
+                        started,
+                        started_at,
+                        tenant.clone(),
+                    )
                     .await);
             }
         };
         self.check_policy_limit(&policy)?;
         self.budget.task();
         session.task_started(task.task_id, task.skill);
-        let mut run = TaskRun {
-            tenant: ctx.tenant.clone(),
-            binding: None,
-            route: None,
-            attempts: 0,
-            delegates: 0,
-            fallbacks: Vec::new(),
-            notes: Vec::new(),
-            mode: None,
-            upstream: Duration::ZERO,
-        };
+        let mut run = TaskRun::new(ctx.tenant.clone());
         let answer = self
             .run_task(&session, &policy, env, &task, &mut run, progress)
             .await;
@@ -192,18 +216,9 @@ impl Proxy {
         error: LdpError,
         started: Instant,
         started_at: String,
+        tenant: Arc<crate::tenant::Tenant>,
     ) -> Envelope {
-        let run = TaskRun {
-            tenant: std::sync::Arc::new(crate::tenant::Tenant::builtin_anonymous()),
-            binding: None,
-            route: None,
-            attempts: 0,
-            delegates: 0,
-            fallbacks: Vec::new(),
-            notes: Vec::new(),
-            mode: None,
-            upstream: Duration::ZERO,
-        };
+        let run = TaskRun::new(tenant);
         let answer = Answer::Failed(error.clone());
         let row = self.ledger_row(session, policy, task, &run, &answer, started, started_at);
         self.count(&row, started.elapsed(), Duration::ZERO);
