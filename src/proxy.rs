@@ -11,8 +11,7 @@ pub use budget::RetryBudget;
 use crate::config::Config;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{
-    negotiate, Body, Capability, Envelope, IdentityCard, LdpError, MessageType, PayloadMode,
-    SessionConfig,
+    negotiate, Body, Capability, Envelope, IdentityCard, LdpError, PayloadMode, SessionConfig,
 };
 use crate::limits::{BudgetBook, RateLimit, Scope};
 use crate::policy::{PolicyProblem, PolicySet};
@@ -682,18 +681,6 @@ impl Proxy {
             .flat_map(|s| s.take_bindings())
             .collect();
         close_all(&self.upstream, bindings).await;
-    }
-
-    /// Whether the gateway refuses `t` from clients (used by tests and docs).
-    pub fn accepts(t: MessageType) -> bool {
-        matches!(
-            t,
-            MessageType::Hello
-                | MessageType::SessionPropose
-                | MessageType::TaskSubmit
-                | MessageType::TaskCancel
-                | MessageType::SessionClose
-        )
     }
 }
 

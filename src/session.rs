@@ -199,11 +199,6 @@ impl SessionTable {
         Ok(self.open(new))
     }
 
-    /// Open sessions of `tenant`.
-    pub fn count_for(&self, tenant: &str) -> usize {
-        self.per_tenant.get(tenant).map_or(0, |n| *n)
-    }
-
     /// Opens a session with a fresh gateway-issued id.
     pub fn open(&self, new: NewSession) -> Arc<ClientSession> {
         *self.per_tenant.entry(new.tenant.clone()).or_insert(0) += 1;
