@@ -6,7 +6,9 @@
 
 use ldp_gateway::config::{Config, DelegateConfig};
 use ldp_gateway::ldp::{Body, Envelope, IdentityCard, PayloadMode, SessionConfig};
-use ldp_gateway::provenance::{Backend, Durability, Ledger, LedgerRow, Outcome, SqliteBackend};
+use ldp_gateway::provenance::{
+    Backend, Durability, JsonText, Ledger, LedgerRow, Outcome, SqliteBackend,
+};
 use ldp_gateway::server::Gateway;
 use ldp_gateway::sim::{self, SimOptions};
 use ldp_gateway::telemetry::Metrics;
@@ -53,16 +55,18 @@ fn row(i: usize) -> LedgerRow {
         finished_at: now.to_rfc3339(),
         finished_ms: now.timestamp_millis(),
         output_sha256: Some("9f".repeat(32)),
-        lineage: serde_json::json!([
+        lineage: JsonText::of(&serde_json::json!([
             {"delegate_id": "ldp:delegate:gateway", "model_version": "0.1.0", "step": "route",
              "timestamp": now.to_rfc3339(), "verification_status": "unverified",
              "policy": "balanced", "routed_to": "qwen-eu", "attempts": 1},
             {"delegate_id": "ldp:delegate:qwen-eu", "model_version": "qwen3-32b-2026-01",
              "step": "summarize", "timestamp": now.to_rfc3339(),
              "verification_status": "self_verified"}
-        ]),
-        routing: serde_json::json!({"policy": "balanced", "reused_binding": false, "band": 2,
+        ])),
+        routing: JsonText::of(
+            &serde_json::json!({"policy": "balanced", "reused_binding": false, "band": 2,
             "excluded": {"jurisdiction": 1}}),
+        ),
         payload: None,
     }
 }

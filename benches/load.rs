@@ -409,10 +409,22 @@ fn write_readme(manifest: &Path, section: &str) -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let secs: u64 = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(5);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let secs: u64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(5);
+    // `--only PATH[,PATH]` and `--conns N[,N]` narrow the run (for profiling one row); a
+    // narrowed run prints its rows but leaves benches/README.md alone.
+    let list = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .map(|v| v.split(',').map(str::to_owned).collect::<Vec<_>>())
+    };
+    let only = list("--only");
+    let conns: Vec<usize> = match list("--conns") {
+        Some(v) => v.iter().filter_map(|c| c.parse().ok()).collect(),
+        None => CONNS.to_vec(),
+    };
+    let full = only.is_none() && conns == CONNS;
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -571,7 +583,10 @@ name = "load-fast"
     ));
 
     let mut rows = Vec::new();
-    for c in CONNS {
+    if let Some(only) = &only {
+        targets.retain(|(name, _, _)| only.iter().any(|o| o == name));
+    }
+    for &c in &conns {
         for (name, t, hop) in &targets {
             rows.push(row(name, t, c, secs, hop, delegate_pid).await?);
         }
@@ -603,7 +618,9 @@ name = "load-fast"
 
     let section = report(&rows, secs, &notes);
     println!("{section}");
-    write_readme(&manifest, &section)?;
+    if full {
+        write_readme(&manifest, &section)?;
+    }
     drop(gateway);
     drop(nginx);
     drop(delegate);

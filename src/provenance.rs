@@ -18,7 +18,7 @@ mod sqlite;
 mod writer;
 
 pub use query::{Format, Query};
-pub use row::{digest, redact_preview, LedgerRow, Outcome};
+pub use row::{digest, redact_preview, JsonText, LedgerRow, Outcome};
 pub use sqlite::SqliteBackend;
 pub use writer::{Ledger, LedgerHandle};
 

@@ -9,6 +9,8 @@ use crate::ldp::{
 };
 use std::time::Duration;
 
+mod pool;
+
 /// Why a call to a delegate failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum UpstreamError {
@@ -137,10 +139,13 @@ pub struct UpstreamSession {
     pub delegate_id: String,
 }
 
-/// HTTP client to delegates, with a connection pool, no redirects and deadlines.
+/// HTTP client to delegates, with a connection pool, no redirects and deadlines. Task
+/// messages to plain-HTTP delegates go through [`pool::Pool`] (the hot path); card fetches,
+/// streams and HTTPS through reqwest.
 #[derive(Clone)]
 pub struct UpstreamClient {
     http: reqwest::Client,
+    pool: std::sync::Arc<pool::Pool>,
     from: String,
     handshake_timeout: Duration,
     /// Per-delegate signing secrets, by base URL.
@@ -148,6 +153,9 @@ pub struct UpstreamClient {
     /// Largest answer read from a delegate.
     max_response_bytes: usize,
 }
+
+/// How long an idle keep-alive connection to a delegate is kept.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Largest answer read from a delegate by default (a multiple of the request body limit).
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
@@ -163,11 +171,12 @@ impl UpstreamClient {
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
         UpstreamClient {
             http,
+            pool: std::sync::Arc::new(pool::Pool::new(connect_timeout, POOL_IDLE_TIMEOUT)),
             from: from.into(),
             handshake_timeout,
             signers: Default::default(),
@@ -237,9 +246,14 @@ impl UpstreamClient {
     }
 
     /// The JSON bytes to send to `base`: signed when a secret is registered for it.
-    fn encode(&self, base: &str, url: &str, envelope: &Envelope) -> Result<Vec<u8>, UpstreamError> {
+    fn encode(
+        &self,
+        base: &str,
+        path: &str,
+        envelope: &Envelope,
+    ) -> Result<Vec<u8>, UpstreamError> {
         let malformed = |reason: String| UpstreamError::Malformed {
-            url: url.to_owned(),
+            url: format!("{base}{path}"),
             reason,
         };
         match self.signers.get(base) {
@@ -265,8 +279,35 @@ impl UpstreamClient {
         envelope: &Envelope,
         timeout: Duration,
     ) -> Result<Envelope, UpstreamError> {
+        let body = self.encode(base, "/ldp/messages", envelope)?;
+        let (status, bytes) = if pool::Pool::serves(base) {
+            self.pool
+                .post_message(base, body, timeout, self.max_response_bytes)
+                .await?
+        } else {
+            self.post_reqwest(base, body, timeout).await?
+        };
+        let url = || format!("{base}/ldp/messages");
+        if !status.is_success() {
+            return Err(UpstreamError::Status {
+                url: url(),
+                status: status.as_u16(),
+            });
+        }
+        Envelope::from_slice(&bytes).map_err(|e| UpstreamError::Malformed {
+            url: url(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// [`UpstreamClient::send`]'s exchange through reqwest (HTTPS delegates).
+    async fn post_reqwest(
+        &self,
+        base: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<(reqwest::StatusCode, bytes::Bytes), UpstreamError> {
         let url = format!("{base}/ldp/messages");
-        let body = self.encode(base, &url, envelope)?;
         let resp = self
             .http
             .post(&url)
@@ -288,16 +329,7 @@ impl UpstreamClient {
             }
             bytes.extend_from_slice(&chunk);
         }
-        if !status.is_success() {
-            return Err(UpstreamError::Status {
-                url,
-                status: status.as_u16(),
-            });
-        }
-        Envelope::from_slice(&bytes).map_err(|e| UpstreamError::Malformed {
-            url,
-            reason: e.to_string(),
-        })
+        Ok((status, bytes.into()))
     }
 
     /// Sends one envelope to `base/ldp/stream` and reads Server-Sent Events: every TASK_UPDATE
@@ -311,7 +343,7 @@ impl UpstreamClient {
         mut on_update: impl FnMut(Envelope),
     ) -> Result<Envelope, UpstreamError> {
         let url = format!("{base}/ldp/stream");
-        let body = self.encode(base, &url, envelope)?;
+        let body = self.encode(base, "/ldp/stream", envelope)?;
         let cap = self.max_response_bytes;
         let work = async {
             let mut resp = self

@@ -173,15 +173,14 @@ fn assert_row_matches(row: &LedgerRow, seen: &Seen) {
                 "{ctx}"
             );
             assert_eq!(
-                row.lineage, p["lineage"],
+                row.lineage.to_value(),
+                p["lineage"],
                 "the lineage the client got: {ctx}"
             );
-            assert_eq!(row.lineage[0]["step"], "route", "{ctx}");
-            assert_eq!(
-                row.lineage[0]["delegate_id"], "ldp:delegate:gateway",
-                "{ctx}"
-            );
-            assert_eq!(row.lineage[0]["attempts"], row.attempts, "{ctx}");
+            let lineage = row.lineage.to_value();
+            assert_eq!(lineage[0]["step"], "route", "{ctx}");
+            assert_eq!(lineage[0]["delegate_id"], "ldp:delegate:gateway", "{ctx}");
+            assert_eq!(lineage[0]["attempts"], row.attempts, "{ctx}");
             assert!(row.upstream_session_id.is_some(), "{ctx}");
             assert_ne!(
                 row.upstream_session_id.as_deref(),
@@ -244,7 +243,7 @@ async fn ledger_rows_match_what_the_client_saw() {
     assert_eq!(fallback.payload_mode.as_deref(), Some("text"));
     assert_eq!(fallback.candidates, Some(1));
     assert!(fallback.score.is_some());
-    assert_eq!(fallback.routing["reused_binding"], false);
+    assert_eq!(fallback.routing.to_value()["reused_binding"], false);
     let reused = by_id[in_main[1].task_id()];
     assert_eq!((reused.attempts, reused.fallbacks.len()), (1, 0));
     assert_eq!(
@@ -253,7 +252,7 @@ async fn ledger_rows_match_what_the_client_saw() {
         "the session stays at text"
     );
     assert_eq!((reused.score, reused.candidates), (None, None));
-    assert_eq!(reused.routing["reused_binding"], true);
+    assert_eq!(reused.routing.to_value()["reused_binding"], true);
     assert_eq!(reused.upstream_session_id, fallback.upstream_session_id);
     let failed = by_id[in_main[3].task_id()];
     assert_eq!(failed.delegate.as_deref(), Some("d1"));
@@ -399,7 +398,11 @@ async fn payload_previews_are_opt_in_and_redacted() {
     assert!(!json_text.contains(CANARY), "{json_text}");
     assert!(!csv.contains(CANARY), "{csv}");
     let (rows, _) = ledger(&gw, &format!("session_id={sid}")).await;
-    let payload = rows[0].payload.as_ref().expect("a preview is stored");
+    let payload = rows[0]
+        .payload
+        .as_ref()
+        .expect("a preview is stored")
+        .to_value();
     assert_eq!(payload["input"]["api_key"], "[redacted]");
     assert_eq!(payload["input"]["nested"]["Authorization"], "[redacted]");
     assert_eq!(payload["input"]["nested"]["note"], "kept");

@@ -102,7 +102,7 @@ impl Envelope {
         payload_mode: PayloadMode,
     ) -> Envelope {
         Envelope {
-            message_id: super::new_id(),
+            message_id: super::new_message_id(),
             session_id: session_id.into(),
             from: from.into(),
             to: to.into(),
@@ -217,6 +217,15 @@ mod tests {
         assert_eq!(v["payload_mode"], "text");
         assert_eq!(v["body"]["negotiated_mode"], "text");
         assert_eq!(v["provenance"]["payload_mode_used"], "text");
+    }
+
+    #[test]
+    fn message_ids_are_distinct_v4_uuids() {
+        let a = super::super::new_message_id();
+        let b = super::super::new_message_id();
+        assert_ne!(a, b);
+        let u = uuid::Uuid::parse_str(&a).unwrap();
+        assert_eq!(u.get_version_num(), 4);
     }
 
     #[test]

@@ -21,6 +21,19 @@ pub enum VerificationStatus {
     HumanVerified,
 }
 
+impl VerificationStatus {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerificationStatus::Unverified => "unverified",
+            VerificationStatus::SelfVerified => "self_verified",
+            VerificationStatus::PeerVerified => "peer_verified",
+            VerificationStatus::ToolVerified => "tool_verified",
+            VerificationStatus::HumanVerified => "human_verified",
+        }
+    }
+}
+
 /// A reference to supporting evidence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvidenceRef {
@@ -164,6 +177,19 @@ impl Provenance {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verification_names_match_serde() {
+        for v in [
+            VerificationStatus::Unverified,
+            VerificationStatus::SelfVerified,
+            VerificationStatus::PeerVerified,
+            VerificationStatus::ToolVerified,
+            VerificationStatus::HumanVerified,
+        ] {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
+        }
+    }
 
     #[test]
     fn rfc_record_reads_and_normalises() {

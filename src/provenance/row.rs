@@ -85,11 +85,61 @@ pub struct LedgerRow {
     /// SHA-256 of the output JSON, hex.
     pub output_sha256: Option<String>,
     /// Provenance lineage as returned to the client.
-    pub lineage: serde_json::Value,
-    /// Routing summary: chosen_by, band, excluded constraints.
-    pub routing: serde_json::Value,
+    pub lineage: JsonText,
+    /// Routing summary: policy, band, excluded constraints, notes.
+    pub routing: JsonText,
     /// Redacted previews of input and output (only with `store_payloads`).
-    pub payload: Option<serde_json::Value>,
+    pub payload: Option<JsonText>,
+}
+
+/// A JSON document kept as its text: serialised once where the row is built, stored and
+/// exported as is (no `Value` tree on the ledger's write path).
+#[derive(Clone, Default, Serialize)]
+#[serde(transparent)]
+pub struct JsonText(Box<serde_json::value::RawValue>);
+
+/// Read through a `Value`, so it also reads from `serde_json::from_value` (API clients); the
+/// ledger's own read path uses [`JsonText::parse`].
+impl<'de> Deserialize<'de> for JsonText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<JsonText, D::Error> {
+        serde_json::Value::deserialize(d).map(|v| JsonText::of(&v))
+    }
+}
+
+impl JsonText {
+    /// `v` serialised; `null` if it cannot be (maps with non-string keys).
+    pub fn of<T: Serialize + ?Sized>(v: &T) -> JsonText {
+        serde_json::value::to_raw_value(v)
+            .map(JsonText)
+            .unwrap_or_default()
+    }
+
+    /// Checks that `text` is one JSON document and keeps it.
+    pub fn parse(text: &str) -> Result<JsonText, serde_json::Error> {
+        serde_json::value::RawValue::from_string(text.to_owned()).map(JsonText)
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// Parsed into a `Value` (for callers that inspect it).
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::from_str(self.get()).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl PartialEq for JsonText {
+    fn eq(&self, other: &JsonText) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl std::fmt::Debug for JsonText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.get())
+    }
 }
 
 /// SHA-256 of `v`'s JSON text, hex.

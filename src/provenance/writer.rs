@@ -21,6 +21,13 @@ enum Cmd {
 /// Largest group committed in one transaction.
 const BATCH_MAX: usize = 1024;
 
+/// How long the writer waits once for more rows when it found several queued: each commit
+/// rewrites every page it touched, so a few large commits cost far less than many small
+/// ones. A lone row (no concurrency) never waits.
+const LINGER: Duration = Duration::from_micros(200);
+/// No lingering once a group is this large.
+const LINGER_BELOW: usize = 64;
+
 /// A cheap, cloneable way to write to and read from the ledger.
 #[derive(Clone)]
 pub struct LedgerHandle {
@@ -239,32 +246,46 @@ fn run(mut backend: Box<dyn Backend>, mut rx: mpsc::Receiver<Cmd>, m: &Metrics) 
         rx.blocking_recv()
     } {
         let mut next = Some(first);
-        // Take everything already queued (up to a batch) so it commits in one transaction.
-        while let Some(cmd) = next.take() {
-            match cmd {
-                Cmd::Insert(row, ack) => {
-                    rows.push(*row);
-                    acks.extend(ack);
+        let mut lingered = false;
+        loop {
+            // Take everything already queued (up to a batch) so it commits in one transaction.
+            while let Some(cmd) = next.take() {
+                match cmd {
+                    Cmd::Insert(row, ack) => {
+                        rows.push(*row);
+                        acks.extend(ack);
+                    }
+                    Cmd::Query(q, ack) => {
+                        flush(backend.as_mut(), &mut rows, &mut acks, m);
+                        let _ = ack.send(backend.query(&q).map_err(|e| e.to_string()));
+                    }
+                    Cmd::Prune(before, ack) => {
+                        flush(backend.as_mut(), &mut rows, &mut acks, m);
+                        let _ = ack.send(backend.prune(before).map_err(|e| e.to_string()));
+                    }
+                    Cmd::Spend(since, ack) => {
+                        flush(backend.as_mut(), &mut rows, &mut acks, m);
+                        let _ = ack.send(backend.spend_since(since).map_err(|e| e.to_string()));
+                    }
+                    Cmd::Shutdown => {
+                        stopping = true;
+                        rx.close();
+                    }
                 }
-                Cmd::Query(q, ack) => {
-                    flush(backend.as_mut(), &mut rows, &mut acks, m);
-                    let _ = ack.send(backend.query(&q).map_err(|e| e.to_string()));
-                }
-                Cmd::Prune(before, ack) => {
-                    flush(backend.as_mut(), &mut rows, &mut acks, m);
-                    let _ = ack.send(backend.prune(before).map_err(|e| e.to_string()));
-                }
-                Cmd::Spend(since, ack) => {
-                    flush(backend.as_mut(), &mut rows, &mut acks, m);
-                    let _ = ack.send(backend.spend_since(since).map_err(|e| e.to_string()));
-                }
-                Cmd::Shutdown => {
-                    stopping = true;
-                    rx.close();
+                if rows.len() < BATCH_MAX {
+                    next = rx.try_recv().ok();
                 }
             }
-            if rows.len() < BATCH_MAX {
-                next = rx.try_recv().ok();
+            // Rows are queuing (more than one was waiting): linger once for the next few,
+            // so that one commit carries them all.
+            if lingered || stopping || rows.len() < 2 || rows.len() >= LINGER_BELOW {
+                break;
+            }
+            lingered = true;
+            std::thread::sleep(LINGER);
+            next = rx.try_recv().ok();
+            if next.is_none() {
+                break;
             }
         }
         flush(backend.as_mut(), &mut rows, &mut acks, m);

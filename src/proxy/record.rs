@@ -3,7 +3,8 @@
 use super::task::{Answer, TaskIn, TaskRun};
 use super::Proxy;
 use crate::policy::Policy;
-use crate::provenance::{digest, redact_preview, LedgerRow, Outcome};
+use crate::provenance::{digest, redact_preview, JsonText, LedgerRow, Outcome};
+use crate::routing::Constraint;
 use crate::session::ClientSession;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -36,27 +37,18 @@ impl Proxy {
             Answer::Failed(e) => (Outcome::Failed, Some(e), None, None),
         };
         let reported = provenance.and_then(|p| p.cost_usd);
-        let mut routing = serde_json::json!({
-            "policy": policy.name.0,
-            "reused_binding": run.route.is_none() && run.binding.is_some(),
+        let routing = JsonText::of(&RoutingSummary {
+            policy: &policy.name.0,
+            reused_binding: run.route.is_none() && run.binding.is_some(),
+            band: run.route.as_ref().map(|r| r.band),
+            excluded: run.route.as_ref().map(|r| Excluded(&r.excluded)),
+            notes: &run.notes,
         });
-        if let Some(r) = &run.route {
-            routing["band"] = r.band.into();
-            routing["excluded"] = r
-                .excluded
-                .iter()
-                .map(|(c, n)| (c.as_str().to_owned(), serde_json::Value::from(*n)))
-                .collect::<serde_json::Map<_, _>>()
-                .into();
-        }
-        if !run.notes.is_empty() {
-            routing["notes"] = run.notes.clone().into();
-        }
         let payload = self.cfg.provenance.store_payloads.then(|| {
-            serde_json::json!({
+            JsonText::of(&serde_json::json!({
                 "input": redact_preview(task.input),
                 "output": output.map(redact_preview),
-            })
+            }))
         });
         LedgerRow {
             task_id: task.task_id.to_owned(),
@@ -89,18 +81,13 @@ impl Proxy {
             declared_cost_usd: declared,
             tokens: provenance.and_then(|p| p.tokens_used),
             confidence: provenance.and_then(|p| p.confidence),
-            verification_status: provenance.map(|p| {
-                serde_json::to_value(p.verification_status)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()
-            }),
+            verification_status: provenance.map(|p| p.verification_status.as_str().to_owned()),
             started_at,
             finished_at: now.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
             finished_ms: now.timestamp_millis(),
             output_sha256: output.map(digest),
             lineage: provenance
-                .map(|p| serde_json::to_value(&p.lineage).unwrap_or_default())
+                .map(|p| JsonText::of(&p.lineage))
                 .unwrap_or_default(),
             routing,
             payload,
@@ -146,5 +133,27 @@ impl Proxy {
                 m.cost_discrepancies.with_label_values(&[delegate]).inc();
             }
         }
+    }
+}
+
+/// The ledger's `routing` column, serialised straight from the run (no `Value` tree).
+#[derive(serde::Serialize)]
+struct RoutingSummary<'a> {
+    policy: &'a str,
+    reused_binding: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    band: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    excluded: Option<Excluded<'a>>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    notes: &'a [String],
+}
+
+/// Constraints that excluded candidates, as `{constraint: count}`.
+struct Excluded<'a>(&'a [(Constraint, usize)]);
+
+impl serde::Serialize for Excluded<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(c, n)| (c.as_str(), n)))
     }
 }

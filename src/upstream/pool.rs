@@ -1,0 +1,310 @@
+//! Plain-HTTP/1.1 keep-alive connections to delegates on hyper's connection API: the hot
+//! path's client. Each base URL is parsed once into an [`Origin`] holding its idle
+//! connections, so a request costs a pool pop, one write and one read — no URL parsing, no
+//! header map beyond two fixed headers, no DNS lookup (only a new connection resolves).
+
+use super::UpstreamError;
+use bytes::Bytes;
+use dashmap::DashMap;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{HeaderValue, CONTENT_TYPE, HOST};
+use hyper::{Method, Request, StatusCode, Uri};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Most idle connections kept per delegate.
+const MAX_IDLE: usize = 1024;
+
+/// A delegate's address, parsed once, and its idle connections (most recent last).
+struct Origin {
+    authority: String,
+    host: HeaderValue,
+    messages: Uri,
+    idle: Mutex<Vec<Idle>>,
+}
+
+struct Idle {
+    tx: SendRequest<Full<Bytes>>,
+    since: Instant,
+}
+
+impl Origin {
+    /// `http://host:port[/prefix]` → its parts; `None` for anything else.
+    fn parse(base: &str) -> Option<Origin> {
+        let rest = base.strip_prefix("http://")?;
+        let (authority, prefix) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        if authority.is_empty() || authority.contains('@') {
+            return None;
+        }
+        Some(Origin {
+            authority: authority.to_owned(),
+            host: HeaderValue::from_str(authority).ok()?,
+            messages: Uri::try_from(format!("{prefix}/ldp/messages")).ok()?,
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The most recently used idle connection, if one is younger than `max_age`.
+    fn checkout(&self, max_age: Duration) -> Option<SendRequest<Full<Bytes>>> {
+        let mut idle = self.idle.lock().ok()?;
+        while let Some(c) = idle.pop() {
+            if c.since.elapsed() < max_age && !c.tx.is_closed() {
+                return Some(c.tx);
+            }
+        }
+        None
+    }
+
+    /// Returns a connection whose exchange completed; the oldest ones beyond the cap or past
+    /// `max_age` are closed.
+    fn checkin(&self, tx: SendRequest<Full<Bytes>>, max_age: Duration) {
+        if tx.is_closed() {
+            return;
+        }
+        let Ok(mut idle) = self.idle.lock() else {
+            return;
+        };
+        let stale = idle
+            .iter()
+            .take_while(|c| c.since.elapsed() >= max_age)
+            .count()
+            .max((idle.len() + 1).saturating_sub(MAX_IDLE));
+        idle.drain(..stale);
+        idle.push(Idle {
+            tx,
+            since: Instant::now(),
+        });
+    }
+}
+
+/// Keep-alive connections to every delegate the gateway has called over plain HTTP.
+pub(super) struct Pool {
+    origins: DashMap<String, Arc<Origin>>,
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+}
+
+impl Pool {
+    pub(super) fn new(connect_timeout: Duration, idle_timeout: Duration) -> Pool {
+        Pool {
+            origins: DashMap::new(),
+            connect_timeout,
+            idle_timeout,
+        }
+    }
+
+    /// Whether this pool serves `base` (plain `http://`; HTTPS goes through reqwest).
+    pub(super) fn serves(base: &str) -> bool {
+        base.starts_with("http://")
+    }
+
+    fn origin(&self, base: &str) -> Option<Arc<Origin>> {
+        if let Some(o) = self.origins.get(base) {
+            return Some(o.clone());
+        }
+        let origin = Arc::new(Origin::parse(base)?);
+        Some(
+            self.origins
+                .entry(base.to_owned())
+                .or_insert(origin)
+                .value()
+                .clone(),
+        )
+    }
+
+    /// POSTs `body` (JSON) to `base` + `/ldp/messages` and reads the whole answer, at most
+    /// `max_bytes` of it, all within `timeout`. Errors follow [`UpstreamError`]'s contract:
+    /// `Connect` (no connection), `Unanswered` (the connection failed before the answer's
+    /// head), `Broken` (it failed during the answer), `Timeout`, `Malformed` (too large).
+    pub(super) async fn post_message(
+        &self,
+        base: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Result<(StatusCode, Bytes), UpstreamError> {
+        let url = || format!("{base}/ldp/messages");
+        let Some(origin) = self.origin(base) else {
+            return Err(UpstreamError::Malformed {
+                url: url(),
+                reason: "not an http://host:port[/path] URL".into(),
+            });
+        };
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri(origin.messages.clone())
+            .header(HOST, origin.host.clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| UpstreamError::Malformed {
+                url: url(),
+                reason: e.to_string(),
+            })?;
+        let exchange = async {
+            let (mut tx, resp) = self
+                .send(&origin, req)
+                .await
+                .map_err(|reason| match reason {
+                    SendError::Connect(reason) => UpstreamError::Connect { url: url(), reason },
+                    SendError::Unanswered(reason) => {
+                        UpstreamError::Unanswered { url: url(), reason }
+                    }
+                })?;
+            let status = resp.status();
+            let body = Limited::new(resp.into_body(), max_bytes)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        UpstreamError::Malformed {
+                            url: url(),
+                            reason: format!("answer larger than {max_bytes} bytes"),
+                        }
+                    } else {
+                        UpstreamError::Broken {
+                            url: url(),
+                            reason: error_chain(&*e),
+                        }
+                    }
+                })?
+                .to_bytes();
+            // The answer was read to its end: the connection is free for the next request.
+            if tx.ready().await.is_ok() {
+                origin.checkin(tx, self.idle_timeout);
+            }
+            Ok((status, body))
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or_else(|_| {
+                Err(UpstreamError::Timeout {
+                    url: url(),
+                    after: timeout,
+                })
+            })
+    }
+
+    /// Sends on an idle connection, or a new one if there is none or the idle one turns out
+    /// closed before the request was written (the keep-alive race with a delegate closing it).
+    async fn send(
+        &self,
+        origin: &Origin,
+        req: Request<Full<Bytes>>,
+    ) -> Result<
+        (
+            SendRequest<Full<Bytes>>,
+            hyper::Response<hyper::body::Incoming>,
+        ),
+        SendError,
+    > {
+        let mut req = req;
+        while let Some(mut tx) = origin.checkout(self.idle_timeout) {
+            if tx.ready().await.is_err() {
+                continue;
+            }
+            match tx.try_send_request(req).await {
+                Ok(resp) => return Ok((tx, resp)),
+                Err(mut e) => match e.take_message() {
+                    // Not written: safe to send again on another connection.
+                    Some(back) => req = back,
+                    None => return Err(SendError::Unanswered(error_chain(&e.into_error()))),
+                },
+            }
+        }
+        let mut tx = self.connect(origin).await?;
+        match tx.send_request(req).await {
+            Ok(resp) => Ok((tx, resp)),
+            Err(e) => Err(SendError::Unanswered(error_chain(&e))),
+        }
+    }
+
+    async fn connect(&self, origin: &Origin) -> Result<SendRequest<Full<Bytes>>, SendError> {
+        let connect = tokio::net::TcpStream::connect(origin.authority.as_str());
+        let stream = match tokio::time::timeout(self.connect_timeout, connect).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(SendError::Connect(e.to_string())),
+            Err(_) => {
+                return Err(SendError::Connect(format!(
+                    "no connection within {:?}",
+                    self.connect_timeout
+                )))
+            }
+        };
+        // Small request/answer exchanges: never wait for Nagle.
+        let _ = stream.set_nodelay(true);
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let (tx, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|e| SendError::Connect(error_chain(&e)))?;
+        let authority = origin.authority.clone();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(delegate = %authority, error = %e, "upstream connection ended");
+            }
+        });
+        Ok(tx)
+    }
+
+    /// Where `base`'s messages go (tests).
+    #[cfg(test)]
+    fn messages_uri(&self, base: &str) -> Option<String> {
+        self.origin(base).map(|o| o.messages.to_string())
+    }
+}
+
+enum SendError {
+    Connect(String),
+    Unanswered(String),
+}
+
+/// The innermost cause's text ("Connection refused"), which says the most.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut reason = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        reason = s.to_string();
+        src = s.source();
+    }
+    reason
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_parse_once_with_their_prefix() {
+        let pool = Pool::new(Duration::from_secs(1), Duration::from_secs(60));
+        let uri = |base: &str| pool.messages_uri(base);
+        assert_eq!(
+            uri("http://127.0.0.1:9/x/y/").as_deref(),
+            Some("/x/y/ldp/messages")
+        );
+        assert_eq!(uri("http://h:9").as_deref(), Some("/ldp/messages"));
+        assert!(uri("https://h:9").is_none());
+        assert!(uri("http://user@h:9").is_none());
+        let o = Origin::parse("http://h:9/p").unwrap();
+        assert_eq!(o.messages, "/p/ldp/messages");
+        assert_eq!(o.host, "h:9");
+    }
+
+    #[tokio::test]
+    async fn refused_connections_are_connect_errors() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let pool = Pool::new(Duration::from_secs(1), Duration::from_secs(60));
+        let base = format!("http://127.0.0.1:{port}");
+        let err = pool
+            .post_message(&base, b"{}".to_vec(), Duration::from_secs(2), 1024)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, UpstreamError::Connect { .. }), "{err:?}");
+    }
+}
