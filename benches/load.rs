@@ -351,7 +351,71 @@ fn machine() -> String {
     )
 }
 
-fn report(rows: &[Row], secs: u64, notes: &[String]) -> String {
+/// What the gateway holds in memory.
+struct Memory {
+    idle_kib: u64,
+    after_load_kib: u64,
+    per_session: f64,
+    sessions: usize,
+}
+
+/// The performance issue's targets that this run measures, each with the measured value.
+fn targets(rows: &[Row], memory: Option<&Memory>) -> Vec<(String, String, bool)> {
+    let find = |p: &str, c: usize| rows.iter().find(|r| r.path == p && r.conns == c);
+    let mut out = Vec::new();
+    for c in [16, 64] {
+        if let (Some(g), Some(n)) = (find("gateway", c), find("nginx", c)) {
+            let r = g.rps / n.rps.max(1e-9);
+            out.push((
+                format!("throughput at {c} conns ≥ 0.6 × nginx"),
+                format!("{r:.2} ×"),
+                r >= 0.6,
+            ));
+        }
+    }
+    for c in CONNS {
+        if let (Some(g), Some(n)) = (find("gateway", c), find("nginx", c)) {
+            let r = g.hop_us / n.hop_us.max(1e-9);
+            out.push((
+                format!("CPU per task at {c} conns ≤ 2.5 × nginx"),
+                format!("{r:.2} × ({:.0} vs {:.0} µs)", g.hop_us, n.hop_us),
+                r <= 2.5,
+            ));
+        }
+    }
+    if let (Some(g), Some(d)) = (find("gateway", 1), find("direct", 1)) {
+        let added = g.p50 as i64 - d.p50 as i64;
+        out.push((
+            "added p50 at 1 conn ≤ 150 µs".into(),
+            format!("{added} µs"),
+            added <= 150,
+        ));
+    }
+    if let (Some(g), Some(n)) = (find("gateway", 64), find("nginx", 64)) {
+        let r = g.p99 as f64 / n.p99.max(1) as f64;
+        out.push((
+            "p99 at 64 conns ≤ 2 × nginx".into(),
+            format!("{r:.2} ×"),
+            r <= 2.0,
+        ));
+    }
+    if let Some(m) = memory {
+        let mib = m.idle_kib as f64 / 1024.0;
+        out.push((
+            "idle RSS ≤ 30 MiB".into(),
+            format!("{mib:.1} MiB"),
+            mib <= 30.0,
+        ));
+        out.push((
+            format!("memory per idle session ≤ 2 KiB ({} sessions)", m.sessions),
+            format!("{:.0} bytes", m.per_session),
+            m.per_session <= 2048.0,
+        ));
+    }
+    out
+}
+
+fn report(rows: &[Row], secs: u64, memory: Option<&Memory>, notes: &[String]) -> String {
     let mut s = String::new();
     s.push_str(&format!("Run: {}\n\n", machine()));
     s.push_str(&format!(
@@ -389,6 +453,23 @@ fn report(rows: &[Row], secs: u64, notes: &[String]) -> String {
             opt(&|n| format!("{:.2}", g.hop_us / n.hop_us.max(1e-9))),
         ));
     }
+    s.push_str("\nTargets (performance issue) measured in this run:\n\n| target | measured | met |\n|---|---|---|\n");
+    for (what, value, met) in targets(rows, memory) {
+        s.push_str(&format!(
+            "| {what} | {value} | {} |\n",
+            if met { "yes" } else { "**no**" }
+        ));
+    }
+    if let Some(m) = memory {
+        s.push_str(&format!(
+            "\nMemory: idle RSS {:.1} MiB; after the load rows {:.1} MiB; {} idle sessions on a \
+             fresh gateway add {:.0} bytes each.\n",
+            m.idle_kib as f64 / 1024.0,
+            m.after_load_kib as f64 / 1024.0,
+            m.sessions,
+            m.per_session
+        ));
+    }
     for n in notes {
         s.push_str(&format!("\nNote: {n}\n"));
     }
@@ -405,6 +486,121 @@ fn write_readme(manifest: &Path, section: &str) -> anyhow::Result<()> {
     };
     std::fs::write(path, new)?;
     Ok(())
+}
+
+/// Writes a production-like config under `dir` (its own ledger and policy folder), starts
+/// `ldp-gateway serve` on it and waits until `/readyz` answers 200. Returns the process, the
+/// LDP URL and the admin URL.
+async fn start_gateway(
+    bin: &Path,
+    dir: &Path,
+    delegate_url: &str,
+    key: &str,
+    max_sessions: usize,
+    probe: &reqwest::Client,
+) -> anyhow::Result<(Proc, String, String)> {
+    std::fs::create_dir_all(dir.join("policies"))?;
+    std::fs::write(dir.join("policies/load-all.toml"), POLICY)?;
+    let cfg = format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+[admin]
+listen = "127.0.0.1:0"
+[policies]
+dir = "{d}/policies"
+default = "load-all"
+[provenance]
+store = "sqlite://{d}/provenance.db"
+durability = "commit"
+[security]
+max_sessions = {max_sessions}
+[[tenants]]
+name = "load"
+api_key_sha256 = ["{h}"]
+trust_domains = ["default"]
+policies = ["load-all"]
+default_policy = "load-all"
+limits = {{ rps = 1000000, burst = 1000000 }}
+max_sessions = {max_sessions}
+[[delegates]]
+url = "{delegate_url}"
+name = "load-fast"
+"#,
+        d = dir.display(),
+        h = ldp_gateway::secret::hash_key(key),
+    );
+    std::fs::write(dir.join("gateway.toml"), cfg)?;
+    let mut cmd = Command::new(bin);
+    cmd.args(["serve", "--config"])
+        .arg(dir.join("gateway.toml"));
+    let (gateway, urls) = spawn_until(cmd, &["LDP endpoint:", "admin:"], &dir.join("gateway.log"))?;
+    let (gw_url, admin_url) = (urls[0].clone(), urls[1].clone());
+    for _ in 0..100 {
+        if let Ok(r) = probe.get(format!("{admin_url}/readyz")).send().await {
+            if r.status().is_success() {
+                return Ok((gateway, gw_url, admin_url));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("gateway not ready (see {}/gateway.log)", dir.display())
+}
+
+/// Resident set size of `pid`, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Sessions opened by the memory measurement.
+const SESSIONS: usize = 100_000;
+
+/// A fresh gateway's RSS growth per idle client session: `SESSIONS` sessions opened over 16
+/// keep-alive connections (no tasks), RSS before and after. Returns (bytes per session,
+/// sessions the gateway accepted).
+async fn session_memory(
+    bin: &Path,
+    dir: &Path,
+    delegate_url: &str,
+    probe: &reqwest::Client,
+) -> anyhow::Result<(f64, usize)> {
+    let key = format!("mem-{}", uuid::Uuid::new_v4().simple());
+    let (gateway, url, _) =
+        start_gateway(bin, dir, delegate_url, &key, SESSIONS * 2, probe).await?;
+    let before = rss_kib(gateway.child.id());
+    let t = Target {
+        base: url,
+        key: Some(key),
+    };
+    let conns = 16;
+    let tasks: Vec<_> = (0..conns)
+        .map(|_| {
+            let t = t.clone();
+            tokio::spawn(async move {
+                let http = reqwest::Client::builder()
+                    .pool_max_idle_per_host(1)
+                    .build()?;
+                let mut ok = 0usize;
+                for _ in 0..SESSIONS / conns {
+                    ok += usize::from(open(&http, &t).await.is_ok());
+                }
+                anyhow::Ok(ok)
+            })
+        })
+        .collect();
+    let mut opened = 0;
+    for h in tasks {
+        opened += h.await??;
+    }
+    let after = rss_kib(gateway.child.id());
+    let per = after.saturating_sub(before) as f64 * 1024.0 / opened.max(1) as f64;
+    Ok((per, opened))
 }
 
 #[tokio::main]
@@ -506,54 +702,10 @@ async fn main() -> anyhow::Result<()> {
     // The gateway, production-like: one tenant with an API key, sqlite ledger with commit
     // durability, metrics (always on at the admin /metrics), one policy using every constraint.
     let key = format!("load-{}", uuid::Uuid::new_v4().simple());
-    std::fs::create_dir_all(dir.join("policies"))?;
-    std::fs::write(dir.join("policies/load-all.toml"), POLICY)?;
-    let cfg = format!(
-        r#"[server]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[policies]
-dir = "{d}/policies"
-default = "load-all"
-[provenance]
-store = "sqlite://{d}/provenance.db"
-durability = "commit"
-[[tenants]]
-name = "load"
-api_key_sha256 = ["{h}"]
-trust_domains = ["default"]
-policies = ["load-all"]
-default_policy = "load-all"
-limits = {{ rps = 1000000, burst = 1000000 }}
-max_sessions = 10000
-[[delegates]]
-url = "{delegate_url}"
-name = "load-fast"
-"#,
-        d = dir.display(),
-        h = ldp_gateway::secret::hash_key(&key),
-    );
-    std::fs::write(dir.join("gateway.toml"), cfg)?;
-    let mut cmd = Command::new(&bin);
-    cmd.args(["serve", "--config"])
-        .arg(dir.join("gateway.toml"));
-    let (gateway, urls) = spawn_until(cmd, &["LDP endpoint:", "admin:"], &dir.join("gateway.log"))?;
-    let (gw_url, admin_url) = (urls[0].clone(), urls[1].clone());
     let probe = reqwest::Client::new();
-    let mut ready = false;
-    for _ in 0..100 {
-        if let Ok(r) = probe.get(format!("{admin_url}/readyz")).send().await {
-            if r.status().is_success() {
-                ready = true;
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    if !ready {
-        anyhow::bail!("gateway not ready (see {}/gateway.log)", dir.display());
-    }
+    let (gateway, gw_url, admin_url) =
+        start_gateway(&bin, &dir.join("gw"), &delegate_url, &key, 10_000, &probe).await?;
+    let idle_rss = rss_kib(gateway.child.id());
 
     let mut targets: Vec<(&'static str, Target, Vec<u32>)> = vec![(
         "direct",
@@ -607,7 +759,7 @@ name = "load-fast"
     notes.push(format!(
         "gateway /metrics counted {counted:.0} ok tasks in ldp_gateway_tasks_total (warm-up included)"
     ));
-    let ledger = rusqlite::Connection::open(dir.join("provenance.db"))
+    let ledger = rusqlite::Connection::open(dir.join("gw/provenance.db"))
         .and_then(|c| c.query_row("SELECT count(*) FROM ledger", [], |r| r.get::<_, i64>(0)));
     match ledger {
         Ok(n) => notes.push(format!(
@@ -616,7 +768,20 @@ name = "load-fast"
         Err(e) => notes.push(format!("provenance ledger not readable: {e}")),
     }
 
-    let section = report(&rows, secs, &notes);
+    let after_rss = rss_kib(gateway.child.id());
+    let memory = if full || args.iter().any(|a| a == "--memory") {
+        let (per, opened) = session_memory(&bin, &dir.join("mem"), &delegate_url, &probe).await?;
+        Some(Memory {
+            idle_kib: idle_rss,
+            after_load_kib: after_rss,
+            per_session: per,
+            sessions: opened,
+        })
+    } else {
+        None
+    };
+
+    let section = report(&rows, secs, memory.as_ref(), &notes);
     println!("{section}");
     if full {
         write_readme(&manifest, &section)?;

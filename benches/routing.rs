@@ -1,5 +1,6 @@
-//! Routing micro-benches: one `routing::decide` over 10, 100 and 10,000 delegates offering the
-//! skill under a realistic policy, and one `routing::explain` over 100.
+//! Routing micro-benches: one decision over 10, 100 and 10,000 delegates offering the skill
+//! under a realistic policy, one in a 10,000-delegate fleet where 100 offer the skill, and one
+//! `routing::explain` over 100.
 //!
 //! `cargo bench --bench routing` (quick run: `cargo bench --bench routing -- --warm-up-time 1
 //! --measurement-time 3`).
@@ -14,8 +15,10 @@ use ldp_gateway::ldp::{
     Capability, CapabilityHints, CostTier, IdentityCard, PayloadMode, TrustDomain,
 };
 use ldp_gateway::policy::{Glob, Policy, Require, Weights};
-use ldp_gateway::routing::{decide, explain, Need, Offer, RoutingParams};
-use std::collections::BTreeMap;
+use ldp_gateway::routing::{
+    decide, decide_with, explain, statics, Need, Offer, RoutingParams, Static,
+};
+use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
 
 const SKILL: &str = "summarize";
@@ -129,21 +132,27 @@ fn need() -> Need<'static> {
     }
 }
 
+/// The hot path: `decide_with` over the offers of one skill, their card-only checks
+/// ([`statics`]) computed once beforehand as the registry caches them per policy; every
+/// delegate in the fleet offers the skill (the worst case). `decide/full/100` recomputes the
+/// card-only checks each time, for comparison.
 fn bench_decide(c: &mut Criterion) {
     let (policy, need, params) = (policy(), need(), RoutingParams::default());
     let mut group = c.benchmark_group("decide");
     for n in [10usize, 100, 10_000] {
         let offers = fleet(n);
+        let st = statics(&offers, &policy, &params);
         let mut rng = fastrand::Rng::with_seed(7);
-        match decide(&offers, &policy, &need, &params, &mut rng) {
+        match decide_with(&offers, &st, &policy, &need, &params, &mut rng) {
             Ok(p) => eprintln!("decide/{n}: {} eligible, {} in band", p.eligible, p.band),
             Err(e) => eprintln!("decide/{n}: {e}"),
         }
         group.throughput(Throughput::Elements(n as u64));
         group.bench_with_input(BenchmarkId::from_parameter(n), &offers, |b, offers| {
             b.iter(|| {
-                decide(
+                decide_with(
                     black_box(offers.as_slice()),
+                    &st,
                     &policy,
                     &need,
                     &params,
@@ -152,7 +161,52 @@ fn bench_decide(c: &mut Criterion) {
             })
         });
     }
+    let offers = fleet(100);
+    let mut rng = fastrand::Rng::with_seed(7);
+    group.bench_function("full/100", |b| {
+        b.iter(|| {
+            decide(
+                black_box(offers.as_slice()),
+                &policy,
+                &need,
+                &params,
+                &mut rng,
+            )
+        })
+    });
     group.finish();
+}
+
+/// A fleet of 10,000 delegates over 100 skills (100 offering each): the skill index lookup
+/// and the decision among that skill's offers — what a task costs when the fleet is large
+/// but each skill's share is not.
+fn bench_fleet(c: &mut Criterion) {
+    let (policy, params) = (policy(), RoutingParams::default());
+    let mut index: HashMap<String, (Vec<BenchOffer>, Vec<Static>)> = HashMap::new();
+    for (i, mut o) in fleet(10_000).into_iter().enumerate() {
+        let skill = format!("skill-{}", i % 100);
+        for cap in &mut o.card.capabilities {
+            cap.name = skill.clone();
+        }
+        index.entry(skill).or_default().0.push(o);
+    }
+    for (offers, st) in index.values_mut() {
+        *st = statics(offers, &policy, &params);
+    }
+    let skills: Vec<String> = (0..100).map(|i| format!("skill-{i}")).collect();
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut k = 0usize;
+    c.bench_function("fleet/10000 (100 offer the skill)", |b| {
+        b.iter(|| {
+            k = (k + 1) % skills.len();
+            let need = Need {
+                skill: &skills[k],
+                ..need()
+            };
+            let (offers, st) = index.get(black_box(skills[k].as_str()))?;
+            decide_with(offers, st, &policy, &need, &params, &mut rng).ok()
+        })
+    });
 }
 
 fn bench_explain(c: &mut Criterion) {
@@ -163,5 +217,5 @@ fn bench_explain(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_decide, bench_explain);
+criterion_group!(benches, bench_decide, bench_fleet, bench_explain);
 criterion_main!(benches);

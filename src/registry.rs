@@ -3,7 +3,8 @@
 
 use crate::config::{normalize_url, DelegateConfig};
 use crate::ldp::{CapabilityHints, IdentityCard};
-use crate::routing::{Load, Offer};
+use crate::policy::Policy;
+use crate::routing::{self, Load, Offer, RoutingParams, Static};
 use crate::upstream::UpstreamClient;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use std::collections::{BTreeMap, HashMap};
@@ -236,8 +237,22 @@ impl Offer for SkillOffer {
 /// Skill → the delegates whose card offers it. Rebuilt when cards or membership change.
 #[derive(Debug, Default)]
 pub struct SkillIndex {
-    by_skill: HashMap<String, Arc<[SkillOffer]>>,
+    by_skill: HashMap<String, SkillEntry>,
 }
+
+/// One skill's offers and, per policy seen, their card-only routing checks.
+#[derive(Debug)]
+struct SkillEntry {
+    offers: Arc<[SkillOffer]>,
+    statics: ArcSwap<Vec<PolicyStatics>>,
+}
+
+/// A policy and the card-only checks of a skill's offers under it.
+type PolicyStatics = (Arc<Policy>, Arc<[Static]>);
+
+/// Policies whose card-only checks are kept per skill; beyond it the oldest are dropped (a
+/// reload makes new policies; the index is rebuilt at every card change anyway).
+const STATICS_KEPT: usize = 32;
 
 impl SkillIndex {
     fn build(delegates: &[Arc<Delegate>]) -> SkillIndex {
@@ -259,13 +274,58 @@ impl SkillIndex {
             }
         }
         SkillIndex {
-            by_skill: by_skill.into_iter().map(|(k, v)| (k, v.into())).collect(),
+            by_skill: by_skill
+                .into_iter()
+                .map(|(k, v)| {
+                    let entry = SkillEntry {
+                        offers: v.into(),
+                        statics: ArcSwap::from_pointee(Vec::new()),
+                    };
+                    (k, entry)
+                })
+                .collect(),
         }
     }
 
     /// The offers for `skill` (healthy or not: routing checks health).
     pub fn offers(&self, skill: &str) -> &[SkillOffer] {
-        self.by_skill.get(skill).map_or(&[], |v| v)
+        self.by_skill.get(skill).map_or(&[], |e| &e.offers)
+    }
+
+    /// The offers for `skill` with their card-only checks under `policy`
+    /// ([`routing::statics`]), computed on the first decision under that policy and kept
+    /// until the index is rebuilt. `params` must be the same for every call (the config's).
+    pub fn offers_with_statics(
+        &self,
+        skill: &str,
+        policy: &Arc<Policy>,
+        params: &RoutingParams,
+    ) -> (&[SkillOffer], Arc<[Static]>) {
+        let Some(e) = self.by_skill.get(skill) else {
+            return (&[], Arc::from(Vec::new()));
+        };
+        if let Some((_, st)) = e
+            .statics
+            .load()
+            .iter()
+            .find(|(p, _)| Arc::ptr_eq(p, policy))
+        {
+            return (&e.offers, st.clone());
+        }
+        let st: Arc<[Static]> = routing::statics(&e.offers, policy, params).into();
+        e.statics.rcu(|kept| {
+            let mut next: Vec<_> = kept
+                .iter()
+                .filter(|(p, _)| !Arc::ptr_eq(p, policy))
+                .cloned()
+                .collect();
+            if next.len() >= STATICS_KEPT {
+                next.remove(0);
+            }
+            next.push((policy.clone(), st.clone()));
+            next
+        });
+        (&e.offers, st)
     }
 
     /// Every skill offered, sorted.
@@ -437,5 +497,56 @@ impl Registry {
                 self.poll_all(&client, timeout, false).await;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delegate(name: &str, jurisdiction: &str) -> Arc<Delegate> {
+        let cfg: DelegateConfig = serde_json::from_value(serde_json::json!({
+            "url": format!("http://127.0.0.1:9/{name}"), "name": name
+        }))
+        .unwrap();
+        let d = Delegate::from_config(&cfg, OutlierConfig::default()).unwrap();
+        let card: IdentityCard = serde_json::from_value(serde_json::json!({
+            "delegate_id": format!("ldp:delegate:{name}"), "name": name, "model_family": "sim",
+            "model_version": "1", "trust_domain": "default", "jurisdiction": jurisdiction,
+            "capabilities": [{"name": "echo", "quality": {"quality_score": 0.9}}],
+            "supported_payload_modes": ["text"]
+        }))
+        .unwrap();
+        d.record_card(card);
+        Arc::new(d)
+    }
+
+    #[test]
+    fn card_only_checks_are_kept_per_policy() {
+        let index = SkillIndex::build(&[delegate("eu", "eu-west"), delegate("us", "us-east")]);
+        let params = RoutingParams::default();
+        let any = Arc::new(Policy::builtin_balanced());
+        let mut eu = Policy::builtin_balanced();
+        eu.require.jurisdictions = vec![crate::policy::Glob("eu-*".into())];
+        let eu = Arc::new(eu);
+        let (offers, first) = index.offers_with_statics("echo", &eu, &params);
+        assert_eq!(offers.len(), 2);
+        let (_, again) = index.offers_with_statics("echo", &eu, &params);
+        assert!(Arc::ptr_eq(&first, &again), "computed once per policy");
+        let (_, other) = index.offers_with_statics("echo", &any, &params);
+        assert!(!Arc::ptr_eq(&first, &other));
+        // The kept checks are the ones a fresh evaluation gives.
+        for (o, st) in offers.iter().zip(first.iter()) {
+            assert_eq!(*st, routing::static_eval(o, &eu, &params));
+        }
+        let need = routing::Need {
+            skill: "echo",
+            client_domain: "default",
+            ..Default::default()
+        };
+        let mut rng = fastrand::Rng::with_seed(1);
+        let pick = routing::decide_with(offers, &first, &eu, &need, &params, &mut rng).unwrap();
+        assert_eq!(offers[pick.index].delegate.name, "eu");
+        assert!(index.offers_with_statics("nope", &eu, &params).0.is_empty());
     }
 }

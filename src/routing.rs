@@ -10,7 +10,7 @@ mod explain;
 
 pub use explain::{explain, ConstraintRow, Explanation, RowView};
 
-use crate::ldp::trust::check_session;
+use crate::ldp::trust::session_allowed;
 use crate::ldp::{CapabilityHints, ClaimType, CostTier, IdentityCard};
 use crate::policy::Policy;
 use serde::{Deserialize, Serialize};
@@ -310,16 +310,29 @@ pub fn figures<O: Offer>(o: &O, params: &RoutingParams) -> Figures {
     }
 }
 
-/// Checks every hard constraint of `policy` and `need` against one offer.
-pub fn evaluate<O: Offer>(
-    o: &O,
-    policy: &Policy,
-    need: &Need<'_>,
-    params: &RoutingParams,
-) -> Evaluation {
-    let f = figures(o, params);
+/// What a policy concludes about an offer from its card alone: the constraints that depend
+/// on nothing else (policy trust domains, jurisdictions, min quality, max cost, payload modes,
+/// context window, model families) and the declared figures. The same for every task until
+/// the card or the policy changes, so the registry keeps them per policy and skill
+/// ([`statics`]) and a decision only checks what moves: health, load, the session's trust
+/// domains, observed latency, the task's contract.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Static {
+    failed: u16,
+    quality: Option<f64>,
+    cost_usd: Option<f64>,
+    declared_latency_ms: Option<f64>,
+    claim_type: Option<ClaimType>,
+}
+
+/// The card-only part of [`evaluate`] for one offer.
+pub fn static_eval<O: Offer>(o: &O, policy: &Policy, params: &RoutingParams) -> Static {
+    let h = o.hints();
     let card = o.card();
     let req = &policy.require;
+    let cost_usd = h
+        .cost_per_call_usd
+        .or_else(|| h.cost_tier.map(|t| params.tier_prices.of(t)));
     let mut failed = 0u16;
     let mut fail = |c: Constraint, bad: bool| {
         if bad {
@@ -328,17 +341,6 @@ pub fn evaluate<O: Offer>(
     };
     // An unknown value meets a bound only if the operator said so.
     let unknown = !params.unknown_passes_bounds;
-    fail(Constraint::Healthy, !o.healthy());
-    fail(
-        Constraint::NotTried,
-        need.exclude.iter().any(|n| n == o.name()),
-    );
-    // Ejection depends on the whole candidate set (the panic threshold): `decide` applies it.
-    fail(Constraint::Capacity, !o.load().has_room());
-    fail(
-        Constraint::TrustDomain,
-        check_session(&card.trust_domain, need.client_domain, need.required_domain).is_err(),
-    );
     fail(
         Constraint::PolicyTrustDomains,
         !req.trust_domains.is_empty() && !req.trust_domains.contains(&card.trust_domain.name),
@@ -352,20 +354,11 @@ pub fn evaluate<O: Offer>(
     );
     fail(
         Constraint::MinQuality,
-        bound(req.min_quality, f.quality, unknown, |min, q| q >= min),
+        bound(req.min_quality, h.quality, unknown, |min, q| q >= min),
     );
     fail(
         Constraint::MaxCost,
-        bound(req.max_cost_usd, f.cost_usd, unknown, |max, c| c <= max),
-    );
-    fail(
-        Constraint::MaxLatency,
-        bound(
-            req.max_latency_ms.map(|m| m as f64),
-            f.latency_ms,
-            unknown,
-            |max, l| l <= max,
-        ),
+        bound(req.max_cost_usd, cost_usd, unknown, |max, c| c <= max),
     );
     fail(
         Constraint::PayloadModes,
@@ -390,6 +383,86 @@ pub fn evaluate<O: Offer>(
         (!req.model_families.is_empty() && !req.model_families.iter().any(|g| g.matches(fam)))
             || req.deny_model_families.iter().any(|g| g.matches(fam)),
     );
+    Static {
+        failed,
+        quality: h.quality,
+        cost_usd,
+        declared_latency_ms: h.latency_p50_ms.map(|ms| ms as f64),
+        claim_type: h.claim_type,
+    }
+}
+
+/// [`static_eval`] of every offer, in order.
+pub fn statics<O: Offer>(offers: &[O], policy: &Policy, params: &RoutingParams) -> Vec<Static> {
+    offers
+        .iter()
+        .map(|o| static_eval(o, policy, params))
+        .collect()
+}
+
+/// Checks every hard constraint of `policy` and `need` against one offer.
+pub fn evaluate<O: Offer>(
+    o: &O,
+    policy: &Policy,
+    need: &Need<'_>,
+    params: &RoutingParams,
+) -> Evaluation {
+    evaluate_with(o, &static_eval(o, policy, params), policy, need, params).0
+}
+
+/// [`evaluate`] given the offer's [`Static`] part: only what changes per task is checked.
+/// Also returns the load it read.
+fn evaluate_with<O: Offer>(
+    o: &O,
+    st: &Static,
+    policy: &Policy,
+    need: &Need<'_>,
+    params: &RoutingParams,
+) -> (Evaluation, Load) {
+    let (latency_ms, latency_source) = match (o.observed_latency_ms(), st.declared_latency_ms) {
+        (Some(ms), _) => (Some(ms), LatencySource::Observed),
+        (None, Some(ms)) => (Some(ms), LatencySource::Declared),
+        (None, None) => (None, LatencySource::Unknown),
+    };
+    let f = Figures {
+        quality: st.quality,
+        cost_usd: st.cost_usd,
+        latency_ms,
+        latency_source,
+        claim_type: st.claim_type,
+    };
+    let mut failed = st.failed;
+    let mut fail = |c: Constraint, bad: bool| {
+        if bad {
+            failed |= c.bit();
+        }
+    };
+    let unknown = !params.unknown_passes_bounds;
+    fail(Constraint::Healthy, !o.healthy());
+    fail(
+        Constraint::NotTried,
+        need.exclude.iter().any(|n| n == o.name()),
+    );
+    // Ejection depends on the whole candidate set (the panic threshold): `decide` applies it.
+    let load = o.load();
+    fail(Constraint::Capacity, !load.has_room());
+    fail(
+        Constraint::TrustDomain,
+        !session_allowed(
+            &o.card().trust_domain,
+            need.client_domain,
+            need.required_domain,
+        ),
+    );
+    fail(
+        Constraint::MaxLatency,
+        bound(
+            policy.require.max_latency_ms.map(|m| m as f64),
+            f.latency_ms,
+            unknown,
+            |max, l| l <= max,
+        ),
+    );
     fail(
         Constraint::ContractBudget,
         bound(need.contract_max_cost_usd, f.cost_usd, unknown, |max, c| {
@@ -405,7 +478,7 @@ pub fn evaluate<O: Offer>(
             |left, l| l <= left,
         ),
     );
-    Evaluation { figures: f, failed }
+    (Evaluation { figures: f, failed }, load)
 }
 
 /// True when a bound exists and the value does not meet it (or is unknown and unknowns fail).
@@ -547,6 +620,7 @@ struct Survivors {
 
 fn survivors<O: Offer>(
     offers: &[O],
+    statics: &[Static],
     policy: &Policy,
     need: &Need<'_>,
     params: &RoutingParams,
@@ -560,17 +634,19 @@ fn survivors<O: Offer>(
         evaluated: offers.len(),
     };
     let mut ejected = 0usize;
-    for (i, o) in offers.iter().enumerate() {
-        let e = evaluate(o, policy, need, params);
+    for (i, (o, st)) in offers.iter().zip(statics).enumerate() {
+        let (e, load) = evaluate_with(o, st, policy, need, params);
         if e.eligible() {
-            let load = o.load();
             ejected += usize::from(load.ejected);
             s.index.push(i);
             s.figures.push(e.figures);
             s.loads.push(load);
         } else {
-            for c in e.failures() {
-                s.excluded[c as usize] += 1;
+            // Each set bit is a failed constraint (`Constraint as u16` is its bit).
+            let mut bits = e.failed;
+            while bits != 0 {
+                s.excluded[bits.trailing_zeros() as usize] += 1;
+                bits &= bits - 1;
             }
         }
     }
@@ -643,7 +719,27 @@ pub fn decide<O: Offer>(
     params: &RoutingParams,
     rng: &mut fastrand::Rng,
 ) -> Result<Pick, NoEligible> {
-    let s = survivors(offers, policy, need, params);
+    decide_with(
+        offers,
+        &statics(offers, policy, params),
+        policy,
+        need,
+        params,
+        rng,
+    )
+}
+
+/// [`decide`] given every offer's [`Static`] part (`statics[i]` is `offers[i]`'s, computed
+/// under this `policy` and `params`): the hot path's entry, with the card-only checks done.
+pub fn decide_with<O: Offer>(
+    offers: &[O],
+    statics: &[Static],
+    policy: &Policy,
+    need: &Need<'_>,
+    params: &RoutingParams,
+    rng: &mut fastrand::Rng,
+) -> Result<Pick, NoEligible> {
+    let s = survivors(offers, statics, policy, need, params);
     if s.index.is_empty() {
         return Err(NoEligible {
             skill: need.skill.to_owned(),
@@ -713,7 +809,13 @@ pub fn scores<O: Offer>(
     need: &Need<'_>,
     params: &RoutingParams,
 ) -> Scored {
-    let s = survivors(offers, policy, need, params);
+    let s = survivors(
+        offers,
+        &statics(offers, policy, params),
+        policy,
+        need,
+        params,
+    );
     let mut evals: Vec<Evaluation> = offers
         .iter()
         .map(|o| evaluate(o, policy, need, params))

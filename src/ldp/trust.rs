@@ -102,6 +102,15 @@ pub enum TrustViolation {
     },
 }
 
+/// Whether [`check_session`] passes, without building its error (routing asks this of every
+/// candidate).
+pub fn session_allowed(responder: &TrustDomain, initiator: &str, required: Option<&str>) -> bool {
+    required.is_none_or(|r| r == responder.name)
+        && (initiator == responder.name
+            || (responder.allow_cross_domain
+                && responder.trusted_peers.iter().any(|p| p == initiator)))
+}
+
 /// The three RFC §7.2 checks, in order, for a responder in `responder` receiving a session
 /// proposal from `initiator` that may require the responder to be in `required`.
 pub fn check_session(
@@ -187,5 +196,21 @@ mod tests {
         assert!(matches!(r, Err(TrustViolation::PeerNotTrusted { .. })));
         assert!(open("a", &["b"]).trusts("b"));
         assert!(!TrustDomain::named("a").trusts("b"));
+    }
+
+    #[test]
+    fn the_quick_answer_agrees_with_the_checks() {
+        let domains = [TrustDomain::named("a"), open("a", &["b"]), open("a", &[])];
+        for d in &domains {
+            for initiator in ["a", "b", "c"] {
+                for required in [None, Some("a"), Some("b")] {
+                    assert_eq!(
+                        session_allowed(d, initiator, required),
+                        check_session(d, initiator, required).is_ok(),
+                        "{d:?} {initiator} {required:?}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -9,7 +9,7 @@ use crate::ldp::{
     SessionConfig, VerificationStatus,
 };
 use crate::policy::Policy;
-use crate::registry::{Delegate, SkillOffer};
+use crate::registry::Delegate;
 use crate::routing::{self, Need, Offer};
 use crate::session::{Binding, ClientSession};
 use crate::translate::{is_mode_failure, translate_input};
@@ -253,7 +253,7 @@ impl Proxy {
     async fn run_task(
         &self,
         session: &ClientSession,
-        policy: &Policy,
+        policy: &Arc<Policy>,
         env: &Envelope,
         task: &TaskIn<'_>,
         run: &mut TaskRun,
@@ -351,15 +351,11 @@ impl Proxy {
                     ..base
                 };
                 let index = self.registry.index();
+                let (offers, statics) =
+                    index.offers_with_statics(task.skill, policy, &self.cfg.routing);
                 let mut rng = fastrand::Rng::new();
-                routing::decide(
-                    index.offers(task.skill),
-                    policy,
-                    &need,
-                    &self.cfg.routing,
-                    &mut rng,
-                )
-                .is_ok()
+                routing::decide_with(offers, &statics, policy, &need, &self.cfg.routing, &mut rng)
+                    .is_ok()
             };
             if !another || !self.budget.try_retry() {
                 let why = if out_of_time {
@@ -695,7 +691,7 @@ impl Proxy {
     async fn binding_for(
         &self,
         session: &ClientSession,
-        policy: &Policy,
+        policy: &Arc<Policy>,
         need: &Need<'_>,
         run: &mut TaskRun,
     ) -> Result<Binding, Choose> {
@@ -752,7 +748,7 @@ impl Proxy {
     async fn rebind(
         &self,
         session: &ClientSession,
-        policy: &Policy,
+        policy: &Arc<Policy>,
         need: &Need<'_>,
         run: &mut TaskRun,
     ) -> Result<Binding, Choose> {
@@ -763,7 +759,7 @@ impl Proxy {
     async fn rebind_locked(
         &self,
         session: &ClientSession,
-        policy: &Policy,
+        policy: &Arc<Policy>,
         need: &Need<'_>,
         run: &mut TaskRun,
     ) -> Result<Binding, Choose> {
@@ -788,11 +784,11 @@ impl Proxy {
 
     fn pick(
         &self,
-        policy: &Policy,
+        policy: &Arc<Policy>,
         need: &Need<'_>,
     ) -> Result<(Arc<Delegate>, RouteInfo), LdpError> {
         let index = self.registry.index();
-        let offers: &[SkillOffer] = index.offers(need.skill);
+        let (offers, statics) = index.offers_with_statics(need.skill, policy, &self.cfg.routing);
         let mut rng = fastrand::Rng::new();
         // A delegate at its own rate limit is skipped, not failed: decide again without it.
         let mut limited: Vec<String> = Vec::new();
@@ -807,8 +803,11 @@ impl Proxy {
                     ..*need
                 }
             };
-            let p = routing::decide(offers, policy, &need, &self.cfg.routing, &mut rng)
-                .map_err(|e| LdpError::gateway(GatewayCode::NoEligibleDelegate, e.to_string()))?;
+            let p =
+                routing::decide_with(offers, &statics, policy, &need, &self.cfg.routing, &mut rng)
+                    .map_err(|e| {
+                        LdpError::gateway(GatewayCode::NoEligibleDelegate, e.to_string())
+                    })?;
             let chosen = &offers[p.index];
             if !self.admits(&chosen.delegate) {
                 limited.push(chosen.delegate.name.clone());
