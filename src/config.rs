@@ -315,8 +315,8 @@ pub struct PoliciesConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProvenanceConfig {
-    /// Store URL: `sqlite://PATH` (relative to the working directory), `sqlite:///ABS`, or
-    /// `sqlite::memory:`.
+    /// Store URL: `sqlite://PATH` (relative to the working directory), `sqlite:///ABS`,
+    /// `sqlite::memory:`, or `postgres://user[:password]@host:port/db` (cluster mode).
     pub store: String,
     /// `commit` (answer after the row commits), `fsync` (and power-loss safe), `async`.
     pub durability: crate::provenance::Durability,
@@ -487,10 +487,10 @@ impl Config {
                 "{origin}: provenance.prune_every: must be longer than 0s"
             ));
         }
-        if !p.store.starts_with("sqlite:") {
+        if !p.store.starts_with("sqlite:") && !crate::provenance::is_postgres(&p.store) {
             out.push(format!(
-                "{origin}: provenance.store: unsupported store '{}' (use sqlite://PATH)",
-                p.store
+                "{origin}: provenance.store: unsupported store '{}' (use sqlite://PATH or postgres://…)",
+                crate::provenance::redact_url(&p.store)
             ));
         }
         let r = &self.routing;

@@ -12,11 +12,13 @@
 //! Backends implement [`Backend`] (blocking, run on the writer's own thread): SQLite here,
 //! Postgres in cluster mode.
 
+mod postgres;
 pub mod query;
 mod row;
 mod sqlite;
 mod writer;
 
+pub use postgres::PostgresBackend;
 pub use query::{Format, Query};
 pub use row::{digest, redact_preview, JsonText, LedgerRow, Outcome};
 pub use sqlite::SqliteBackend;
@@ -41,8 +43,11 @@ pub enum Durability {
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     /// The store URL is not understood.
-    #[error("unsupported provenance store '{0}' (use sqlite://PATH)")]
+    #[error("unsupported provenance store '{0}' (use sqlite://PATH or postgres://…)")]
     BadStore(String),
+    /// Postgres failed (its message; the URL's password is never in it).
+    #[error("postgres: {0}")]
+    Postgres(String),
     /// SQLite failed.
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
@@ -83,20 +88,44 @@ pub trait Backend: Send + 'static {
     fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError>;
     /// Total `cost_usd` per tenant of rows finished at or after `since_ms`.
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError>;
+    /// Whether the store answers now (`/readyz`); an embedded file always does.
+    fn healthy(&mut self) -> bool {
+        true
+    }
 }
 
-/// Opens the backend a store URL names: `sqlite://relative/path.db`, `sqlite:///abs/path.db`
-/// or `sqlite::memory:`.
+/// How long opening a Postgres ledger may take to connect.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Opens the backend a store URL names: `sqlite://relative/path.db`, `sqlite:///abs/path.db`,
+/// `sqlite::memory:`, or `postgres://user@host:port/db` (also `postgresql://`).
 pub fn open_backend(store: &str, durability: Durability) -> Result<Box<dyn Backend>, LedgerError> {
     if let Some(rest) = store.strip_prefix("sqlite:") {
         let path = rest.strip_prefix("//").unwrap_or(rest);
         return Ok(Box::new(SqliteBackend::open(path, durability)?));
     }
-    Err(LedgerError::BadStore(store.to_owned()))
+    if is_postgres(store) {
+        return Ok(Box::new(PostgresBackend::open(
+            store,
+            durability,
+            CONNECT_TIMEOUT,
+        )?));
+    }
+    Err(LedgerError::BadStore(postgres::redact(store)))
 }
 
-/// `ldp-gateway provenance`: query the SQLite file (`db`, else the config's store) read-only
-/// and render the rows as `json` or `csv`.
+/// A store URL with any password replaced by `***` (for errors and logs).
+pub fn redact_url(store: &str) -> String {
+    postgres::redact(store)
+}
+
+/// Whether `store` names a Postgres ledger.
+pub fn is_postgres(store: &str) -> bool {
+    store.starts_with("postgres://") || store.starts_with("postgresql://")
+}
+
+/// `ldp-gateway provenance`: query the ledger (the SQLite file `db` read-only, else the
+/// config's store, SQLite or Postgres) and render the rows as `json` or `csv`.
 pub fn print_from_file(
     db: Option<&std::path::Path>,
     config: &std::path::Path,
@@ -104,27 +133,32 @@ pub fn print_from_file(
     since: Option<&str>,
     format: &str,
 ) -> anyhow::Result<String> {
-    let path = match db {
-        Some(p) => p.display().to_string(),
-        None => {
-            let cfg = crate::config::Config::load(config)?;
-            let store = cfg.provenance.store;
-            let rest = store
-                .strip_prefix("sqlite:")
-                .ok_or_else(|| LedgerError::BadStore(store.clone()))?;
-            rest.strip_prefix("//").unwrap_or(rest).to_owned()
-        }
-    };
-    if !std::path::Path::new(&path).exists() {
-        anyhow::bail!("no provenance database at {path}");
-    }
     if let Some(s) = since {
         q.since_ms = Some(
             query::parse_since(s, chrono::Utc::now().timestamp_millis())
                 .map_err(anyhow::Error::msg)?,
         );
     }
-    let mut backend = SqliteBackend::open_read_only(&path)?;
+    let store = match db {
+        Some(p) => format!("sqlite://{}", p.display()),
+        None => crate::config::Config::load(config)?.provenance.store,
+    };
+    let mut backend: Box<dyn Backend> = if is_postgres(&store) {
+        Box::new(PostgresBackend::open(
+            &store,
+            Durability::Commit,
+            CONNECT_TIMEOUT,
+        )?)
+    } else {
+        let rest = store
+            .strip_prefix("sqlite:")
+            .ok_or_else(|| LedgerError::BadStore(store.clone()))?;
+        let path = rest.strip_prefix("//").unwrap_or(rest);
+        if !std::path::Path::new(path).exists() {
+            anyhow::bail!("no provenance database at {path}");
+        }
+        Box::new(SqliteBackend::open_read_only(path)?)
+    };
     let rows = backend.query(&q)?;
     Ok(match format {
         "csv" => query::to_csv(&rows),

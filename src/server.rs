@@ -172,7 +172,15 @@ impl Gateway {
             .map_err(ServerError::Policies)?;
         let metrics = Arc::new(crate::telemetry::Metrics::new()?);
         let p = &config.provenance;
-        let backend = crate::provenance::open_backend(&p.store, p.durability)?;
+        // Opening may block (a Postgres connection): off the runtime's threads.
+        let (store, durability) = (p.store.clone(), p.durability);
+        let backend = tokio::task::spawn_blocking(move || {
+            crate::provenance::open_backend(&store, durability)
+        })
+        .await
+        .map_err(|e| {
+            crate::provenance::LedgerError::Write(format!("opening the store failed: {e}"))
+        })??;
         let ledger = Ledger::start(backend, p.durability, p.queue_capacity, metrics.clone());
         let tenants = crate::tenant::Tenants::from_config(&config.tenants)
             .map_err(|e| ConfigError::Invalid(vec![e]))?;

@@ -15,6 +15,7 @@ enum Cmd {
     Query(Box<Query>, Ack<Vec<LedgerRow>>),
     Prune(i64, Ack<u64>),
     Spend(i64, Ack<Vec<(String, f64)>>),
+    Healthy(Ack<bool>),
     Shutdown,
 }
 
@@ -177,6 +178,17 @@ impl LedgerHandle {
         done.await.map_err(closed)?.map_err(LedgerError::Write)
     }
 
+    /// Whether the store answers within `deadline` (`/readyz`): the writer asks it between
+    /// commits, so a writer stuck on a dead database also reads as unhealthy.
+    pub async fn healthy(&self, deadline: Duration) -> bool {
+        let (ack, done) = oneshot::channel();
+        let asked = async {
+            self.tx.send(Cmd::Healthy(ack)).await.ok()?;
+            done.await.ok()?.ok()
+        };
+        matches!(tokio::time::timeout(deadline, asked).await, Ok(Some(true)))
+    }
+
     /// Deletes rows finished before `before_ms`.
     pub async fn prune(&self, before_ms: i64) -> Result<u64, LedgerError> {
         let (ack, done) = oneshot::channel();
@@ -266,6 +278,9 @@ fn run(mut backend: Box<dyn Backend>, mut rx: mpsc::Receiver<Cmd>, m: &Metrics) 
                     Cmd::Spend(since, ack) => {
                         flush(backend.as_mut(), &mut rows, &mut acks, m);
                         let _ = ack.send(backend.spend_since(since).map_err(|e| e.to_string()));
+                    }
+                    Cmd::Healthy(ack) => {
+                        let _ = ack.send(Ok(backend.healthy()));
                     }
                     Cmd::Shutdown => {
                         stopping = true;

@@ -133,15 +133,20 @@ mod tests {
     }
 }
 
+/// Ready when a delegate is healthy, the ledger answers and, in cluster mode, Redis does.
 async fn readyz(State(s): State<AppState>) -> Response {
     let healthy = s.proxy.registry().healthy_count();
-    let body = Json(json!({"config": "loaded", "healthy_delegates": healthy}));
-    if healthy > 0 {
+    let ledger = s.proxy.ledger().healthy(READY_DEADLINE).await;
+    let body = Json(json!({"config": "loaded", "healthy_delegates": healthy, "ledger": ledger}));
+    if healthy > 0 && ledger {
         (StatusCode::OK, body).into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
     }
 }
+
+/// How long `/readyz` waits for each dependency.
+const READY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
 async fn metrics(State(s): State<AppState>) -> Response {
     let m = s.proxy.metrics();

@@ -1,0 +1,363 @@
+//! The Postgres backend (cluster mode: every replica writes to one ledger). Same rows, same
+//! queries and the same writer as SQLite; a group of rows is one `INSERT … SELECT FROM
+//! UNNEST(…)` (one round trip per commit, whatever its size).
+//!
+//! Durability maps onto `synchronous_commit`: `commit` and `async` use `off` (a committed row
+//! survives any crash of the gateway; the database host losing power may lose its last
+//! fraction of a second, as SQLite's `NORMAL`), `fsync` uses `on`.
+
+use super::{Backend, Durability, JsonText, LedgerError, LedgerRow, Outcome, Query};
+use postgres::types::ToSql;
+use postgres::{Client, NoTls};
+use std::time::Duration;
+
+/// Schema migrations; `ldp_ledger_schema.version` records how many ran. Append only.
+const MIGRATIONS: [&str; 1] = ["CREATE TABLE ledger (
+        id BIGSERIAL PRIMARY KEY,
+        task_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        upstream_session_id TEXT,
+        tenant TEXT NOT NULL,
+        skill TEXT NOT NULL,
+        policy TEXT,
+        delegate TEXT,
+        delegate_id TEXT,
+        model_version TEXT,
+        outcome TEXT NOT NULL,
+        error_code TEXT,
+        error_message TEXT,
+        score DOUBLE PRECISION,
+        candidates BIGINT,
+        attempts BIGINT NOT NULL,
+        fallbacks TEXT NOT NULL,
+        payload_mode TEXT,
+        latency_ms DOUBLE PRECISION NOT NULL,
+        upstream_ms DOUBLE PRECISION NOT NULL,
+        cost_usd DOUBLE PRECISION,
+        reported_cost_usd DOUBLE PRECISION,
+        declared_cost_usd DOUBLE PRECISION,
+        tokens BIGINT,
+        confidence DOUBLE PRECISION,
+        verification_status TEXT,
+        started_at TEXT NOT NULL,
+        finished_at TEXT NOT NULL,
+        finished_ms BIGINT NOT NULL,
+        output_sha256 TEXT,
+        lineage TEXT NOT NULL,
+        routing TEXT NOT NULL,
+        payload TEXT
+    );
+    CREATE INDEX ledger_session ON ledger (session_id, id);
+    CREATE INDEX ledger_task ON ledger (task_id);
+    CREATE INDEX ledger_delegate_time ON ledger (delegate, finished_ms);
+    CREATE INDEX ledger_tenant_time ON ledger (tenant, finished_ms);
+    CREATE INDEX ledger_time ON ledger (finished_ms);"];
+
+/// Replicas starting together take this advisory lock around migrations.
+const MIGRATION_LOCK: i64 = 0x4c44_5047_4c45_4447; // "LDPGLEDG"
+
+/// Longest any one statement may run (every call to the database has a deadline).
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The columns, in insert and select order.
+const COLUMNS: &str = "task_id, session_id, upstream_session_id, tenant, skill, policy, delegate,
+    delegate_id, model_version, outcome, error_code, error_message, score, candidates, attempts,
+    fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd, reported_cost_usd,
+    declared_cost_usd, tokens, confidence, verification_status, started_at, finished_at,
+    finished_ms, output_sha256, lineage, routing, payload";
+
+/// A ledger in a Postgres database.
+pub struct PostgresBackend {
+    client: Client,
+    insert: postgres::Statement,
+}
+
+impl PostgresBackend {
+    /// Connects to `url` (`postgres://user@host:port/db`, libpq style) within `connect_timeout`
+    /// and migrates the schema.
+    pub fn open(
+        url: &str,
+        durability: Durability,
+        connect_timeout: Duration,
+    ) -> Result<PostgresBackend, LedgerError> {
+        let mut config: postgres::Config = url
+            .parse()
+            .map_err(|e| LedgerError::BadStore(format!("{}: {e}", redact(url))))?;
+        config.connect_timeout(connect_timeout);
+        config.application_name("ldp-gateway");
+        let mut client = config.connect(NoTls).map_err(pg)?;
+        let sync = match durability {
+            Durability::Fsync => "on",
+            Durability::Commit | Durability::Async => "off",
+        };
+        client
+            .batch_execute(&format!(
+                "SET synchronous_commit = {sync}; SET statement_timeout = {};",
+                STATEMENT_TIMEOUT.as_millis()
+            ))
+            .map_err(pg)?;
+        migrate(&mut client)?;
+        let insert = client.prepare(&insert_sql()).map_err(pg)?;
+        Ok(PostgresBackend { client, insert })
+    }
+
+    /// Whether the database answers (for `/readyz`).
+    pub fn ping(&mut self) -> bool {
+        self.client.simple_query("SELECT 1").is_ok()
+    }
+}
+
+/// The one insert: a group of rows as one array per column.
+fn insert_sql() -> String {
+    const TYPES: [&str; 32] = [
+        "text", "text", "text", "text", "text", "text", "text", "text", "text", "text", "text",
+        "text", "float8", "int8", "int8", "text", "text", "float8", "float8", "float8", "float8",
+        "float8", "int8", "float8", "text", "text", "text", "int8", "text", "text", "text", "text",
+    ];
+    let unnest: Vec<String> = TYPES
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("${}::{t}[]", i + 1))
+        .collect();
+    format!(
+        "INSERT INTO ledger ({COLUMNS}) SELECT * FROM UNNEST({})",
+        unnest.join(", ")
+    )
+}
+
+fn migrate(client: &mut Client) -> Result<(), LedgerError> {
+    {
+        let mut tx = client.transaction().map_err(pg)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .map_err(pg)?;
+        tx.batch_execute("CREATE TABLE IF NOT EXISTS ldp_ledger_schema (version BIGINT NOT NULL)")
+            .map_err(pg)?;
+        let version: i64 = tx
+            .query_opt("SELECT version FROM ldp_ledger_schema", &[])
+            .map_err(pg)?
+            .map(|r| r.get(0))
+            .unwrap_or(0);
+        if version > MIGRATIONS.len() as i64 {
+            return Err(LedgerError::SchemaTooNew {
+                found: version,
+                known: MIGRATIONS.len() as i64,
+            });
+        }
+        for sql in MIGRATIONS.iter().skip(version.max(0) as usize) {
+            tx.batch_execute(sql).map_err(pg)?;
+        }
+        tx.execute("DELETE FROM ldp_ledger_schema", &[])
+            .map_err(pg)?;
+        tx.execute(
+            "INSERT INTO ldp_ledger_schema VALUES ($1)",
+            &[&(MIGRATIONS.len() as i64)],
+        )
+        .map_err(pg)?;
+        tx.commit().map_err(pg)
+    }
+}
+
+fn pg(e: postgres::Error) -> LedgerError {
+    LedgerError::Postgres(e.to_string())
+}
+
+/// `url` without its password (for errors and logs).
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let userinfo = &url[s + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// One column of a group of rows, as a Postgres array parameter.
+fn col<T>(rows: &[LedgerRow], f: impl Fn(&LedgerRow) -> T) -> Vec<T> {
+    rows.iter().map(f).collect()
+}
+
+impl Backend for PostgresBackend {
+    fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let text = |f: fn(&LedgerRow) -> &str| col(rows, move |r| f(r).to_owned());
+        let opt = |f: fn(&LedgerRow) -> Option<&str>| col(rows, move |r| f(r).map(str::to_owned));
+        let task_id = text(|r| &r.task_id);
+        let session_id = text(|r| &r.session_id);
+        let upstream_session_id = opt(|r| r.upstream_session_id.as_deref());
+        let tenant = text(|r| &r.tenant);
+        let skill = text(|r| &r.skill);
+        let policy = opt(|r| r.policy.as_deref());
+        let delegate = opt(|r| r.delegate.as_deref());
+        let delegate_id = opt(|r| r.delegate_id.as_deref());
+        let model_version = opt(|r| r.model_version.as_deref());
+        let outcome = text(|r| r.outcome.as_str());
+        let error_code = opt(|r| r.error_code.as_deref());
+        let error_message = opt(|r| r.error_message.as_deref());
+        let score = col(rows, |r| r.score);
+        let candidates = col(rows, |r| r.candidates.map(i64::from));
+        let attempts = col(rows, |r| i64::from(r.attempts));
+        let fallbacks = col(rows, |r| {
+            serde_json::to_string(&r.fallbacks).unwrap_or_else(|_| "[]".into())
+        });
+        let payload_mode = opt(|r| r.payload_mode.as_deref());
+        let latency_ms = col(rows, |r| r.latency_ms);
+        let upstream_ms = col(rows, |r| r.upstream_ms);
+        let cost_usd = col(rows, |r| r.cost_usd);
+        let reported = col(rows, |r| r.reported_cost_usd);
+        let declared = col(rows, |r| r.declared_cost_usd);
+        let tokens = col(rows, |r| r.tokens.map(|t| t.min(i64::MAX as u64) as i64));
+        let confidence = col(rows, |r| r.confidence);
+        let verification = opt(|r| r.verification_status.as_deref());
+        let started_at = text(|r| &r.started_at);
+        let finished_at = text(|r| &r.finished_at);
+        let finished_ms = col(rows, |r| r.finished_ms);
+        let sha = opt(|r| r.output_sha256.as_deref());
+        let lineage = text(|r| r.lineage.get());
+        let routing = text(|r| r.routing.get());
+        let payload = opt(|r| r.payload.as_ref().map(JsonText::get));
+        let params: [&(dyn ToSql + Sync); 32] = [
+            &task_id,
+            &session_id,
+            &upstream_session_id,
+            &tenant,
+            &skill,
+            &policy,
+            &delegate,
+            &delegate_id,
+            &model_version,
+            &outcome,
+            &error_code,
+            &error_message,
+            &score,
+            &candidates,
+            &attempts,
+            &fallbacks,
+            &payload_mode,
+            &latency_ms,
+            &upstream_ms,
+            &cost_usd,
+            &reported,
+            &declared,
+            &tokens,
+            &confidence,
+            &verification,
+            &started_at,
+            &finished_at,
+            &finished_ms,
+            &sha,
+            &lineage,
+            &routing,
+            &payload,
+        ];
+        self.client.execute(&self.insert, &params).map_err(pg)?;
+        Ok(())
+    }
+
+    fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
+        let mut sql = format!("SELECT {COLUMNS} FROM ledger WHERE true");
+        let mut text_args: Vec<String> = Vec::new();
+        for (col, v) in [
+            ("session_id", &q.session_id),
+            ("task_id", &q.task_id),
+            ("delegate", &q.delegate),
+            ("tenant", &q.tenant),
+        ] {
+            if let Some(v) = v {
+                text_args.push(v.clone());
+                sql.push_str(&format!(" AND {col} = ${}", text_args.len()));
+            }
+        }
+        let since = q.since_ms.unwrap_or(i64::MIN);
+        sql.push_str(&format!(
+            " AND finished_ms >= ${} ORDER BY finished_ms DESC, id DESC LIMIT {} OFFSET {}",
+            text_args.len() + 1,
+            q.page(),
+            q.offset.unwrap_or(0)
+        ));
+        let mut params: Vec<&(dyn ToSql + Sync)> =
+            text_args.iter().map(|s| s as &(dyn ToSql + Sync)).collect();
+        params.push(&since);
+        let rows = self.client.query(&sql, &params).map_err(pg)?;
+        rows.iter().map(read_row).collect()
+    }
+
+    fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
+        self.client
+            .execute("DELETE FROM ledger WHERE finished_ms < $1", &[&before_ms])
+            .map_err(pg)
+    }
+
+    fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT tenant, COALESCE(SUM(cost_usd), 0)::float8 FROM ledger
+                 WHERE finished_ms >= $1 GROUP BY tenant",
+                &[&since_ms],
+            )
+            .map_err(pg)?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    fn healthy(&mut self) -> bool {
+        self.ping()
+    }
+}
+
+fn read_row(r: &postgres::Row) -> Result<LedgerRow, LedgerError> {
+    let corrupt = |e: serde_json::Error| LedgerError::Corrupt(e.to_string());
+    let fallbacks: String = r.get(15);
+    let lineage: String = r.get(29);
+    let routing: String = r.get(30);
+    let payload: Option<String> = r.get(31);
+    let outcome: String = r.get(9);
+    Ok(LedgerRow {
+        task_id: r.get(0),
+        session_id: r.get(1),
+        upstream_session_id: r.get(2),
+        tenant: r.get(3),
+        skill: r.get(4),
+        policy: r.get(5),
+        delegate: r.get(6),
+        delegate_id: r.get(7),
+        model_version: r.get(8),
+        outcome: if outcome == "result" {
+            Outcome::Result
+        } else {
+            Outcome::Failed
+        },
+        error_code: r.get(10),
+        error_message: r.get(11),
+        score: r.get(12),
+        candidates: r
+            .get::<_, Option<i64>>(13)
+            .map(|c| c.clamp(0, u32::MAX as i64) as u32),
+        attempts: r.get::<_, i64>(14).clamp(0, u32::MAX as i64) as u32,
+        fallbacks: serde_json::from_str(&fallbacks).map_err(corrupt)?,
+        payload_mode: r.get(16),
+        latency_ms: r.get(17),
+        upstream_ms: r.get(18),
+        cost_usd: r.get(19),
+        reported_cost_usd: r.get(20),
+        declared_cost_usd: r.get(21),
+        tokens: r.get::<_, Option<i64>>(22).map(|t| t.max(0) as u64),
+        confidence: r.get(23),
+        verification_status: r.get(24),
+        started_at: r.get(25),
+        finished_at: r.get(26),
+        finished_ms: r.get(27),
+        output_sha256: r.get(28),
+        lineage: JsonText::parse(&lineage).map_err(corrupt)?,
+        routing: JsonText::parse(&routing).map_err(corrupt)?,
+        payload: payload
+            .map(|p| JsonText::parse(&p))
+            .transpose()
+            .map_err(corrupt)?,
+    })
+}
