@@ -40,8 +40,38 @@ pub struct Config {
     pub tenants: Vec<TenantConfig>,
     /// Signatures and replay protection.
     pub security: SecurityConfig,
-    /// Provenance ledger (written from the ledger release on; accepted now).
+    /// Provenance ledger.
     pub provenance: ProvenanceConfig,
+    /// Cluster mode: state shared by every replica in Redis.
+    pub cluster: ClusterConfig,
+}
+
+/// `[cluster]`: without `redis_url` the gateway is a single node with its embedded state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// `redis://[:password@]host:port[/db]`: rate limits, budgets, client sessions and replay
+    /// nonces shared by every replica.
+    pub redis_url: Option<String>,
+    /// Prefix of every key the gateway writes (several gateways may share one Redis).
+    pub key_prefix: String,
+    /// Deadline of every Redis call.
+    #[serde(with = "humantime_serde")]
+    pub redis_timeout: Duration,
+    /// Replicas sharing the limits: while Redis is unreachable, each replica admits
+    /// limit ÷ replicas locally.
+    pub replicas: u32,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            redis_url: None,
+            key_prefix: "ldp".into(),
+            redis_timeout: Duration::from_millis(50),
+            replicas: 1,
+        }
+    }
 }
 
 /// `[server]`.
@@ -485,6 +515,28 @@ impl Config {
         if p.prune_every.is_zero() {
             out.push(format!(
                 "{origin}: provenance.prune_every: must be longer than 0s"
+            ));
+        }
+        let c = &self.cluster;
+        if let Some(url) = &c.redis_url {
+            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                out.push(format!(
+                    "{origin}: cluster.redis_url: must start with redis://, got '{}'",
+                    crate::provenance::redact_url(url)
+                ));
+            }
+        }
+        if c.replicas == 0 {
+            out.push(format!("{origin}: cluster.replicas: must be at least 1"));
+        }
+        if c.redis_timeout.is_zero() {
+            out.push(format!(
+                "{origin}: cluster.redis_timeout: must be longer than 0s"
+            ));
+        }
+        if c.key_prefix.is_empty() || c.key_prefix.contains(char::is_whitespace) {
+            out.push(format!(
+                "{origin}: cluster.key_prefix: must be non-empty, without spaces"
             ));
         }
         if !p.store.starts_with("sqlite:") && !crate::provenance::is_postgres(&p.store) {

@@ -46,6 +46,16 @@ fn quota(rate: &RateConfig) -> Option<Quota> {
         .map(|q| q.allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN)))
 }
 
+/// `rate` shared by `replicas`: each one's share (at least one admission per burst).
+pub fn share(rate: &RateConfig, replicas: u32) -> RateConfig {
+    let n = f64::from(replicas.max(1));
+    let burst = rate.burst.unwrap_or(rate.rps.ceil() as u32).max(1);
+    RateConfig {
+        rps: rate.rps / n,
+        burst: Some(((f64::from(burst) / n).floor() as u32).max(1)),
+    }
+}
+
 /// One rate limit.
 #[derive(Debug)]
 pub struct RateLimit {
@@ -75,6 +85,8 @@ impl RateLimit {
 #[derive(Debug)]
 pub struct KeyedRateLimit {
     limiter: DefaultKeyedRateLimiter<String>,
+    /// The configuration it was built from.
+    pub rate: RateConfig,
 }
 
 impl KeyedRateLimit {
@@ -82,6 +94,7 @@ impl KeyedRateLimit {
     pub fn new(rate: &RateConfig) -> Option<KeyedRateLimit> {
         Some(KeyedRateLimit {
             limiter: RateLimiter::keyed(quota(rate)?),
+            rate: *rate,
         })
     }
 

@@ -4,11 +4,14 @@
 
 mod budget;
 mod record;
+mod sessions;
 mod task;
 
 pub use budget::RetryBudget;
 
+use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::config::RateConfig;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{
     negotiate, Body, Capability, Envelope, IdentityCard, LdpError, PayloadMode, SessionConfig,
@@ -50,6 +53,9 @@ pub enum Refusal {
         /// When to retry.
         retry_after: Duration,
     },
+    /// Cluster mode: a check that needs the shared state could not be made (503, retryable).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// What the transport knows about a request beyond its envelope.
@@ -86,6 +92,10 @@ pub struct Proxy {
     policy_limits: dashmap::DashMap<String, Arc<RateLimit>>,
     replay: crate::ldp::replay::ReplayGuard,
     version: String,
+    /// Cluster mode: limits, budgets, sessions and nonces shared through Redis.
+    cluster: Option<Arc<Cluster>>,
+    /// Local limiters at limit ÷ replicas, used while Redis does not answer.
+    fallback_limits: dashmap::DashMap<String, Arc<RateLimit>>,
 }
 
 impl Proxy {
@@ -126,7 +136,67 @@ impl Proxy {
             policy_limits: dashmap::DashMap::new(),
             replay,
             version,
+            cluster: None,
+            fallback_limits: dashmap::DashMap::new(),
         }
+    }
+
+    /// The same core in cluster mode: state shared with the other replicas through `cluster`.
+    pub fn with_cluster(mut self, cluster: Option<Arc<Cluster>>) -> Proxy {
+        self.cluster = cluster;
+        self
+    }
+
+    /// The shared state, in cluster mode.
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.as_ref()
+    }
+
+    /// One admission by the limit `rate` of `scope` at `key`. Cluster mode: shared by every
+    /// replica (Redis GCRA); while Redis does not answer, a local limiter at limit ÷ replicas
+    /// decides (counted in `ldp_gateway_rate_limit_local_fallbacks_total`). Single node:
+    /// `local` decides.
+    async fn admit(
+        &self,
+        scope: Scope,
+        key: &str,
+        rate: &RateConfig,
+        local: impl FnOnce() -> Result<(), Duration>,
+    ) -> Result<(), Refusal> {
+        let decided = match &self.cluster {
+            None => local(),
+            Some(c) => {
+                let key = format!("{}:{key}", scope.as_str());
+                match c.admit(&key, rate).await {
+                    Ok(decided) => decided,
+                    Err(_) => {
+                        self.metrics
+                            .rate_limit_fallbacks
+                            .with_label_values(&[scope.as_str()])
+                            .inc();
+                        self.fallback_limiter(key, rate, c.replicas())
+                            .map_or(Ok(()), |l| l.check())
+                    }
+                }
+            }
+        };
+        decided.map_err(|wait| self.limited(scope, wait))
+    }
+
+    /// The local limiter for `key` at this replica's share of `rate`.
+    fn fallback_limiter(
+        &self,
+        key: String,
+        rate: &RateConfig,
+        replicas: u32,
+    ) -> Option<Arc<RateLimit>> {
+        let share = crate::limits::share(rate, replicas);
+        if let Some(l) = self.fallback_limits.get(&key).filter(|l| l.rate == share) {
+            return Some(l.clone());
+        }
+        let l = Arc::new(RateLimit::new(&share)?);
+        self.fallback_limits.insert(key, l.clone());
+        Some(l)
     }
 
     /// The tenants.
@@ -159,14 +229,22 @@ impl Proxy {
                     .find(|(n, _)| *n == t.name)
                     .map_or(0.0, |(_, s)| *s)
             };
-            self.budgets.restore(&t.name, find(&d), find(&m));
+            match &self.cluster {
+                // Every replica reads the same shared ledger; the first one seeds Redis.
+                Some(c) => {
+                    if let Err(e) = c.restore_spend(&t.name, find(&d), find(&m)).await {
+                        tracing::warn!(tenant = %t.name, error = %e, "spend not restored into the shared state");
+                    }
+                }
+                None => self.budgets.restore(&t.name, find(&d), find(&m)),
+            }
         }
     }
 
     /// Verifies the envelope's signature with the tenant's secret (refusing unsigned messages
     /// when the tenant requires signatures) and refuses replays of a signed message id + nonce
     /// within the window.
-    fn check_signature(&self, env: &Envelope, ctx: &RequestCtx) -> Result<(), Refusal> {
+    async fn check_signature(&self, env: &Envelope, ctx: &RequestCtx) -> Result<(), Refusal> {
         let Some((secret, required)) = &ctx.tenant.signing else {
             return Ok(());
         };
@@ -181,9 +259,28 @@ impl Proxy {
         }
         crate::ldp::signing::verify(env, secret.expose())
             .map_err(|e| Refusal::Unauthenticated(format!("signature rejected: {e}")))?;
-        self.replay
-            .check_envelope(env, chrono::Utc::now())
-            .map_err(|e| Refusal::Unauthenticated(format!("message rejected: {e}")))
+        let Some(c) = &self.cluster else {
+            return self
+                .replay
+                .check_envelope(env, chrono::Utc::now())
+                .map_err(|e| Refusal::Unauthenticated(format!("message rejected: {e}")));
+        };
+        // Cluster mode: freshness here, first use anywhere in the cluster in Redis.
+        let window = self.cfg.security.replay_window;
+        crate::ldp::replay::check_fresh(&env.timestamp, chrono::Utc::now(), window)
+            .map_err(|e| Refusal::Unauthenticated(format!("message rejected: {e}")))?;
+        match c
+            .first_use(&env.message_id, env.nonce.as_deref().unwrap_or(""), window)
+            .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Refusal::Unauthenticated(
+                "message rejected: this message id and nonce were already used".into(),
+            )),
+            Err(e) => Err(Refusal::Unavailable(format!(
+                "signed message not checked for replay: {e}"
+            ))),
+        }
     }
 
     /// The budget book (spend per tenant).
@@ -201,20 +298,20 @@ impl Proxy {
     }
 
     /// Takes a token from the policy's `[limits]`, if it has one.
-    fn check_policy_limit(&self, policy: &crate::policy::Policy) -> Result<(), Refusal> {
+    async fn check_policy_limit(&self, policy: &crate::policy::Policy) -> Result<(), Refusal> {
         let Some(l) = policy.limits else {
             return Ok(());
         };
-        let rate = crate::config::RateConfig {
+        let rate = RateConfig {
             rps: l.rps,
             burst: Some(l.burst),
         };
-        let limiter = {
+        let local = || {
             let current = self
                 .policy_limits
                 .get(&policy.name.0)
                 .map(|e| e.value().clone());
-            match current {
+            let limiter = match current {
                 Some(lim) if lim.rate == rate => lim,
                 _ => match RateLimit::new(&rate) {
                     Some(lim) => {
@@ -225,11 +322,11 @@ impl Proxy {
                     }
                     None => return Ok(()),
                 },
-            }
+            };
+            limiter.check()
         };
-        limiter
-            .check()
-            .map_err(|wait| self.limited(Scope::Policy, wait))
+        self.admit(Scope::Policy, &policy.name.0, &rate, local)
+            .await
     }
 
     /// The registry.
@@ -352,14 +449,15 @@ impl Proxy {
         progress: Option<&tokio::sync::mpsc::Sender<Envelope>>,
     ) -> Result<Envelope, Refusal> {
         if let Some(limit) = &ctx.tenant.limit {
-            limit
-                .check()
-                .map_err(|wait| self.limited(Scope::Tenant, wait))?;
+            self.admit(Scope::Tenant, &ctx.tenant.name, &limit.rate, || {
+                limit.check()
+            })
+            .await?;
         }
-        self.check_signature(&env, ctx)?;
+        self.check_signature(&env, ctx).await?;
         match &env.body {
             Body::Hello { .. } => Ok(self.hello(&env)),
-            Body::SessionPropose { config } => Ok(self.propose(&env, config, ctx)),
+            Body::SessionPropose { config } => Ok(self.propose(&env, config, ctx).await),
             Body::TaskSubmit {
                 task_id,
                 skill,
@@ -380,7 +478,7 @@ impl Proxy {
                 .await
             }
             Body::TaskCancel { task_id } => Ok(self.cancel(&env, ctx, task_id).await),
-            Body::SessionClose { .. } => Ok(self.close(&env, ctx)),
+            Body::SessionClose { .. } => self.close(&env, ctx).await,
             other => Err(Refusal::BadRequest(format!(
                 "the gateway does not accept {} from clients",
                 other.message_type().as_str()
@@ -413,7 +511,7 @@ impl Proxy {
         )
     }
 
-    fn propose(&self, env: &Envelope, config: &SessionConfig, ctx: &RequestCtx) -> Envelope {
+    async fn propose(&self, env: &Envelope, config: &SessionConfig, ctx: &RequestCtx) -> Envelope {
         let own = &self.cfg.identity.trust_domain;
         let tenant = &ctx.tenant;
         let claimed = match (&config.trust_domain, &tenant.trust_domains) {
@@ -483,6 +581,10 @@ impl Proxy {
             Ok(s) => s,
             Err(e) => return self.reject(env, GatewayCode::SessionLimit, e.to_string()),
         };
+        if let Err(e) = self.share_session(&session).await {
+            self.sessions.forget(&session.id);
+            return self.reject(env, GatewayCode::Unavailable, e.message);
+        }
         tracing::debug!(session_id = %session.id, mode = %payload.mode, "session accepted");
         let mut reply = env.reply(
             self.id(),
@@ -562,7 +664,7 @@ impl Proxy {
         owner: &str,
         task_id: &str,
     ) -> bool {
-        let Some(session) = self.sessions.get(session_id, owner) else {
+        let Ok(Some(session)) = self.session(session_id, owner).await else {
             return false;
         };
         let Some(b) = session
@@ -593,8 +695,10 @@ impl Proxy {
     }
 
     async fn cancel(&self, env: &Envelope, ctx: &RequestCtx, task_id: &str) -> Envelope {
-        let Some(session) = self.sessions.get(&env.session_id, &owner(ctx, env)) else {
-            return self.task_failed(env, task_id, self.session_not_found(env));
+        let session = match self.session(&env.session_id, &owner(ctx, env)).await {
+            Ok(Some(s)) => s,
+            Ok(None) => return self.task_failed(env, task_id, self.session_not_found(env)),
+            Err(e) => return self.task_failed(env, task_id, e),
         };
         let binding = session
             .running_skill(task_id)
@@ -636,19 +740,21 @@ impl Proxy {
         )
     }
 
-    fn close(&self, env: &Envelope, ctx: &RequestCtx) -> Envelope {
+    async fn close(&self, env: &Envelope, ctx: &RequestCtx) -> Result<Envelope, Refusal> {
         // Closing twice, or closing an unknown session, is acknowledged the same way: the
         // caller cannot learn whether someone else's session id exists.
-        if let Some(session) = self.sessions.close(&env.session_id, &owner(ctx, env)) {
-            self.close_later(session.take_bindings());
-        }
-        env.reply(
+        let bindings = self
+            .end_session(&env.session_id, &owner(ctx, env))
+            .await
+            .map_err(|e| Refusal::Unavailable(e.message))?;
+        self.close_later(bindings);
+        Ok(env.reply(
             self.id(),
             Body::SessionClose {
                 reason: Some("acknowledged".into()),
             },
             PayloadMode::Text,
-        )
+        ))
     }
 
     /// Closes upstream sessions in the background (each call has the handshake deadline).
@@ -662,9 +768,7 @@ impl Proxy {
 
     /// Removes expired sessions and closes their upstream sessions; returns how many expired.
     pub async fn sweep_expired(&self) -> usize {
-        let expired = self.sessions.take_expired();
-        let n = expired.len();
-        let bindings: Vec<Binding> = expired.iter().flat_map(|s| s.take_bindings()).collect();
+        let (n, bindings) = self.expired_bindings().await;
         if n > 0 {
             tracing::debug!(sessions = n, upstream = bindings.len(), "sessions expired");
         }
@@ -672,14 +776,14 @@ impl Proxy {
         n
     }
 
-    /// Closes every session and its upstream sessions (shutdown).
+    /// Closes every session and its upstream sessions (shutdown). In cluster mode the
+    /// sessions live on in the other replicas: only this replica's copies are dropped.
     pub async fn close_everything(&self) {
-        let bindings: Vec<Binding> = self
-            .sessions
-            .take_all()
-            .iter()
-            .flat_map(|s| s.take_bindings())
-            .collect();
+        let sessions = self.sessions.take_all();
+        if self.cluster.is_some() {
+            return;
+        }
+        let bindings: Vec<Binding> = sessions.iter().flat_map(|s| s.take_bindings()).collect();
         close_all(&self.upstream, bindings).await;
     }
 }

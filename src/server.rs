@@ -53,6 +53,9 @@ pub enum ServerError {
     /// The metrics registry refused a collector.
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    /// Cluster mode could not be set up (a bad `redis_url`).
+    #[error("cluster: {0}")]
+    Cluster(#[from] crate::cluster::ClusterError),
     /// A listener could not bind.
     #[error("cannot listen on {addr}")]
     Bind {
@@ -83,7 +86,7 @@ impl ApiError {
             GatewayCode::TrustViolation
             | GatewayCode::BudgetExceeded
             | GatewayCode::UnknownPolicy => StatusCode::FORBIDDEN,
-            GatewayCode::SessionLimit => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayCode::SessionLimit | GatewayCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             GatewayCode::UpstreamFailed => StatusCode::BAD_GATEWAY,
             GatewayCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -184,14 +187,18 @@ impl Gateway {
         let ledger = Ledger::start(backend, p.durability, p.queue_capacity, metrics.clone());
         let tenants = crate::tenant::Tenants::from_config(&config.tenants)
             .map_err(|e| ConfigError::Invalid(vec![e]))?;
-        let proxy = Arc::new(Proxy::new(
-            config.clone(),
-            registry.clone(),
-            policies,
-            metrics,
-            ledger.handle(),
-            tenants,
-        ));
+        let cluster = crate::cluster::Cluster::from_config(&config.cluster, metrics.clone())?;
+        let proxy = Arc::new(
+            Proxy::new(
+                config.clone(),
+                registry.clone(),
+                policies,
+                metrics,
+                ledger.handle(),
+                tenants,
+            )
+            .with_cluster(cluster),
+        );
         proxy.restore_spend().await;
         for d in &config.delegates {
             if let Some(var) = &d.signing_secret_env {

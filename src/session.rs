@@ -96,6 +96,25 @@ impl ClientSession {
             .unwrap_or_default()
     }
 
+    /// Makes this copy's bindings those of `shared` (cluster mode: another replica may have
+    /// bound, rebound or dropped a skill). Unchanged bindings are kept as they are.
+    pub fn sync_bindings(&self, shared: Vec<(String, Binding)>) {
+        let Ok(mut map) = self.bindings.lock() else {
+            return;
+        };
+        map.retain(|skill, _| shared.iter().any(|(s, _)| s == skill));
+        for (skill, b) in shared {
+            let same = map.get(&skill).is_some_and(|old| {
+                old.upstream.session_id == b.upstream.session_id
+                    && Arc::ptr_eq(&old.delegate, &b.delegate)
+                    && old.upstream.payload == b.upstream.payload
+            });
+            if !same {
+                map.insert(skill, b);
+            }
+        }
+    }
+
     /// How many upstream sessions it holds.
     pub fn binding_count(&self) -> usize {
         self.bindings.lock().map(|m| m.len()).unwrap_or(0)
@@ -173,7 +192,7 @@ impl SessionTable {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    fn forget(&self, s: &ClientSession) {
+    fn forget_counts(&self, s: &ClientSession) {
         if let Some(mut n) = self.per_tenant.get_mut(&s.tenant) {
             *n = n.saturating_sub(1);
         }
@@ -201,9 +220,31 @@ impl SessionTable {
 
     /// Opens a session with a fresh gateway-issued id.
     pub fn open(&self, new: NewSession) -> Arc<ClientSession> {
+        self.insert(crate::ldp::new_id(), new)
+    }
+
+    /// Cluster mode: this replica's copy of session `id`, which another replica may have
+    /// opened; touching it restarts its idle clock here.
+    pub fn adopt(&self, id: &str, new: NewSession) -> Arc<ClientSession> {
+        if let Some(s) = self.map.get(id).map(|s| s.clone()) {
+            s.last_used_ms.store(self.now_ms(), Ordering::Release);
+            return s;
+        }
+        self.insert(id.to_owned(), new)
+    }
+
+    /// Drops this replica's copy of session `id` (cluster mode: it is gone everywhere, or
+    /// idle here while another replica serves it). Returns it.
+    pub fn forget(&self, id: &str) -> Option<Arc<ClientSession>> {
+        let (_, s) = self.map.remove(id)?;
+        self.forget_counts(&s);
+        Some(s)
+    }
+
+    fn insert(&self, id: String, new: NewSession) -> Arc<ClientSession> {
         *self.per_tenant.entry(new.tenant.clone()).or_insert(0) += 1;
         let session = Arc::new(ClientSession {
-            id: crate::ldp::new_id(),
+            id,
             owner: new.owner,
             tenant: new.tenant,
             spend: Default::default(),
@@ -261,7 +302,7 @@ impl SessionTable {
             .filter_map(|id| self.map.remove(&id).map(|(_, s)| s))
             .collect();
         for s in &gone {
-            self.forget(s);
+            self.forget_counts(s);
         }
         gone
     }

@@ -79,6 +79,15 @@ pub struct Metrics {
     pub spend_total: Counter,
     /// `ldp_gateway_up` = 1.
     pub up: Gauge,
+    /// `ldp_gateway_redis_up`: 1 while the shared state answers (cluster mode).
+    pub redis_up: IntGauge,
+    /// `ldp_gateway_redis_calls_total{op}`: shared-state round trips.
+    pub redis_calls: IntCounterVec,
+    /// `ldp_gateway_redis_errors_total{op}`: round trips that failed or timed out.
+    pub redis_errors: IntCounterVec,
+    /// `ldp_gateway_rate_limit_local_fallbacks_total{scope}`: limits decided locally (limit ÷
+    /// replicas) because the shared state did not answer.
+    pub rate_limit_fallbacks: IntCounterVec,
 }
 
 fn counter_vec(
@@ -241,6 +250,29 @@ impl Metrics {
         let up = Gauge::new("ldp_gateway_up", "1 while the gateway runs")?;
         r.register(Box::new(up.clone()))?;
         up.set(1.0);
+        let redis_up = IntGauge::new(
+            "ldp_gateway_redis_up",
+            "1 while the shared state (Redis) answers; cluster mode only",
+        )?;
+        r.register(Box::new(redis_up.clone()))?;
+        let redis_calls = counter_vec(
+            &r,
+            "ldp_gateway_redis_calls_total",
+            "Shared-state (Redis) round trips by operation",
+            &["op"],
+        )?;
+        let redis_errors = counter_vec(
+            &r,
+            "ldp_gateway_redis_errors_total",
+            "Shared-state (Redis) round trips that failed or missed their deadline",
+            &["op"],
+        )?;
+        let rate_limit_fallbacks = counter_vec(
+            &r,
+            "ldp_gateway_rate_limit_local_fallbacks_total",
+            "Rate-limit decisions made locally (limit divided by replicas) while Redis was unreachable",
+            &["scope"],
+        )?;
         Ok(Metrics {
             registry: r,
             tasks,
@@ -265,6 +297,10 @@ impl Metrics {
             build_info,
             spend_total,
             up,
+            redis_up,
+            redis_calls,
+            redis_errors,
+            rate_limit_fallbacks,
         })
     }
 

@@ -129,7 +129,7 @@ impl UpstreamError {
 }
 
 /// An upstream session the gateway opened with a delegate.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct UpstreamSession {
     /// The delegate-issued session id.
     pub session_id: String,

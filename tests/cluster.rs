@@ -284,3 +284,328 @@ async fn a_gateway_on_postgres_records_every_outcome_and_the_cli_reads_it() {
     assert_eq!(csv.lines().count(), 1 + outcomes.len(), "{csv}");
     gw.shutdown().await;
 }
+
+// ---------------------------------------------------------------------------------------
+// Replicas sharing Redis
+// ---------------------------------------------------------------------------------------
+
+use ldp_gateway::config::{BudgetConfig, ClusterConfig, RateConfig, TenantConfig};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+fn redis_url() -> String {
+    std::env::var("LDP_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// A key prefix of its own per test, so tests sharing one Redis never meet.
+fn cluster(url: &str, replicas: u32) -> ClusterConfig {
+    ClusterConfig {
+        redis_url: Some(url.to_owned()),
+        key_prefix: format!("ldptest:{}", uuid::Uuid::new_v4().simple()),
+        redis_timeout: Duration::from_millis(200),
+        replicas,
+    }
+}
+
+fn tenant(key: &str) -> TenantConfig {
+    serde_json::from_value(json!({
+        "name": "acme",
+        "api_key_sha256": [ldp_gateway::secret::hash_key(key)],
+        "trust_domains": ["default"],
+    }))
+    .unwrap()
+}
+
+/// `n` gateways in front of `urls`, sharing `shared` (one prefix) and `tenant`.
+async fn replicas(
+    n: usize,
+    urls: &[String],
+    shared: &ClusterConfig,
+    tenant: &TenantConfig,
+) -> Vec<Gateway> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let (shared, tenant) = (shared.clone(), tenant.clone());
+        out.push(
+            gateway_with(urls, urls.len(), move |cfg| {
+                cfg.cluster = shared;
+                cfg.tenants = vec![tenant];
+            })
+            .await,
+        );
+    }
+    out
+}
+
+/// A tenant's client: `Authorization: Bearer`, raw JSON envelopes, one `from`.
+#[derive(Clone)]
+struct Api {
+    http: reqwest::Client,
+    key: String,
+}
+
+impl Api {
+    fn new(key: &str) -> Api {
+        Api {
+            http: reqwest::Client::new(),
+            key: key.to_owned(),
+        }
+    }
+
+    async fn post(&self, gw: &Gateway, session: &str, body: Value) -> (u16, Value) {
+        let env = json!({
+            "message_id": uuid::Uuid::new_v4().to_string(), "session_id": session,
+            "from": "ldp:client:cluster", "to": "ldp:delegate:gateway", "body": body,
+            "payload_mode": "text", "timestamp": chrono::Utc::now().to_rfc3339(),
+            "provenance": null,
+        });
+        let resp = self
+            .http
+            .post(format!("{}/ldp/messages", gw.ldp_url()))
+            .header("authorization", format!("Bearer {}", self.key))
+            .header("content-type", "application/json")
+            .body(env.to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (
+            status,
+            serde_json::from_str(&resp.text().await.unwrap()).unwrap_or(Value::Null),
+        )
+    }
+
+    async fn session(&self, gw: &Gateway) -> String {
+        let (status, v) = self
+            .post(gw, "", json!({"type": "SESSION_PROPOSE", "config": {}}))
+            .await;
+        assert_eq!(
+            (status, &v["body"]["type"]),
+            (200, &json!("SESSION_ACCEPT")),
+            "{v}"
+        );
+        v["body"]["session_id"].as_str().unwrap().to_owned()
+    }
+
+    async fn task(&self, gw: &Gateway, session: &str, input: &str) -> Value {
+        let (status, v) = self
+            .post(
+                gw,
+                session,
+                json!({"type": "TASK_SUBMIT", "task_id": uuid::Uuid::new_v4().to_string(),
+                    "skill": "echo", "input": input}),
+            )
+            .await;
+        assert_eq!(status, 200, "{v}");
+        v["body"].clone()
+    }
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn metrics(gw: &Gateway) -> String {
+    reqwest::get(format!("{}/metrics", gw.admin_url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_admit_no_more_than_one_tenant_limit() {
+    let d = sim(SimOptions::new(card(
+        "a",
+        "default",
+        &[("echo", 0.9)],
+        &["text"],
+    )))
+    .await;
+    let key = format!("k-{}", uuid::Uuid::new_v4().simple());
+    let mut t = tenant(&key);
+    let (rps, burst) = (20.0, 10u32);
+    t.limits = Some(RateConfig {
+        rps,
+        burst: Some(burst),
+    });
+    let shared = cluster(&redis_url(), 3);
+    let gws = Arc::new(replicas(3, &[d.url()], &shared, &t).await);
+    let api = Api::new(&key);
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let start = std::time::Instant::now();
+    let run_for = Duration::from_millis(1500);
+    let workers: Vec<_> = (0..12)
+        .map(|w| {
+            let (gws, api, admitted, refused) =
+                (gws.clone(), api.clone(), admitted.clone(), refused.clone());
+            tokio::spawn(async move {
+                let mut i = w;
+                while start.elapsed() < run_for {
+                    let gw = &gws[i % gws.len()];
+                    i += 1;
+                    let (status, v) = api
+                        .post(
+                            gw,
+                            "",
+                            json!({"type": "HELLO", "delegate_id": "ldp:client:c",
+                            "supported_modes": ["text"]}),
+                        )
+                        .await;
+                    match status {
+                        200 => admitted.fetch_add(1, Ordering::Relaxed),
+                        429 => refused.fetch_add(1, Ordering::Relaxed),
+                        other => panic!("HTTP {other}: {v}"),
+                    };
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.unwrap();
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let admitted = admitted.load(Ordering::Relaxed);
+    let refused = refused.load(Ordering::Relaxed);
+    // GCRA: at most the burst plus the rate over the time the requests spanned.
+    let allowed = f64::from(burst) + rps * elapsed;
+    let over = (admitted as f64 - allowed).max(0.0);
+    eprintln!(
+        "cluster rate limit: {admitted} admitted, {refused} refused over {elapsed:.2} s across 3 \
+         replicas (limit {rps}/s, burst {burst}: at most {allowed:.1}); over-admission {over}"
+    );
+    assert!(refused > 0, "the load must exceed the limit");
+    assert!(
+        admitted as f64 >= rps * 1.0,
+        "{admitted} admitted: the limit was not shared fairly"
+    );
+    assert_eq!(over, 0.0, "{admitted} admitted > {allowed:.1}");
+    // Every decision was made in Redis, none locally.
+    let mut fallbacks = 0.0;
+    for gw in gws.iter() {
+        let m = metrics(gw).await;
+        fallbacks += metric(&m, "ldp_gateway_rate_limit_local_fallbacks_total");
+        assert_eq!(metric(&m, "ldp_gateway_redis_errors_total"), 0.0);
+    }
+    assert_eq!(fallbacks, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_budget_shared_by_three_replicas_is_not_overshot_by_100_concurrent_tasks() {
+    const PRICE: f64 = 0.01;
+    let card: ldp_gateway::ldp::IdentityCard = serde_json::from_value(json!({
+        "delegate_id": "ldp:delegate:spend", "name": "spend", "model_family": "sim",
+        "model_version": "1", "trust_domain": "default", "context_window": 8192,
+        "capabilities": [{"name": "echo", "quality": {"quality_score": 0.9,
+            "cost_per_call_usd": PRICE, "latency_p50_ms": 50}}],
+        "supported_payload_modes": ["text"]
+    }))
+    .unwrap();
+    let mut opts = SimOptions::new(card);
+    opts.latency = Duration::from_millis(30);
+    let d = sim(opts).await;
+    let key = format!("k-{}", uuid::Uuid::new_v4().simple());
+    let mut t = tenant(&key);
+    let limit = 20.0 * PRICE;
+    t.budget = BudgetConfig {
+        usd_per_day: Some(limit),
+        ..BudgetConfig::default()
+    };
+    let shared = cluster(&redis_url(), 3);
+    let gws = Arc::new(replicas(3, &[d.url()], &shared, &t).await);
+    let api = Api::new(&key);
+    let mut sessions = Vec::new();
+    for gw in gws.iter() {
+        sessions.push(api.session(gw).await);
+    }
+    let tasks: Vec<_> = (0..100)
+        .map(|i| {
+            let (gws, api, sid) = (gws.clone(), api.clone(), sessions[i % 3].clone());
+            tokio::spawn(async move { api.task(&gws[i % 3], &sid, "spend").await })
+        })
+        .collect();
+    let mut results = 0;
+    let mut charged = 0.0;
+    for t in tasks {
+        let b = t.await.unwrap();
+        match b["type"].as_str() {
+            Some("TASK_RESULT") => {
+                results += 1;
+                charged += b["provenance"]["cost_usd"].as_f64().unwrap_or(PRICE);
+            }
+            _ => assert_eq!(b["error"]["code"], "BUDGET_EXCEEDED", "{b}"),
+        }
+    }
+    // The shared account, as Redis holds it.
+    let metrics_c = Arc::new(ldp_gateway::telemetry::Metrics::new().unwrap());
+    let c = ldp_gateway::cluster::Cluster::from_config(&shared, metrics_c)
+        .unwrap()
+        .unwrap();
+    let (spent, _) = c.spent("acme").await.unwrap();
+    let overshoot = (spent - limit).max(0.0);
+    eprintln!(
+        "cluster budget: 100 concurrent tasks over 3 replicas, usd_per_day {limit}: {results} \
+         results, charged {charged:.4}, shared spend {spent:.4}; overshoot {overshoot}"
+    );
+    assert!(results > 0);
+    assert!(
+        (spent - charged).abs() < 1e-9,
+        "spend {spent} != charged {charged}"
+    );
+    assert_eq!(overshoot, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_opened_on_one_replica_is_served_and_closed_on_the_others() {
+    let d = sim(SimOptions::new(card(
+        "a",
+        "default",
+        &[("echo", 0.9)],
+        &["text"],
+    )))
+    .await;
+    let key = format!("k-{}", uuid::Uuid::new_v4().simple());
+    let shared = cluster(&redis_url(), 3);
+    let gws = replicas(3, &[d.url()], &shared, &tenant(&key)).await;
+    let api = Api::new(&key);
+    let sid = api.session(&gws[0]).await;
+    let mut upstream = Vec::new();
+    for (i, gw) in gws.iter().enumerate() {
+        let r = api.task(gw, &sid, &format!("hello from replica {i}")).await;
+        assert_eq!(r["type"], "TASK_RESULT", "replica {i}: {r}");
+        assert_eq!(r["provenance"]["session_id"], json!(sid));
+        upstream.push(r["provenance"]["lineage"][0]["routed_to"].clone());
+    }
+    // One upstream session, opened by the first task and reused by the other replicas.
+    assert_eq!(
+        d.stats().accepted,
+        1,
+        "the binding travels with the session"
+    );
+    // Closed from C: gone on A and B too.
+    let (status, v) = api
+        .post(
+            &gws[2],
+            &sid,
+            json!({"type": "SESSION_CLOSE", "reason": "done"}),
+        )
+        .await;
+    assert_eq!(
+        (status, &v["body"]["type"]),
+        (200, &json!("SESSION_CLOSE")),
+        "{v}"
+    );
+    for gw in &gws[..2] {
+        let r = api.task(gw, &sid, "after close").await;
+        assert_eq!(r["type"], "TASK_FAILED", "{r}");
+        assert_eq!(r["error"]["code"], "SESSION_NOT_FOUND", "{r}");
+    }
+    for gw in gws {
+        gw.shutdown().await;
+    }
+}

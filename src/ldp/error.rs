@@ -139,6 +139,9 @@ pub enum GatewayCode {
     SessionLimit,
     /// Every attempt upstream failed.
     UpstreamFailed,
+    /// Cluster mode: the shared state (Redis) did not answer, so a budget, session or replay
+    /// check could not be made; refused rather than guessed.
+    Unavailable,
     /// The gateway's own fault.
     Internal,
 }
@@ -158,6 +161,7 @@ impl GatewayCode {
             GatewayCode::UnknownPolicy => "UNKNOWN_POLICY",
             GatewayCode::SessionLimit => "SESSION_LIMIT",
             GatewayCode::UpstreamFailed => "UPSTREAM_FAILED",
+            GatewayCode::Unavailable => "SHARED_STATE_UNAVAILABLE",
             GatewayCode::Internal => "INTERNAL",
         }
     }
@@ -174,7 +178,7 @@ impl GatewayCode {
             | GatewayCode::BudgetExceeded => ErrorCategory::Policy,
             GatewayCode::SessionNotFound => ErrorCategory::Session,
             GatewayCode::NoEligibleDelegate => ErrorCategory::Capability,
-            GatewayCode::UpstreamFailed => ErrorCategory::Transport,
+            GatewayCode::UpstreamFailed | GatewayCode::Unavailable => ErrorCategory::Transport,
             GatewayCode::Internal => ErrorCategory::Runtime,
         }
     }
@@ -193,6 +197,7 @@ impl GatewayCode {
             GatewayCode::RateLimited
             | GatewayCode::UpstreamFailed
             | GatewayCode::SessionLimit
+            | GatewayCode::Unavailable
             | GatewayCode::Internal => true,
             GatewayCode::BadRequest
             | GatewayCode::PayloadTooLarge

@@ -47,6 +47,24 @@ pub enum ReplayError {
 /// so `capacity` bounds memory.
 type Key = [u8; 32];
 
+/// Whether `timestamp` parses and lies within `window` of `now` (either side): the freshness
+/// half of the replay check, for cluster mode where first use is checked in Redis.
+pub fn check_fresh(
+    timestamp: &str,
+    now: DateTime<Utc>,
+    window: Duration,
+) -> Result<(), ReplayError> {
+    let sent = parse_timestamp(timestamp).ok_or(ReplayError::BadTimestamp)?;
+    let window = TimeDelta::from_std(window).unwrap_or(TimeDelta::MAX);
+    let skew = now.signed_duration_since(sent);
+    if skew > window || skew < -window {
+        return Err(ReplayError::Stale {
+            skew_secs: skew.num_seconds(),
+        });
+    }
+    Ok(())
+}
+
 /// Remembers recently accepted messages. `Send + Sync`; share it behind an `Arc`.
 #[derive(Debug)]
 pub struct ReplayGuard {
@@ -120,6 +138,8 @@ impl ReplayGuard {
     }
 
     /// [`ReplayGuard::check`] on an envelope's message id, nonce and timestamp.
+    ///
+    /// (Cluster mode checks freshness with [`check_fresh`] and first use in Redis instead.)
     pub fn check_envelope(&self, env: &Envelope, now: DateTime<Utc>) -> Result<(), ReplayError> {
         self.check(&env.message_id, env.nonce.as_deref(), &env.timestamp, now)
     }

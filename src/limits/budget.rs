@@ -76,6 +76,11 @@ fn month_key(now: chrono::DateTime<chrono::Utc>) -> i64 {
     i64::from(now.year()) * 12 + i64::from(now.month0())
 }
 
+/// The numbers of the UTC day and month `now` falls in (the shared accounts' keys).
+pub fn period_keys(now: chrono::DateTime<chrono::Utc>) -> (i64, i64) {
+    (day_key(now), month_key(now))
+}
+
 /// Start of the current UTC day and month, Unix ms (for restoring spend from the ledger).
 pub fn period_starts(now: chrono::DateTime<chrono::Utc>) -> (i64, i64) {
     use chrono::{Datelike, TimeZone};

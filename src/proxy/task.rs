@@ -80,6 +80,14 @@ enum Attempt {
     },
 }
 
+/// Money held against budgets while a task runs.
+enum Held {
+    /// In this process.
+    Local(crate::limits::Reservation),
+    /// In Redis (cluster mode).
+    Shared(crate::cluster::SharedReservation),
+}
+
 /// Why no binding could be had.
 enum Choose {
     /// Routing found no candidate (left).
@@ -110,13 +118,19 @@ impl Proxy {
         task: TaskIn<'_>,
         progress: Progress<'_>,
     ) -> Result<Envelope, Refusal> {
-        let Some(session) = self.sessions.get(&env.session_id, &super::owner(ctx, env)) else {
-            return Ok(self.task_failed(env, task.task_id, self.session_not_found(env)));
+        let session = match self.session(&env.session_id, &super::owner(ctx, env)).await {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                return Ok(self.task_failed(env, task.task_id, self.session_not_found(env)))
+            }
+            Err(e) => return Ok(self.task_failed(env, task.task_id, e)),
         };
         if let Some(limit) = &ctx.tenant.skill_limit {
-            limit
-                .check(task.skill)
-                .map_err(|wait| self.limited(crate::limits::Scope::TenantSkill, wait))?;
+            let key = format!("{}:{}", ctx.tenant.name, task.skill);
+            self.admit(crate::limits::Scope::TenantSkill, &key, &limit.rate, || {
+                limit.check(task.skill)
+            })
+            .await?;
         }
         let started = Instant::now();
         let started_at = crate::ldp::now_rfc3339();
@@ -165,7 +179,7 @@ impl Proxy {
                     .await);
             }
         };
-        self.check_policy_limit(&policy)?;
+        self.check_policy_limit(&policy).await?;
         self.budget.task();
         session.task_started(task.task_id, task.skill);
         let mut run = TaskRun::new(ctx.tenant.clone());
@@ -316,7 +330,9 @@ impl Proxy {
                             reason,
                             retryable,
                         } => {
-                            session.unbind_delegate(task.skill, &delegate);
+                            if session.unbind_delegate(task.skill, &delegate).is_some() {
+                                self.unshare_binding(session, task.skill).await;
+                            }
                             (delegate, error, reason, retryable)
                         }
                     }
@@ -413,7 +429,7 @@ impl Proxy {
     ) -> Attempt {
         let delegate = binding.delegate.clone();
         let _in_flight = delegate.start_task();
-        let reservation = match self.reserve(session, run, &delegate, task.skill) {
+        let reservation = match self.reserve(session, run, &delegate, task.skill).await {
             Ok(r) => r,
             Err(e) => return Attempt::Done(Answer::Failed(e)),
         };
@@ -431,30 +447,67 @@ impl Proxy {
                 &mut charged,
             )
             .await;
-        if let Some(r) = reservation {
-            self.budgets.settle(r, &session.spend, charged);
+        match reservation {
+            Some(Held::Local(r)) => self.budgets.settle(r, &session.spend, charged),
+            Some(Held::Shared(r)) => self.settle_shared(r, charged).await,
+            None => {}
         }
         outcome
     }
 
-    /// Reserves the delegate's declared cost against the tenant's and the session's budgets.
-    fn reserve(
+    /// Settles a reservation held in Redis. If Redis does not answer, the reservation stays
+    /// held until its account expires: spend is never under-counted by a lost settle, only
+    /// over-reserved for a while (logged).
+    async fn settle_shared(&self, r: crate::cluster::SharedReservation, charged: f64) {
+        if let Some(c) = &self.cluster {
+            if let Err(e) = c.settle(r, charged).await {
+                tracing::error!(error = %e, charged, "budget settle not recorded in the shared state");
+            }
+        }
+    }
+
+    /// Reserves the delegate's declared cost against the tenant's and the session's budgets:
+    /// in this process, or in cluster mode atomically across replicas (refused, retryable,
+    /// when Redis does not answer: a budget is never guessed).
+    async fn reserve(
         &self,
         session: &ClientSession,
         run: &TaskRun,
         delegate: &Delegate,
         skill: &str,
-    ) -> Result<Option<crate::limits::Reservation>, LdpError> {
+    ) -> Result<Option<Held>, LdpError> {
         let b = &run.tenant.budget;
         if b.usd_per_day.is_none() && b.usd_per_month.is_none() && b.usd_per_session.is_none() {
             return Ok(None);
         }
         let declared = self.declared_cost(delegate, skill).unwrap_or(0.0);
         let amount = declared * self.cfg.routing.budget_reserve_factor;
-        self.budgets
-            .reserve(&run.tenant.name, b, &session.spend, amount)
-            .map(Some)
-            .map_err(|e| LdpError::gateway(GatewayCode::BudgetExceeded, e.to_string()))
+        let exceeded = |e: crate::limits::BudgetExceeded| {
+            LdpError::gateway(GatewayCode::BudgetExceeded, e.to_string())
+        };
+        let Some(c) = &self.cluster else {
+            return self
+                .budgets
+                .reserve(&run.tenant.name, b, &session.spend, amount)
+                .map(|r| Some(Held::Local(r)))
+                .map_err(exceeded);
+        };
+        let limits = crate::cluster::BudgetLimits {
+            day: b.usd_per_day,
+            month: b.usd_per_month,
+            session: b.usd_per_session,
+        };
+        match c
+            .reserve(&run.tenant.name, &session.id, session.ttl, limits, amount)
+            .await
+        {
+            Ok(Ok(r)) => Ok(Some(Held::Shared(r))),
+            Ok(Err(e)) => Err(exceeded(e)),
+            Err(e) => Err(LdpError::gateway(
+                GatewayCode::Unavailable,
+                format!("budget not checked: {e}"),
+            )),
+        }
     }
 
     /// The card's price for `skill`: the declared price, else its cost tier's price.
@@ -588,7 +641,12 @@ impl Proxy {
                 {
                     // The delegate's TTL ran out: one silent re-handshake with the same delegate.
                     rehandshaken = true;
-                    session.unbind(skill, &binding.upstream.session_id);
+                    if session
+                        .unbind(skill, &binding.upstream.session_id)
+                        .is_some()
+                    {
+                        self.unshare_binding(session, skill).await;
+                    }
                     binding = match self.open_binding(session, skill, delegate.clone()).await {
                         Ok(b) => b,
                         Err(error) => {
@@ -618,6 +676,7 @@ impl Proxy {
                     // RFC §4.3: the session continues at the lower mode.
                     binding.upstream.payload.mode = next;
                     session.bind(skill, binding.clone());
+                    self.share_binding(session, skill, &binding).await;
                 }
                 Body::TaskFailed { error, .. } if error.retryable => {
                     delegate.record_failure(Some(took));
@@ -695,11 +754,11 @@ impl Proxy {
         need: &Need<'_>,
         run: &mut TaskRun,
     ) -> Result<Binding, Choose> {
-        if let Some(b) = self.reusable(session, policy, need) {
+        if let Some(b) = self.reusable(session, policy, need).await {
             return Ok(b);
         }
         let _guard = session.handshake.lock().await;
-        if let Some(b) = self.reusable(session, policy, need) {
+        if let Some(b) = self.reusable(session, policy, need).await {
             return Ok(b);
         }
         // The bound delegate, if any, no longer fits or is at its own rate limit: choose
@@ -719,28 +778,30 @@ impl Proxy {
 
     /// The session's binding for the skill if its delegate still fits the policy and its own
     /// rate limit admits one more task (affinity must not let a session past that limit).
-    fn reusable(
+    async fn reusable(
         &self,
         session: &ClientSession,
         policy: &Policy,
         need: &Need<'_>,
     ) -> Option<Binding> {
         let b = session.binding(need.skill)?;
-        (self.still_fits(&b, policy, need) && self.admits(&b.delegate)).then_some(b)
+        (self.still_fits(&b, policy, need) && self.admits(&b.delegate).await).then_some(b)
     }
 
     /// Takes a token from the delegate's own rate limit, if it has one; a refusal is counted
     /// (`ldp_gateway_rate_limited_total{scope="delegate"}`) and the caller skips the delegate.
-    fn admits(&self, delegate: &Delegate) -> bool {
+    async fn admits(&self, delegate: &Delegate) -> bool {
         match &delegate.limit {
-            Some(limit) if limit.check().is_err() => {
-                self.metrics
-                    .rate_limited
-                    .with_label_values(&[crate::limits::Scope::Delegate.as_str()])
-                    .inc();
-                false
-            }
-            _ => true,
+            Some(limit) => self
+                .admit(
+                    crate::limits::Scope::Delegate,
+                    &delegate.name,
+                    &limit.rate,
+                    || limit.check(),
+                )
+                .await
+                .is_ok(),
+            None => true,
         }
     }
 
@@ -763,7 +824,7 @@ impl Proxy {
         need: &Need<'_>,
         run: &mut TaskRun,
     ) -> Result<Binding, Choose> {
-        let (delegate, route) = self.pick(policy, need).map_err(Choose::None)?;
+        let (delegate, route) = self.pick(policy, need).await.map_err(Choose::None)?;
         run.route = Some(route);
         self.open_binding(session, need.skill, delegate.clone())
             .await
@@ -782,7 +843,7 @@ impl Proxy {
             })
     }
 
-    fn pick(
+    async fn pick(
         &self,
         policy: &Arc<Policy>,
         need: &Need<'_>,
@@ -809,7 +870,7 @@ impl Proxy {
                         LdpError::gateway(GatewayCode::NoEligibleDelegate, e.to_string())
                     })?;
             let chosen = &offers[p.index];
-            if !self.admits(&chosen.delegate) {
+            if !self.admits(&chosen.delegate).await {
                 limited.push(chosen.delegate.name.clone());
                 continue;
             }
@@ -857,6 +918,7 @@ impl Proxy {
         if let Some(old) = session.bind(skill, binding.clone()) {
             self.close_later(vec![old]);
         }
+        self.share_binding(session, skill, &binding).await;
         Ok(binding)
     }
 }

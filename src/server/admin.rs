@@ -137,8 +137,17 @@ mod tests {
 async fn readyz(State(s): State<AppState>) -> Response {
     let healthy = s.proxy.registry().healthy_count();
     let ledger = s.proxy.ledger().healthy(READY_DEADLINE).await;
-    let body = Json(json!({"config": "loaded", "healthy_delegates": healthy, "ledger": ledger}));
-    if healthy > 0 && ledger {
+    let redis = match s.proxy.cluster() {
+        Some(c) => Some(c.ping().await),
+        None => None,
+    };
+    let body = Json(json!({
+        "config": "loaded",
+        "healthy_delegates": healthy,
+        "ledger": ledger,
+        "redis": redis,
+    }));
+    if healthy > 0 && ledger && redis != Some(false) {
         (StatusCode::OK, body).into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, body).into_response()

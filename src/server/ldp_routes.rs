@@ -192,6 +192,7 @@ impl From<Refusal> for ApiError {
             Refusal::RateLimited { scope, retry_after } => {
                 ApiError::rate_limited(scope, retry_after)
             }
+            Refusal::Unavailable(m) => ApiError::new(GatewayCode::Unavailable, m),
         }
     }
 }
