@@ -609,3 +609,406 @@ async fn a_session_opened_on_one_replica_is_served_and_closed_on_the_others() {
         gw.shutdown().await;
     }
 }
+
+/// A private `redis-server` on a free port, so the test may stop, freeze and restart it.
+struct PrivateRedis {
+    port: u16,
+    child: Option<std::process::Child>,
+}
+
+impl PrivateRedis {
+    fn start() -> PrivateRedis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut r = PrivateRedis { port, child: None };
+        r.restart();
+        r
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn restart(&mut self) {
+        let child = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (Debian package redis-server) must be installed");
+        self.child = Some(child);
+        // Ready when it answers PING.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let ping = redis::Client::open(self.url())
+                .and_then(|c| c.get_connection())
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+            if ping.is_ok() {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "private redis did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let ok = std::process::Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(ok.success());
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.signal("-CONT");
+        self.stop();
+    }
+}
+
+async fn ready(gw: &Gateway) -> (u16, Value) {
+    admin_json(gw, "/readyz").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_stopped_mid_run_fails_closed_falls_back_and_recovers() {
+    const PRICE: f64 = 0.001;
+    let card: ldp_gateway::ldp::IdentityCard = serde_json::from_value(json!({
+        "delegate_id": "ldp:delegate:a", "name": "a", "model_family": "sim",
+        "model_version": "1", "trust_domain": "default", "context_window": 8192,
+        "capabilities": [{"name": "echo", "quality": {"quality_score": 0.9,
+            "cost_per_call_usd": PRICE, "latency_p50_ms": 5}}],
+        "supported_payload_modes": ["text"]
+    }))
+    .unwrap();
+    let d = sim(SimOptions::new(card)).await;
+    let mut redis = PrivateRedis::start();
+    let key = format!("k-{}", uuid::Uuid::new_v4().simple());
+    let mut t = tenant(&key);
+    t.limits = Some(RateConfig {
+        rps: 1000.0,
+        burst: Some(1000),
+    });
+    t.budget = BudgetConfig {
+        usd_per_day: Some(1.0),
+        ..BudgetConfig::default()
+    };
+    let shared = cluster(&redis.url(), 2);
+    let gw = replicas(1, &[d.url()], &shared, &t).await.remove(0);
+    let api = Api::new(&key);
+    let sid = api.session(&gw).await;
+    assert_eq!(api.task(&gw, &sid, "before").await["type"], "TASK_RESULT");
+    assert_eq!(ready(&gw).await.0, 200);
+
+    // Frozen (SIGSTOP): every call still ends at its deadline; limits fall back locally.
+    redis.signal("-STOP");
+    let hello =
+        json!({"type": "HELLO", "delegate_id": "ldp:client:c", "supported_modes": ["text"]});
+    let t0 = std::time::Instant::now();
+    let (status, v) = api.post(&gw, "", hello.clone()).await;
+    assert_eq!(status, 200, "a frozen Redis must not stop HELLO: {v}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    redis.signal("-CONT");
+
+    // Stopped: budgets and sessions fail closed with a retryable error; limits fall back.
+    redis.stop();
+    let (status, v) = api.post(&gw, "", hello.clone()).await;
+    assert_eq!(status, 200, "{v}");
+    let m = metrics(&gw).await;
+    assert!(
+        metric(&m, "ldp_gateway_rate_limit_local_fallbacks_total") >= 2.0,
+        "{m}"
+    );
+    assert_eq!(metric(&m, "ldp_gateway_redis_up"), 0.0);
+    let r = api.task(&gw, &sid, "during").await;
+    assert_eq!(r["type"], "TASK_FAILED", "{r}");
+    assert_eq!(r["error"]["code"], "SHARED_STATE_UNAVAILABLE", "{r}");
+    assert_eq!(r["error"]["retryable"], true, "{r}");
+    let (status, v) = api
+        .post(&gw, "", json!({"type": "SESSION_PROPOSE", "config": {}}))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["body"]["type"], "SESSION_REJECT", "{v}");
+    assert_eq!(
+        v["body"]["error"]["code"], "SHARED_STATE_UNAVAILABLE",
+        "{v}"
+    );
+    assert_eq!(v["body"]["error"]["retryable"], true, "{v}");
+    let (status, v) = ready(&gw).await;
+    assert_eq!((status, &v["redis"]), (503, &json!(false)), "{v}");
+
+    // Back (empty: it kept nothing): new sessions and tasks work again without a restart.
+    redis.restart();
+    let mut back = false;
+    for _ in 0..100 {
+        if ready(&gw).await.0 == 200 {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(back, "the gateway did not notice Redis return");
+    let sid = api.session(&gw).await;
+    assert_eq!(api.task(&gw, &sid, "after").await["type"], "TASK_RESULT");
+    assert_eq!(metric(&metrics(&gw).await, "ldp_gateway_redis_up"), 1.0);
+    gw.shutdown().await;
+}
+
+/// A replica as its own process (`ldp-gateway serve`), killed on drop.
+struct Replica {
+    child: tokio::process::Child,
+    ldp: String,
+}
+
+impl Replica {
+    async fn spawn(dir: &std::path::Path, name: &str, config: &str) -> Replica {
+        use tokio::io::AsyncBufReadExt;
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, config).unwrap();
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ldp-gateway"))
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let ldp = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some(url) = line.strip_prefix("LDP endpoint:") {
+                    return url.trim().to_owned();
+                }
+            }
+            panic!("{name} exited before listening");
+        })
+        .await
+        .expect("replica starts");
+        Replica { child, ldp }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ledger_rows_across_replicas_equal_outcomes_and_survive_kill_9() {
+    let db = TempDb::new();
+    let mut opts = SimOptions::new(card("a", "default", &[("echo", 0.9)], &["text"]));
+    opts.latency = Duration::from_millis(5);
+    let d = sim(opts).await;
+    let key = format!("k-{}", uuid::Uuid::new_v4().simple());
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("ldptest:{}", uuid::Uuid::new_v4().simple());
+    let config = format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+[admin]
+listen = "127.0.0.1:0"
+[policies]
+dir = "{policies}/policies"
+[provenance]
+store = "{store}"
+[cluster]
+redis_url = "{redis}"
+key_prefix = "{prefix}"
+replicas = 2
+[[tenants]]
+name = "acme"
+api_key_sha256 = ["{hash}"]
+trust_domains = ["default"]
+[[delegates]]
+url = "{delegate}"
+name = "d0"
+"#,
+        policies = env!("CARGO_MANIFEST_DIR"),
+        store = db.url(),
+        redis = redis_url(),
+        hash = ldp_gateway::secret::hash_key(&key),
+        delegate = d.url(),
+    );
+    let a = Replica::spawn(dir.path(), "a", &config).await;
+    let mut b = Replica::spawn(dir.path(), "b", &config).await;
+    let urls = [a.ldp.clone(), b.ldp.clone()];
+    let http = reqwest::Client::new();
+    let key2 = key.clone();
+    let post = move |base: String, session: String, body: Value| {
+        let (http, key) = (http.clone(), key2.clone());
+        async move {
+            let env = json!({
+                "message_id": uuid::Uuid::new_v4().to_string(), "session_id": session,
+                "from": "ldp:client:cluster", "to": "ldp:delegate:gateway", "body": body,
+                "payload_mode": "text", "timestamp": chrono::Utc::now().to_rfc3339(),
+            });
+            let resp = http
+                .post(format!("{base}/ldp/messages"))
+                .header("authorization", format!("Bearer {key}"))
+                .header("content-type", "application/json")
+                .body(env.to_string())
+                .send()
+                .await
+                .ok()?;
+            serde_json::from_str::<Value>(&resp.text().await.ok()?).ok()
+        }
+    };
+    // Wait until both replicas see the delegate, then one session used through both.
+    let mut sid = None;
+    for _ in 0..200 {
+        if let Some(v) = post(
+            urls[0].clone(),
+            String::new(),
+            json!({"type": "SESSION_PROPOSE", "config": {}}),
+        )
+        .await
+        {
+            if v["body"]["type"] == "SESSION_ACCEPT" {
+                sid = v["body"]["session_id"].as_str().map(str::to_owned);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sid = sid.expect("a session");
+    let acknowledged = Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let (urls, sid, acknowledged, stop, post) =
+                (urls.clone(), sid.clone(), acknowledged.clone(), stop.clone(), post.clone());
+            tokio::spawn(async move {
+                let mut i = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let task_id = format!("w{w}-{i}");
+                    let base = urls[(w + i) % 2].clone();
+                    i += 1;
+                    let body = json!({"type": "TASK_SUBMIT", "task_id": task_id, "skill": "echo", "input": "x"});
+                    if let Some(v) = post(base, sid.clone(), body).await {
+                        let kind = v["body"]["type"].as_str().unwrap_or("").to_owned();
+                        if kind == "TASK_RESULT" || kind == "TASK_FAILED" {
+                            acknowledged.lock().unwrap().push((task_id, kind));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    // Let both replicas serve, then kill -9 replica B mid-run; A carries on.
+    let served = |n: usize| acknowledged.lock().unwrap().len() >= n;
+    assert!(common::eventually(Duration::from_secs(20), || served(100)).await);
+    b.child.start_kill().unwrap();
+    b.child.wait().await.unwrap();
+    let after_kill = acknowledged.lock().unwrap().len();
+    assert!(common::eventually(Duration::from_secs(20), || served(after_kill + 100)).await);
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    let results = acknowledged
+        .iter()
+        .filter(|(_, k)| k == "TASK_RESULT")
+        .count();
+    assert!(results >= 200, "{results} results");
+    // Every acknowledged outcome has exactly one row, whichever replica answered it.
+    let url = db.url();
+    let rows: Vec<(String, String)> = tokio::task::spawn_blocking(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.query("SELECT task_id, outcome FROM ledger", &[])
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    })
+    .await
+    .unwrap();
+    let mut by_task = std::collections::HashMap::new();
+    for (t, o) in &rows {
+        *by_task.entry(t.clone()).or_insert(0) += 1;
+        let _ = o;
+    }
+    let missing: Vec<&String> = acknowledged
+        .iter()
+        .map(|(t, _)| t)
+        .filter(|t| !by_task.contains_key(*t))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "acknowledged but not recorded: {missing:?}"
+    );
+    assert!(by_task.values().all(|n| *n == 1), "a task recorded twice");
+    for (t, kind) in &acknowledged {
+        let outcome = rows.iter().find(|(id, _)| id == t).map(|(_, o)| o.as_str());
+        let want = if kind == "TASK_RESULT" {
+            "result"
+        } else {
+            "failed"
+        };
+        assert_eq!(outcome, Some(want), "{t}");
+    }
+    eprintln!(
+        "postgres ledger across 2 replica processes, one killed with SIGKILL mid-run: {} \
+         outcomes acknowledged, {} rows, none missing",
+        acknowledged.len(),
+        rows.len()
+    );
+    drop(a);
+}
+
+#[tokio::test]
+async fn redis_round_trips_per_task_are_one_per_shared_check() {
+    let d = sim(SimOptions::new(card(
+        "a",
+        "default",
+        &[("echo", 0.9)],
+        &["text"],
+    )))
+    .await;
+    let key = format!("k-{}", uuid::Uuid::new_v4().simple());
+    let mut t = tenant(&key);
+    let plain = replicas(1, &[d.url()], &cluster(&redis_url(), 1), &t)
+        .await
+        .remove(0);
+    t.limits = Some(RateConfig {
+        rps: 1000.0,
+        burst: Some(1000),
+    });
+    t.skill_limits = t.limits;
+    t.budget = BudgetConfig {
+        usd_per_day: Some(100.0),
+        ..BudgetConfig::default()
+    };
+    let limited = replicas(1, &[d.url()], &cluster(&redis_url(), 1), &t)
+        .await
+        .remove(0);
+    let api = Api::new(&key);
+    let mut per_task = Vec::new();
+    for gw in [&plain, &limited] {
+        let sid = api.session(gw).await;
+        assert_eq!(api.task(gw, &sid, "warm").await["type"], "TASK_RESULT");
+        let before = metric(&metrics(gw).await, "ldp_gateway_redis_calls_total");
+        for _ in 0..10 {
+            assert_eq!(api.task(gw, &sid, "x").await["type"], "TASK_RESULT");
+        }
+        let after = metric(&metrics(gw).await, "ldp_gateway_redis_calls_total");
+        per_task.push((after - before) / 10.0);
+    }
+    eprintln!(
+        "redis round trips per task: {} (session only), {} (tenant limit, tenant × skill limit, daily budget)",
+        per_task[0], per_task[1]
+    );
+    // The session touch; then + tenant limit + skill limit + budget reserve + settle.
+    assert_eq!(per_task, [1.0, 5.0]);
+}
