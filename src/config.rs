@@ -696,6 +696,33 @@ mod tests {
     }
 
     #[test]
+    fn cluster_problems_are_named_and_secrets_redacted() {
+        let mut c = Config::default();
+        c.cluster.redis_url = Some("http://:hunter2@redis:6379".into());
+        c.cluster.replicas = 0;
+        c.cluster.redis_timeout = Duration::ZERO;
+        c.cluster.key_prefix = "has space".into();
+        c.provenance.store = "mysql://u:hunter2@db/x".into();
+        let p = c.problems("f.toml");
+        assert_eq!(
+            p,
+            [
+                "f.toml: cluster.redis_url: must start with redis://, got 'http://:***@redis:6379'",
+                "f.toml: cluster.replicas: must be at least 1",
+                "f.toml: cluster.redis_timeout: must be longer than 0s",
+                "f.toml: cluster.key_prefix: must be non-empty, without spaces",
+                "f.toml: provenance.store: unsupported store 'mysql://u:***@db/x' (use sqlite://PATH or postgres://…)",
+            ]
+        );
+        c.cluster = ClusterConfig {
+            redis_url: Some("redis://127.0.0.1:6379".into()),
+            ..ClusterConfig::default()
+        };
+        c.provenance.store = "postgres://ldp@127.0.0.1/ldp".into();
+        assert!(c.problems("f.toml").is_empty());
+    }
+
+    #[test]
     fn problems_are_all_reported() {
         let mut c = Config::default();
         c.delegates.push(DelegateConfig::new("ftp://x"));

@@ -70,6 +70,9 @@ const COLUMNS: &str = "task_id, session_id, upstream_session_id, tenant, skill, 
 pub struct PostgresBackend {
     client: Client,
     insert: postgres::Statement,
+    /// To reconnect after the database went away.
+    config: postgres::Config,
+    sync: &'static str,
 }
 
 impl PostgresBackend {
@@ -85,26 +88,57 @@ impl PostgresBackend {
             .map_err(|e| LedgerError::BadStore(format!("{}: {e}", redact(url))))?;
         config.connect_timeout(connect_timeout);
         config.application_name("ldp-gateway");
-        let mut client = config.connect(NoTls).map_err(pg)?;
         let sync = match durability {
             Durability::Fsync => "on",
             Durability::Commit | Durability::Async => "off",
         };
-        client
-            .batch_execute(&format!(
-                "SET synchronous_commit = {sync}; SET statement_timeout = {};",
-                STATEMENT_TIMEOUT.as_millis()
-            ))
-            .map_err(pg)?;
-        migrate(&mut client)?;
-        let insert = client.prepare(&insert_sql()).map_err(pg)?;
-        Ok(PostgresBackend { client, insert })
+        let (client, insert) = connect(&config, sync, true)?;
+        Ok(PostgresBackend {
+            client,
+            insert,
+            config,
+            sync,
+        })
     }
 
-    /// Whether the database answers (for `/readyz`).
-    pub fn ping(&mut self) -> bool {
-        self.client.simple_query("SELECT 1").is_ok()
+    /// A new connection if the current one is gone (the database restarted); the next
+    /// statement then runs on it.
+    fn ensure_connected(&mut self) -> Result<(), LedgerError> {
+        if !self.client.is_closed() {
+            return Ok(());
+        }
+        let (client, insert) = connect(&self.config, self.sync, false)?;
+        tracing::info!("provenance database reconnected");
+        self.client = client;
+        self.insert = insert;
+        Ok(())
     }
+
+    /// Whether the database answers (for `/readyz`), reconnecting if it went away.
+    pub fn ping(&mut self) -> bool {
+        self.ensure_connected().is_ok() && self.client.simple_query("SELECT 1").is_ok()
+    }
+}
+
+/// Connects, sets the session's durability and deadline, migrates (first time) and prepares
+/// the insert.
+fn connect(
+    config: &postgres::Config,
+    sync: &str,
+    migrate_schema: bool,
+) -> Result<(Client, postgres::Statement), LedgerError> {
+    let mut client = config.connect(NoTls).map_err(pg)?;
+    client
+        .batch_execute(&format!(
+            "SET synchronous_commit = {sync}; SET statement_timeout = {};",
+            STATEMENT_TIMEOUT.as_millis()
+        ))
+        .map_err(pg)?;
+    if migrate_schema {
+        migrate(&mut client)?;
+    }
+    let insert = client.prepare(&insert_sql()).map_err(pg)?;
+    Ok((client, insert))
 }
 
 /// The one insert: a group of rows as one array per column.
@@ -185,6 +219,7 @@ impl Backend for PostgresBackend {
         if rows.is_empty() {
             return Ok(());
         }
+        self.ensure_connected()?;
         let text = |f: fn(&LedgerRow) -> &str| col(rows, move |r| f(r).to_owned());
         let opt = |f: fn(&LedgerRow) -> Option<&str>| col(rows, move |r| f(r).map(str::to_owned));
         let task_id = text(|r| &r.task_id);
@@ -260,6 +295,7 @@ impl Backend for PostgresBackend {
     }
 
     fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
+        self.ensure_connected()?;
         let mut sql = format!("SELECT {COLUMNS} FROM ledger WHERE true");
         let mut text_args: Vec<String> = Vec::new();
         for (col, v) in [
@@ -288,12 +324,14 @@ impl Backend for PostgresBackend {
     }
 
     fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
+        self.ensure_connected()?;
         self.client
             .execute("DELETE FROM ledger WHERE finished_ms < $1", &[&before_ms])
             .map_err(pg)
     }
 
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
+        self.ensure_connected()?;
         let rows = self
             .client
             .query(
