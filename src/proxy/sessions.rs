@@ -23,6 +23,10 @@ impl Proxy {
         let Some(c) = &self.cluster else {
             return Ok(self.sessions.get(id, owner));
         };
+        if !plausible_id(id) {
+            // Not an id this gateway issues: no need to ask (and no odd Redis keys).
+            return Ok(None);
+        }
         let (shared, bindings) = match c.touch_session(id).await {
             Ok(Some(found)) => found,
             Ok(None) => {
@@ -124,6 +128,9 @@ impl Proxy {
                 .map(|s| s.take_bindings())
                 .unwrap_or_default());
         };
+        if !plausible_id(id) {
+            return Ok(Vec::new());
+        }
         let shared = c.close_session(id, owner).await.map_err(|e| {
             LdpError::gateway(GatewayCode::Unavailable, format!("session not closed: {e}"))
         })?;
@@ -169,5 +176,21 @@ impl Proxy {
             }
         }
         (n, out)
+    }
+}
+
+/// Whether `id` has the shape of a session id a gateway issues (a UUID's characters).
+fn plausible_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_issued_looking_ids_reach_the_shared_state() {
+        assert!(super::plausible_id(&crate::ldp::new_id()));
+        for bad in ["", "x:bindings", "../..", &"a".repeat(65), "abc def"] {
+            assert!(!super::plausible_id(bad), "{bad}");
+        }
     }
 }
