@@ -432,11 +432,7 @@ impl Cluster {
         };
         let session: SharedSession =
             serde_json::from_str(&json).map_err(|e| ClusterError::Redis(e.to_string()))?;
-        let bindings = pairs
-            .into_iter()
-            .filter_map(|(skill, b)| Some((skill, serde_json::from_str(&b).ok()?)))
-            .collect();
-        Ok(Some((session, bindings)))
+        Ok(Some((session, parse_bindings(pairs))))
     }
 
     /// Records the upstream binding of `skill` in session `id`.
@@ -484,12 +480,7 @@ impl Cluster {
         let mut c = self.conn.clone();
         let out: Option<Vec<(String, String)>> =
             self.call("session_close", inv.invoke_async(&mut c)).await?;
-        Ok(out.map(|pairs| {
-            pairs
-                .into_iter()
-                .filter_map(|(skill, b)| Some((skill, serde_json::from_str(&b).ok()?)))
-                .collect()
-        }))
+        Ok(out.map(parse_bindings))
     }
 
     /// Whether session `id` still exists anywhere.
@@ -501,6 +492,15 @@ impl Cluster {
         let n: i64 = self.call("session_exists", cmd.query_async(&mut c)).await?;
         Ok(n > 0)
     }
+}
+
+/// A bindings hash as `(skill, binding)`; an entry that does not parse is skipped (the
+/// session then opens a new upstream session for that skill).
+fn parse_bindings(pairs: Vec<(String, String)>) -> Vec<(String, SharedBinding)> {
+    pairs
+        .into_iter()
+        .filter_map(|(skill, b)| Some((skill, serde_json::from_str(&b).ok()?)))
+        .collect()
 }
 
 /// A client session as every replica sees it.

@@ -415,6 +415,18 @@ impl Api {
     }
 }
 
+/// A card offering `echo` at `price` USD per call.
+fn priced_card(price: f64) -> ldp_gateway::ldp::IdentityCard {
+    serde_json::from_value(json!({
+        "delegate_id": "ldp:delegate:spend", "name": "spend", "model_family": "sim",
+        "model_version": "1", "trust_domain": "default", "context_window": 8192,
+        "capabilities": [{"name": "echo", "quality": {"quality_score": 0.9,
+            "cost_per_call_usd": price, "latency_p50_ms": 50}}],
+        "supported_payload_modes": ["text"]
+    }))
+    .unwrap()
+}
+
 fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name))
@@ -512,15 +524,7 @@ async fn three_replicas_admit_no_more_than_one_tenant_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_budget_shared_by_three_replicas_is_not_overshot_by_100_concurrent_tasks() {
     const PRICE: f64 = 0.01;
-    let card: ldp_gateway::ldp::IdentityCard = serde_json::from_value(json!({
-        "delegate_id": "ldp:delegate:spend", "name": "spend", "model_family": "sim",
-        "model_version": "1", "trust_domain": "default", "context_window": 8192,
-        "capabilities": [{"name": "echo", "quality": {"quality_score": 0.9,
-            "cost_per_call_usd": PRICE, "latency_p50_ms": 50}}],
-        "supported_payload_modes": ["text"]
-    }))
-    .unwrap();
-    let mut opts = SimOptions::new(card);
+    let mut opts = SimOptions::new(priced_card(PRICE));
     opts.latency = Duration::from_millis(30);
     let d = sim(opts).await;
     let key = format!("k-{}", uuid::Uuid::new_v4().simple());
@@ -702,16 +706,7 @@ async fn ready(gw: &Gateway) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_stopped_mid_run_fails_closed_falls_back_and_recovers() {
-    const PRICE: f64 = 0.001;
-    let card: ldp_gateway::ldp::IdentityCard = serde_json::from_value(json!({
-        "delegate_id": "ldp:delegate:a", "name": "a", "model_family": "sim",
-        "model_version": "1", "trust_domain": "default", "context_window": 8192,
-        "capabilities": [{"name": "echo", "quality": {"quality_score": 0.9,
-            "cost_per_call_usd": PRICE, "latency_p50_ms": 5}}],
-        "supported_payload_modes": ["text"]
-    }))
-    .unwrap();
-    let d = sim(SimOptions::new(card)).await;
+    let d = sim(SimOptions::new(priced_card(0.001))).await;
     let mut redis = PrivateRedis::start();
     let key = format!("k-{}", uuid::Uuid::new_v4().simple());
     let mut t = tenant(&key);
