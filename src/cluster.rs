@@ -48,35 +48,61 @@ redis.call('SET', KEYS[1], tostring(new_tat), 'PX', math.ceil(new_tat - now) + 1
 return {1, '0'}
 ";
 
-/// Budget reservation. KEYS: day, month, session accounts (hashes `spent`, `reserved`).
-/// ARGV: amount, then each account's limit (negative: none), then each account's TTL (s).
-/// Returns `{'ok'}` or `{which, limit, spent, reserved}` without reserving anything.
+/// Budget reservation. KEYS: day, month, session accounts (hashes: `spent`, and one field
+/// `r:{id}` = `amount|expiry ms` per reservation held). ARGV: amount, the three limits
+/// (negative: none), the three TTLs (s), the reservation id, how long it may be held (ms).
+/// Expired reservations (a replica died mid-task, a reply was lost) are dropped as they are
+/// met. Returns `{'ok'}`, `{'unseeded'}` (a budgeted day or month account has no spend from the
+/// ledger yet: seed it and ask again) or `{which, limit, spent, reserved}`.
 const RESERVE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local amount = tonumber(ARGV[1])
-local names = {'daily', 'monthly', 'session'}
-for i = 1, 3 do
-  local limit = tonumber(ARGV[1 + i])
-  if limit >= 0 then
-    local spent = tonumber(redis.call('HGET', KEYS[i], 'spent') or '0')
-    local reserved = tonumber(redis.call('HGET', KEYS[i], 'reserved') or '0')
-    if spent + reserved + amount > limit + 1e-12 then
-      return {names[i], tostring(limit), tostring(spent), tostring(reserved)}
-    end
+for i = 1, 2 do
+  if tonumber(ARGV[1 + i]) >= 0 and redis.call('HEXISTS', KEYS[i], 'spent') == 0 then
+    return {'unseeded'}
   end
 end
+local names = {'daily', 'monthly', 'session'}
 for i = 1, 3 do
-  redis.call('HINCRBYFLOAT', KEYS[i], 'reserved', ARGV[1])
+  local fields = redis.call('HGETALL', KEYS[i])
+  local spent, reserved = 0, 0
+  for j = 1, #fields, 2 do
+    local f = fields[j]
+    if f == 'spent' then
+      spent = tonumber(fields[j + 1])
+    elseif string.sub(f, 1, 2) == 'r:' then
+      local a, exp = string.match(fields[j + 1], '([^|]+)|(.+)')
+      if tonumber(exp) < now then
+        redis.call('HDEL', KEYS[i], f)
+      else
+        reserved = reserved + tonumber(a)
+      end
+    end
+  end
+  local limit = tonumber(ARGV[1 + i])
+  if limit >= 0 and spent + reserved + amount > limit + 1e-12 then
+    return {names[i], tostring(limit), tostring(spent), tostring(reserved)}
+  end
+end
+local held = ARGV[1] .. '|' .. tostring(now + tonumber(ARGV[9]))
+for i = 1, 3 do
+  redis.call('HSET', KEYS[i], 'r:' .. ARGV[8], held)
   redis.call('EXPIRE', KEYS[i], ARGV[4 + i])
 end
 return {'ok'}
 ";
 
-/// Settlement. KEYS: the reservation's accounts. ARGV: reserved amount, actual cost, TTLs.
+/// Settlement, idempotent. KEYS: the reservation's three accounts and its settled marker.
+/// ARGV: reservation id, actual cost, the three TTLs (s). The first call releases the
+/// reservation and charges the cost (to accounts that hold spend); a repeat does nothing.
 const SETTLE: &str = r"
+if not redis.call('SET', KEYS[4], '1', 'NX', 'EX', 86400) then return 0 end
 for i = 1, 3 do
-  local left = tonumber(redis.call('HINCRBYFLOAT', KEYS[i], 'reserved', -tonumber(ARGV[1])))
-  if left < 1e-12 then redis.call('HSET', KEYS[i], 'reserved', '0') end
-  redis.call('HINCRBYFLOAT', KEYS[i], 'spent', ARGV[2])
+  redis.call('HDEL', KEYS[i], 'r:' .. ARGV[1])
+  if i == 3 or redis.call('HEXISTS', KEYS[i], 'spent') == 1 then
+    redis.call('HINCRBYFLOAT', KEYS[i], 'spent', ARGV[2])
+  end
   redis.call('EXPIRE', KEYS[i], ARGV[2 + i])
 end
 return 1
@@ -92,14 +118,16 @@ end
 return 1
 ";
 
-/// Session touch. KEYS: the session, its bindings. Returns `{session json, {skill, binding
-/// json, …}}` after restarting both TTLs at the session's own `ttl_ms`, or nil.
+/// Session touch. KEYS: the session, its bindings, its budget account. Returns `{session
+/// json, {skill, binding json, …}}` after restarting the TTLs (the session's own `ttl_ms`; the
+/// budget account an hour more, so a live session's spend is never forgotten), or nil.
 const TOUCH: &str = r"
 local s = redis.call('GET', KEYS[1])
 if not s then return nil end
 local ttl = cjson.decode(s)['ttl_ms']
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
+redis.call('PEXPIRE', KEYS[3], ttl + 3600000)
 return {s, redis.call('HGETALL', KEYS[2])}
 ";
 
@@ -113,13 +141,25 @@ redis.call('DEL', KEYS[1], KEYS[2])
 return b
 ";
 
-/// A reservation made in Redis: the accounts it holds money in.
-#[derive(Debug)]
+/// A reservation made in Redis: its id and the accounts it holds money in.
+#[derive(Debug, Clone)]
 #[must_use = "a reservation must be settled"]
 pub struct SharedReservation {
+    id: String,
     keys: [String; 3],
-    amount: f64,
     ttls: [u64; 3],
+}
+
+/// The outcome of a budget reservation.
+#[derive(Debug)]
+pub enum Reserved {
+    /// Held; settle it when the task ends.
+    Held(SharedReservation),
+    /// A budget would be exceeded.
+    Exceeded(BudgetExceeded),
+    /// The tenant's day or month account has not been seeded from the ledger (Redis lost
+    /// it, or was down when the replicas started): seed it with [`Cluster::restore_spend`].
+    Unseeded,
 }
 
 /// Budget limits of one reservation (`None`: no such budget).
@@ -274,7 +314,9 @@ impl Cluster {
     }
 
     /// Reserves `amount` against the tenant's day and month budgets and the session's,
-    /// atomically across replicas, or says which would be exceeded.
+    /// atomically across replicas, or says which would be exceeded. The reservation is held
+    /// at most `hold` (longer than any task may take), so money a lost settle would strand
+    /// comes back by itself.
     pub async fn reserve(
         &self,
         tenant: &str,
@@ -282,10 +324,12 @@ impl Cluster {
         session_ttl: Duration,
         limits: BudgetLimits,
         amount: f64,
-    ) -> Result<Result<SharedReservation, BudgetExceeded>, ClusterError> {
+        hold: Duration,
+    ) -> Result<Reserved, ClusterError> {
         let amount = amount.max(0.0);
         let keys = self.accounts(tenant, session);
         let ttls = [DAY_TTL, MONTH_TTL, session_ttl.as_secs().max(1) + 3600];
+        let id = crate::ldp::new_message_id();
         let mut inv = self.reserve.prepare_invoke();
         for k in &keys {
             inv.key(k);
@@ -297,12 +341,14 @@ impl Cluster {
         for t in ttls {
             inv.arg(t);
         }
+        inv.arg(&id).arg(hold.as_millis().max(1) as u64);
         let mut c = self.conn.clone();
         let out: Vec<String> = self
             .call("budget_reserve", inv.invoke_async(&mut c))
             .await?;
         match out.as_slice() {
-            [ok] if ok == "ok" => Ok(Ok(SharedReservation { keys, amount, ttls })),
+            [ok] if ok == "ok" => Ok(Reserved::Held(SharedReservation { id, keys, ttls })),
+            [unseeded] if unseeded == "unseeded" => Ok(Reserved::Unseeded),
             [which, limit, spent, reserved] => {
                 let num = |s: &String| s.parse::<f64>().unwrap_or(0.0);
                 let which = match which.as_str() {
@@ -310,7 +356,7 @@ impl Cluster {
                     "monthly" => "monthly",
                     _ => "session",
                 };
-                Ok(Err(BudgetExceeded {
+                Ok(Reserved::Exceeded(BudgetExceeded {
                     which,
                     limit: num(limit),
                     spent: num(spent),
@@ -324,13 +370,15 @@ impl Cluster {
         }
     }
 
-    /// Releases a reservation and charges `actual`.
-    pub async fn settle(&self, r: SharedReservation, actual: f64) -> Result<(), ClusterError> {
+    /// Releases a reservation and charges `actual`. Idempotent: a retry after a lost reply
+    /// charges nothing twice.
+    pub async fn settle(&self, r: &SharedReservation, actual: f64) -> Result<(), ClusterError> {
         let mut inv = self.settle.prepare_invoke();
         for k in &r.keys {
             inv.key(k);
         }
-        inv.arg(r.amount).arg(actual.max(0.0));
+        inv.key(self.key(format_args!("budget:settled:{}", r.id)));
+        inv.arg(&r.id).arg(actual.max(0.0));
         for t in r.ttls {
             inv.arg(t);
         }
@@ -423,7 +471,8 @@ impl Cluster {
     ) -> Result<Option<(SharedSession, Vec<(String, SharedBinding)>)>, ClusterError> {
         let (key, bindings) = self.session_keys(id);
         let mut inv = self.touch.key(key);
-        inv.key(bindings);
+        inv.key(bindings)
+            .key(self.key(format_args!("budget:session:{id}")));
         let mut c = self.conn.clone();
         let out: Option<(String, Vec<(String, String)>)> =
             self.call("session_touch", inv.invoke_async(&mut c)).await?;

@@ -519,7 +519,7 @@ impl Config {
         }
         let c = &self.cluster;
         if let Some(url) = &c.redis_url {
-            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            if !url.starts_with("redis://") {
                 out.push(format!(
                     "{origin}: cluster.redis_url: must start with redis://, got '{}'",
                     crate::provenance::redact_url(url)

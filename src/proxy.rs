@@ -241,6 +241,32 @@ impl Proxy {
         }
     }
 
+    /// Cluster mode: seeds `tenant`'s day and month accounts in Redis from the ledger (Redis
+    /// lost them, or was away when the replicas started). Replicas racing here write the
+    /// same sums; the first wins.
+    pub(crate) async fn seed_spend(&self, tenant: &str) -> Result<(), String> {
+        let Some(c) = &self.cluster else {
+            return Ok(());
+        };
+        let (day, month) = crate::limits::budget::period_starts(chrono::Utc::now());
+        let d = self
+            .ledger
+            .spend_since(day)
+            .await
+            .map_err(|e| e.to_string())?;
+        let m = self
+            .ledger
+            .spend_since(month)
+            .await
+            .map_err(|e| e.to_string())?;
+        let find =
+            |v: &[(String, f64)]| v.iter().find(|(n, _)| n == tenant).map_or(0.0, |(_, s)| *s);
+        tracing::info!(tenant, "seeding shared budget accounts from the ledger");
+        c.restore_spend(tenant, find(&d), find(&m))
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     /// Verifies the envelope's signature with the tenant's secret (refusing unsigned messages
     /// when the tenant requires signatures) and refuses replays of a signed message id + nonce
     /// within the window.

@@ -212,6 +212,14 @@ fn postgres_errors_never_show_the_password() {
     assert!(!err.to_string().contains("hunter2"), "{err}");
     let cfg_err = ldp_gateway::provenance::redact_url("postgres://u:hunter2@h:5/db");
     assert_eq!(cfg_err, "postgres://u:***@h:5/db");
+    assert_eq!(
+        ldp_gateway::provenance::redact_url("postgres://h/db?user=u&password=hunter2&sslmode=x"),
+        "postgres://h/db?user=u&password=***&sslmode=x"
+    );
+    assert_eq!(
+        ldp_gateway::provenance::redact_url("host=h password=hunter2 dbname=x"),
+        "host=h password=*** dbname=x"
+    );
 }
 
 async fn admin_json(gw: &Gateway, path: &str) -> (u16, Value) {
@@ -1020,4 +1028,120 @@ async fn redis_round_trips_per_task_are_one_per_shared_check() {
     );
     // The session touch; then + tenant limit + skill limit + budget reserve + settle.
     assert_eq!(per_task, [1.0, 5.0]);
+}
+
+#[tokio::test]
+async fn settling_twice_charges_once_and_lost_accounts_are_seeded_from_the_ledger() {
+    let d = sim(SimOptions::new(priced_card(0.01))).await;
+    let key = format!("k-{}", uuid::Uuid::new_v4().simple());
+    let mut t = tenant(&key);
+    t.budget = BudgetConfig {
+        usd_per_day: Some(10.0),
+        ..BudgetConfig::default()
+    };
+    let shared = cluster(&redis_url(), 1);
+    let gw = replicas(1, &[d.url()], &shared, &t).await.remove(0);
+    let c = ldp_gateway::cluster::Cluster::from_config(
+        &shared,
+        Arc::new(ldp_gateway::telemetry::Metrics::new().unwrap()),
+    )
+    .unwrap()
+    .unwrap();
+    // Idempotent settle.
+    let limits = ldp_gateway::cluster::BudgetLimits {
+        day: Some(10.0),
+        month: None,
+        session: None,
+    };
+    let held = c
+        .reserve(
+            "acme",
+            "s1",
+            Duration::from_secs(60),
+            limits,
+            0.5,
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let ldp_gateway::cluster::Reserved::Held(r) = held else {
+        panic!("{held:?}")
+    };
+    c.settle(&r, 0.25).await.unwrap();
+    c.settle(&r, 0.25).await.unwrap();
+    assert!((c.spent("acme").await.unwrap().0 - 0.25).abs() < 1e-9);
+    // Tasks through the gateway add to it.
+    let api = Api::new(&key);
+    let sid = api.session(&gw).await;
+    let mut charged = 0.0;
+    for _ in 0..3 {
+        let r = api.task(&gw, &sid, "x").await;
+        assert_eq!(r["type"], "TASK_RESULT", "{r}");
+        charged += r["provenance"]["cost_usd"].as_f64().unwrap();
+    }
+    let before = c.spent("acme").await.unwrap().0;
+    assert!((before - (0.25 + charged)).abs() < 1e-9, "{before}");
+    // Redis loses the tenant's accounts: the next task seeds them from the ledger (the three
+    // tasks' costs; the direct settle above never reached the ledger) instead of from zero.
+    let day = chrono::Utc::now().timestamp().div_euclid(86_400);
+    let mut conn = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{}:budget:acme:day:{day}", shared.key_prefix))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let r = api.task(&gw, &sid, "x").await;
+    assert_eq!(r["type"], "TASK_RESULT", "{r}");
+    let last = r["provenance"]["cost_usd"].as_f64().unwrap();
+    let after = c.spent("acme").await.unwrap().0;
+    assert!(
+        (after - (charged + last)).abs() < 1e-9,
+        "seeded {charged} from the ledger + {last}: {after}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_first_tasks_on_two_replicas_leave_no_upstream_session_open() {
+    let mut opts = SimOptions::new(card("a", "default", &[("echo", 0.9)], &["text"]));
+    opts.latency = Duration::from_millis(20);
+    let d = sim(opts).await;
+    let key = format!("k-{}", uuid::Uuid::new_v4().simple());
+    let shared = cluster(&redis_url(), 2);
+    let gws = Arc::new(replicas(2, &[d.url()], &shared, &tenant(&key)).await);
+    let api = Api::new(&key);
+    let sid = api.session(&gws[0]).await;
+    // Both replicas open an upstream session for the same skill at once.
+    let (a, b) = tokio::join!(api.task(&gws[0], &sid, "a"), api.task(&gws[1], &sid, "b"));
+    assert_eq!(
+        (a["type"].clone(), b["type"].clone()),
+        (json!("TASK_RESULT"), json!("TASK_RESULT"))
+    );
+    // Later tasks converge on the winner; the loser's upstream session is closed.
+    for gw in gws.iter() {
+        assert_eq!(api.task(gw, &sid, "c").await["type"], "TASK_RESULT");
+    }
+    let (status, _) = api
+        .post(
+            &gws[1],
+            &sid,
+            json!({"type": "SESSION_CLOSE", "reason": "done"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let closed_all = common::eventually(Duration::from_secs(10), || {
+        let s = d.stats();
+        s.accepted == s.closes
+    })
+    .await;
+    let s = d.stats();
+    assert!(
+        closed_all,
+        "{} upstream sessions opened, {} closed",
+        s.accepted, s.closes
+    );
 }

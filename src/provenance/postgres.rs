@@ -88,6 +88,11 @@ impl PostgresBackend {
             .map_err(|e| LedgerError::BadStore(format!("{}: {e}", redact(url))))?;
         config.connect_timeout(connect_timeout);
         config.application_name("ldp-gateway");
+        // A database host that vanishes without resetting the connection is noticed within
+        // seconds, not after the kernel's two-hour keepalive default.
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(10));
+        config.tcp_user_timeout(STATEMENT_TIMEOUT + Duration::from_secs(5));
         let sync = match durability {
             Durability::Fsync => "on",
             Durability::Commit | Durability::Async => "off",
@@ -195,8 +200,23 @@ fn pg(e: postgres::Error) -> LedgerError {
     LedgerError::Postgres(e.to_string())
 }
 
-/// `url` without its password (for errors and logs).
+/// `url` without its password (for errors and logs): the userinfo password, a `password=`
+/// query parameter or libpq `key=value` entry.
 pub fn redact(url: &str) -> String {
+    let mut out = redact_userinfo(url);
+    let mut from = 0;
+    while let Some(i) = out[from..].find("password=") {
+        let start = from + i + "password=".len();
+        let end = out[start..]
+            .find(['&', ' '])
+            .map_or(out.len(), |e| start + e);
+        out.replace_range(start..end, "***");
+        from = start + 3;
+    }
+    out
+}
+
+fn redact_userinfo(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
             let userinfo = &url[s + 3..at];

@@ -19,6 +19,9 @@ enum Cmd {
     Shutdown,
 }
 
+/// Longest a `commit`/`fsync` record waits for its commit.
+const RECORD_DEADLINE: Duration = Duration::from_secs(30);
+
 /// Largest group committed in one transaction.
 const BATCH_MAX: usize = 1024;
 
@@ -144,16 +147,27 @@ impl LedgerHandle {
             Durability::Commit | Durability::Fsync => {
                 let (ack, done) = oneshot::channel();
                 m.ledger_queue.inc();
-                if self
-                    .tx
-                    .send(Cmd::Insert(Box::new(row), Some(ack)))
+                let committed = async {
+                    if self
+                        .tx
+                        .send(Cmd::Insert(Box::new(row), Some(ack)))
+                        .await
+                        .is_err()
+                    {
+                        m.ledger_queue.dec();
+                        return Err(LedgerError::Closed);
+                    }
+                    done.await.map_err(closed)?.map_err(LedgerError::Write)
+                };
+                // A store that stopped answering must not hold every task forever: the result
+                // is then withheld (the row may still commit later).
+                tokio::time::timeout(RECORD_DEADLINE, committed)
                     .await
-                    .is_err()
-                {
-                    m.ledger_queue.dec();
-                    return Err(LedgerError::Closed);
-                }
-                done.await.map_err(closed)?.map_err(LedgerError::Write)
+                    .unwrap_or_else(|_| {
+                        Err(LedgerError::Write(format!(
+                            "not committed within {RECORD_DEADLINE:?}"
+                        )))
+                    })
             }
         }
     }

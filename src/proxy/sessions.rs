@@ -30,8 +30,11 @@ impl Proxy {
         let (shared, bindings) = match c.touch_session(id).await {
             Ok(Some(found)) => found,
             Ok(None) => {
-                // Closed or expired elsewhere: drop this replica's copy too.
-                self.sessions.forget(id);
+                // Closed or expired elsewhere: drop this replica's copy too, closing what it
+                // still holds upstream (a second close of a shared one is harmless).
+                if let Some(gone) = self.sessions.forget(id) {
+                    self.close_later(gone.take_bindings());
+                }
                 return Ok(None);
             }
             Err(e) => {
@@ -70,7 +73,9 @@ impl Proxy {
                 ))
             })
             .collect();
-        session.sync_bindings(resolved);
+        // Bindings another replica replaced (or a race it won) are closed here: nobody else
+        // knows their upstream sessions.
+        self.close_later(session.sync_bindings(resolved));
         Ok(Some(session))
     }
 
@@ -134,9 +139,14 @@ impl Proxy {
         let shared = c.close_session(id, owner).await.map_err(|e| {
             LdpError::gateway(GatewayCode::Unavailable, format!("session not closed: {e}"))
         })?;
-        let local = self.sessions.forget(id);
+        // Another owner's copy stays; the owner's own copy goes (closed now, or already gone
+        // from the shared state, e.g. a retried close).
+        let local = match self.sessions.peek(id) {
+            Some(s) if s.owner == owner => self.sessions.forget(id),
+            _ => None,
+        };
         let Some(shared) = shared else {
-            return Ok(Vec::new());
+            return Ok(local.map(|s| s.take_bindings()).unwrap_or_default());
         };
         let mut out: Vec<Binding> = shared
             .into_iter()

@@ -126,7 +126,13 @@ impl Proxy {
             Err(e) => return Ok(self.task_failed(env, task.task_id, e)),
         };
         if let Some(limit) = &ctx.tenant.skill_limit {
-            let key = format!("{}:{}", ctx.tenant.name, task.skill);
+            // Length-prefixed: a skill (client text) cannot make two tenants share a key.
+            let key = format!(
+                "{}:{}:{}",
+                ctx.tenant.name.len(),
+                ctx.tenant.name,
+                task.skill
+            );
             self.admit(crate::limits::Scope::TenantSkill, &key, &limit.rate, || {
                 limit.check(task.skill)
             })
@@ -455,15 +461,23 @@ impl Proxy {
         outcome
     }
 
-    /// Settles a reservation held in Redis. If Redis does not answer, the reservation stays
-    /// held until its account expires: spend is never under-counted by a lost settle, only
-    /// over-reserved for a while (logged).
+    /// Settles a reservation held in Redis. Settling is idempotent, so a failed attempt is
+    /// retried in the background (the reservation itself lapses after its hold time).
     async fn settle_shared(&self, r: crate::cluster::SharedReservation, charged: f64) {
-        if let Some(c) = &self.cluster {
-            if let Err(e) = c.settle(r, charged).await {
-                tracing::error!(error = %e, charged, "budget settle not recorded in the shared state");
-            }
+        let Some(c) = &self.cluster else { return };
+        if c.settle(&r, charged).await.is_ok() {
+            return;
         }
+        let c = c.clone();
+        tokio::spawn(async move {
+            for wait in [100, 1_000, 5_000, 30_000] {
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                if c.settle(&r, charged).await.is_ok() {
+                    return;
+                }
+            }
+            tracing::error!(charged, "budget settle not recorded in the shared state");
+        });
     }
 
     /// Reserves the delegate's declared cost against the tenant's and the session's budgets:
@@ -497,17 +511,35 @@ impl Proxy {
             month: b.usd_per_month,
             session: b.usd_per_session,
         };
-        match c
-            .reserve(&run.tenant.name, &session.id, session.ttl, limits, amount)
-            .await
-        {
-            Ok(Ok(r)) => Ok(Some(Held::Shared(r))),
-            Ok(Err(e)) => Err(exceeded(e)),
-            Err(e) => Err(LdpError::gateway(
-                GatewayCode::Unavailable,
-                format!("budget not checked: {e}"),
-            )),
+        let unavailable = |e: String| {
+            LdpError::gateway(GatewayCode::Unavailable, format!("budget not checked: {e}"))
+        };
+        // Longer than any task may take: a reservation stranded by a lost reply lapses.
+        let hold = self.cfg.upstream.task_timeout * 2 + Duration::from_secs(60);
+        for seeded in [false, true] {
+            let reserved = c
+                .reserve(
+                    &run.tenant.name,
+                    &session.id,
+                    session.ttl,
+                    limits,
+                    amount,
+                    hold,
+                )
+                .await
+                .map_err(|e| unavailable(e.to_string()))?;
+            match reserved {
+                crate::cluster::Reserved::Held(r) => return Ok(Some(Held::Shared(r))),
+                crate::cluster::Reserved::Exceeded(e) => return Err(exceeded(e)),
+                crate::cluster::Reserved::Unseeded if !seeded => {
+                    self.seed_spend(&run.tenant.name)
+                        .await
+                        .map_err(unavailable)?;
+                }
+                crate::cluster::Reserved::Unseeded => break,
+            }
         }
+        Err(unavailable("the tenant's spend could not be seeded".into()))
     }
 
     /// The card's price for `skill`: the declared price, else its cost tier's price.
