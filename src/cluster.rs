@@ -131,6 +131,16 @@ redis.call('PEXPIRE', KEYS[3], ttl + 3600000)
 return {s, redis.call('HGETALL', KEYS[2])}
 ";
 
+/// First binding of a skill. KEYS: the bindings hash. ARGV: skill, binding json, TTL (ms).
+/// Sets it if absent (nil back); otherwise returns the binding already there.
+const FIRST_BINDING: &str = r"
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return nil
+end
+return redis.call('HGET', KEYS[1], ARGV[1])
+";
+
 /// Session close. KEYS: the session, its bindings. ARGV: the owner. Deletes both if the owner
 /// matches and returns the bindings `{skill, json, …}`; nil otherwise.
 const CLOSE: &str = r"
@@ -187,6 +197,7 @@ pub struct Cluster {
     restore: redis::Script,
     touch: redis::Script,
     close: redis::Script,
+    first_binding: redis::Script,
 }
 
 /// How long day and month accounts outlive their period.
@@ -227,6 +238,7 @@ impl Cluster {
             restore: redis::Script::new(RESTORE),
             touch: redis::Script::new(TOUCH),
             close: redis::Script::new(CLOSE),
+            first_binding: redis::Script::new(FIRST_BINDING),
         })))
     }
 
@@ -503,6 +515,26 @@ impl Cluster {
         let mut c = self.conn.clone();
         self.call("binding_put", pipe.query_async::<()>(&mut c))
             .await
+    }
+
+    /// Records the binding of `skill` in session `id` unless one is there already; returns
+    /// the one that was there.
+    pub async fn put_first_binding(
+        &self,
+        id: &str,
+        skill: &str,
+        b: &SharedBinding,
+        ttl: Duration,
+    ) -> Result<Option<SharedBinding>, ClusterError> {
+        let (_, key) = self.session_keys(id);
+        let json = serde_json::to_string(b).map_err(|e| ClusterError::Redis(e.to_string()))?;
+        let mut inv = self.first_binding.key(key);
+        inv.arg(skill).arg(json).arg(ttl.as_millis().max(1) as u64);
+        let mut c = self.conn.clone();
+        let there: Option<String> = self
+            .call("binding_put_first", inv.invoke_async(&mut c))
+            .await?;
+        Ok(there.and_then(|j| serde_json::from_str(&j).ok()))
     }
 
     /// Forgets the binding of `skill` in session `id`.

@@ -97,37 +97,22 @@ impl ClientSession {
     }
 
     /// Makes this copy's bindings those of `shared` (cluster mode: another replica may have
-    /// bound, rebound or dropped a skill). Unchanged bindings are kept as they are. Returns
-    /// the local bindings whose upstream session is no longer in `shared` (to close).
-    pub fn sync_bindings(&self, shared: Vec<(String, Binding)>) -> Vec<Binding> {
+    /// bound, rebound or dropped a skill). Unchanged bindings are kept as they are.
+    pub fn sync_bindings(&self, shared: Vec<(String, Binding)>) {
         let Ok(mut map) = self.bindings.lock() else {
-            return Vec::new();
+            return;
         };
-        let mut dropped: Vec<Binding> = Vec::new();
-        let old: Vec<(String, Binding)> = map.drain().collect();
+        map.retain(|skill, _| shared.iter().any(|(s, _)| s == skill));
         for (skill, b) in shared {
-            match old.iter().find(|(s, _)| *s == skill) {
-                Some((_, o))
-                    if o.upstream.session_id == b.upstream.session_id
-                        && Arc::ptr_eq(&o.delegate, &b.delegate)
-                        && o.upstream.payload == b.upstream.payload =>
-                {
-                    map.insert(skill, o.clone());
-                }
-                _ => {
-                    map.insert(skill, b);
-                }
+            let same = map.get(&skill).is_some_and(|old| {
+                old.upstream.session_id == b.upstream.session_id
+                    && Arc::ptr_eq(&old.delegate, &b.delegate)
+                    && old.upstream.payload == b.upstream.payload
+            });
+            if !same {
+                map.insert(skill, b);
             }
         }
-        for (_, o) in old {
-            if !map
-                .values()
-                .any(|b| b.upstream.session_id == o.upstream.session_id)
-            {
-                dropped.push(o);
-            }
-        }
-        dropped
     }
 
     /// How many upstream sessions it holds.

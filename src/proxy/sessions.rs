@@ -73,9 +73,9 @@ impl Proxy {
                 ))
             })
             .collect();
-        // Bindings another replica replaced (or a race it won) are closed here: nobody else
-        // knows their upstream sessions.
-        self.close_later(session.sync_bindings(resolved));
+        // A binding another replica replaced is not closed here: replicas may still be using
+        // it (it lapses at the delegate after its idle TTL).
+        session.sync_bindings(resolved);
         Ok(Some(session))
     }
 
@@ -108,6 +108,32 @@ impl Proxy {
         };
         if let Err(e) = c.put_binding(&s.id, skill, &shared, s.ttl).await {
             tracing::warn!(session_id = %s.id, skill, error = %e, "binding not shared");
+        }
+    }
+
+    /// Cluster mode: publishes the session's first binding of `skill` unless another replica
+    /// published one first; returns that one (resolved here) when it did.
+    pub(super) async fn share_first_binding(
+        &self,
+        s: &ClientSession,
+        skill: &str,
+        b: &Binding,
+    ) -> Option<Binding> {
+        let c = self.cluster.as_ref()?;
+        let shared = SharedBinding {
+            delegate: b.delegate.name.clone(),
+            upstream: b.upstream.clone(),
+        };
+        match c.put_first_binding(&s.id, skill, &shared, s.ttl).await {
+            Ok(Some(w)) if w.upstream.session_id != b.upstream.session_id => Some(Binding {
+                delegate: self.registry.get(&w.delegate)?,
+                upstream: w.upstream,
+            }),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(session_id = %s.id, skill, error = %e, "binding not shared");
+                None
+            }
         }
     }
 

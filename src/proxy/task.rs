@@ -679,15 +679,23 @@ impl Proxy {
                     {
                         self.unshare_binding(session, skill).await;
                     }
-                    binding = match self.open_binding(session, skill, delegate.clone()).await {
-                        Ok(b) => b,
-                        Err(error) => {
-                            return Attempt::Failed {
-                                reason: error.reason(),
-                                retryable: error.retryable(),
-                                error: upstream_failed(&delegate, &error),
+                    // Someone already replaced it (another task here, or a replica that won
+                    // the first binding): use theirs rather than open and replace again.
+                    let current = session
+                        .binding(skill)
+                        .filter(|b| Arc::ptr_eq(&b.delegate, &delegate));
+                    binding = match current {
+                        Some(b) => b,
+                        None => match self.open_binding(session, skill, delegate.clone()).await {
+                            Ok(b) => b,
+                            Err(error) => {
+                                return Attempt::Failed {
+                                    reason: error.reason(),
+                                    retryable: error.retryable(),
+                                    error: upstream_failed(&delegate, &error),
+                                }
                             }
-                        }
+                        },
                     };
                     mode = binding.upstream.payload.mode;
                     run.fallbacks.push("session_lost");
@@ -946,11 +954,22 @@ impl Proxy {
             .upstream
             .open_session(&delegate.base_url, &card, config)
             .await?;
-        let binding = Binding { delegate, upstream };
-        if let Some(old) = session.bind(skill, binding.clone()) {
-            self.close_later(vec![old]);
+        let mut binding = Binding { delegate, upstream };
+        match session.bind(skill, binding.clone()) {
+            Some(old) => {
+                self.close_later(vec![old]);
+                self.share_binding(session, skill, &binding).await;
+            }
+            None => {
+                // The session's first binding for the skill: another replica may have opened
+                // one at the same moment. The first to publish wins; the other closes its
+                // own (nobody else knows it) and uses the winner's.
+                if let Some(winner) = self.share_first_binding(session, skill, &binding).await {
+                    session.bind(skill, winner.clone());
+                    self.close_later(vec![std::mem::replace(&mut binding, winner)]);
+                }
+            }
         }
-        self.share_binding(session, skill, &binding).await;
         Ok(binding)
     }
 }
