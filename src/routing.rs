@@ -292,22 +292,7 @@ impl Evaluation {
 
 /// The figures of an offer.
 pub fn figures<O: Offer>(o: &O, params: &RoutingParams) -> Figures {
-    let h = o.hints();
-    let cost_usd = h
-        .cost_per_call_usd
-        .or_else(|| h.cost_tier.map(|t| params.tier_prices.of(t)));
-    let (latency_ms, latency_source) = match (o.observed_latency_ms(), h.latency_p50_ms) {
-        (Some(ms), _) => (Some(ms), LatencySource::Observed),
-        (None, Some(ms)) => (Some(ms as f64), LatencySource::Declared),
-        (None, None) => (None, LatencySource::Unknown),
-    };
-    Figures {
-        quality: h.quality,
-        cost_usd,
-        latency_ms,
-        latency_source,
-        claim_type: h.claim_type,
-    }
+    declared(o, params).with_observed(o.observed_latency_ms())
 }
 
 /// What a policy concludes about an offer from its card alone: the constraints that depend
@@ -325,14 +310,44 @@ pub struct Static {
     claim_type: Option<ClaimType>,
 }
 
+/// What the card declares: quality, price (declared, else the tier's), p50 latency.
+fn declared<O: Offer>(o: &O, params: &RoutingParams) -> Static {
+    let h = o.hints();
+    Static {
+        failed: 0,
+        quality: h.quality,
+        cost_usd: h
+            .cost_per_call_usd
+            .or_else(|| h.cost_tier.map(|t| params.tier_prices.of(t))),
+        declared_latency_ms: h.latency_p50_ms.map(|ms| ms as f64),
+        claim_type: h.claim_type,
+    }
+}
+
+impl Static {
+    /// The figures, latency observed when measured, else declared.
+    fn with_observed(&self, observed_ms: Option<f64>) -> Figures {
+        let (latency_ms, latency_source) = match (observed_ms, self.declared_latency_ms) {
+            (Some(ms), _) => (Some(ms), LatencySource::Observed),
+            (None, Some(ms)) => (Some(ms), LatencySource::Declared),
+            (None, None) => (None, LatencySource::Unknown),
+        };
+        Figures {
+            quality: self.quality,
+            cost_usd: self.cost_usd,
+            latency_ms,
+            latency_source,
+            claim_type: self.claim_type,
+        }
+    }
+}
+
 /// The card-only part of [`evaluate`] for one offer.
 pub fn static_eval<O: Offer>(o: &O, policy: &Policy, params: &RoutingParams) -> Static {
-    let h = o.hints();
     let card = o.card();
     let req = &policy.require;
-    let cost_usd = h
-        .cost_per_call_usd
-        .or_else(|| h.cost_tier.map(|t| params.tier_prices.of(t)));
+    let mut st = declared(o, params);
+    let (quality, cost_usd) = (st.quality, st.cost_usd);
     let mut failed = 0u16;
     let mut fail = |c: Constraint, bad: bool| {
         if bad {
@@ -354,7 +369,7 @@ pub fn static_eval<O: Offer>(o: &O, policy: &Policy, params: &RoutingParams) -> 
     );
     fail(
         Constraint::MinQuality,
-        bound(req.min_quality, h.quality, unknown, |min, q| q >= min),
+        bound(req.min_quality, quality, unknown, |min, q| q >= min),
     );
     fail(
         Constraint::MaxCost,
@@ -383,13 +398,8 @@ pub fn static_eval<O: Offer>(o: &O, policy: &Policy, params: &RoutingParams) -> 
         (!req.model_families.is_empty() && !req.model_families.iter().any(|g| g.matches(fam)))
             || req.deny_model_families.iter().any(|g| g.matches(fam)),
     );
-    Static {
-        failed,
-        quality: h.quality,
-        cost_usd,
-        declared_latency_ms: h.latency_p50_ms.map(|ms| ms as f64),
-        claim_type: h.claim_type,
-    }
+    st.failed = failed;
+    st
 }
 
 /// [`static_eval`] of every offer, in order.
@@ -419,18 +429,7 @@ fn evaluate_with<O: Offer>(
     need: &Need<'_>,
     params: &RoutingParams,
 ) -> (Evaluation, Load) {
-    let (latency_ms, latency_source) = match (o.observed_latency_ms(), st.declared_latency_ms) {
-        (Some(ms), _) => (Some(ms), LatencySource::Observed),
-        (None, Some(ms)) => (Some(ms), LatencySource::Declared),
-        (None, None) => (None, LatencySource::Unknown),
-    };
-    let f = Figures {
-        quality: st.quality,
-        cost_usd: st.cost_usd,
-        latency_ms,
-        latency_source,
-        claim_type: st.claim_type,
-    };
+    let f = st.with_observed(o.observed_latency_ms());
     let mut failed = st.failed;
     let mut fail = |c: Constraint, bad: bool| {
         if bad {
