@@ -703,8 +703,11 @@ async fn main() -> anyhow::Result<()> {
     // durability, metrics (always on at the admin /metrics), one policy using every constraint.
     let key = format!("load-{}", uuid::Uuid::new_v4().simple());
     let probe = reqwest::Client::new();
+    // `LOAD_GATEWAY_BIN` swaps the gateway's binary alone (A/B runs of two builds against the
+    // same upstream); the delegate keeps the release binary.
+    let gw_bin = std::env::var_os("LOAD_GATEWAY_BIN").map_or_else(|| bin.clone(), PathBuf::from);
     let (gateway, gw_url, admin_url) =
-        start_gateway(&bin, &dir.join("gw"), &delegate_url, &key, 10_000, &probe).await?;
+        start_gateway(&gw_bin, &dir.join("gw"), &delegate_url, &key, 10_000, &probe).await?;
     let idle_rss = rss_kib(gateway.child.id());
 
     let mut targets: Vec<(&'static str, Target, Vec<u32>)> = vec![(
@@ -759,6 +762,24 @@ async fn main() -> anyhow::Result<()> {
     notes.push(format!(
         "gateway /metrics counted {counted:.0} ok tasks in ldp_gateway_tasks_total (warm-up included)"
     ));
+    let metric = |name: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (committed, batches) = (
+        metric("ldp_gateway_ledger_rows_total "),
+        metric("ldp_gateway_ledger_batches_total "),
+    );
+    if batches > 0.0 {
+        notes.push(format!(
+            "ledger group commit: {committed:.0} rows in {batches:.0} transactions ({:.1} rows each)",
+            committed / batches
+        ));
+    }
     let ledger = rusqlite::Connection::open(dir.join("gw/provenance.db"))
         .and_then(|c| c.query_row("SELECT count(*) FROM ledger", [], |r| r.get::<_, i64>(0)));
     match ledger {
@@ -770,7 +791,7 @@ async fn main() -> anyhow::Result<()> {
 
     let after_rss = rss_kib(gateway.child.id());
     let memory = if full || args.iter().any(|a| a == "--memory") {
-        let (per, opened) = session_memory(&bin, &dir.join("mem"), &delegate_url, &probe).await?;
+        let (per, opened) = session_memory(&gw_bin, &dir.join("mem"), &delegate_url, &probe).await?;
         Some(Memory {
             idle_kib: idle_rss,
             after_load_kib: after_rss,

@@ -69,6 +69,8 @@ pub struct Metrics {
     pub ledger_rows: IntCounter,
     /// `ldp_gateway_ledger_queue_depth`.
     pub ledger_queue: IntGauge,
+    /// `ldp_gateway_ledger_batches_total`: transactions committed (rows ÷ batches = group size).
+    pub ledger_batches: IntCounter,
     /// `ldp_gateway_policy_reloads_total{result}`: `ok` or `error`.
     pub policy_reloads: IntCounterVec,
     /// `ldp_gateway_policy_reload_failures_total`.
@@ -218,6 +220,11 @@ impl Metrics {
             "Provenance rows waiting for the writer",
         )?;
         r.register(Box::new(ledger_queue.clone()))?;
+        let ledger_batches = IntCounter::new(
+            "ldp_gateway_ledger_batches_total",
+            "Provenance batches committed (one transaction each)",
+        )?;
+        r.register(Box::new(ledger_batches.clone()))?;
         let policy_reloads = counter_vec(
             &r,
             "ldp_gateway_policy_reloads_total",
@@ -292,6 +299,7 @@ impl Metrics {
             ledger_dropped,
             ledger_rows,
             ledger_queue,
+            ledger_batches,
             policy_reloads,
             policy_reload_failures,
             build_info,

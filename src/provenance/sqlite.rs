@@ -71,6 +71,9 @@ pub const MIGRATIONS: [&str; 3] = [
     DROP INDEX ledger_session_task;",
 ];
 
+/// WAL pages between automatic checkpoints (4 KiB pages: about 16 MiB).
+const WAL_CHECKPOINT_PAGES: i64 = 4096;
+
 /// Most rows left out of the session index before a merge.
 const MERGE_ROWS: u64 = 1024;
 /// Longest time rows are left out of the session index before a merge.
@@ -105,6 +108,10 @@ impl SqliteBackend {
             Durability::Commit | Durability::Async => "NORMAL",
         };
         conn.pragma_update(None, "synchronous", sync)?;
+        // Checkpoint every ~16 MiB of WAL rather than SQLite's 4 MiB: a checkpoint copies each
+        // page once however often it changed, and the ledger's hot pages (the tails of the
+        // table and its indexes) change in every commit.
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let mut backend = SqliteBackend::wrap(conn);
         backend.migrate(MIGRATIONS.len())?;
@@ -175,26 +182,10 @@ impl SqliteBackend {
     }
 }
 
-/// Adds the rows after `indexed_to` to the session index, in key order, and moves the mark.
-fn merge_session_index(tx: &rusqlite::Transaction<'_>) -> Result<(), LedgerError> {
-    tx.execute_batch(
-        "INSERT INTO ledger_session_index
-            SELECT session_id, id FROM ledger
-            WHERE id > (SELECT indexed_to FROM ledger_index_state)
-            ORDER BY session_id, id;
-         UPDATE ledger_index_state
-            SET indexed_to = COALESCE((SELECT max(id) FROM ledger), indexed_to);",
-    )?;
-    Ok(())
-}
-
-impl Backend for SqliteBackend {
-    fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
-        self.unmerged += rows.len() as u64;
-        let merge = self.unmerged >= MERGE_ROWS || self.last_merge.elapsed() >= MERGE_EVERY;
-        let tx = self.conn.transaction()?;
+/// Inserts `rows` with the cached statement, inside the caller's transaction.
+fn insert_rows(conn: &Connection, rows: &[LedgerRow]) -> Result<(), LedgerError> {
         {
-            let mut stmt = tx.prepare_cached(
+            let mut stmt = conn.prepare_cached(
                 "INSERT INTO ledger (task_id, session_id, upstream_session_id, tenant, skill, policy,
                     delegate, delegate_id, model_version, outcome, error_code, error_message, score,
                     candidates, attempts, fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd,
@@ -241,10 +232,46 @@ impl Backend for SqliteBackend {
                 ])?;
             }
         }
-        if merge {
-            merge_session_index(&tx)?;
+    Ok(())
+}
+
+/// Adds the rows after `indexed_to` to the session index, in key order, and moves the mark.
+fn merge_session_index(conn: &Connection) -> Result<(), LedgerError> {
+    conn.prepare_cached(
+        "INSERT INTO ledger_session_index
+            SELECT session_id, id FROM ledger
+            WHERE id > (SELECT indexed_to FROM ledger_index_state)
+            ORDER BY session_id, id",
+    )?
+    .execute([])?;
+    conn.prepare_cached(
+        "UPDATE ledger_index_state
+            SET indexed_to = COALESCE((SELECT max(id) FROM ledger), indexed_to)",
+    )?
+    .execute([])?;
+    Ok(())
+}
+
+impl Backend for SqliteBackend {
+    fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+        self.unmerged += rows.len() as u64;
+        let merge = self.unmerged >= MERGE_ROWS || self.last_merge.elapsed() >= MERGE_EVERY;
+        // BEGIN/COMMIT as cached statements: a group commit runs many times a second, and
+        // `Connection::transaction` would parse both each time.
+        self.conn.prepare_cached("BEGIN")?.execute([])?;
+        let written = insert_rows(&self.conn, rows).and_then(|()| {
+            if merge {
+                merge_session_index(&self.conn)?;
+            }
+            self.conn.prepare_cached("COMMIT")?.execute([])?;
+            Ok(())
+        });
+        if let Err(e) = written {
+            if !self.conn.is_autocommit() {
+                let _ = self.conn.execute_batch("ROLLBACK");
+            }
+            return Err(e);
         }
-        tx.commit()?;
         if merge {
             self.unmerged = 0;
             self.last_merge = std::time::Instant::now();

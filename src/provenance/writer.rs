@@ -252,7 +252,10 @@ fn flush(
     let n = rows.len();
     let result = backend.insert(rows).map_err(|e| e.to_string());
     match &result {
-        Ok(()) => m.ledger_rows.inc_by(n as u64),
+        Ok(()) => {
+            m.ledger_rows.inc_by(n as u64);
+            m.ledger_batches.inc();
+        }
         Err(e) => tracing::error!(rows = n, error = %e, "provenance batch failed"),
     }
     m.ledger_queue.sub(n as i64);
