@@ -48,7 +48,7 @@ async fn run(http: &reqwest::Client, base: &str, tasks: usize) -> anyhow::Result
             Body::TaskSubmit {
                 task_id: format!("t{i}"),
                 skill: "echo".into(),
-                input: serde_json::json!("hello"),
+                input: serde_json::json!("hello").into(),
                 contract: None,
             },
             PayloadMode::Text,

@@ -55,7 +55,36 @@ fn bench_envelopes(c: &mut Criterion) {
             });
         }
     }
+    // A task with a realistic payload: an 8 KiB JSON document as input, as Python clients
+    // write it (", " and ": " separators). The gateway does not look inside it.
+    let bytes = big_submit();
+    if let Ok(parsed) = Envelope::from_slice(&bytes) {
+        group.throughput(Throughput::Bytes(bytes.len() as u64));
+        let id = "sdk/TASK_SUBMIT+8KiB";
+        group.bench_with_input(BenchmarkId::new("parse", id), &bytes, |b, bytes| {
+            b.iter(|| Envelope::from_slice(black_box(bytes)))
+        });
+        group.bench_with_input(BenchmarkId::new("serialize", id), &parsed, |b, env| {
+            b.iter(|| black_box(env).to_vec())
+        });
+    }
     group.finish();
+}
+
+/// A TASK_SUBMIT whose input is about 8 KiB of JSON records.
+fn big_submit() -> Vec<u8> {
+    let records: Vec<String> = (0..64)
+        .map(|i| {
+            format!(
+                r#"{{"id": {i}, "title": "Quarterly report section {i}", "tags": ["finance", "q3", "draft"], "score": 0.{i}5, "text": "Revenue grew in the period; costs were flat and margins improved across regions."}}"#
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"message_id": "m-1", "session_id": "s-1", "from": "client", "to": "gateway", "timestamp": "2026-11-22T10:00:00.000000Z", "payload_mode": "text", "body": {{"type": "TASK_SUBMIT", "task_id": "t-1", "skill": "summarize", "input": {{"instruction": "Summarise these records", "records": [{}]}}}}}}"#,
+        records.join(", ")
+    )
+    .into_bytes()
 }
 
 fn new_session(i: usize) -> NewSession {

@@ -211,7 +211,7 @@ impl Lane {
                 Body::TaskSubmit {
                     task_id: format!("t{}", self.next),
                     skill: "echo".into(),
-                    input: serde_json::json!("hello"),
+                    input: serde_json::json!("hello").into(),
                     contract: None,
                 },
                 PayloadMode::Text,

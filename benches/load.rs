@@ -179,7 +179,7 @@ fn task(sid: &str, i: u64) -> Envelope {
         Body::TaskSubmit {
             task_id: format!("t{i}"),
             skill: "echo".into(),
-            input: serde_json::json!("hello"),
+            input: serde_json::json!("hello").into(),
             contract: None,
         },
         PayloadMode::Text,
@@ -706,8 +706,15 @@ async fn main() -> anyhow::Result<()> {
     // `LOAD_GATEWAY_BIN` swaps the gateway's binary alone (A/B runs of two builds against the
     // same upstream); the delegate keeps the release binary.
     let gw_bin = std::env::var_os("LOAD_GATEWAY_BIN").map_or_else(|| bin.clone(), PathBuf::from);
-    let (gateway, gw_url, admin_url) =
-        start_gateway(&gw_bin, &dir.join("gw"), &delegate_url, &key, 10_000, &probe).await?;
+    let (gateway, gw_url, admin_url) = start_gateway(
+        &gw_bin,
+        &dir.join("gw"),
+        &delegate_url,
+        &key,
+        10_000,
+        &probe,
+    )
+    .await?;
     let idle_rss = rss_kib(gateway.child.id());
 
     let mut targets: Vec<(&'static str, Target, Vec<u32>)> = vec![(
@@ -791,7 +798,8 @@ async fn main() -> anyhow::Result<()> {
 
     let after_rss = rss_kib(gateway.child.id());
     let memory = if full || args.iter().any(|a| a == "--memory") {
-        let (per, opened) = session_memory(&gw_bin, &dir.join("mem"), &delegate_url, &probe).await?;
+        let (per, opened) =
+            session_memory(&gw_bin, &dir.join("mem"), &delegate_url, &probe).await?;
         Some(Memory {
             idle_kib: idle_rss,
             after_load_kib: after_rss,

@@ -4,15 +4,16 @@
 //! faithful text task (every field rendered), and text becomes a frame with
 //! `task_type: "text"`. Other modes travel unchanged.
 
-use crate::ldp::{LdpError, PayloadMode};
+use crate::ldp::{Json, LdpError, PayloadMode};
 use serde_json::{Map, Value};
 
-/// `input` as it should be sent in `to` mode, given it was written in `from` mode.
-pub fn translate_input(input: &Value, from: PayloadMode, to: PayloadMode) -> Value {
+/// `input` as it should be sent in `to` mode, given it was written in `from` mode. Only a
+/// translation parses the input; otherwise its text travels as it came.
+pub fn translate_input(input: &Json, from: PayloadMode, to: PayloadMode) -> Json {
     match (from, to) {
         (a, b) if a == b => input.clone(),
-        (_, PayloadMode::Text) => Value::String(render_text(input)),
-        (_, PayloadMode::SemanticFrame) => to_frame(input),
+        (_, PayloadMode::Text) => Json::from(Value::String(render_text(&input.to_value()))),
+        (_, PayloadMode::SemanticFrame) => Json::from(to_frame(&input.to_value())),
         _ => input.clone(),
     }
 }
@@ -131,10 +132,11 @@ mod tests {
 
     #[test]
     fn same_mode_is_untouched() {
-        let v = json!({"a": 1});
+        // Spacing shows that the text travels as it came.
+        let v: Json = serde_json::from_str(r#"{"a": 1}"#).unwrap();
         assert_eq!(
-            translate_input(&v, PayloadMode::SemanticFrame, PayloadMode::SemanticFrame),
-            v
+            translate_input(&v, PayloadMode::SemanticFrame, PayloadMode::SemanticFrame).get(),
+            r#"{"a": 1}"#
         );
         assert_eq!(
             translate_input(&v, PayloadMode::SemanticFrame, PayloadMode::Text),

@@ -320,7 +320,7 @@ fn check_rfc_body(body: &Body) {
                 (task_id.as_str(), skill.as_str()),
                 ("task-001", "reasoning")
             );
-            assert_eq!(input["task_type"], "analysis");
+            assert_eq!(input.to_value()["task_type"], "analysis");
             assert_eq!(contract, &None);
         }
         Body::TaskUpdate {
@@ -335,7 +335,7 @@ fn check_rfc_body(body: &Body) {
         Body::TaskResult {
             provenance, output, ..
         } => {
-            assert_eq!(output["analysis"], "...");
+            assert_eq!(output.to_value()["analysis"], "...");
             let p = provenance.as_ref().unwrap();
             assert_eq!(p.produced_by, DELEGATE);
             assert_eq!(p.confidence, Some(0.84));
@@ -1002,7 +1002,7 @@ fn gateway_bodies() -> Vec<Body> {
         Body::TaskSubmit {
             task_id: "task-001".into(),
             skill: "summarize".into(),
-            input: json!({"task_type": "summary", "instruction": "Summarize"}),
+            input: json!({"task_type": "summary", "instruction": "Summarize"}).into(),
             contract: Some(gateway_contract()),
         },
         Body::TaskUpdate {
@@ -1012,7 +1012,7 @@ fn gateway_bodies() -> Vec<Body> {
         },
         Body::TaskResult {
             task_id: "task-001".into(),
-            output: json!({"summary": "hi"}),
+            output: json!({"summary": "hi"}).into(),
             provenance: Some(gateway_provenance()),
         },
         Body::TaskFailed {
@@ -1206,7 +1206,8 @@ fn same_body(ours: &Body, theirs: &RfBody) {
                 contract: c,
             },
         ) => {
-            assert_eq!((task_id, skill, input), (t, s, i));
+            assert_eq!((task_id, skill), (t, s));
+            assert_eq!(input, i);
             assert_eq!(contract.is_some(), c.is_some());
             if let (Some(o), Some(t)) = (contract, c) {
                 assert_eq!(o.contract_id, t.contract_id);
@@ -1254,7 +1255,8 @@ fn same_body(ours: &Body, theirs: &RfBody) {
                 provenance: p,
             },
         ) => {
-            assert_eq!((task_id, output), (t, o));
+            assert_eq!(task_id, t);
+            assert_eq!(output, o);
             same_provenance(provenance.as_ref().unwrap(), p);
         }
         (
@@ -1645,7 +1647,7 @@ fn reference_requires_provenance_on_task_result() {
     // it, so the gateway must always fill it (the Python SDKs would accept `null`).
     let bare = gateway_envelope(Body::TaskResult {
         task_id: "t".into(),
-        output: json!(1),
+        output: json!(1).into(),
         provenance: None,
     });
     let bytes = bare.to_vec().unwrap();
@@ -1698,7 +1700,7 @@ fn rfc_only_payload_modes_are_never_emitted() {
         },
         Body::TaskResult {
             task_id: "t".into(),
-            output: json!(null),
+            output: json!(null).into(),
             provenance: Some(provenance.clone()),
         },
     ];

@@ -280,7 +280,7 @@ fn submit_body(skill: &str, input: Value) -> Body {
     Body::TaskSubmit {
         task_id: uuid::Uuid::new_v4().to_string(),
         skill: skill.to_owned(),
-        input,
+        input: input.into(),
         contract: None,
     }
 }
@@ -1203,7 +1203,7 @@ async fn signatures_are_checked_and_replays_refused() {
         Algorithm::Reference,
     );
     if let Body::TaskSubmit { input, .. } = &mut input_changed.body {
-        *input = json!({"text": "tampered"});
+        *input = json!({"text": "tampered"}).into();
     }
     let r = api.send_env(&input_changed).await;
     assert_eq!(r.body_type(), "TASK_RESULT", "{}", r.json);
@@ -1220,7 +1220,7 @@ async fn signatures_are_checked_and_replays_refused() {
         Algorithm::Body,
     );
     if let Body::TaskSubmit { input, .. } = &mut body_tampered.body {
-        *input = json!({"text": "tampered"});
+        *input = json!({"text": "tampered"}).into();
     }
     refused(
         &api.send_env(&body_tampered).await,

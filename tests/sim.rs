@@ -110,7 +110,7 @@ fn submit(session: &str, task_id: &str, skill: &str, input: Value, mode: Payload
     let body = Body::TaskSubmit {
         task_id: task_id.into(),
         skill: skill.into(),
-        input,
+        input: input.into(),
         contract: None,
     };
     envelope(session, body, mode)
@@ -123,13 +123,13 @@ fn failed(reply: &Envelope) -> &LdpError {
     }
 }
 
-fn result(reply: &Envelope) -> (&Value, &Provenance) {
+fn result(reply: &Envelope) -> (Value, &Provenance) {
     match &reply.body {
         Body::TaskResult {
             output,
             provenance: Some(p),
             ..
-        } => (output, p),
+        } => (output.to_value(), p),
         other => panic!("expected TASK_RESULT with provenance, got {other:?}"),
     }
 }
@@ -673,7 +673,7 @@ async fn bad_requests_and_unsupported_messages() {
         "s",
         Body::TaskResult {
             task_id: "t".into(),
-            output: json!(1),
+            output: json!(1).into(),
             provenance: None,
         },
         PayloadMode::Text,

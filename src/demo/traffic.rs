@@ -232,7 +232,7 @@ async fn submit(
         Body::TaskSubmit {
             task_id: crate::ldp::new_id(),
             skill: task.skill.to_owned(),
-            input: task.input(mode),
+            input: task.input(mode).into(),
             contract: None,
         },
         mode,

@@ -4,6 +4,7 @@
 use super::contract::DelegationContract;
 use super::error::LdpError;
 use super::identity::Capability;
+use super::json::Json;
 use super::payload::{lenient_modes_opt, ser_mode, PayloadMode};
 use super::provenance::Provenance;
 use super::session_config::SessionConfig;
@@ -132,8 +133,8 @@ pub enum Body {
         task_id: String,
         /// Skill to use.
         skill: String,
-        /// Input, as sent.
-        input: serde_json::Value,
+        /// Input, as sent (carried as JSON text, see [`Json`]).
+        input: Json,
         /// Delegation contract.
         #[serde(skip_serializing_if = "Option::is_none")]
         contract: Option<DelegationContract>,
@@ -151,8 +152,8 @@ pub enum Body {
     TaskResult {
         /// Task id.
         task_id: String,
-        /// Output, as produced.
-        output: serde_json::Value,
+        /// Output, as produced (carried as JSON text, see [`Json`]).
+        output: Json,
         /// Who produced it (RFC: MUST be present; the gateway always fills it).
         provenance: Option<Provenance>,
     },
@@ -316,7 +317,7 @@ pub(super) struct RawBody {
     #[serde(default)]
     skill: Option<String>,
     #[serde(default)]
-    input: Option<serde_json::Value>,
+    input: Option<Json>,
     #[serde(default)]
     contract: Option<DelegationContract>,
     #[serde(default)]
@@ -324,7 +325,7 @@ pub(super) struct RawBody {
     #[serde(default)]
     message: Option<String>,
     #[serde(default)]
-    output: Option<serde_json::Value>,
+    output: Option<Json>,
     #[serde(default)]
     provenance: Option<Provenance>,
     #[serde(default)]
@@ -427,7 +428,7 @@ impl RawBody {
             MessageType::TaskSubmit => Body::TaskSubmit {
                 task_id: self.task_id.ok_or_else(|| need("task_id"))?,
                 skill: self.skill.ok_or_else(|| need("skill"))?,
-                input: self.input.unwrap_or(serde_json::Value::Null),
+                input: self.input.unwrap_or_default(),
                 contract: self.contract,
             },
             MessageType::TaskUpdate => Body::TaskUpdate {
@@ -437,7 +438,7 @@ impl RawBody {
             },
             MessageType::TaskResult => Body::TaskResult {
                 task_id: self.task_id.ok_or_else(|| need("task_id"))?,
-                output: self.output.unwrap_or(serde_json::Value::Null),
+                output: self.output.unwrap_or_default(),
                 provenance: self.provenance.map(Provenance::normalized),
             },
             MessageType::TaskFailed => {

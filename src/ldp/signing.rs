@@ -41,6 +41,8 @@
 //!
 //! The canonical form is our serialisation *of the parsed model*, not the bytes received: the
 //! verifier re-serialises what it parsed, and the signer's serialisation is what it sends.
+//! Task input and output, which travel as their original text ([`super::Json`]), are signed
+//! in their parsed form (keys sorted, no whitespace) for the same reason.
 //! Hence key order and whitespace in the original bytes do not matter, but also: fields our
 //! model does not keep (unknown keys) are **not** covered and may be added or changed freely,
 //! and two wire forms that parse to the same model (an RFC-only payload mode and `text`, the
@@ -246,11 +248,19 @@ fn reference_input(env: &Envelope) -> Vec<u8> {
 /// serialising a borrowed copy of the fields) means a field added to [`Envelope`] later is
 /// covered without touching this code.
 fn body_input(env: &Envelope) -> Result<Vec<u8>, SignatureError> {
-    let unsigned = Envelope {
+    let mut unsigned = Envelope {
         signature: None,
         signature_algorithm: None,
         ..env.clone()
     };
+    // Task payloads travel as the text they came in: sign their parsed form, so that key
+    // order and spacing on the wire do not matter (as for every other field).
+    match &mut unsigned.body {
+        Body::TaskSubmit { input: j, .. } | Body::TaskResult { output: j, .. } => {
+            *j = j.canonical();
+        }
+        _ => {}
+    }
     let mut out = BODY_DOMAIN.to_vec();
     serde_json::to_writer(&mut out, &unsigned)
         .map_err(|e| SignatureError::Encode(e.to_string()))?;
@@ -289,7 +299,7 @@ mod tests {
         envelope(Body::TaskSubmit {
             task_id: "t-1".into(),
             skill: "echo".into(),
-            input: json!({"text": "hi", "n": 0.1}),
+            input: json!({"text": "hi", "n": 0.1}).into(),
             contract: None,
         })
     }
@@ -392,7 +402,7 @@ mod tests {
             (
                 Body::TaskResult {
                     task_id: "t-1".into(),
-                    output: json!(1),
+                    output: json!(1).into(),
                     provenance: None,
                 },
                 "t-1|TASK_RESULT",
@@ -513,7 +523,7 @@ mod tests {
             let mut env = submit();
             apply(&mut env, SECRET, alg).unwrap();
             if let Body::TaskSubmit { input, .. } = &mut env.body {
-                *input = json!({"text": "rm -rf /"});
+                *input = json!({"text": "rm -rf /"}).into();
             }
             assert_eq!(
                 verify(&env, SECRET).is_err(),
@@ -577,7 +587,7 @@ mod tests {
         ];
         let mut env = submit();
         if let Body::TaskSubmit { input, .. } = &mut env.body {
-            *input = json!(floats);
+            *input = json!(floats).into();
         }
         apply(&mut env, SECRET, Algorithm::Body).unwrap();
         let back = Envelope::from_slice(&env.to_vec().unwrap()).unwrap();

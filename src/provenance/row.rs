@@ -82,7 +82,7 @@ pub struct LedgerRow {
     pub finished_at: String,
     /// End, Unix ms (indexed).
     pub finished_ms: i64,
-    /// SHA-256 of the output JSON, hex.
+    /// SHA-256 of the output JSON text as the client received it (the delegate's bytes), hex.
     pub output_sha256: Option<String>,
     /// Provenance lineage as returned to the client.
     pub lineage: JsonText,
@@ -142,10 +142,10 @@ impl std::fmt::Debug for JsonText {
     }
 }
 
-/// SHA-256 of `v`'s JSON text, hex.
-pub fn digest(v: &serde_json::Value) -> String {
-    let bytes = serde_json::to_vec(v).unwrap_or_default();
-    hex::encode(Sha256::digest(&bytes))
+/// SHA-256 of the output's JSON text as it travelled (the delegate's bytes, which the
+/// client receives unchanged), hex.
+pub fn digest(v: &crate::ldp::Json) -> String {
+    hex::encode(Sha256::digest(v.get().as_bytes()))
 }
 
 /// Keys whose values never reach the ledger.
@@ -205,8 +205,10 @@ mod tests {
 
     #[test]
     fn digest_is_stable_hex() {
-        let d = digest(&json!({"a": 1}));
+        let d = digest(&json!({"a": 1}).into());
         assert_eq!(d.len(), 64);
-        assert_eq!(d, digest(&json!({"a": 1})));
+        assert_eq!(d, digest(&json!({"a": 1}).into()));
+        // The text as it travelled: sha256 of `{"a":1}`.
+        assert_eq!(d, hex::encode(Sha256::digest(br#"{"a":1}"#)));
     }
 }

@@ -46,8 +46,8 @@ impl Proxy {
         });
         let payload = self.cfg.provenance.store_payloads.then(|| {
             JsonText::of(&serde_json::json!({
-                "input": redact_preview(task.input),
-                "output": output.map(redact_preview),
+                "input": redact_preview(&task.input.to_value()),
+                "output": output.map(|o| redact_preview(&o.to_value())),
             }))
         });
         LedgerRow {

@@ -62,7 +62,7 @@ impl TaskRun {
 
 pub(super) enum Answer {
     Result {
-        output: serde_json::Value,
+        output: crate::ldp::Json,
         provenance: Provenance,
     },
     Failed(LdpError),
@@ -103,7 +103,7 @@ enum Choose {
 pub(super) struct TaskIn<'a> {
     pub task_id: &'a str,
     pub skill: &'a str,
-    pub input: &'a serde_json::Value,
+    pub input: &'a crate::ldp::Json,
     pub contract: Option<&'a DelegationContract>,
 }
 

@@ -62,7 +62,8 @@ pub(super) async fn handle(
                 env: &env,
                 task_id,
                 skill,
-                input,
+                // The simulated model reads its input; the gateway never does.
+                input: input.to_value(),
                 contract: contract.as_ref(),
             };
             let body = match task.run(progress).await {
@@ -174,7 +175,7 @@ struct Task<'a> {
     env: &'a Envelope,
     task_id: &'a str,
     skill: &'a str,
-    input: &'a Value,
+    input: Value,
     contract: Option<&'a DelegationContract>,
 }
 
@@ -201,7 +202,7 @@ impl Task<'_> {
                 why,
             ));
         }
-        task::validate(mode, self.input, card, &inner.fail_modes)?;
+        task::validate(mode, &self.input, card, &inner.fail_modes)?;
         let (delay, fail_rate) = self.state.task_knobs(self.skill);
         let cancel = self.state.register(self.task_id, session_id);
         let mut shutdown = inner.shutdown.subscribe();
@@ -225,13 +226,13 @@ impl Task<'_> {
         }
         // A running task is activity: the idle clock restarts when it ends.
         self.state.touch(session_id)?;
-        let output = task::output(card, self.skill, self.input, mode);
-        let tokens = task::tokens(self.input, &output);
+        let output = task::output(card, self.skill, &self.input, mode);
+        let tokens = task::tokens(&self.input, &output);
         let provenance =
             task::provenance(card, self.skill, mode, session_id, tokens, self.contract);
         Ok(Body::TaskResult {
             task_id: self.task_id.to_owned(),
-            output,
+            output: output.into(),
             provenance: Some(provenance),
         })
     }
