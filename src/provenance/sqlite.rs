@@ -71,8 +71,8 @@ pub const MIGRATIONS: [&str; 3] = [
     DROP INDEX ledger_session_task;",
 ];
 
-/// WAL pages between automatic checkpoints (4 KiB pages: about 16 MiB).
-const WAL_CHECKPOINT_PAGES: i64 = 4096;
+/// How often the background checkpointer copies committed WAL pages into the database.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Most rows left out of the session index before a merge.
 const MERGE_ROWS: u64 = 1024;
@@ -85,6 +85,62 @@ pub struct SqliteBackend {
     /// Rows inserted since the last session-index merge.
     unmerged: u64,
     last_merge: std::time::Instant,
+    /// Dropping it stops the background checkpointer.
+    _checkpointer: Option<Checkpointer>,
+}
+
+/// A thread with its own connection that checkpoints the WAL every [`CHECKPOINT_EVERY`]
+/// (`PASSIVE`: it never waits for, nor blocks, the writer).
+///
+/// A checkpoint copies pages into the database file and fsyncs it, which takes milliseconds
+/// to tens of milliseconds; run by the writer itself (SQLite's auto-checkpoint after a
+/// commit), every row queued behind it would wait that long. Here the writer keeps the
+/// auto-checkpoint as the last step: by the time the WAL reaches its 1,000 pages, nearly every
+/// page is already copied and flushed, so the writer's own checkpoint is short, and it is the
+/// one that lets SQLite start the WAL over (a checkpoint that caught up with the last commit).
+struct Checkpointer {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    fn start(path: &str) -> Result<Checkpointer, LedgerError> {
+        let conn = Connection::open(path)?;
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("ldp-checkpoint".into())
+            .spawn(move || loop {
+                match stopped.recv_timeout(CHECKPOINT_EVERY) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        // (busy, WAL frames, frames checkpointed); failures are retried.
+                        let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                            r.get::<_, i64>(0)
+                        });
+                        if let Err(e) = done {
+                            tracing::debug!(error = %e, "background checkpoint failed");
+                        }
+                    }
+                    _ => return,
+                }
+            })
+            .map_err(|source| LedgerError::Io {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(Checkpointer {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl SqliteBackend {
@@ -108,10 +164,6 @@ impl SqliteBackend {
             Durability::Commit | Durability::Async => "NORMAL",
         };
         conn.pragma_update(None, "synchronous", sync)?;
-        // Checkpoint every ~16 MiB of WAL rather than SQLite's 4 MiB: a checkpoint copies each
-        // page once however often it changed, and the ledger's hot pages (the tails of the
-        // table and its indexes) change in every commit.
-        conn.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let mut backend = SqliteBackend::wrap(conn);
         backend.migrate(MIGRATIONS.len())?;
@@ -119,6 +171,9 @@ impl SqliteBackend {
         let tx = backend.conn.transaction()?;
         merge_session_index(&tx)?;
         tx.commit()?;
+        if path != ":memory:" {
+            backend._checkpointer = Some(Checkpointer::start(path)?);
+        }
         Ok(backend)
     }
 
@@ -134,6 +189,7 @@ impl SqliteBackend {
             conn,
             unmerged: 0,
             last_merge: std::time::Instant::now(),
+            _checkpointer: None,
         }
     }
 
@@ -478,6 +534,34 @@ pub(super) mod tests {
             .unwrap();
         let names = stmt.query_map([], |r| r.get(0)).unwrap();
         names.map(Result::unwrap).collect()
+    }
+
+    #[test]
+    fn the_background_checkpointer_moves_pages_into_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = temp_path(&dir);
+        let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+        // Only the checkpointer can now grow the database file.
+        b.connection()
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .unwrap();
+        let before = std::fs::metadata(&path).unwrap().len();
+        let rows: Vec<LedgerRow> = (0..2_000)
+            .map(|i| row(&format!("t{i}"), "s", 1_000 + i))
+            .collect();
+        for chunk in rows.chunks(100) {
+            b.insert(chunk).unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut after = before;
+        while after < before + 200 * 1024 && std::time::Instant::now() < deadline {
+            std::thread::sleep(CHECKPOINT_EVERY / 2);
+            after = std::fs::metadata(&path).unwrap().len();
+        }
+        assert!(
+            after >= before + 200 * 1024,
+            "database file {before} → {after} bytes: no background checkpoint"
+        );
     }
 
     #[test]
