@@ -240,53 +240,51 @@ impl SqliteBackend {
 
 /// Inserts `rows` with the cached statement, inside the caller's transaction.
 fn insert_rows(conn: &Connection, rows: &[LedgerRow]) -> Result<(), LedgerError> {
-    {
-        let mut stmt = conn.prepare_cached(
-                "INSERT INTO ledger (task_id, session_id, upstream_session_id, tenant, skill, policy,
-                    delegate, delegate_id, model_version, outcome, error_code, error_message, score,
-                    candidates, attempts, fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd,
-                    tokens, confidence, verification_status, started_at, finished_at, finished_ms,
-                    output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                    ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
-            )?;
-        for r in rows {
-            let fallbacks = serde_json::to_string(&r.fallbacks).unwrap_or_else(|_| "[]".into());
-            stmt.execute(params![
-                r.task_id,
-                r.session_id,
-                r.upstream_session_id,
-                r.tenant,
-                r.skill,
-                r.policy,
-                r.delegate,
-                r.delegate_id,
-                r.model_version,
-                r.outcome.as_str(),
-                r.error_code,
-                r.error_message,
-                r.score,
-                r.candidates,
-                r.attempts,
-                fallbacks,
-                r.payload_mode,
-                r.latency_ms,
-                r.upstream_ms,
-                r.cost_usd,
-                r.tokens.map(|t| t as i64),
-                r.confidence,
-                r.verification_status,
-                r.started_at,
-                r.finished_at,
-                r.finished_ms,
-                r.output_sha256,
-                r.lineage.get(),
-                r.reported_cost_usd,
-                r.declared_cost_usd,
-                r.routing.get(),
-                r.payload.as_ref().map(JsonText::get),
-            ])?;
-        }
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO ledger (task_id, session_id, upstream_session_id, tenant, skill, policy,
+            delegate, delegate_id, model_version, outcome, error_code, error_message, score,
+            candidates, attempts, fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd,
+            tokens, confidence, verification_status, started_at, finished_at, finished_ms,
+            output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+            ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
+    )?;
+    for r in rows {
+        let fallbacks = serde_json::to_string(&r.fallbacks).unwrap_or_else(|_| "[]".into());
+        stmt.execute(params![
+            r.task_id,
+            r.session_id,
+            r.upstream_session_id,
+            r.tenant,
+            r.skill,
+            r.policy,
+            r.delegate,
+            r.delegate_id,
+            r.model_version,
+            r.outcome.as_str(),
+            r.error_code,
+            r.error_message,
+            r.score,
+            r.candidates,
+            r.attempts,
+            fallbacks,
+            r.payload_mode,
+            r.latency_ms,
+            r.upstream_ms,
+            r.cost_usd,
+            r.tokens.map(|t| t as i64),
+            r.confidence,
+            r.verification_status,
+            r.started_at,
+            r.finished_at,
+            r.finished_ms,
+            r.output_sha256,
+            r.lineage.get(),
+            r.reported_cost_usd,
+            r.declared_cost_usd,
+            r.routing.get(),
+            r.payload.as_ref().map(JsonText::get),
+        ])?;
     }
     Ok(())
 }
