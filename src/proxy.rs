@@ -270,9 +270,15 @@ impl Proxy {
     /// Verifies the envelope's signature with the tenant's secret (refusing unsigned messages
     /// when the tenant requires signatures) and refuses replays of a signed message id + nonce
     /// within the window.
-    async fn check_signature(&self, env: &Envelope, ctx: &RequestCtx) -> Result<(), Refusal> {
+    /// Checks a signed message (signature, freshness, first use); the algorithm it was signed
+    /// with, or `None` for an unsigned message the tenant accepts.
+    async fn check_signature(
+        &self,
+        env: &Envelope,
+        ctx: &RequestCtx,
+    ) -> Result<Option<crate::ldp::signing::Algorithm>, Refusal> {
         let Some((secret, required)) = &ctx.tenant.signing else {
-            return Ok(());
+            return Ok(None);
         };
         if env.signature.is_none() {
             return if *required {
@@ -280,15 +286,16 @@ impl Proxy {
                     "this tenant requires signed messages".into(),
                 ))
             } else {
-                Ok(())
+                Ok(None)
             };
         }
-        crate::ldp::signing::verify(env, secret.expose())
+        let alg = crate::ldp::signing::verify(env, secret.expose())
             .map_err(|e| Refusal::Unauthenticated(format!("signature rejected: {e}")))?;
         let Some(c) = &self.cluster else {
             return self
                 .replay
                 .check_envelope(env, chrono::Utc::now())
+                .map(|()| Some(alg))
                 .map_err(|e| Refusal::Unauthenticated(format!("message rejected: {e}")));
         };
         // Cluster mode: freshness here, first use anywhere in the cluster in Redis.
@@ -299,7 +306,7 @@ impl Proxy {
             .first_use(&env.message_id, env.nonce.as_deref().unwrap_or(""), window)
             .await
         {
-            Ok(true) => Ok(()),
+            Ok(true) => Ok(Some(alg)),
             Ok(false) => Err(Refusal::Unauthenticated(
                 "message rejected: this message id and nonce were already used".into(),
             )),
@@ -480,7 +487,14 @@ impl Proxy {
             })
             .await?;
         }
-        self.check_signature(&env, ctx).await?;
+        let mut env = env;
+        if self.check_signature(&env, ctx).await? == Some(crate::ldp::signing::Algorithm::Body) {
+            // Forward what was verified: the payload's parsed form, not its original text
+            // (which could, say, repeat a key that a delegate reads differently).
+            env.body
+                .canonicalize_payload()
+                .map_err(|e| Refusal::BadRequest(format!("task payload: {e}")))?;
+        }
         match &env.body {
             Body::Hello { .. } => Ok(self.hello(&env)),
             Body::SessionPropose { config } => Ok(self.propose(&env, config, ctx).await),

@@ -8,14 +8,19 @@ use crate::ldp::{Json, LdpError, PayloadMode};
 use serde_json::{Map, Value};
 
 /// `input` as it should be sent in `to` mode, given it was written in `from` mode. Only a
-/// translation parses the input; otherwise its text travels as it came.
-pub fn translate_input(input: &Json, from: PayloadMode, to: PayloadMode) -> Json {
-    match (from, to) {
+/// translation parses the input (and fails on text that is not a value, see [`Json`]);
+/// otherwise its text travels as it came.
+pub fn translate_input(
+    input: &Json,
+    from: PayloadMode,
+    to: PayloadMode,
+) -> Result<Json, serde_json::Error> {
+    Ok(match (from, to) {
         (a, b) if a == b => input.clone(),
-        (_, PayloadMode::Text) => Json::from(Value::String(render_text(&input.to_value()))),
-        (_, PayloadMode::SemanticFrame) => Json::from(to_frame(&input.to_value())),
+        (_, PayloadMode::Text) => Json::from(Value::String(render_text(&input.to_value()?))),
+        (_, PayloadMode::SemanticFrame) => Json::from(to_frame(&input.to_value()?)),
         _ => input.clone(),
-    }
+    })
 }
 
 /// A frame (or any JSON) as a text task: known frame fields first, in RFC order, then every
@@ -131,15 +136,26 @@ mod tests {
     }
 
     #[test]
+    fn unreadable_input_is_refused_only_when_it_must_be_translated() {
+        let v: Json = serde_json::from_str(r#"{"n": 1e999}"#).unwrap();
+        let same = translate_input(&v, PayloadMode::Text, PayloadMode::Text).unwrap();
+        assert_eq!(same.get(), v.get());
+        assert!(translate_input(&v, PayloadMode::SemanticFrame, PayloadMode::Text).is_err());
+        assert!(translate_input(&v, PayloadMode::Text, PayloadMode::SemanticFrame).is_err());
+    }
+
+    #[test]
     fn same_mode_is_untouched() {
         // Spacing shows that the text travels as it came.
         let v: Json = serde_json::from_str(r#"{"a": 1}"#).unwrap();
         assert_eq!(
-            translate_input(&v, PayloadMode::SemanticFrame, PayloadMode::SemanticFrame).get(),
+            translate_input(&v, PayloadMode::SemanticFrame, PayloadMode::SemanticFrame)
+                .unwrap()
+                .get(),
             r#"{"a": 1}"#
         );
         assert_eq!(
-            translate_input(&v, PayloadMode::SemanticFrame, PayloadMode::Text),
+            translate_input(&v, PayloadMode::SemanticFrame, PayloadMode::Text).unwrap(),
             json!("a: 1")
         );
     }

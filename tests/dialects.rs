@@ -320,7 +320,7 @@ fn check_rfc_body(body: &Body) {
                 (task_id.as_str(), skill.as_str()),
                 ("task-001", "reasoning")
             );
-            assert_eq!(input.to_value()["task_type"], "analysis");
+            assert_eq!(input.to_value().unwrap()["task_type"], "analysis");
             assert_eq!(contract, &None);
         }
         Body::TaskUpdate {
@@ -335,7 +335,7 @@ fn check_rfc_body(body: &Body) {
         Body::TaskResult {
             provenance, output, ..
         } => {
-            assert_eq!(output.to_value()["analysis"], "...");
+            assert_eq!(output.to_value().unwrap()["analysis"], "...");
             let p = provenance.as_ref().unwrap();
             assert_eq!(p.produced_by, DELEGATE);
             assert_eq!(p.confidence, Some(0.84));

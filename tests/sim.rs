@@ -129,7 +129,7 @@ fn result(reply: &Envelope) -> (Value, &Provenance) {
             output,
             provenance: Some(p),
             ..
-        } => (output.to_value(), p),
+        } => (output.to_value().expect("output is a JSON value"), p),
         other => panic!("expected TASK_RESULT with provenance, got {other:?}"),
     }
 }

@@ -254,6 +254,15 @@ impl MessageType {
 }
 
 impl Body {
+    /// Rewrites a task's input or output in its canonical form ([`Json::canonical`]): what the
+    /// whole-envelope signature covers, so that what is forwarded is what was verified.
+    pub fn canonicalize_payload(&mut self) -> Result<(), serde_json::Error> {
+        if let Body::TaskSubmit { input: j, .. } | Body::TaskResult { output: j, .. } = self {
+            *j = j.canonical()?;
+        }
+        Ok(())
+    }
+
     /// This body's type.
     pub fn message_type(&self) -> MessageType {
         match self {

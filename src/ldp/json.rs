@@ -3,8 +3,13 @@
 //! The gateway routes on a task's skill, session and contract, never on its payload, so the
 //! payload is read without building a tree and written back verbatim: no `Value` maps to
 //! allocate on the way in, no re-serialisation on the way out. Code that does look inside
-//! (payload translation between modes, ledger previews, the simulated delegate) parses on
-//! demand with [`Json::to_value`].
+//! (payload translation between modes, the whole-envelope signature, ledger previews, the
+//! simulated delegate) parses on demand with [`Json::to_value`].
+//!
+//! Keeping the text checks only that it is one JSON value: a number out of `f64` range
+//! (`1e999`) or a lone UTF-16 surrogate escape (`"\ud800"`) is kept and forwarded, while
+//! [`Json::to_value`] refuses it. Every reader that needs the parsed form therefore handles
+//! that error (a signature over such a payload fails; a translation refuses the task).
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -42,10 +47,10 @@ impl Json {
         self.0.get()
     }
 
-    /// Parsed (for code that inspects the payload). Text that came through the parser is
-    /// valid JSON, so this fails only on memory exhaustion; it then reads as `null`.
-    pub fn to_value(&self) -> Value {
-        serde_json::from_str(self.get()).unwrap_or(Value::Null)
+    /// Parsed (for code that inspects the payload); an error for text that is JSON but not
+    /// a [`Value`] (see the module comment).
+    pub fn to_value(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_str(self.get())
     }
 
     /// The string, if the value is a JSON string.
@@ -62,10 +67,10 @@ impl Json {
     }
 
     /// The same value in this crate's serialisation of its parsed form (object keys sorted,
-    /// no whitespace): what [`super::signing`]'s whole-envelope MAC covers, so that key order
-    /// and spacing on the wire do not change a signature.
-    pub fn canonical(&self) -> Json {
-        Json::from_value(&self.to_value())
+    /// no whitespace, the last of duplicate keys): what [`super::signing`]'s whole-envelope
+    /// MAC covers, so that key order and spacing on the wire do not change a signature.
+    pub fn canonical(&self) -> Result<Json, serde_json::Error> {
+        self.to_value().map(|v| Json::from_value(&v))
     }
 }
 
@@ -96,13 +101,14 @@ impl From<&str> for Json {
 
 impl PartialEq for Json {
     fn eq(&self, other: &Json) -> bool {
-        self.get() == other.get() || self.to_value() == other.to_value()
+        self.get() == other.get()
+            || matches!((self.to_value(), other.to_value()), (Ok(a), Ok(b)) if a == b)
     }
 }
 
 impl PartialEq<Value> for Json {
     fn eq(&self, other: &Value) -> bool {
-        self.to_value() == *other
+        self.to_value().is_ok_and(|v| v == *other)
     }
 }
 
@@ -131,7 +137,7 @@ mod tests {
         assert_eq!(j, json!({"a": "x", "b": [1, 2.5]}));
         assert_eq!(j, Json::from(json!({"a": "x", "b": [1, 2.5]})));
         assert_ne!(j, Json::from(json!({"a": "y", "b": [1, 2.5]})));
-        assert_eq!(j.canonical().get(), r#"{"a":"x","b":[1,2.5]}"#);
+        assert_eq!(j.canonical().unwrap().get(), r#"{"a":"x","b":[1,2.5]}"#);
     }
 
     #[test]
@@ -142,6 +148,21 @@ mod tests {
         assert_eq!(Json::from(json!(1)).as_string(), None);
         assert_eq!(Json::from_text("[1,".into()).ok(), None);
         assert_eq!(Json::from_text(" 7 ".into()).unwrap(), json!(7));
+    }
+
+    #[test]
+    fn json_that_is_no_value_is_kept_but_never_read_as_one() {
+        for text in [r#"{"n": 1e999}"#, r#""\ud800""#] {
+            let j: Json = serde_json::from_str(text).unwrap();
+            assert_eq!(j.get(), text);
+            assert!(j.to_value().is_err(), "{text}");
+            assert!(j.canonical().is_err(), "{text}");
+            assert_ne!(j, Json::null(), "{text}");
+            assert_ne!(j, Value::Null, "{text}");
+        }
+        let a: Json = serde_json::from_str(r#"[1e999]"#).unwrap();
+        let b: Json = serde_json::from_str(r#"[2e999]"#).unwrap();
+        assert_ne!(a, b);
     }
 
     #[test]

@@ -254,13 +254,12 @@ fn body_input(env: &Envelope) -> Result<Vec<u8>, SignatureError> {
         ..env.clone()
     };
     // Task payloads travel as the text they came in: sign their parsed form, so that key
-    // order and spacing on the wire do not matter (as for every other field).
-    match &mut unsigned.body {
-        Body::TaskSubmit { input: j, .. } | Body::TaskResult { output: j, .. } => {
-            *j = j.canonical();
-        }
-        _ => {}
-    }
+    // order and spacing on the wire do not matter (as for every other field). Text that does
+    // not parse into a value cannot be signed nor verified.
+    unsigned
+        .body
+        .canonicalize_payload()
+        .map_err(|e| SignatureError::Encode(format!("task payload: {e}")))?;
     let mut out = BODY_DOMAIN.to_vec();
     serde_json::to_writer(&mut out, &unsigned)
         .map_err(|e| SignatureError::Encode(e.to_string()))?;
@@ -548,6 +547,39 @@ mod tests {
                 input_change_detected,
                 "{alg}"
             );
+        }
+    }
+
+    #[test]
+    fn payloads_sign_by_meaning_and_unreadable_ones_not_at_all() {
+        let wire = |input: &str| {
+            let bytes = format!(
+                r#"{{"message_id":"m","session_id":"s","from":"c","to":"g","timestamp":"t",
+                   "body":{{"type":"TASK_SUBMIT","task_id":"t1","skill":"x","input":{input}}}}}"#
+            );
+            Envelope::from_slice(bytes.as_bytes()).unwrap()
+        };
+        // Key order and spacing do not change the signature.
+        let mut a = wire(r#"{"b": 1, "a": [2]}"#);
+        apply(&mut a, SECRET, Algorithm::Body).unwrap();
+        let mut b = wire(r#"{"a":[2],"b":1}"#);
+        b.signature = a.signature.clone();
+        b.signature_algorithm = a.signature_algorithm.clone();
+        assert_eq!(verify(&b, SECRET), Ok(Algorithm::Body));
+        // JSON that is no value (out-of-range number, lone surrogate) is neither signed nor
+        // verified: it must not sign like anything else.
+        for bad in [r#"{"n": 1e999}"#, r#""\udead""#] {
+            let mut e = wire(bad);
+            assert!(
+                matches!(
+                    apply(&mut e, SECRET, Algorithm::Body),
+                    Err(SignatureError::Encode(_))
+                ),
+                "{bad}"
+            );
+            e.signature = a.signature.clone();
+            e.signature_algorithm = a.signature_algorithm.clone();
+            assert!(verify(&e, SECRET).is_err(), "{bad}");
         }
     }
 

@@ -83,6 +83,7 @@ pub struct LedgerRow {
     /// End, Unix ms (indexed).
     pub finished_ms: i64,
     /// SHA-256 of the output JSON text as the client received it (the delegate's bytes), hex.
+    /// Rows written before 2026-11-23 hash the gateway's re-serialisation of the output.
     pub output_sha256: Option<String>,
     /// Provenance lineage as returned to the client.
     pub lineage: JsonText,

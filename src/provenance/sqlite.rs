@@ -311,7 +311,11 @@ impl Backend for SqliteBackend {
         self.unmerged += rows.len() as u64;
         let merge = self.unmerged >= MERGE_ROWS || self.last_merge.elapsed() >= MERGE_EVERY;
         // BEGIN/COMMIT as cached statements: a group commit runs many times a second, and
-        // `Connection::transaction` would parse both each time.
+        // `Connection::transaction` would parse both each time. A transaction an earlier
+        // failure left open (its ROLLBACK failed too) is ended first.
+        if !self.conn.is_autocommit() {
+            self.conn.execute_batch("ROLLBACK")?;
+        }
         self.conn.prepare_cached("BEGIN")?.execute([])?;
         let written = insert_rows(&self.conn, rows).and_then(|()| {
             if merge {

@@ -46,8 +46,8 @@ impl Proxy {
         });
         let payload = self.cfg.provenance.store_payloads.then(|| {
             JsonText::of(&serde_json::json!({
-                "input": redact_preview(&task.input.to_value()),
-                "output": output.map(|o| redact_preview(&o.to_value())),
+                "input": preview(task.input),
+                "output": output.map(preview),
             }))
         });
         LedgerRow {
@@ -156,4 +156,12 @@ impl serde::Serialize for Excluded<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_map(self.0.iter().map(|(c, n)| (c.as_str(), n)))
     }
+}
+
+/// The redacted preview of a payload; text that is not a JSON value is not shown.
+fn preview(j: &crate::ldp::Json) -> serde_json::Value {
+    j.to_value().map_or_else(
+        |_| serde_json::Value::String("[not readable as a JSON value]".into()),
+        |v| redact_preview(&v),
+    )
 }

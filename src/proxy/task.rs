@@ -607,6 +607,17 @@ impl Proxy {
                     LdpError::gateway(GatewayCode::UpstreamFailed, "too many upstream attempts");
                 return Attempt::Done(Answer::Failed(e));
             }
+            let input = match translate_input(task.input, env.payload_mode, mode) {
+                Ok(i) => i,
+                Err(e) => {
+                    let reason = format!(
+                        "the task input cannot be translated from {} to {mode}: {e}",
+                        env.payload_mode
+                    );
+                    let error = LdpError::gateway(GatewayCode::BadRequest, reason);
+                    return Attempt::Done(Answer::Failed(error));
+                }
+            };
             let upstream_env = Envelope::new(
                 binding.upstream.session_id.as_str(),
                 self.id(),
@@ -614,7 +625,7 @@ impl Proxy {
                 Body::TaskSubmit {
                     task_id: task.task_id.to_owned(),
                     skill: skill.to_owned(),
-                    input: translate_input(task.input, env.payload_mode, mode),
+                    input,
                     contract: task.contract.cloned(),
                 },
                 mode,

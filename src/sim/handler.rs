@@ -62,8 +62,9 @@ pub(super) async fn handle(
                 env: &env,
                 task_id,
                 skill,
-                // The simulated model reads its input; the gateway never does.
-                input: input.to_value(),
+                // The simulated model reads its input (the gateway does not); a number out of
+                // range or a lone surrogate reads as null.
+                input: input.to_value().unwrap_or_default(),
                 contract: contract.as_ref(),
             };
             let body = match task.run(progress).await {
