@@ -25,11 +25,12 @@ const RECORD_DEADLINE: Duration = Duration::from_secs(30);
 /// Largest group committed in one transaction.
 const BATCH_MAX: usize = 1024;
 
-/// How long the writer waits once for more rows when it found several queued: each commit
-/// rewrites every page it touched, so a few large commits cost far less than many small
-/// ones. A lone row (no concurrency) never waits.
-const LINGER: Duration = Duration::from_micros(200);
-/// No lingering once a group is this large.
+/// When the writer found several rows queued, it yields its core once before committing: the
+/// producers that are about to record get to queue their rows, and one commit carries them
+/// all (each commit rewrites every page it touches). It never sleeps: a timed wait here is
+/// added to every row's latency, and with a closed-loop client that is lost throughput
+/// (measured: a 200 µs wait cost 10% of the throughput at 16 connections and saved no CPU).
+/// No yielding once a group is this large.
 const LINGER_BELOW: usize = 64;
 
 /// A cheap, cloneable way to write to and read from the ledger.
@@ -308,13 +309,13 @@ fn run(mut backend: Box<dyn Backend>, mut rx: mpsc::Receiver<Cmd>, m: &Metrics) 
                     next = rx.try_recv().ok();
                 }
             }
-            // Rows are queuing (more than one was waiting): linger once for the next few,
-            // so that one commit carries them all.
+            // Rows are queuing (more than one was waiting): yield once for the next few, so
+            // that one commit carries them all.
             if lingered || stopping || rows.len() < 2 || rows.len() >= LINGER_BELOW {
                 break;
             }
             lingered = true;
-            std::thread::sleep(LINGER);
+            std::thread::yield_now();
             next = rx.try_recv().ok();
             if next.is_none() {
                 break;
