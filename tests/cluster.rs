@@ -8,8 +8,9 @@
 
 mod common;
 
+use common::ledger_contract::{self, row};
 use common::{card, gateway_with, sim, Client};
-use ldp_gateway::provenance::{Backend, Durability, LedgerRow, Outcome, PostgresBackend, Query};
+use ldp_gateway::provenance::{Backend, Durability, PostgresBackend, Query};
 use ldp_gateway::server::Gateway;
 use ldp_gateway::sim::SimOptions;
 use serde_json::{json, Value};
@@ -58,127 +59,12 @@ impl Drop for TempDb {
     }
 }
 
-fn row(task: &str, session: &str, tenant: &str, finished_ms: i64) -> LedgerRow {
-    let lineage = ldp_gateway::provenance::JsonText::of(&json!([{"step": "route"}]));
-    LedgerRow {
-        task_id: task.into(),
-        session_id: session.into(),
-        upstream_session_id: Some(format!("up-{session}")),
-        tenant: tenant.into(),
-        skill: "echo".into(),
-        policy: Some("balanced".into()),
-        delegate: Some("d0".into()),
-        delegate_id: Some("ldp:delegate:a".into()),
-        model_version: Some("a-1".into()),
-        outcome: Outcome::Result,
-        error_code: None,
-        error_message: None,
-        score: Some(0.75),
-        candidates: Some(2),
-        attempts: 1,
-        fallbacks: vec!["payload_mode".into()],
-        payload_mode: Some("text".into()),
-        latency_ms: 3.25,
-        upstream_ms: 2.5,
-        cost_usd: Some(0.002),
-        reported_cost_usd: None,
-        declared_cost_usd: Some(0.002),
-        tokens: Some(12),
-        confidence: Some(0.9),
-        verification_status: Some("unverified".into()),
-        started_at: "2026-01-01T00:00:00Z".into(),
-        finished_at: "2026-01-01T00:00:01Z".into(),
-        finished_ms,
-        output_sha256: Some("ab".repeat(32)),
-        lineage,
-        routing: ldp_gateway::provenance::JsonText::of(&json!({"policy": "balanced"})),
-        payload: None,
-    }
-}
-
 #[test]
 fn postgres_ledger_stores_queries_and_prunes_like_sqlite() {
     let db = TempDb::new();
     let mut b =
         PostgresBackend::open(&db.url(), Durability::Commit, Duration::from_secs(5)).unwrap();
-    let rows: Vec<LedgerRow> = (0..10)
-        .map(|i| {
-            let mut r = row(
-                &format!("t{i}"),
-                if i % 2 == 0 { "even" } else { "odd" },
-                if i == 3 { "acme" } else { "anonymous" },
-                1_000 + i,
-            );
-            if i == 3 {
-                r.outcome = Outcome::Failed;
-                r.error_code = Some("UPSTREAM_FAILED".into());
-                r.output_sha256 = None;
-                r.tokens = None;
-                r.cost_usd = None;
-            }
-            r
-        })
-        .collect();
-    b.insert(&rows[..4]).unwrap();
-    b.insert(&rows[4..]).unwrap();
-    let ids = |b: &mut PostgresBackend, q: Query| -> Vec<String> {
-        b.query(&q)
-            .unwrap()
-            .into_iter()
-            .map(|r| r.task_id)
-            .collect()
-    };
-    assert_eq!(
-        ids(&mut b, Query::default()),
-        (0..10).rev().map(|i| format!("t{i}")).collect::<Vec<_>>()
-    );
-    let q = |f: fn(&mut Query)| {
-        let mut q = Query::default();
-        f(&mut q);
-        q
-    };
-    assert_eq!(
-        ids(&mut b, q(|q| q.session_id = Some("odd".into()))).len(),
-        5
-    );
-    assert_eq!(ids(&mut b, q(|q| q.task_id = Some("t4".into()))), ["t4"]);
-    assert_eq!(ids(&mut b, q(|q| q.tenant = Some("acme".into()))), ["t3"]);
-    assert_eq!(
-        ids(&mut b, q(|q| q.since_ms = Some(1_007))),
-        ["t9", "t8", "t7"]
-    );
-    assert_eq!(
-        ids(
-            &mut b,
-            q(|q| {
-                q.limit = Some(3);
-                q.offset = Some(2);
-            })
-        ),
-        ["t7", "t6", "t5"]
-    );
-    // Every field reads back as written.
-    assert_eq!(
-        b.query(&q(|q| q.task_id = Some("t3".into()))).unwrap(),
-        vec![rows[3].clone()]
-    );
-    assert_eq!(
-        b.query(&q(|q| q.task_id = Some("t4".into()))).unwrap(),
-        vec![rows[4].clone()]
-    );
-    let mut spend = b.spend_since(0).unwrap();
-    spend.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(spend.len(), 2, "{spend:?}");
-    assert_eq!(
-        spend[0],
-        ("acme".to_owned(), 0.0),
-        "its only row has no cost"
-    );
-    assert_eq!(spend[1].0, "anonymous");
-    assert!((spend[1].1 - 0.018).abs() < 1e-9, "{spend:?}");
-    assert!(b.healthy());
-    assert_eq!(b.prune(1_005).unwrap(), 5);
-    assert_eq!(b.prune(1_005).unwrap(), 0);
+    ledger_contract::check(&mut b);
     // The database drops the connection (a restart, a failover): the backend reconnects.
     admin_sql(format!(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
@@ -188,7 +74,11 @@ fn postgres_ledger_stores_queries_and_prunes_like_sqlite() {
     let _ = b.insert(&[row("lost?", "s", "anonymous", 2_000)]);
     assert!(b.healthy(), "reconnected");
     b.insert(&[row("t10", "s", "anonymous", 2_001)]).unwrap();
-    assert_eq!(ids(&mut b, q(|q| q.task_id = Some("t10".into()))), ["t10"]);
+    let t10 = Query {
+        task_id: Some("t10".into()),
+        ..Query::default()
+    };
+    assert_eq!(ledger_contract::ids(&mut b, t10), ["t10"]);
     drop(b);
     // Reopening (another replica starting) migrates nothing twice and sees the rows.
     let mut again =

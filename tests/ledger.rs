@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{card, gateway_with, sim, temp_db, Client};
+use common::{card, gateway_with, ledger_contract, sim, temp_db, Client};
 use ldp_gateway::ldp::PayloadMode;
 use ldp_gateway::provenance::{LedgerRow, Outcome};
 use ldp_gateway::server::Gateway;
@@ -691,4 +691,17 @@ async fn metrics_exposition_parses_and_names_the_contract() {
         0.0
     );
     gw.shutdown().await;
+}
+
+/// The SQLite backend keeps the ledger contract that Postgres keeps too (`tests/cluster.rs`).
+#[test]
+fn the_sqlite_backend_filters_pages_reads_back_and_prunes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let mut b = ldp_gateway::provenance::SqliteBackend::open(
+        &path.display().to_string(),
+        ldp_gateway::provenance::Durability::Commit,
+    )
+    .unwrap();
+    ledger_contract::check(&mut b);
 }

@@ -2,6 +2,8 @@
 //! LDP client speaking raw JSON.
 #![allow(dead_code)]
 
+pub mod ledger_contract;
+
 use ldp_gateway::config::{Config, DelegateConfig};
 use ldp_gateway::ldp::{Envelope, IdentityCard};
 use ldp_gateway::server::Gateway;
