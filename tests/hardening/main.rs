@@ -1,0 +1,6 @@
+//! Regression tests for the hardening issue: one test per hole an adversarial run of the
+//! release binary found, each named after what it guards, on real sockets against
+//! `Gateway::start` or the real binary. Bounds are generous ceilings, never timings.
+
+#[path = "../common/mod.rs"]
+mod common;
