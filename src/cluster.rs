@@ -312,7 +312,13 @@ impl Cluster {
         let ms = wait
             .and_then(|w| w.parse::<f64>().ok())
             .unwrap_or(interval_ms);
-        Ok(Err(Duration::from_secs_f64(ms.max(0.0) / 1000.0)))
+        // Whatever Redis answered (`inf`, `NaN`, huge), the wait converts without panicking.
+        let wait = Duration::try_from_secs_f64(ms / 1000.0).unwrap_or(if ms > 0.0 {
+            Duration::from_secs(86_400)
+        } else {
+            Duration::ZERO
+        });
+        Ok(Err(wait))
     }
 
     fn accounts(&self, tenant: &str, session: &str) -> [String; 3] {

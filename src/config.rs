@@ -133,6 +133,12 @@ pub struct DiscoveryConfig {
     /// Deadline of one card fetch.
     #[serde(with = "humantime_serde")]
     pub fetch_timeout: Duration,
+    /// Largest card read; a larger one is refused (the delegate is down until it shrinks).
+    pub max_card_bytes: usize,
+    /// Most capabilities a card may list; a card with more is refused.
+    pub max_capabilities: usize,
+    /// Most card fetches in flight at once during a poll.
+    pub concurrency: usize,
 }
 
 /// `[sessions]`.
@@ -163,6 +169,9 @@ pub struct UpstreamConfig {
     /// Ceiling on one upstream task.
     #[serde(with = "humantime_serde")]
     pub task_timeout: Duration,
+    /// Most gateways a task may pass through (the `x-ldp-hops` header counts them), so that
+    /// gateways chained into a loop refuse the task instead of calling each other forever.
+    pub max_hops: usize,
 }
 
 /// One `[[delegates]]` entry.
@@ -279,6 +288,9 @@ pub struct SecurityConfig {
     pub max_sessions: usize,
     /// Hosts (exact names) and CIDRs that `POST /admin/delegates` may register; empty: any.
     pub registration_allow: Vec<String>,
+    /// Longest id a client may send (message, session and task ids, `from`, skill, nonce):
+    /// the gateway stores them per session and in the ledger, so their size is bounded.
+    pub max_id_bytes: usize,
 }
 
 impl Default for SecurityConfig {
@@ -289,6 +301,7 @@ impl Default for SecurityConfig {
             max_json_depth: 64,
             max_sessions: 100_000,
             registration_allow: Vec::new(),
+            max_id_bytes: 256,
         }
     }
 }
@@ -404,6 +417,9 @@ impl Default for DiscoveryConfig {
         DiscoveryConfig {
             poll_interval: Duration::from_secs(10),
             fetch_timeout: Duration::from_secs(2),
+            max_card_bytes: 1024 * 1024,
+            max_capabilities: 1024,
+            concurrency: 16,
         }
     }
 }
@@ -424,6 +440,7 @@ impl Default for UpstreamConfig {
             connect_timeout: Duration::from_secs(2),
             handshake_timeout: Duration::from_secs(5),
             task_timeout: Duration::from_secs(120),
+            max_hops: 8,
         }
     }
 }
@@ -476,126 +493,223 @@ impl Config {
             .merge(Env::prefixed("LDP_GATEWAY_").split("__"))
             .extract()
             .map_err(|e| ConfigError::Load(Box::new(e)))?;
-        let problems = cfg.problems(&path.display().to_string());
-        if problems.is_empty() {
-            Ok(cfg)
-        } else {
-            Err(ConfigError::Invalid(problems))
+        let issues = cfg.issues();
+        if issues.is_empty() {
+            return Ok(cfg);
         }
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let file = path.display();
+        Err(ConfigError::Invalid(
+            issues
+                .into_iter()
+                .map(|(key, reason)| match line_of(&text, &key) {
+                    Some(line) => format!("{file}:{line}: {key}: {reason}"),
+                    // Not in the file: a default or an `LDP_GATEWAY_…` variable.
+                    None => format!("{file}: {key}: {reason}"),
+                })
+                .collect(),
+        ))
     }
 
     /// Every problem with the values, each as `origin: key: reason`.
     pub fn problems(&self, origin: &str) -> Vec<String> {
-        let mut out = Vec::new();
-        if self.server.body_limit_bytes == 0 {
-            out.push(format!(
-                "{origin}: server.body_limit_bytes: must be at least 1"
-            ));
-        }
+        self.issues()
+            .into_iter()
+            .map(|(key, reason)| format!("{origin}: {key}: {reason}"))
+            .collect()
+    }
+
+    /// Every problem with the values as `(dotted key, reason)`: every duration, rate, size
+    /// and ratio is checked here, so that nothing unusable reaches a conversion at run time.
+    pub fn issues(&self) -> Vec<(String, String)> {
+        let mut c = Checks::default();
+        let s = &self.server;
+        c.at_least("server.body_limit_bytes", s.body_limit_bytes, 1);
+        c.positive("server.header_read_timeout", s.header_read_timeout);
+        c.positive("server.body_read_timeout", s.body_read_timeout);
+        c.bounded("server.shutdown_grace", s.shutdown_grace);
         if self.identity.delegate_id.trim().is_empty() {
-            out.push(format!("{origin}: identity.delegate_id: must not be empty"));
+            c.push("identity.delegate_id", "must not be empty");
         }
-        if self.discovery.poll_interval.is_zero() {
-            out.push(format!(
-                "{origin}: discovery.poll_interval: must be longer than 0s"
-            ));
+        c.positive("discovery.poll_interval", self.discovery.poll_interval);
+        c.positive("discovery.fetch_timeout", self.discovery.fetch_timeout);
+        c.at_least(
+            "discovery.max_card_bytes",
+            self.discovery.max_card_bytes,
+            1024,
+        );
+        c.at_least(
+            "discovery.max_capabilities",
+            self.discovery.max_capabilities,
+            1,
+        );
+        c.at_least("discovery.concurrency", self.discovery.concurrency, 1);
+        let ss = &self.sessions;
+        c.at_least_duration(
+            "sessions.default_ttl",
+            ss.default_ttl,
+            Duration::from_secs(1),
+        );
+        c.at_least_duration("sessions.max_ttl", ss.max_ttl, Duration::from_secs(1));
+        if ss.default_ttl > ss.max_ttl {
+            c.push(
+                "sessions.default_ttl",
+                format!(
+                    "must not be longer than sessions.max_ttl ({}), got {}",
+                    humantime::format_duration(ss.max_ttl),
+                    humantime::format_duration(ss.default_ttl)
+                ),
+            );
         }
+        c.positive("sessions.sweep_interval", ss.sweep_interval);
+        let u = &self.upstream;
+        c.positive("upstream.connect_timeout", u.connect_timeout);
+        c.positive("upstream.handshake_timeout", u.handshake_timeout);
+        c.positive("upstream.task_timeout", u.task_timeout);
+        c.at_least("upstream.max_hops", u.max_hops, 1);
         let p = &self.provenance;
-        if p.queue_capacity == 0 {
-            out.push(format!(
-                "{origin}: provenance.queue_capacity: must be at least 1"
-            ));
-        }
+        c.at_least("provenance.queue_capacity", p.queue_capacity, 1);
         if !(p.cost_discrepancy_ratio.is_finite() && p.cost_discrepancy_ratio >= 1.0) {
-            out.push(format!(
-                "{origin}: provenance.cost_discrepancy_ratio: must be at least 1, got {}",
-                p.cost_discrepancy_ratio
-            ));
+            c.push(
+                "provenance.cost_discrepancy_ratio",
+                format!("must be at least 1, got {}", p.cost_discrepancy_ratio),
+            );
         }
-        if p.prune_every.is_zero() {
-            out.push(format!(
-                "{origin}: provenance.prune_every: must be longer than 0s"
-            ));
-        }
-        let c = &self.cluster;
-        if let Some(url) = &c.redis_url {
+        c.positive("provenance.prune_every", p.prune_every);
+        c.positive("provenance.retention", p.retention);
+        let cl = &self.cluster;
+        if let Some(url) = &cl.redis_url {
             if !url.starts_with("redis://") {
-                out.push(format!(
-                    "{origin}: cluster.redis_url: must start with redis://, got '{}'",
-                    crate::provenance::redact_url(url)
-                ));
+                c.push(
+                    "cluster.redis_url",
+                    format!(
+                        "must start with redis://, got '{}'",
+                        crate::provenance::redact_url(url)
+                    ),
+                );
             }
         }
-        if c.replicas == 0 {
-            out.push(format!("{origin}: cluster.replicas: must be at least 1"));
-        }
-        if c.redis_timeout.is_zero() {
-            out.push(format!(
-                "{origin}: cluster.redis_timeout: must be longer than 0s"
-            ));
-        }
-        if c.key_prefix.is_empty() || c.key_prefix.contains(char::is_whitespace) {
-            out.push(format!(
-                "{origin}: cluster.key_prefix: must be non-empty, without spaces"
-            ));
+        c.at_least("cluster.replicas", cl.replicas as usize, 1);
+        c.positive("cluster.redis_timeout", cl.redis_timeout);
+        if cl.key_prefix.is_empty() || cl.key_prefix.contains(char::is_whitespace) {
+            c.push("cluster.key_prefix", "must be non-empty, without spaces");
         }
         if !p.store.starts_with("sqlite:") && !crate::provenance::is_postgres(&p.store) {
-            out.push(format!(
-                "{origin}: provenance.store: unsupported store '{}' (use sqlite://PATH or postgres://…)",
-                crate::provenance::redact_url(&p.store)
-            ));
+            c.push(
+                "provenance.store",
+                format!(
+                    "unsupported store '{}' (use sqlite://PATH or postgres://…)",
+                    crate::provenance::redact_url(&p.store)
+                ),
+            );
         }
         let r = &self.routing;
-        if !(0.0..=1.0).contains(&r.missing_score) {
-            out.push(format!(
-                "{origin}: routing.missing_score: must be between 0 and 1, got {}",
-                r.missing_score
-            ));
-        }
+        c.fraction("routing.missing_score", r.missing_score);
         for (tier, price) in [
             ("low", r.tier_prices.low),
             ("medium", r.tier_prices.medium),
             ("high", r.tier_prices.high),
         ] {
             if !(price.is_finite() && price >= 0.0) {
-                out.push(format!("{origin}: routing.tier_prices.{tier}: must be a non-negative number, got {price}"));
+                c.push(
+                    format!("routing.tier_prices.{tier}"),
+                    format!("must be a non-negative number, got {price}"),
+                );
             }
         }
-        if self.sessions.sweep_interval.is_zero() {
-            out.push(format!(
-                "{origin}: sessions.sweep_interval: must be longer than 0s"
-            ));
+        c.fraction("routing.panic_threshold", r.panic_threshold);
+        if !(r.budget_reserve_factor.is_finite()
+            && (1.0..=100.0).contains(&r.budget_reserve_factor))
+        {
+            c.push(
+                "routing.budget_reserve_factor",
+                format!(
+                    "must be between 1 and 100 (a reservation is the declared cost times this), got {}",
+                    r.budget_reserve_factor
+                ),
+            );
+        }
+        let o = &self.outlier;
+        c.at_least(
+            "outlier.consecutive_failures",
+            o.consecutive_failures as usize,
+            1,
+        );
+        if !(o.error_rate.is_finite() && o.error_rate > 0.0 && o.error_rate <= 1.0) {
+            c.push(
+                "outlier.error_rate",
+                format!("must be greater than 0 and at most 1, got {}", o.error_rate),
+            );
+        }
+        c.at_least("outlier.min_requests", o.min_requests as usize, 1);
+        c.positive("outlier.window", o.window);
+        c.positive("outlier.base_ejection", o.base_ejection);
+        c.positive("outlier.max_ejection", o.max_ejection);
+        if o.max_ejection < o.base_ejection {
+            c.push(
+                "outlier.max_ejection",
+                format!(
+                    "must not be shorter than outlier.base_ejection ({}), got {}",
+                    humantime::format_duration(o.base_ejection),
+                    humantime::format_duration(o.max_ejection)
+                ),
+            );
+        }
+        c.bounded("outlier.slow_start", o.slow_start);
+        c.positive("outlier.latency_decay", o.latency_decay);
+        let f = &self.fallback;
+        if !(f.retry_ratio.is_finite() && (0.0..=1000.0).contains(&f.retry_ratio)) {
+            c.push(
+                "fallback.retry_ratio",
+                format!("must be between 0 and 1000, got {}", f.retry_ratio),
+            );
+        }
+        c.positive("fallback.window", f.window);
+        let sec = &self.security;
+        c.positive("security.replay_window", sec.replay_window);
+        c.at_least("security.replay_capacity", sec.replay_capacity, 1);
+        c.at_least("security.max_json_depth", sec.max_json_depth, 1);
+        c.at_least("security.max_sessions", sec.max_sessions, 1);
+        c.at_least("security.max_id_bytes", sec.max_id_bytes, 16);
+        for (i, entry) in sec.registration_allow.iter().enumerate() {
+            if entry.trim().is_empty() {
+                c.push(
+                    format!("security.registration_allow[{i}]"),
+                    "must not be empty",
+                );
+            }
+        }
+        if self.policies.default.trim().is_empty() {
+            c.push("policies.default", "must not be empty");
         }
         let mut tenants = std::collections::HashSet::new();
         for (i, t) in self.tenants.iter().enumerate() {
             if t.name.trim().is_empty() {
-                out.push(format!("{origin}: tenants[{i}].name: must not be empty"));
+                c.push(format!("tenants[{i}].name"), "must not be empty");
             }
             if !tenants.insert(t.name.clone()) {
-                out.push(format!(
-                    "{origin}: tenants[{i}].name: duplicate tenant '{}'",
-                    t.name
-                ));
+                c.push(
+                    format!("tenants[{i}].name"),
+                    format!("duplicate tenant '{}'", t.name),
+                );
             }
             for (k, h) in t.api_key_sha256.iter().enumerate() {
                 if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    out.push(format!(
-                        "{origin}: tenants[{i}].api_key_sha256[{k}]: must be 64 hex characters (`ldp-gateway hash-key` prints one)"
-                    ));
+                    c.push(
+                        format!("tenants[{i}].api_key_sha256[{k}]"),
+                        "must be 64 hex characters (`ldp-gateway hash-key` prints one)",
+                    );
                 }
             }
             if t.api_key_sha256.is_empty() && t.name != "anonymous" {
-                out.push(format!(
-                    "{origin}: tenants[{i}].api_key_sha256: a tenant needs at least one key (only `anonymous` may have none)"
-                ));
+                c.push(
+                    format!("tenants[{i}].api_key_sha256"),
+                    "a tenant needs at least one key (only `anonymous` may have none)",
+                );
             }
             for (what, r) in [("limits", &t.limits), ("skill_limits", &t.skill_limits)] {
                 if let Some(r) = r {
-                    if !(r.rps.is_finite() && r.rps > 0.0) {
-                        out.push(format!(
-                            "{origin}: tenants[{i}].{what}.rps: must be greater than 0"
-                        ));
-                    }
+                    c.rate(&format!("tenants[{i}].{what}"), r);
                 }
             }
             let b = &t.budget;
@@ -605,32 +719,135 @@ impl Config {
                 ("usd_per_session", b.usd_per_session),
             ] {
                 if v.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
-                    out.push(format!(
-                        "{origin}: tenants[{i}].budget.{what}: must not be negative"
-                    ));
+                    c.push(
+                        format!("tenants[{i}].budget.{what}"),
+                        "must not be negative",
+                    );
                 }
+            }
+            if let Some(m) = t.max_sessions {
+                c.at_least(&format!("tenants[{i}].max_sessions"), m, 1);
+            }
+            if t.signing
+                .as_ref()
+                .is_some_and(|s| s.secret_env.trim().is_empty())
+            {
+                c.push(
+                    format!("tenants[{i}].signing.secret_env"),
+                    "must not be empty",
+                );
             }
         }
         let mut names = std::collections::HashSet::new();
         for (i, d) in self.delegates.iter().enumerate() {
             if let Err(reason) = normalize_url(&d.url) {
-                out.push(format!("{origin}: delegates[{i}].url: {reason}"));
+                c.push(format!("delegates[{i}].url"), reason);
             }
             if let Some(w) = d.weight {
                 if !(w.is_finite() && w > 0.0) {
-                    out.push(format!(
-                        "{origin}: delegates[{i}].weight: must be a positive number"
-                    ));
+                    c.push(
+                        format!("delegates[{i}].weight"),
+                        "must be a positive number",
+                    );
                 }
+            }
+            if let Some(m) = d.max_in_flight {
+                c.at_least(&format!("delegates[{i}].max_in_flight"), m as usize, 1);
+            }
+            if let Some(r) = &d.limits {
+                c.rate(&format!("delegates[{i}].limits"), r);
+            }
+            if d.name.as_ref().is_some_and(|n| n.trim().is_empty()) {
+                c.push(format!("delegates[{i}].name"), "must not be empty");
             }
             let name = d.name.clone().unwrap_or_else(|| d.url.clone());
             if !names.insert(name.clone()) {
-                out.push(format!(
-                    "{origin}: delegates[{i}].name: duplicate delegate '{name}'"
-                ));
+                c.push(
+                    format!("delegates[{i}].name"),
+                    format!("duplicate delegate '{name}'"),
+                );
             }
         }
-        out
+        c.out
+    }
+}
+
+/// The longest duration any setting may have: beyond it a deadline added to a clock
+/// reading could overflow, and no operator means it.
+const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Collects `(key, reason)` problems with the shared wording.
+#[derive(Default)]
+struct Checks {
+    out: Vec<(String, String)>,
+}
+
+impl Checks {
+    fn push(&mut self, key: impl Into<String>, reason: impl Into<String>) {
+        self.out.push((key.into(), reason.into()));
+    }
+
+    /// At most [`MAX_DURATION`].
+    fn bounded(&mut self, key: &str, d: Duration) {
+        if d > MAX_DURATION {
+            self.push(
+                key,
+                format!(
+                    "must be at most 100 years, got {}",
+                    humantime::format_duration(d)
+                ),
+            );
+        }
+    }
+
+    /// Longer than zero (and bounded).
+    fn positive(&mut self, key: &str, d: Duration) {
+        if d.is_zero() {
+            self.push(key, "must be longer than 0s");
+        }
+        self.bounded(key, d);
+    }
+
+    /// At least `min` (and bounded).
+    fn at_least_duration(&mut self, key: &str, d: Duration, min: Duration) {
+        if d < min {
+            self.push(
+                key,
+                format!(
+                    "must be at least {}, got {}",
+                    humantime::format_duration(min),
+                    humantime::format_duration(d)
+                ),
+            );
+        }
+        self.bounded(key, d);
+    }
+
+    /// A count or size of at least `min`.
+    fn at_least(&mut self, key: &str, n: usize, min: usize) {
+        if n < min {
+            self.push(key, format!("must be at least {min}, got {n}"));
+        }
+    }
+
+    /// A number between 0 and 1.
+    fn fraction(&mut self, key: &str, x: f64) {
+        if !(x.is_finite() && (0.0..=1.0).contains(&x)) {
+            self.push(key, format!("must be between 0 and 1, got {x}"));
+        }
+    }
+
+    /// A rate the limiters can use, with a burst of at least one.
+    fn rate(&mut self, key: &str, r: &RateConfig) {
+        if !crate::policy::rate_ok(r.rps) {
+            self.push(
+                format!("{key}.rps"),
+                format!("{}, got {}", crate::policy::RATE_RANGE, r.rps),
+            );
+        }
+        if r.burst == Some(0) {
+            self.push(format!("{key}.burst"), "must be at least 1, got 0");
+        }
     }
 }
 
@@ -656,6 +873,43 @@ pub fn check_file(path: &Path) -> Vec<String> {
             })
             .collect(),
     }
+}
+
+/// The 1-based line of the dotted `key` (`tenants[1].limits.rps`) in TOML `text`, if the
+/// file sets it; the line of the nearest enclosing table or inline table it does set
+/// otherwise.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    use toml::de::{DeTable, DeValue};
+    let doc = DeTable::parse(text).ok()?;
+    let line = |offset: usize| {
+        text.as_bytes()[..offset.min(text.len())]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count()
+            + 1
+    };
+    let mut table: &DeTable<'_> = doc.get_ref();
+    let mut found = None;
+    for part in key.split('.') {
+        let (name, index) = match part.split_once('[') {
+            Some((n, i)) => (n, i.trim_end_matches(']').parse::<usize>().ok()),
+            None => (part, None),
+        };
+        let (k, mut v) = table.get_key_value(name)?;
+        found = Some(line(k.span().start));
+        if let Some(i) = index {
+            let DeValue::Array(items) = v.get_ref() else {
+                return found;
+            };
+            v = items.get(i)?;
+            found = Some(line(v.span().start));
+        }
+        match v.get_ref() {
+            DeValue::Table(t) => table = t,
+            _ => return found,
+        }
+    }
+    found
 }
 
 /// Turns a delegate URL into the HTTP base URL the gateway calls: `ldp://` becomes `http://`
@@ -708,7 +962,7 @@ mod tests {
             p,
             [
                 "f.toml: cluster.redis_url: must start with redis://, got 'http://:***@redis:6379'",
-                "f.toml: cluster.replicas: must be at least 1",
+                "f.toml: cluster.replicas: must be at least 1, got 0",
                 "f.toml: cluster.redis_timeout: must be longer than 0s",
                 "f.toml: cluster.key_prefix: must be non-empty, without spaces",
                 "f.toml: provenance.store: unsupported store 'mysql://u:***@db/x' (use sqlite://PATH or postgres://…)",

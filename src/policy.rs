@@ -11,6 +11,21 @@ use crate::ldp::PayloadMode;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// Slowest rate accepted anywhere (policy `[limits]`, tenant and delegate limits): one
+/// request per ~11.6 days. Slower ones overflow the limiter's nanosecond arithmetic.
+pub const MIN_RPS: f64 = 1e-6;
+
+/// Fastest rate accepted: one request per nanosecond, the limiter's resolution.
+pub const MAX_RPS: f64 = 1e9;
+
+/// What a rate outside [`rate_ok`] is told (followed by `, got …`).
+pub const RATE_RANGE: &str = "must be between 0.000001 and 1000000000 requests per second";
+
+/// Whether `rps` is a usable rate: the one rule config and policies share.
+pub fn rate_ok(rps: f64) -> bool {
+    rps.is_finite() && (MIN_RPS..=MAX_RPS).contains(&rps)
+}
+
 /// A policy's name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PolicyName(pub String);

@@ -16,7 +16,7 @@ use crate::ldp::error::GatewayCode;
 use crate::ldp::{
     negotiate, Body, Capability, Envelope, IdentityCard, LdpError, PayloadMode, SessionConfig,
 };
-use crate::limits::{BudgetBook, RateLimit, Scope};
+use crate::limits::{BudgetBook, Scope};
 use crate::policy::{PolicyProblem, PolicySet};
 use crate::provenance::LedgerHandle;
 use crate::registry::{Delegate, Registry};
@@ -65,6 +65,8 @@ pub struct RequestCtx {
     pub tenant: Arc<Tenant>,
     /// The `x-ldp-policy` header.
     pub policy: Option<String>,
+    /// Gateways the request passed through before this one (the `x-ldp-hops` header).
+    pub hops: u32,
 }
 
 impl RequestCtx {
@@ -73,6 +75,7 @@ impl RequestCtx {
         RequestCtx {
             tenant: Arc::new(Tenant::builtin_anonymous()),
             policy: None,
+            hops: 0,
         }
     }
 }
@@ -89,13 +92,13 @@ pub struct Proxy {
     budget: RetryBudget,
     tenants: Tenants,
     budgets: BudgetBook,
-    policy_limits: dashmap::DashMap<String, Arc<RateLimit>>,
+    policy_limits: crate::limits::LimiterMap,
     replay: crate::ldp::replay::ReplayGuard,
     version: String,
     /// Cluster mode: limits, budgets, sessions and nonces shared through Redis.
     cluster: Option<Arc<Cluster>>,
     /// Local limiters at limit ÷ replicas, used while Redis does not answer.
-    fallback_limits: dashmap::DashMap<String, Arc<RateLimit>>,
+    fallback_limits: crate::limits::LimiterMap,
 }
 
 impl Proxy {
@@ -108,11 +111,16 @@ impl Proxy {
         ledger: LedgerHandle,
         tenants: Tenants,
     ) -> Proxy {
-        let upstream = UpstreamClient::new(
+        let mut upstream = UpstreamClient::new(
             cfg.identity.delegate_id.clone(),
             cfg.upstream.connect_timeout,
             cfg.upstream.handshake_timeout,
         );
+        upstream.set_card_limits(crate::upstream::CardLimits {
+            max_bytes: cfg.discovery.max_card_bytes,
+            max_capabilities: cfg.discovery.max_capabilities,
+            concurrency: cfg.discovery.concurrency,
+        });
         let version = cfg
             .identity
             .model_version
@@ -133,11 +141,11 @@ impl Proxy {
             ledger,
             tenants,
             budgets: BudgetBook::default(),
-            policy_limits: dashmap::DashMap::new(),
+            policy_limits: Default::default(),
             replay,
             version,
             cluster: None,
-            fallback_limits: dashmap::DashMap::new(),
+            fallback_limits: Default::default(),
         }
     }
 
@@ -174,8 +182,8 @@ impl Proxy {
                             .rate_limit_fallbacks
                             .with_label_values(&[scope.as_str()])
                             .inc();
-                        self.fallback_limiter(key, rate, c.replicas())
-                            .map_or(Ok(()), |l| l.check())
+                        let share = crate::limits::share(rate, c.replicas());
+                        self.fallback_limits.check(&key, &share)
                     }
                 }
             }
@@ -183,20 +191,38 @@ impl Proxy {
         decided.map_err(|wait| self.limited(scope, wait))
     }
 
-    /// The local limiter for `key` at this replica's share of `rate`.
-    fn fallback_limiter(
-        &self,
-        key: String,
-        rate: &RateConfig,
-        replicas: u32,
-    ) -> Option<Arc<RateLimit>> {
-        let share = crate::limits::share(rate, replicas);
-        if let Some(l) = self.fallback_limits.get(&key).filter(|l| l.rate == share) {
-            return Some(l.clone());
+    /// The key a tenant × skill limit counts `skill` under: the skill if a delegate offers
+    /// it, else one shared key, so client text cannot grow the limiter maps.
+    pub(crate) fn skill_key<'a>(&self, skill: &'a str) -> &'a str {
+        if self.registry.index().offers(skill).is_empty() {
+            "\u{1f}unknown"
+        } else {
+            skill
         }
-        let l = Arc::new(RateLimit::new(&share)?);
-        self.fallback_limits.insert(key, l.clone());
-        Some(l)
+    }
+
+    /// Housekeeping, run by the sweeper: expired sessions closed, and every keyed map of
+    /// limiters pruned of keys that have refilled (so none grows with what clients send).
+    pub async fn housekeep(&self) -> usize {
+        for t in self.tenants.all() {
+            if let Some(l) = &t.skill_limit {
+                l.cleanup();
+            }
+        }
+        self.policy_limits.retain_recent();
+        self.fallback_limits.retain_recent();
+        self.sweep_expired().await
+    }
+
+    /// Limiter keys held (tenant × skill, policy, fallback), for tests and diagnostics.
+    pub fn limiter_keys(&self) -> usize {
+        let skill: usize = self
+            .tenants
+            .all()
+            .iter()
+            .filter_map(|t| t.skill_limit.as_ref().map(|l| l.len()))
+            .sum();
+        skill + self.policy_limits.len() + self.fallback_limits.len()
     }
 
     /// The tenants.
@@ -339,25 +365,7 @@ impl Proxy {
             rps: l.rps,
             burst: Some(l.burst),
         };
-        let local = || {
-            let current = self
-                .policy_limits
-                .get(&policy.name.0)
-                .map(|e| e.value().clone());
-            let limiter = match current {
-                Some(lim) if lim.rate == rate => lim,
-                _ => match RateLimit::new(&rate) {
-                    Some(lim) => {
-                        let lim = Arc::new(lim);
-                        self.policy_limits
-                            .insert(policy.name.0.clone(), lim.clone());
-                        lim
-                    }
-                    None => return Ok(()),
-                },
-            };
-            limiter.check()
-        };
+        let local = || self.policy_limits.check(&policy.name.0, &rate);
         self.admit(Scope::Policy, &policy.name.0, &rate, local)
             .await
     }
@@ -481,6 +489,7 @@ impl Proxy {
         ctx: &RequestCtx,
         progress: Option<&tokio::sync::mpsc::Sender<Envelope>>,
     ) -> Result<Envelope, Refusal> {
+        self.check_ids(&env)?;
         if let Some(limit) = &ctx.tenant.limit {
             self.admit(Scope::Tenant, &ctx.tenant.name, &limit.rate, || {
                 limit.check()
@@ -523,6 +532,41 @@ impl Proxy {
                 "the gateway does not accept {} from clients",
                 other.message_type().as_str()
             ))),
+        }
+    }
+
+    /// Refuses ids longer than `security.max_id_bytes`: they are stored per session (the
+    /// owner key, running tasks), in limiter keys and in the ledger, so a client must not be
+    /// able to make them large.
+    fn check_ids(&self, env: &Envelope) -> Result<(), Refusal> {
+        let max = self.cfg.security.max_id_bytes;
+        let check = |field: &str, v: Option<&str>| match v {
+            Some(v) if v.len() > max => Err(Refusal::BadRequest(format!(
+                "{field} is {} bytes long; the most accepted is {max}",
+                v.len()
+            ))),
+            _ => Ok(()),
+        };
+        check("message_id", Some(&env.message_id))?;
+        check("session_id", Some(&env.session_id))?;
+        check("from", Some(&env.from))?;
+        check("to", Some(&env.to))?;
+        check("nonce", env.nonce.as_deref())?;
+        match &env.body {
+            Body::TaskSubmit { task_id, skill, .. } => {
+                check("body.task_id", Some(task_id))?;
+                check("body.skill", Some(skill))
+            }
+            Body::TaskCancel { task_id } => check("body.task_id", Some(task_id)),
+            Body::SessionPropose { config } => {
+                check("body.config.trust_domain", config.trust_domain.as_deref())?;
+                check(
+                    "body.config.required_trust_domain",
+                    config.required_trust_domain.as_deref(),
+                )?;
+                check("body.config.policy", config.policy.as_deref())
+            }
+            _ => Ok(()),
         }
     }
 
@@ -599,11 +643,13 @@ impl Proxy {
             }
         }
         let payload = negotiate(&config.preferences(), &GATEWAY_MODES);
+        // Validation keeps max_ttl ≥ 1 s; the `max` keeps `clamp` from panicking regardless.
+        let floor = Duration::from_secs(1);
         let ttl = config
             .ttl_secs
             .map(Duration::from_secs)
             .unwrap_or(self.cfg.sessions.default_ttl)
-            .clamp(Duration::from_secs(1), self.cfg.sessions.max_ttl);
+            .clamp(floor, self.cfg.sessions.max_ttl.max(floor));
         let opened = self.sessions.open_limited(
             NewSession {
                 owner: owner(ctx, env),

@@ -16,6 +16,37 @@ mod health;
 
 pub use health::{Availability, InFlight, Observed, OutlierConfig, Phase, Snapshot};
 
+/// Fetches `d`'s card and records it (or the failure); whether its offers changed. A card
+/// with the gateway's own delegate id is refused: routing to it would send every task back
+/// to this gateway.
+async fn fetch(d: &Delegate, client: &UpstreamClient, timeout: Duration) -> Fetched {
+    match client.fetch_card(&d.base_url, timeout).await {
+        Ok(card) if card.delegate_id == client.from_id() => {
+            let why = RegistryError::OwnCard(d.base_url.clone());
+            Fetched {
+                changed: d.record_fetch_failure(why.to_string()),
+                own: true,
+            }
+        }
+        Ok(card) => Fetched {
+            changed: d.record_card(card),
+            own: false,
+        },
+        Err(e) => Fetched {
+            changed: d.record_fetch_failure(e.to_string()),
+            own: false,
+        },
+    }
+}
+
+/// What one card fetch did.
+struct Fetched {
+    /// The delegate's offers changed (the index needs rebuilding).
+    changed: bool,
+    /// The card was the gateway's own.
+    own: bool,
+}
+
 /// Polls skipped at most while a delegate keeps failing: backoff grows as 1, 2, 4, … 32
 /// intervals.
 const MAX_BACKOFF_SHIFT: u32 = 5;
@@ -348,6 +379,9 @@ pub enum RegistryError {
     /// No such delegate.
     #[error("no delegate named '{0}'")]
     NotFound(String),
+    /// The URL serves this gateway's own card.
+    #[error("the card at {0} is this gateway's own: routing to it would loop")]
+    OwnCard(String),
 }
 
 /// All delegates, swapped as a whole so readers never lock.
@@ -448,32 +482,34 @@ impl Registry {
         Ok(removed)
     }
 
-    /// Fetches one delegate's card now.
-    pub async fn poll_one(&self, d: &Delegate, client: &UpstreamClient, timeout: Duration) {
-        let changed = match client.fetch_card(&d.base_url, timeout).await {
-            Ok(card) => d.record_card(card),
-            Err(e) => d.record_fetch_failure(e.to_string()),
-        };
-        if changed {
+    /// Fetches one delegate's card now; [`RegistryError::OwnCard`] if it is the gateway's
+    /// own (the delegate stays registered and down; the caller decides).
+    pub async fn poll_one(
+        &self,
+        d: &Delegate,
+        client: &UpstreamClient,
+        timeout: Duration,
+    ) -> Result<(), RegistryError> {
+        let f = fetch(d, client, timeout).await;
+        if f.changed {
             self.reindex();
         }
+        if f.own {
+            return Err(RegistryError::OwnCard(d.base_url.clone()));
+        }
+        Ok(())
     }
 
-    /// Fetches every due card once, concurrently (`force` ignores backoff).
+    /// Fetches every due card once (`force` ignores backoff); the client runs at most its
+    /// card concurrency of them at a time.
     pub async fn poll_all(&self, client: &UpstreamClient, timeout: Duration, force: bool) {
         let list = self.snapshot();
         let fetches = list
             .iter()
             .filter(|d| force || d.due())
-            .map(|d| async move {
-                let changed = match client.fetch_card(&d.base_url, timeout).await {
-                    Ok(card) => d.record_card(card),
-                    Err(e) => d.record_fetch_failure(e.to_string()),
-                };
-                changed
-            });
-        let changed = futures_util::future::join_all(fetches).await;
-        if changed.into_iter().any(|c| c) {
+            .map(|d| fetch(d, client, timeout));
+        let fetched = futures_util::future::join_all(fetches).await;
+        if fetched.iter().any(|f| f.changed) {
             self.reindex();
         }
     }

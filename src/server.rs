@@ -88,6 +88,7 @@ impl ApiError {
             | GatewayCode::UnknownPolicy => StatusCode::FORBIDDEN,
             GatewayCode::SessionLimit | GatewayCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             GatewayCode::UpstreamFailed => StatusCode::BAD_GATEWAY,
+            GatewayCode::LoopDetected => StatusCode::LOOP_DETECTED,
             GatewayCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError {
@@ -391,7 +392,7 @@ fn spawn_sweeper(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = tick.tick() => { proxy.sweep_expired().await; }
+                _ = tick.tick() => { proxy.housekeep().await; }
                 _ = rx.changed() => return,
             }
         }

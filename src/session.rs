@@ -283,11 +283,11 @@ impl SessionTable {
         Some(s)
     }
 
-    /// Removes session `id` if `owner` opened it.
+    /// Removes session `id` if `owner` opened it, freeing its tenant's slot.
     pub fn close(&self, id: &str, owner: &str) -> Option<Arc<ClientSession>> {
-        self.map
-            .remove_if(id, |_, s| s.owner == owner)
-            .map(|(_, s)| s)
+        let (_, s) = self.map.remove_if(id, |_, s| s.owner == owner)?;
+        self.forget_counts(&s);
+        Some(s)
     }
 
     /// Removes and returns every session idle past its TTL.
@@ -315,9 +315,19 @@ impl SessionTable {
     /// Removes and returns every session (shutdown).
     pub fn take_all(&self) -> Vec<Arc<ClientSession>> {
         let ids: Vec<String> = self.map.iter().map(|e| e.key().clone()).collect();
-        ids.into_iter()
+        let gone: Vec<Arc<ClientSession>> = ids
+            .into_iter()
             .filter_map(|id| self.map.remove(&id).map(|(_, s)| s))
-            .collect()
+            .collect();
+        for s in &gone {
+            self.forget_counts(s);
+        }
+        gone
+    }
+
+    /// Sessions `tenant` holds open (the count its `max_sessions` is checked against).
+    pub fn tenant_count(&self, tenant: &str) -> usize {
+        self.per_tenant.get(tenant).map_or(0, |n| *n)
     }
 
     /// Number of open sessions.
@@ -365,6 +375,23 @@ mod tests {
         assert!(t.get(&s.id, "a").is_none());
         assert_eq!(t.take_expired().len(), 1);
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn every_exit_frees_the_tenant_slot() {
+        let t = SessionTable::default();
+        for _ in 0..3 {
+            let s = t.open_limited(new("a", Duration::from_secs(10)), 100, Some(1));
+            let s = s.unwrap();
+            assert_eq!(t.tenant_count("t"), 1);
+            assert!(t.close(&s.id, "a").is_some());
+            assert_eq!(t.tenant_count("t"), 0);
+        }
+        let s = t.open(new("a", Duration::from_secs(10)));
+        assert!(t.forget(&s.id).is_some());
+        t.open(new("a", Duration::from_secs(10)));
+        assert_eq!(t.take_all().len(), 1);
+        assert_eq!(t.tenant_count("t"), 0);
     }
 
     #[tokio::test]

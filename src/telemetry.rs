@@ -32,9 +32,34 @@ const OVERHEAD_BUCKETS: [f64; 12] = [
 /// Reasons for an extra upstream attempt, as `ldp_gateway_fallbacks_total{reason}` counts them.
 pub const FALLBACK_REASONS: [&str; 2] = ["payload_mode", "session_lost"];
 
+/// Removes each series of `vec` whose `label` is `value` (the crate has no partial-match
+/// removal: the series are listed and removed one by one; deregistration is rare).
+fn forget<T: prometheus::core::MetricVecBuilder>(
+    vec: &prometheus::core::MetricVec<T>,
+    label: &str,
+    value: &str,
+) {
+    use prometheus::core::Collector;
+    for family in vec.collect() {
+        for m in family.get_metric() {
+            let labels: std::collections::HashMap<&str, &str> = m
+                .get_label()
+                .iter()
+                .map(|l| (l.name(), l.value()))
+                .collect();
+            if labels.get(label) == Some(&value) {
+                let _ = vec.remove(&labels);
+            }
+        }
+    }
+}
+
 /// Every collector the gateway exports, registered once in its own registry.
 pub struct Metrics {
     registry: Registry,
+    /// Serialises scrapes: the per-delegate gauges are rebuilt for each one, and a second
+    /// scrape must not render them half rebuilt.
+    scrape: std::sync::Mutex<()>,
     /// `ldp_gateway_tasks_total{tenant,skill,delegate,outcome}`.
     pub tasks: IntCounterVec,
     /// `ldp_gateway_task_duration_seconds{skill,delegate}`: client-observed task time.
@@ -309,7 +334,32 @@ impl Metrics {
             redis_calls,
             redis_errors,
             rate_limit_fallbacks,
+            scrape: std::sync::Mutex::new(()),
         })
+    }
+
+    /// Renders after `refresh` has set the per-delegate gauges anew: they are cleared first,
+    /// so a delegate that left, or a skill its card no longer lists, has no series.
+    pub fn render_with(&self, refresh: impl FnOnce(&Metrics)) -> String {
+        let _one_at_a_time = self.scrape.lock();
+        self.delegate_up.reset();
+        self.delegate_latency_ewma.reset();
+        self.delegate_declared_latency.reset();
+        refresh(self);
+        self.render()
+    }
+
+    /// Removes every series labelled with delegate `name` (it was deregistered).
+    pub fn forget_delegate(&self, name: &str) {
+        forget(&self.tasks, "delegate", name);
+        forget(&self.task_duration, "delegate", name);
+        forget(&self.cost_usd, "delegate", name);
+        forget(&self.tokens, "delegate", name);
+        forget(&self.routing_decisions, "delegate", name);
+        forget(&self.cost_discrepancies, "delegate", name);
+        forget(&self.delegate_up, "delegate", name);
+        forget(&self.delegate_latency_ewma, "delegate", name);
+        forget(&self.delegate_declared_latency, "delegate", name);
     }
 
     /// The Prometheus text exposition of every collector.

@@ -152,7 +152,37 @@ pub struct UpstreamClient {
     signers: std::sync::Arc<dashmap::DashMap<String, crate::secret::Secret>>,
     /// Largest answer read from a delegate.
     max_response_bytes: usize,
+    /// What a card may be, and how many are fetched at once.
+    cards: CardLimits,
+    /// One permit per card fetch in flight (`cards.concurrency`).
+    card_permits: std::sync::Arc<tokio::sync::Semaphore>,
 }
+
+/// Bounds on card fetches (`[discovery]`): a delegate cannot make the gateway read, store or
+/// serve an unbounded card, nor a large fleet open every fetch at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CardLimits {
+    /// Largest card read, bytes.
+    pub max_bytes: usize,
+    /// Most capabilities a card may list.
+    pub max_capabilities: usize,
+    /// Most fetches in flight at once.
+    pub concurrency: usize,
+}
+
+impl Default for CardLimits {
+    fn default() -> Self {
+        CardLimits {
+            max_bytes: 1024 * 1024,
+            max_capabilities: 1024,
+            concurrency: 16,
+        }
+    }
+}
+
+/// The header counting the gateways a task has passed through: a gateway sends its own
+/// count plus one with every task it forwards and refuses a task past `upstream.max_hops`.
+pub const HOPS_HEADER: &str = "x-ldp-hops";
 
 /// How long an idle keep-alive connection to a delegate is kept.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -181,7 +211,26 @@ impl UpstreamClient {
             handshake_timeout,
             signers: Default::default(),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            cards: CardLimits::default(),
+            card_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                CardLimits::default().concurrency,
+            )),
         }
+    }
+
+    /// Sets the bounds on card fetches.
+    pub fn set_card_limits(&mut self, limits: CardLimits) {
+        let limits = CardLimits {
+            concurrency: limits.concurrency.max(1),
+            ..limits
+        };
+        self.card_permits = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.concurrency));
+        self.cards = limits;
+    }
+
+    /// The bounds on card fetches.
+    pub fn card_limits(&self) -> CardLimits {
+        self.cards
     }
 
     /// The id the gateway sends as `from`.
@@ -189,8 +238,18 @@ impl UpstreamClient {
         &self.from
     }
 
-    async fn get_json(&self, url: &str, timeout: Duration) -> Result<bytes::Bytes, UpstreamError> {
-        let resp = self
+    /// GETs `url` and reads at most `max` bytes of its answer, all within `timeout`.
+    async fn get_json(
+        &self,
+        url: &str,
+        timeout: Duration,
+        max: usize,
+    ) -> Result<Vec<u8>, UpstreamError> {
+        let too_large = || UpstreamError::Malformed {
+            url: url.to_owned(),
+            reason: format!("answer larger than {max} bytes"),
+        };
+        let mut resp = self
             .http
             .get(url)
             .timeout(timeout)
@@ -203,27 +262,52 @@ impl UpstreamClient {
                 status: resp.status().as_u16(),
             });
         }
-        resp.bytes().await.map_err(|e| classify(url, timeout, e))
+        if resp.content_length().is_some_and(|n| n > max as u64) {
+            return Err(too_large());
+        }
+        let mut bytes = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| classify(url, timeout, e))? {
+            if bytes.len() + chunk.len() > max {
+                return Err(too_large());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
     }
 
     /// Fetches a delegate's card: `/.well-known/ldp-identity` first (RFC), `/ldp/identity`
-    /// second (reference SDK).
+    /// second (reference SDK). At most [`CardLimits`] `max_bytes` are read, a card listing
+    /// more than `max_capabilities` is refused, and at most `concurrency` fetches run at once.
     pub async fn fetch_card(
         &self,
         base: &str,
         timeout: Duration,
     ) -> Result<IdentityCard, UpstreamError> {
+        // The deadline starts once a permit is held: a large fleet polls more slowly, it
+        // does not time its delegates out. (The semaphore is never closed.)
+        let _permit = self.card_permits.acquire().await.ok();
         let mut last = None;
         for path in ["/.well-known/ldp-identity", "/ldp/identity"] {
             let url = format!("{base}{path}");
-            match self.get_json(&url, timeout).await {
+            match self.get_json(&url, timeout, self.cards.max_bytes).await {
                 Ok(bytes) => {
-                    return serde_json::from_slice::<IdentityCard>(&bytes).map_err(|e| {
+                    let card = serde_json::from_slice::<IdentityCard>(&bytes).map_err(|e| {
                         UpstreamError::Malformed {
-                            url,
+                            url: url.clone(),
                             reason: format!("identity card: {e}"),
                         }
-                    })
+                    })?;
+                    let n = card.capabilities.len();
+                    if n > self.cards.max_capabilities {
+                        return Err(UpstreamError::Malformed {
+                            url,
+                            reason: format!(
+                                "identity card lists {n} capabilities; at most {} are accepted",
+                                self.cards.max_capabilities
+                            ),
+                        });
+                    }
+                    return Ok(card);
                 }
                 Err(e) => last = Some(e),
             }
@@ -279,13 +363,24 @@ impl UpstreamClient {
         envelope: &Envelope,
         timeout: Duration,
     ) -> Result<Envelope, UpstreamError> {
+        self.send_hops(base, envelope, timeout, None).await
+    }
+
+    /// [`UpstreamClient::send`] for a forwarded task: `hops` goes in [`HOPS_HEADER`].
+    pub async fn send_hops(
+        &self,
+        base: &str,
+        envelope: &Envelope,
+        timeout: Duration,
+        hops: Option<u32>,
+    ) -> Result<Envelope, UpstreamError> {
         let body = self.encode(base, "/ldp/messages", envelope)?;
         let (status, bytes) = if pool::Pool::serves(base) {
             self.pool
-                .post_message(base, body, timeout, self.max_response_bytes)
+                .post_message(base, body, timeout, self.max_response_bytes, hops)
                 .await?
         } else {
-            self.post_reqwest(base, body, timeout).await?
+            self.post_reqwest(base, body, timeout, hops).await?
         };
         let url = || format!("{base}/ldp/messages");
         if !status.is_success() {
@@ -306,11 +401,14 @@ impl UpstreamClient {
         base: &str,
         body: Vec<u8>,
         timeout: Duration,
+        hops: Option<u32>,
     ) -> Result<(reqwest::StatusCode, bytes::Bytes), UpstreamError> {
         let url = format!("{base}/ldp/messages");
-        let resp = self
-            .http
-            .post(&url)
+        let mut req = self.http.post(&url);
+        if let Some(n) = hops {
+            req = req.header(HOPS_HEADER, n);
+        }
+        let resp = req
             .header("content-type", "application/json")
             .body(body)
             .timeout(timeout)
@@ -340,15 +438,18 @@ impl UpstreamClient {
         base: &str,
         envelope: &Envelope,
         timeout: Duration,
+        hops: Option<u32>,
         mut on_update: impl FnMut(Envelope),
     ) -> Result<Envelope, UpstreamError> {
         let url = format!("{base}/ldp/stream");
         let body = self.encode(base, "/ldp/stream", envelope)?;
         let cap = self.max_response_bytes;
         let work = async {
-            let mut resp = self
-                .http
-                .post(&url)
+            let mut req = self.http.post(&url);
+            if let Some(n) = hops {
+                req = req.header(HOPS_HEADER, n);
+            }
+            let mut resp = req
                 .header("content-type", "application/json")
                 .header("accept", "text/event-stream")
                 .body(body)

@@ -139,6 +139,8 @@ pub enum GatewayCode {
     SessionLimit,
     /// Every attempt upstream failed.
     UpstreamFailed,
+    /// The task has passed through more gateways than `upstream.max_hops` (a routing loop).
+    LoopDetected,
     /// Cluster mode: the shared state (Redis) did not answer, so a budget, session or replay
     /// check could not be made; refused rather than guessed.
     Unavailable,
@@ -161,6 +163,7 @@ impl GatewayCode {
             GatewayCode::UnknownPolicy => "UNKNOWN_POLICY",
             GatewayCode::SessionLimit => "SESSION_LIMIT",
             GatewayCode::UpstreamFailed => "UPSTREAM_FAILED",
+            GatewayCode::LoopDetected => "LOOP_DETECTED",
             GatewayCode::Unavailable => "SHARED_STATE_UNAVAILABLE",
             GatewayCode::Internal => "INTERNAL",
         }
@@ -175,7 +178,8 @@ impl GatewayCode {
             | GatewayCode::TrustViolation
             | GatewayCode::UnknownPolicy
             | GatewayCode::SessionLimit
-            | GatewayCode::BudgetExceeded => ErrorCategory::Policy,
+            | GatewayCode::BudgetExceeded
+            | GatewayCode::LoopDetected => ErrorCategory::Policy,
             GatewayCode::SessionNotFound => ErrorCategory::Session,
             GatewayCode::NoEligibleDelegate => ErrorCategory::Capability,
             GatewayCode::UpstreamFailed | GatewayCode::Unavailable => ErrorCategory::Transport,
@@ -206,7 +210,8 @@ impl GatewayCode {
             | GatewayCode::SessionNotFound
             | GatewayCode::NoEligibleDelegate
             | GatewayCode::UnknownPolicy
-            | GatewayCode::BudgetExceeded => false,
+            | GatewayCode::BudgetExceeded
+            | GatewayCode::LoopDetected => false,
         }
     }
 }

@@ -347,8 +347,8 @@ fn compile_raw(file: &str, raw: RawPolicy, problems: &mut Vec<PolicyProblem>) ->
                 None
             }
             Some(rps) => c.finite("limits.rps", rps).and_then(|rps| {
-                let ok = rps.value > 0.0;
-                c.check("limits.rps", rps, ok, "must be greater than 0")
+                let ok = super::rate_ok(rps.value);
+                c.check("limits.rps", rps, ok, super::RATE_RANGE)
             }),
         };
         let burst = match l.value.burst {

@@ -94,20 +94,20 @@ impl Proxy {
         }
     }
 
-    /// Exports one outcome to the metrics.
+    /// Exports one outcome to the metrics. Every label comes from a bounded set: tenants
+    /// and policies from config, delegates from the registry, and the skill only if a
+    /// delegate offers it (client text otherwise: `unknown`).
     pub(super) fn count(&self, row: &LedgerRow, total: Duration, upstream: Duration) {
         let m = &self.metrics;
         let delegate = row.delegate.as_deref().unwrap_or("none");
+        // A routed task's skill was on its delegate's card; only unrouted ones need a look.
+        let known = row.delegate.is_some() || !self.registry.index().offers(&row.skill).is_empty();
+        let skill = if known { row.skill.as_str() } else { "unknown" };
         m.tasks
-            .with_label_values(&[
-                row.tenant.as_str(),
-                row.skill.as_str(),
-                delegate,
-                row.outcome.as_str(),
-            ])
+            .with_label_values(&[row.tenant.as_str(), skill, delegate, row.outcome.as_str()])
             .inc();
         m.task_duration
-            .with_label_values(&[row.skill.as_str(), delegate])
+            .with_label_values(&[skill, delegate])
             .observe(total.as_secs_f64());
         m.overhead
             .observe(total.saturating_sub(upstream).as_secs_f64());
@@ -117,7 +117,7 @@ impl Proxy {
         if let Some(cost) = row.cost_usd {
             let policy = row.policy.as_deref().unwrap_or("none");
             m.cost_usd
-                .with_label_values(&[row.tenant.as_str(), row.skill.as_str(), delegate, policy])
+                .with_label_values(&[row.tenant.as_str(), skill, delegate, policy])
                 .inc_by(cost.max(0.0));
             m.spend_total.inc_by(cost.max(0.0));
         }

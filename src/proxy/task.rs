@@ -31,6 +31,8 @@ pub(super) struct RouteInfo {
 /// What the task's trip produced and how.
 pub(super) struct TaskRun {
     pub(super) tenant: Arc<crate::tenant::Tenant>,
+    /// Gateways the task passed through before this one (`x-ldp-hops`).
+    pub(super) hops: u32,
     pub(super) binding: Option<Binding>,
     pub(super) route: Option<RouteInfo>,
     /// Upstream requests sent (mode fallbacks and re-handshakes included).
@@ -45,9 +47,10 @@ pub(super) struct TaskRun {
 }
 
 impl TaskRun {
-    fn new(tenant: Arc<crate::tenant::Tenant>) -> TaskRun {
+    fn new(tenant: Arc<crate::tenant::Tenant>, hops: u32) -> TaskRun {
         TaskRun {
             tenant,
+            hops,
             binding: None,
             route: None,
             attempts: 0,
@@ -126,15 +129,12 @@ impl Proxy {
             Err(e) => return Ok(self.task_failed(env, task.task_id, e)),
         };
         if let Some(limit) = &ctx.tenant.skill_limit {
+            // Skills no delegate offers share one key, so client text cannot grow the maps.
+            let skill = self.skill_key(task.skill);
             // Length-prefixed: a skill (client text) cannot make two tenants share a key.
-            let key = format!(
-                "{}:{}:{}",
-                ctx.tenant.name.len(),
-                ctx.tenant.name,
-                task.skill
-            );
+            let key = format!("{}:{}:{}", ctx.tenant.name.len(), ctx.tenant.name, skill);
             self.admit(crate::limits::Scope::TenantSkill, &key, &limit.rate, || {
-                limit.check(task.skill)
+                limit.check(skill)
             })
             .await?;
         }
@@ -186,9 +186,28 @@ impl Proxy {
             }
         };
         self.check_policy_limit(&policy).await?;
+        if ctx.hops as usize >= self.cfg.upstream.max_hops {
+            let reason = format!(
+                "the task has passed through {} gateways (upstream.max_hops = {}): a routing loop?",
+                ctx.hops, self.cfg.upstream.max_hops
+            );
+            let error = LdpError::gateway(GatewayCode::LoopDetected, reason);
+            return Ok(self
+                .refuse(
+                    env,
+                    &session,
+                    &policy,
+                    &task,
+                    error,
+                    started,
+                    started_at,
+                    tenant.clone(),
+                )
+                .await);
+        }
         self.budget.task();
         session.task_started(task.task_id, task.skill);
-        let mut run = TaskRun::new(ctx.tenant.clone());
+        let mut run = TaskRun::new(ctx.tenant.clone(), ctx.hops);
         let answer = self
             .run_task(&session, &policy, env, &task, &mut run, progress)
             .await;
@@ -238,7 +257,7 @@ impl Proxy {
         started_at: String,
         tenant: Arc<crate::tenant::Tenant>,
     ) -> Envelope {
-        let run = TaskRun::new(tenant);
+        let run = TaskRun::new(tenant, 0);
         let answer = Answer::Failed(error.clone());
         let row = self.ledger_row(session, policy, task, &run, &answer, started, started_at);
         self.count(&row, started.elapsed(), Duration::ZERO);
@@ -631,6 +650,7 @@ impl Proxy {
                 mode,
             );
             let limit = Self::attempt_timeout(policy, left);
+            let hops = Some(run.hops.saturating_add(1));
             let sent = Instant::now();
             let answer = if streams {
                 let relay = |update: Envelope| {
@@ -643,11 +663,11 @@ impl Proxy {
                     }
                 };
                 self.upstream
-                    .send_stream(&delegate.base_url, &upstream_env, limit, relay)
+                    .send_stream(&delegate.base_url, &upstream_env, limit, hops, relay)
                     .await
             } else {
                 self.upstream
-                    .send(&delegate.base_url, &upstream_env, limit)
+                    .send_hops(&delegate.base_url, &upstream_env, limit, hops)
                     .await
             };
             let took = sent.elapsed();

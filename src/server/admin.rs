@@ -158,7 +158,12 @@ async fn readyz(State(s): State<AppState>) -> Response {
 const READY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
 async fn metrics(State(s): State<AppState>) -> Response {
-    let m = s.proxy.metrics();
+    let body = s.proxy.metrics().render_with(|m| refresh_gauges(&s, m));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+/// Sets the per-delegate gauges (cleared by the caller) for the delegates registered now.
+fn refresh_gauges(s: &AppState, m: &crate::telemetry::Metrics) {
     for d in s.proxy.registry().snapshot().iter() {
         let name = d.name.as_str();
         m.delegate_up
@@ -184,11 +189,6 @@ async fn metrics(State(s): State<AppState>) -> Response {
         }
     }
     m.sessions_active.set(s.proxy.sessions().len() as i64);
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        m.render(),
-    )
-        .into_response()
 }
 
 fn delegate_json(d: &crate::registry::Delegate) -> serde_json::Value {
@@ -262,9 +262,15 @@ async fn register(State(s): State<AppState>, body: axum::body::Bytes) -> Respons
     let registry = s.proxy.registry();
     match registry.add(&cfg) {
         Ok(d) => {
-            registry
+            let polled = registry
                 .poll_one(&d, s.proxy.upstream(), s.config.discovery.fetch_timeout)
                 .await;
+            if let Err(e) = polled {
+                // The gateway itself (directly, or under another URL): refused, not kept.
+                let _ = registry.remove(&d.name);
+                s.proxy.metrics().forget_delegate(&d.name);
+                return ApiError::new(GatewayCode::BadRequest, e.to_string()).into_response();
+            }
             (StatusCode::CREATED, Json(delegate_json(&d))).into_response()
         }
         Err(RegistryError::Duplicate(n)) => (
@@ -281,7 +287,10 @@ async fn register(State(s): State<AppState>, body: axum::body::Bytes) -> Respons
 
 async fn deregister(State(s): State<AppState>, Path(name): Path<String>) -> Response {
     match s.proxy.registry().remove(&name) {
-        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Ok(_) => {
+            s.proxy.metrics().forget_delegate(&name);
+            StatusCode::NO_CONTENT.into_response()
+        }
         Err(e) => (
             StatusCode::NOT_FOUND,
             Json(json!({"error": crate::ldp::LdpError::gateway(GatewayCode::BadRequest, e.to_string())})),

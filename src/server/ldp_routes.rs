@@ -181,6 +181,13 @@ fn request_ctx(s: &AppState, headers: &HeaderMap) -> Result<RequestCtx, ApiError
             .map(str::trim)
             .filter(|v| !v.is_empty())
             .map(str::to_owned),
+        // Absent or unreadable: a first hop. Gateways set it when they forward a task; a
+        // client that sends one only brings a refusal closer.
+        hops: headers
+            .get(crate::upstream::HOPS_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0),
     })
 }
 

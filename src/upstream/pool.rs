@@ -126,6 +126,7 @@ impl Pool {
         body: Vec<u8>,
         timeout: Duration,
         max_bytes: usize,
+        hops: Option<u32>,
     ) -> Result<(StatusCode, Bytes), UpstreamError> {
         let url = || format!("{base}/ldp/messages");
         let Some(origin) = self.origin(base) else {
@@ -134,11 +135,15 @@ impl Pool {
                 reason: "not an http://host:port[/path] URL".into(),
             });
         };
-        let req = Request::builder()
+        let mut req = Request::builder()
             .method(Method::POST)
             .uri(origin.messages.clone())
             .header(HOST, origin.host.clone())
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(n) = hops {
+            req = req.header(super::HOPS_HEADER, HeaderValue::from(n));
+        }
+        let req = req
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| UpstreamError::Malformed {
                 url: url(),
@@ -302,7 +307,7 @@ mod tests {
         let pool = Pool::new(Duration::from_secs(1), Duration::from_secs(60));
         let base = format!("http://127.0.0.1:{port}");
         let err = pool
-            .post_message(&base, b"{}".to_vec(), Duration::from_secs(2), 1024)
+            .post_message(&base, b"{}".to_vec(), Duration::from_secs(2), 1024, None)
             .await
             .unwrap_err();
         assert!(matches!(err, UpstreamError::Connect { .. }), "{err:?}");

@@ -417,7 +417,12 @@ fn negative_context_window() {
 fn bad_limits() {
     assert_eq!(
         one("[limits]\nrps = 0\nburst = 5\n"),
-        "p.toml:3: limits.rps: must be greater than 0, got 0"
+        "p.toml:3: limits.rps: must be between 0.000001 and 1000000000 requests per second, got 0"
+    );
+    // A rate so slow its period overflowed the limiter and panicked every task (hardening).
+    assert_eq!(
+        one("[limits]\nrps = 5.4e-11\n"),
+        "p.toml:3: limits.rps: must be between 0.000001 and 1000000000 requests per second, got 0.000000000054"
     );
     assert_eq!(
         one("[limits]\nrps = 5\nburst = 0\n"),
