@@ -359,7 +359,7 @@ async fn card_polls_run_with_bounded_concurrency() {
         }
     });
     let gw = common::gateway_with(&[], 0, |c| {
-        c.delegates = (0..8)
+        c.delegates = (0..12)
             .map(|i| DelegateConfig {
                 name: Some(format!("mute{i}")),
                 // Distinct paths, one listener.
@@ -372,9 +372,10 @@ async fn card_polls_run_with_bounded_concurrency() {
     .await;
     assert_eq!(gw.proxy().registry().healthy_count(), 0);
     let most = most.load(Ordering::SeqCst);
-    eprintln!("card fetches open at once: {most} (8 delegates, concurrency 2)");
-    // Eight at once before; two now (a closing connection may still be counted open).
-    assert!(most <= 4, "{most} card fetches were open at once");
+    eprintln!("card fetches open at once: {most} (12 delegates, concurrency 2)");
+    // Twelve at once before; two now. A fetch tries two paths, and the listener may not
+    // have seen the first connection close when the second opens: up to 2 × 2, plus slack.
+    assert!(most <= 6, "{most} card fetches were open at once");
     gw.shutdown().await;
 }
 
