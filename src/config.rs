@@ -321,6 +321,24 @@ impl DelegateConfig {
     }
 }
 
+impl TenantConfig {
+    /// A tenant named `name` with no keys, domains, limits or budget (fill in the rest).
+    pub fn new(name: impl Into<String>) -> Self {
+        TenantConfig {
+            name: name.into(),
+            api_key_sha256: Vec::new(),
+            trust_domains: Vec::new(),
+            policies: Vec::new(),
+            default_policy: None,
+            limits: None,
+            skill_limits: None,
+            budget: BudgetConfig::default(),
+            signing: None,
+            max_sessions: None,
+        }
+    }
+}
+
 /// `[fallback]`: how much extra load failover may add.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -551,16 +569,10 @@ impl Config {
             Duration::from_secs(1),
         );
         c.at_least_duration("sessions.max_ttl", ss.max_ttl, Duration::from_secs(1));
-        if ss.default_ttl > ss.max_ttl {
-            c.push(
-                "sessions.default_ttl",
-                format!(
-                    "must not be longer than sessions.max_ttl ({}), got {}",
-                    humantime::format_duration(ss.max_ttl),
-                    humantime::format_duration(ss.default_ttl)
-                ),
-            );
-        }
+        c.no_longer(
+            ("sessions.default_ttl", ss.default_ttl),
+            ("sessions.max_ttl", ss.max_ttl),
+        );
         c.positive("sessions.sweep_interval", ss.sweep_interval);
         let u = &self.upstream;
         c.positive("upstream.connect_timeout", u.connect_timeout);
@@ -645,16 +657,10 @@ impl Config {
         c.positive("outlier.window", o.window);
         c.positive("outlier.base_ejection", o.base_ejection);
         c.positive("outlier.max_ejection", o.max_ejection);
-        if o.max_ejection < o.base_ejection {
-            c.push(
-                "outlier.max_ejection",
-                format!(
-                    "must not be shorter than outlier.base_ejection ({}), got {}",
-                    humantime::format_duration(o.base_ejection),
-                    humantime::format_duration(o.max_ejection)
-                ),
-            );
-        }
+        c.no_longer(
+            ("outlier.base_ejection", o.base_ejection),
+            ("outlier.max_ejection", o.max_ejection),
+        );
         c.bounded("outlier.slow_start", o.slow_start);
         c.positive("outlier.latency_decay", o.latency_decay);
         let f = &self.fallback;
@@ -821,6 +827,21 @@ impl Checks {
             );
         }
         self.bounded(key, d);
+    }
+
+    /// `shorter` (key, value) no longer than `longer`.
+    fn no_longer(&mut self, shorter: (&str, Duration), longer: (&str, Duration)) {
+        if shorter.1 > longer.1 {
+            self.push(
+                shorter.0,
+                format!(
+                    "must not be longer than {} ({}), got {}",
+                    longer.0,
+                    humantime::format_duration(longer.1),
+                    humantime::format_duration(shorter.1)
+                ),
+            );
+        }
     }
 
     /// A count or size of at least `min`.

@@ -169,16 +169,9 @@ mod tests {
 
     fn tenant(name: &str, key: Option<&str>) -> TenantConfig {
         TenantConfig {
-            name: name.into(),
             api_key_sha256: key.map(|k| vec![hash_key(k)]).unwrap_or_default(),
             trust_domains: vec!["default".into()],
-            policies: vec![],
-            default_policy: None,
-            limits: None,
-            skill_limits: None,
-            budget: BudgetConfig::default(),
-            signing: None,
-            max_sessions: None,
+            ..TenantConfig::new(name)
         }
     }
 

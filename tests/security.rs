@@ -41,16 +41,9 @@ fn unique(prefix: &str) -> String {
 /// A tenant owning `domains`, with key `key` (none: keyless, only valid for `anonymous`).
 fn tenant(name: &str, key: Option<&str>, domains: &[&str]) -> TenantConfig {
     TenantConfig {
-        name: name.into(),
         api_key_sha256: key.map(|k| vec![hash_key(k)]).unwrap_or_default(),
         trust_domains: domains.iter().map(|d| (*d).to_owned()).collect(),
-        policies: vec![],
-        default_policy: None,
-        limits: None,
-        skill_limits: None,
-        budget: BudgetConfig::default(),
-        signing: None,
-        max_sessions: None,
+        ..TenantConfig::new(name)
     }
 }
 

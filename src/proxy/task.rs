@@ -144,67 +144,56 @@ impl Proxy {
         let named = session.policy.as_deref().or(ctx.policy.as_deref());
         let set = self.policies.load_full();
         let tenant = &ctx.tenant;
-        let policy = match set.select(
+        let chosen = match set.select(
             named,
             tenant.default_policy.as_deref(),
             task.skill,
             &tenant.name,
         ) {
-            Ok((p, _)) if tenant.may_use(&p.name.0) => p.clone(),
+            Ok((p, _)) if tenant.may_use(&p.name.0) => Ok(p.clone()),
             Ok((p, _)) => {
                 let reason = format!("policy '{}' is not allowed for this tenant", p.name);
-                let error = LdpError::gateway(GatewayCode::UnknownPolicy, reason);
-                return Ok(self
-                    .refuse(
-                        env,
-                        &session,
-                        &p.clone(),
-                        &task,
-                        error,
-                        started,
-                        started_at,
-                        tenant.clone(),
-                    )
-                    .await);
+                Err((
+                    p.clone(),
+                    LdpError::gateway(GatewayCode::UnknownPolicy, reason),
+                ))
             }
-            Err(reason) => {
-                // No policy applies: the row names the set's default, for the record.
-                let error = LdpError::gateway(GatewayCode::UnknownPolicy, reason);
-                let policy = set.default_policy().clone();
+            // No policy applies: the row names the set's default, for the record.
+            Err(reason) => Err((
+                set.default_policy().clone(),
+                LdpError::gateway(GatewayCode::UnknownPolicy, reason),
+            )),
+        };
+        // A task that has gone round gateways too often is refused before it takes a token.
+        let max_hops = self.cfg.upstream.max_hops;
+        let chosen = chosen.and_then(|p| {
+            if (ctx.hops as usize) < max_hops {
+                return Ok(p);
+            }
+            let reason = format!(
+                "the task has passed through {} gateways (upstream.max_hops = {max_hops}): a routing loop?",
+                ctx.hops
+            );
+            Err((p, LdpError::gateway(GatewayCode::LoopDetected, reason)))
+        });
+        let policy = match chosen {
+            Ok(p) => p,
+            Err((p, error)) => {
                 return Ok(self
                     .refuse(
                         env,
                         &session,
-                        &policy,
+                        &p,
                         &task,
                         error,
                         started,
                         started_at,
                         tenant.clone(),
                     )
-                    .await);
+                    .await)
             }
         };
         self.check_policy_limit(&policy).await?;
-        if ctx.hops as usize >= self.cfg.upstream.max_hops {
-            let reason = format!(
-                "the task has passed through {} gateways (upstream.max_hops = {}): a routing loop?",
-                ctx.hops, self.cfg.upstream.max_hops
-            );
-            let error = LdpError::gateway(GatewayCode::LoopDetected, reason);
-            return Ok(self
-                .refuse(
-                    env,
-                    &session,
-                    &policy,
-                    &task,
-                    error,
-                    started,
-                    started_at,
-                    tenant.clone(),
-                )
-                .await);
-        }
         self.budget.task();
         session.task_started(task.task_id, task.skill);
         let mut run = TaskRun::new(ctx.tenant.clone(), ctx.hops);

@@ -3,7 +3,7 @@
 //! and the gateway never routes to itself or around a loop of gateways.
 
 use crate::common::{self, Client};
-use ldp_gateway::config::{BudgetConfig, Config, DelegateConfig, RateConfig, TenantConfig};
+use ldp_gateway::config::{Config, DelegateConfig, RateConfig, TenantConfig};
 use ldp_gateway::server::Gateway;
 use ldp_gateway::sim::SimOptions;
 use serde_json::{json, Value};
@@ -14,16 +14,8 @@ use std::time::Duration;
 /// The built-in anonymous tenant, with the given knobs.
 fn anonymous(tweak: impl FnOnce(&mut TenantConfig)) -> TenantConfig {
     let mut t = TenantConfig {
-        name: "anonymous".into(),
-        api_key_sha256: Vec::new(),
         trust_domains: vec!["default".into()],
-        policies: Vec::new(),
-        default_policy: None,
-        limits: None,
-        skill_limits: None,
-        budget: BudgetConfig::default(),
-        signing: None,
-        max_sessions: None,
+        ..TenantConfig::new("anonymous")
     };
     tweak(&mut t);
     t

@@ -147,7 +147,7 @@ async fn check_refuses_every_unusable_value_with_its_line() {
         "F:19: routing.panic_threshold: must be between 0 and 1, got 2",
         "F:20: routing.budget_reserve_factor: must be between 1 and 100 (a reservation is the declared cost times this), got -1",
         "F:22: outlier.error_rate: must be greater than 0 and at most 1, got 0",
-        "F:24: outlier.max_ejection: must not be shorter than outlier.base_ejection (10s), got 1s",
+        "F:23: outlier.base_ejection: must not be longer than outlier.max_ejection (1s), got 10s",
         "F:26: fallback.retry_ratio: must be between 0 and 1000, got -0.5",
         "F:27: fallback.window: must be longer than 0s",
         "F:29: sessions.default_ttl: must not be longer than sessions.max_ttl (1h), got 2h",
