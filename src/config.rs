@@ -91,6 +91,12 @@ pub struct ServerConfig {
     /// Deadline for reading a whole request body.
     #[serde(with = "humantime_serde")]
     pub body_read_timeout: Duration,
+    /// A connection whose answer makes no write progress for this long (the client does not
+    /// read) is closed.
+    #[serde(with = "humantime_serde")]
+    pub write_timeout: Duration,
+    /// Most open connections per listener; connections over it are closed at once.
+    pub max_connections: usize,
 }
 
 /// `[admin]`.
@@ -372,6 +378,8 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(5),
             body_read_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
         }
     }
 }
