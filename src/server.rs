@@ -1,8 +1,9 @@
 //! HTTP: the LDP listener and the admin listener, and the running gateway's handle.
 //!
-//! Middleware order on the LDP listener: body limit (413) → parse (400) → `Proxy::handle` →
-//! JSON answer. Protocol refusals are HTTP 200 envelopes; only malformed or oversized requests
-//! get a 4xx, always with body `{"error": LdpError}`.
+//! Middleware order on the LDP listener: connection cap and write deadline (`conn`) → body
+//! limit (413) → parse (400) → `Proxy::handle` → JSON answer. Protocol refusals are HTTP 200
+//! envelopes; only malformed or oversized requests get a 4xx, always with body
+//! `{"error": LdpError}`.
 
 mod admin;
 mod conn;

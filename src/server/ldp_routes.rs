@@ -95,9 +95,11 @@ async fn capabilities(State(s): State<AppState>) -> Response {
     }
 }
 
-/// Most bytes read and thrown away after a body went over the limit, so that the client can
-/// finish sending and read the 413 (a lingering close, as nginx does): a server that closes
-/// with unread input sends a reset, and the client loses the answer it had not read yet.
+/// Most bytes read and thrown away after a body went over the limit. A server that closes
+/// with unread input sends a reset, and a client still sending (or not yet reading) loses the
+/// 413 it was sent; so, as nginx's lingering close does, the 413 goes out at once and the rest
+/// of the body is read and discarded in the background, up to this and the body deadline,
+/// before the connection closes.
 const LINGER_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Reads the body within the size limit and the body deadline, checks JSON nesting cheaply,
@@ -121,7 +123,7 @@ async fn read_envelope(
         // Declared too large, nothing read yet. A client waiting for `100 Continue` has not
         // sent the body: reading would ask for it. Unanswered, hyper closes without it.
         if !expects_continue(headers) {
-            linger(&mut body, deadline).await;
+            s.proxy.spawn_tracked(linger(body, deadline));
         }
         return Err(too_large());
     }
@@ -135,7 +137,7 @@ async fn read_envelope(
             .with_status(StatusCode::REQUEST_TIMEOUT))
         }
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            linger(&mut body, deadline).await;
+            s.proxy.spawn_tracked(linger(body, deadline));
             return Err(too_large());
         }
         Ok(Err(e)) => {
@@ -156,11 +158,12 @@ async fn read_envelope(
     Envelope::from_slice(&bytes).map_err(|e| ApiError::new(GatewayCode::BadRequest, e.to_string()))
 }
 
-/// Reads and discards the rest of an oversized body, up to [`LINGER_MAX_BYTES`] and the body
-/// deadline. A body declared larger than that is not read at all: the connection is closed.
-async fn linger(body: &mut HttpBody, deadline: tokio::time::Instant) {
+/// Reads and discards the rest of an oversized body (while hyper sends the 413), up to
+/// [`LINGER_MAX_BYTES`] and the body deadline. A body declared larger than that is not read at
+/// all. Dropping the body ends the connection.
+async fn linger(mut body: HttpBody, deadline: tokio::time::Instant) {
     use http_body_util::BodyExt;
-    if axum::body::HttpBody::size_hint(body).lower() > LINGER_MAX_BYTES {
+    if axum::body::HttpBody::size_hint(&body).lower() > LINGER_MAX_BYTES {
         return;
     }
     let mut left = LINGER_MAX_BYTES;
@@ -179,8 +182,8 @@ fn expects_continue(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
-/// The response for a refused request. After an oversized body the connection is closed: its
-/// remaining input, if any, is not worth reading.
+/// The response for a refused request. After an oversized body the connection is closed once
+/// the rest of the body has been discarded: its input is not worth reading further.
 fn refuse(e: ApiError) -> Response {
     let too_large = e.status == StatusCode::PAYLOAD_TOO_LARGE;
     let mut resp = e.into_response();
