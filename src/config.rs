@@ -91,6 +91,12 @@ pub struct ServerConfig {
     /// Deadline for reading a whole request body.
     #[serde(with = "humantime_serde")]
     pub body_read_timeout: Duration,
+    /// A connection whose answer makes no write progress for this long (the client does not
+    /// read) is closed.
+    #[serde(with = "humantime_serde")]
+    pub write_timeout: Duration,
+    /// Most open connections per listener; connections over it are closed at once.
+    pub max_connections: usize,
 }
 
 /// `[admin]`.
@@ -403,6 +409,8 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(5),
             body_read_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
         }
     }
 }
@@ -546,6 +554,12 @@ impl Config {
         c.positive("server.header_read_timeout", s.header_read_timeout);
         c.positive("server.body_read_timeout", s.body_read_timeout);
         c.bounded("server.shutdown_grace", s.shutdown_grace);
+        c.at_least_duration(
+            "server.write_timeout",
+            s.write_timeout,
+            Duration::from_millis(100),
+        );
+        c.at_least("server.max_connections", s.max_connections, 1);
         if self.identity.delegate_id.trim().is_empty() {
             c.push("identity.delegate_id", "must not be empty");
         }

@@ -99,6 +99,9 @@ pub struct Proxy {
     cluster: Option<Arc<Cluster>>,
     /// Local limiters at limit ÷ replicas, used while Redis does not answer.
     fallback_limits: crate::limits::LimiterMap,
+    /// Work spawned on request paths that outlives its request (upstream closes, settle
+    /// retries, cancels, tasks whose client left): shutdown waits for it.
+    tasks: tokio_util::task::TaskTracker,
 }
 
 impl Proxy {
@@ -146,6 +149,7 @@ impl Proxy {
             version,
             cluster: None,
             fallback_limits: Default::default(),
+            tasks: tokio_util::task::TaskTracker::new(),
         }
     }
 
@@ -421,6 +425,23 @@ impl Proxy {
     /// The upstream client.
     pub fn upstream(&self) -> &UpstreamClient {
         &self.upstream
+    }
+
+    /// Background work spawned on request paths; `Gateway::shutdown` closes it and waits for
+    /// it within the grace period. Spawn through [`Proxy::spawn_tracked`].
+    pub fn tasks(&self) -> &tokio_util::task::TaskTracker {
+        &self.tasks
+    }
+
+    /// Spawns `fut` as tracked work. Outside a runtime (a drop while the runtime shuts down)
+    /// it is dropped instead of panicking: nothing would run it anyway.
+    pub fn spawn_tracked<F>(&self, fut: F) -> Option<tokio::task::JoinHandle<F::Output>>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        Some(self.tasks.spawn_on(fut, &rt))
     }
 
     fn id(&self) -> &str {
@@ -849,7 +870,7 @@ impl Proxy {
             return;
         }
         let upstream = self.upstream.clone();
-        tokio::spawn(async move { close_all(&upstream, bindings).await });
+        self.spawn_tracked(async move { close_all(&upstream, bindings).await });
     }
 
     /// Removes expired sessions and closes their upstream sessions; returns how many expired.

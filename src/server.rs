@@ -1,10 +1,12 @@
 //! HTTP: the LDP listener and the admin listener, and the running gateway's handle.
 //!
-//! Middleware order on the LDP listener: body limit (413) → parse (400) → `Proxy::handle` →
-//! JSON answer. Protocol refusals are HTTP 200 envelopes; only malformed or oversized requests
-//! get a 4xx, always with body `{"error": LdpError}`.
+//! Middleware order on the LDP listener: connection cap and write deadline (`conn`) → body
+//! limit (413) → parse (400) → `Proxy::handle` → JSON answer. Protocol refusals are HTTP 200
+//! envelopes; only malformed or oversized requests get a 4xx, always with body
+//! `{"error": LdpError}`.
 
 mod admin;
+mod conn;
 mod ldp_routes;
 mod reload;
 
@@ -25,7 +27,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use admin::admin_router;
+pub use conn::{OpenConnections, WriteDeadline};
 pub use ldp_routes::router;
+pub use reload::Hangup;
 
 /// State shared by the handlers.
 #[derive(Clone)]
@@ -139,6 +143,7 @@ impl IntoResponse for ApiError {
 pub struct Gateway {
     ldp_addr: SocketAddr,
     admin_addr: SocketAddr,
+    ldp_connections: OpenConnections,
     proxy: Arc<Proxy>,
     ledger: Ledger,
     grace: Duration,
@@ -149,6 +154,13 @@ pub struct Gateway {
 impl Gateway {
     /// Binds both listeners, fetches every card once, then serves in the background.
     pub async fn start(config: Config) -> Result<Gateway, ServerError> {
+        // First of all: from here on a SIGHUP is kept for the reload watcher, not fatal.
+        Self::start_with_hangup(config, Hangup::listen()).await
+    }
+
+    /// [`Gateway::start`] with a SIGHUP listener made earlier (by `serve`, before it loads the
+    /// config), so that a SIGHUP at any moment of start-up becomes a reload once it is up.
+    pub async fn start_with_hangup(config: Config, hangup: Hangup) -> Result<Gateway, ServerError> {
         let problems = config.problems("config");
         if !problems.is_empty() {
             return Err(ConfigError::Invalid(problems).into());
@@ -238,16 +250,26 @@ impl Gateway {
         tasks.push(reload::spawn_watcher(
             proxy.clone(),
             config.policies.dir.clone(),
+            hangup,
             rx.clone(),
         ));
-        let head = config.server.header_read_timeout;
-        tasks.push(spawn_server(
+        let opts = conn::ConnOptions::of(&config.server);
+        let ldp_connections = OpenConnections::default();
+        tasks.push(conn::spawn_server(
             ldp_listener,
             router(state.clone()),
-            head,
+            opts,
+            ldp_connections.clone(),
             rx.clone(),
         ));
-        tasks.push(spawn_server(admin_listener, admin_router(state), head, rx));
+        // The admin listener has its own count: a flood on the LDP port leaves it reachable.
+        tasks.push(conn::spawn_server(
+            admin_listener,
+            admin_router(state),
+            opts,
+            OpenConnections::default(),
+            rx,
+        ));
         tracing::info!(ldp = %ldp_addr, admin = %admin_addr, delegates = registry.snapshot().len(),
             healthy = registry.healthy_count(), "gateway listening");
         tasks.push(
@@ -258,6 +280,7 @@ impl Gateway {
         Ok(Gateway {
             ldp_addr,
             admin_addr,
+            ldp_connections,
             proxy,
             ledger,
             grace: config.server.shutdown_grace,
@@ -274,6 +297,11 @@ impl Gateway {
     /// Base URL of the admin listener.
     pub fn admin_url(&self) -> String {
         format!("http://{}", self.admin_addr)
+    }
+
+    /// Connections open on the LDP listener now.
+    pub fn open_connections(&self) -> usize {
+        self.ldp_connections.get()
     }
 
     /// The gateway core (tests inspect sessions and the registry through it).
@@ -305,8 +333,9 @@ impl Gateway {
         }
     }
 
-    /// Stops accepting, lets in-flight requests finish, closes upstream sessions, then
-    /// commits every queued provenance row.
+    /// Stops accepting, lets in-flight requests and the work they left behind (tasks whose
+    /// client went away, upstream closes, settle retries) finish within the grace period,
+    /// closes upstream sessions, then commits every queued provenance row.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let grace = self.grace;
@@ -320,6 +349,20 @@ impl Gateway {
                 t.abort();
             }
         }
+        // After the listeners: requests still running could add tracked work until now.
+        let tracked = self.proxy.tasks();
+        tracked.close();
+        if tokio::time::timeout_at(deadline, tracked.wait())
+            .await
+            .is_err()
+        {
+            // They cannot be aborted one by one; they end with the runtime, their rows unwritten.
+            tracing::warn!(
+                ?grace,
+                left = tracked.len(),
+                "background work still running at the shutdown deadline; leaving it"
+            );
+        }
         self.proxy.close_everything().await;
         let lost = self.ledger.close(Duration::from_secs(10)).await;
         tracing::info!(provenance_rows_lost = lost, "gateway stopped");
@@ -330,56 +373,6 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
     TcpListener::bind(addr)
         .await
         .map_err(|source| ServerError::Bind { addr, source })
-}
-
-/// Serves `app` on `listener` until shutdown: HTTP/1.1 with keep-alive, `TCP_NODELAY`, and a
-/// deadline on reading each request head (`header_read_timeout`), so slow-header clients
-/// (slowloris) are cut off instead of holding connections. On shutdown it stops accepting and
-/// waits for in-flight requests (the caller bounds the wait).
-fn spawn_server(
-    listener: TcpListener,
-    app: axum::Router,
-    header_read_timeout: Duration,
-    mut rx: watch::Receiver<bool>,
-) -> JoinHandle<()> {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    tokio::spawn(async move {
-        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-        let service = hyper_util::service::TowerToHyperService::new(app);
-        let stop = async move {
-            let _ = rx.wait_for(|v| *v).await;
-        };
-        tokio::pin!(stop);
-        loop {
-            let (tcp, _) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off briefly, keep serving.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                _ = &mut stop => break,
-            };
-            let _ = tcp.set_nodelay(true);
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_read_timeout)
-                .keep_alive(true);
-            let conn = builder.serve_connection(TokioIo::new(tcp), service.clone());
-            let conn = graceful.watch(conn);
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!(error = %e, "connection ended with an error");
-                }
-            });
-        }
-        drop(listener);
-        graceful.shutdown().await;
-    })
 }
 
 fn spawn_sweeper(
@@ -401,8 +394,11 @@ fn spawn_sweeper(
 
 /// `ldp-gateway serve`: load the config, run until Ctrl-C or SIGTERM.
 pub async fn serve_from_file(path: &Path) -> anyhow::Result<()> {
+    // Before anything slow (config, ledger, first card poll): SIGHUP's default action is to
+    // end the process, and an operator may send it at any time.
+    let hangup = Hangup::listen();
     let config = Config::load(path)?;
-    let gateway = Gateway::start(config).await?;
+    let gateway = Gateway::start_with_hangup(config, hangup).await?;
     println!("LDP endpoint: {}", gateway.ldp_url());
     println!("admin:        {}", gateway.admin_url());
     wait_for_signal().await;

@@ -470,14 +470,15 @@ impl Proxy {
     }
 
     /// Settles a reservation held in Redis. Settling is idempotent, so a failed attempt is
-    /// retried in the background (the reservation itself lapses after its hold time).
+    /// retried in the background (the reservation itself lapses after its hold time), as
+    /// tracked work so that shutdown waits for it.
     async fn settle_shared(&self, r: crate::cluster::SharedReservation, charged: f64) {
         let Some(c) = &self.cluster else { return };
         if c.settle(&r, charged).await.is_ok() {
             return;
         }
         let c = c.clone();
-        tokio::spawn(async move {
+        self.spawn_tracked(async move {
             for wait in [100, 1_000, 5_000, 30_000] {
                 tokio::time::sleep(Duration::from_millis(wait)).await;
                 if c.settle(&r, charged).await.is_ok() {

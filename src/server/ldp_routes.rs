@@ -95,9 +95,20 @@ async fn capabilities(State(s): State<AppState>) -> Response {
     }
 }
 
+/// Most bytes read and thrown away after a body went over the limit. A server that closes
+/// with unread input sends a reset, and a client still sending (or not yet reading) loses the
+/// 413 it was sent; so, as nginx's lingering close does, the 413 goes out at once and the rest
+/// of the body is read and discarded in the background, up to this and the body deadline,
+/// before the connection closes.
+const LINGER_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Reads the body within the size limit and the body deadline, checks JSON nesting cheaply,
 /// then parses the envelope; or the 4xx that explains why not.
-async fn read_envelope(s: &AppState, body: HttpBody) -> Result<Envelope, ApiError> {
+async fn read_envelope(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: HttpBody,
+) -> Result<Envelope, ApiError> {
     use http_body_util::BodyExt;
     let limit = s.config.server.body_limit_bytes;
     let too_large = || {
@@ -106,8 +117,18 @@ async fn read_envelope(s: &AppState, body: HttpBody) -> Result<Envelope, ApiErro
             format!("request body is over the {limit}-byte limit"),
         )
     };
-    let collect = http_body_util::Limited::new(body, limit).collect();
-    let bytes = match tokio::time::timeout(s.config.server.body_read_timeout, collect).await {
+    let deadline = tokio::time::Instant::now() + s.config.server.body_read_timeout;
+    let mut body = body;
+    if axum::body::HttpBody::size_hint(&body).lower() > limit as u64 {
+        // Declared too large, nothing read yet. A client waiting for `100 Continue` has not
+        // sent the body: reading would ask for it. Unanswered, hyper closes without it.
+        if !expects_continue(headers) {
+            s.proxy.spawn_tracked(linger(body, deadline));
+        }
+        return Err(too_large());
+    }
+    let collect = http_body_util::Limited::new(&mut body, limit).collect();
+    let bytes = match tokio::time::timeout_at(deadline, collect).await {
         Err(_) => {
             return Err(ApiError::new(
                 GatewayCode::BadRequest,
@@ -115,7 +136,10 @@ async fn read_envelope(s: &AppState, body: HttpBody) -> Result<Envelope, ApiErro
             )
             .with_status(StatusCode::REQUEST_TIMEOUT))
         }
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            s.proxy.spawn_tracked(linger(body, deadline));
+            return Err(too_large());
+        }
         Ok(Err(e)) => {
             return Err(ApiError::new(
                 GatewayCode::BadRequest,
@@ -132,6 +156,44 @@ async fn read_envelope(s: &AppState, body: HttpBody) -> Result<Envelope, ApiErro
         ));
     }
     Envelope::from_slice(&bytes).map_err(|e| ApiError::new(GatewayCode::BadRequest, e.to_string()))
+}
+
+/// Reads and discards the rest of an oversized body (while hyper sends the 413), up to
+/// [`LINGER_MAX_BYTES`] and the body deadline. A body declared larger than that is not read at
+/// all. Dropping the body ends the connection.
+async fn linger(mut body: HttpBody, deadline: tokio::time::Instant) {
+    use http_body_util::BodyExt;
+    if axum::body::HttpBody::size_hint(&body).lower() > LINGER_MAX_BYTES {
+        return;
+    }
+    let mut left = LINGER_MAX_BYTES;
+    while let Ok(Some(Ok(frame))) = tokio::time::timeout_at(deadline, body.frame()).await {
+        let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+        match left.checked_sub(n) {
+            Some(l) => left = l,
+            None => return,
+        }
+    }
+}
+
+fn expects_continue(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
+/// The response for a refused request. After an oversized body the connection is closed once
+/// the rest of the body has been discarded: its input is not worth reading further.
+fn refuse(e: ApiError) -> Response {
+    let too_large = e.status == StatusCode::PAYLOAD_TOO_LARGE;
+    let mut resp = e.into_response();
+    if too_large {
+        resp.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
+    resp
 }
 
 /// Whether `bytes` nest `[`/`{` deeper than `max` (outside strings): one linear pass, no
@@ -206,8 +268,29 @@ impl From<Refusal> for ApiError {
 
 async fn answer(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Envelope, ApiError> {
     let ctx = request_ctx(s, headers)?;
-    let env = read_envelope(s, body).await?;
-    Ok(s.proxy.handle(env, &ctx).await?)
+    let env = read_envelope(s, headers, body).await?;
+    let Body::TaskSubmit { task_id, .. } = &env.body else {
+        // Short exchanges: run in the request.
+        return Ok(s.proxy.handle(env, &ctx).await?);
+    };
+    // A task runs on as its own (tracked) task, as on `/ldp/stream`: if the client goes away
+    // this future is dropped, and the task must still settle its budget reservation and write
+    // its ledger row, while the guard cancels it upstream.
+    let mut guard = CancelOnDrop::new(s, &ctx, &env, task_id);
+    let proxy = s.proxy.clone();
+    let task = s
+        .proxy
+        .spawn_tracked(async move { proxy.handle(env, &ctx).await })
+        .ok_or_else(|| ApiError::new(GatewayCode::Unavailable, "the gateway is stopping"))?;
+    let joined = task.await;
+    guard.done = true;
+    match joined {
+        Ok(answer) => Ok(answer?),
+        Err(e) => Err(ApiError::new(
+            GatewayCode::Internal,
+            format!("task failed: {e}"),
+        )),
+    }
 }
 
 async fn messages(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> Response {
@@ -216,7 +299,7 @@ async fn messages(State(s): State<AppState>, headers: HeaderMap, body: HttpBody)
             Ok(b) => json_bytes(StatusCode::OK, b),
             Err(e) => ApiError::new(GatewayCode::Internal, e.to_string()).into_response(),
         },
-        Err(e) => e.into_response(),
+        Err(e) => refuse(e),
     }
 }
 
@@ -224,13 +307,26 @@ async fn messages(State(s): State<AppState>, headers: HeaderMap, body: HttpBody)
 /// vanished client is noticed: its task is then cancelled upstream within about a second.
 const HEARTBEAT: Duration = Duration::from_millis(400);
 
-/// Cancels the task upstream if the stream is dropped (client gone) before its final event.
+/// Cancels the task upstream if its request is dropped (client gone) before the answer.
 struct CancelOnDrop {
     proxy: std::sync::Arc<crate::proxy::Proxy>,
     session_id: String,
     owner: String,
     task_id: String,
     done: bool,
+}
+
+impl CancelOnDrop {
+    fn new(s: &AppState, ctx: &RequestCtx, env: &Envelope, task_id: &str) -> CancelOnDrop {
+        CancelOnDrop {
+            proxy: s.proxy.clone(),
+            session_id: env.session_id.clone(),
+            // The same owner key the session table uses (tenant + `from`).
+            owner: crate::proxy::owner(ctx, env),
+            task_id: task_id.to_owned(),
+            done: false,
+        }
+    }
 }
 
 impl Drop for CancelOnDrop {
@@ -244,7 +340,7 @@ impl Drop for CancelOnDrop {
             std::mem::take(&mut self.owner),
             std::mem::take(&mut self.task_id),
         );
-        tokio::spawn(async move {
+        self.proxy.spawn_tracked(async move {
             proxy.cancel_for_disconnect(&session, &owner, &task).await;
         });
     }
@@ -257,26 +353,27 @@ impl Drop for CancelOnDrop {
 async fn stream(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> Response {
     let ctx = match request_ctx(&s, &headers) {
         Ok(c) => c,
-        Err(e) => return e.into_response(),
+        Err(e) => return refuse(e),
     };
-    let env = match read_envelope(&s, body).await {
+    let env = match read_envelope(&s, &headers, body).await {
         Ok(env) => env,
-        Err(e) => return e.into_response(),
+        Err(e) => return refuse(e),
     };
     let guard = match &env.body {
-        Body::TaskSubmit { task_id, .. } => Some(CancelOnDrop {
-            proxy: s.proxy.clone(),
-            session_id: env.session_id.clone(),
-            // The same owner key the session table uses (tenant + `from`).
-            owner: crate::proxy::owner(&ctx, &env),
-            task_id: task_id.clone(),
-            done: false,
-        }),
+        Body::TaskSubmit { task_id, .. } => Some(CancelOnDrop::new(&s, &ctx, &env, task_id)),
         _ => None,
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Envelope>(64);
     let proxy = s.proxy.clone();
-    let task = tokio::spawn(async move { proxy.handle_with(env, &ctx, Some(&tx)).await });
+    let Some(task) = s
+        .proxy
+        .spawn_tracked(async move { proxy.handle_with(env, &ctx, Some(&tx)).await })
+    else {
+        return refuse(ApiError::new(
+            GatewayCode::Unavailable,
+            "the gateway is stopping",
+        ));
+    };
     let events = futures_util::stream::unfold(
         (rx, Some(task), guard),
         |(mut rx, task, mut guard)| async move {

@@ -1,6 +1,10 @@
 //! Policy hot reload: the directory is watched (a fingerprint of names, sizes and mtimes,
 //! checked every second, acted on once it has been stable for one more check — the debounce),
 //! and SIGHUP reloads at once. `POST /admin/reload` is the third way in (admin routes).
+//!
+//! SIGHUP is listened to from the start of `serve` ([`Hangup::listen`]), long before the
+//! watcher runs: its default action ends the process, and a SIGHUP during a slow start-up
+//! (a first card poll waiting on a silent delegate) is kept and reloads once the watcher runs.
 
 use crate::proxy::Proxy;
 use std::path::{Path, PathBuf};
@@ -45,34 +49,61 @@ pub fn reload_and_log(proxy: &Proxy, why: &str) -> bool {
     }
 }
 
-/// Watches `dir` and listens for SIGHUP until shutdown.
+/// SIGHUP, caught from the moment this is made. Signals that arrive before anyone waits are
+/// kept (coalesced into one) for the next [`Hangup::recv`].
+pub struct Hangup {
+    #[cfg(unix)]
+    signal: Option<tokio::signal::unix::Signal>,
+}
+
+impl Hangup {
+    /// Replaces SIGHUP's default action (end the process) with a notification. Needs a Tokio
+    /// runtime; without one (or if the handler cannot be installed) SIGHUP is left as it was.
+    pub fn listen() -> Hangup {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let signal = match signal(SignalKind::hangup()) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!(error = %e, "SIGHUP handler not installed; SIGHUP will not reload");
+                    None
+                }
+            };
+            Hangup { signal }
+        }
+        #[cfg(not(unix))]
+        Hangup {}
+    }
+
+    /// The next SIGHUP (never, where there are none).
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        if let Some(s) = self.signal.as_mut() {
+            if s.recv().await.is_some() {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Watches `dir` and reloads on SIGHUP (`hangup`) until shutdown.
 pub fn spawn_watcher(
     proxy: Arc<Proxy>,
     dir: PathBuf,
+    mut hangup: Hangup,
     mut shutdown: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        #[cfg(unix)]
-        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         let mut applied = fingerprint(&dir);
         let mut seen = applied.clone();
         let mut tick = tokio::time::interval(WATCH_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            #[cfg(unix)]
-            let sighup = async {
-                match hup.as_mut() {
-                    Some(s) => {
-                        s.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            #[cfg(not(unix))]
-            let sighup = std::future::pending::<()>();
             tokio::select! {
                 _ = shutdown.changed() => return,
-                _ = sighup => {
+                _ = hangup.recv() => {
                     reload_and_log(&proxy, "SIGHUP");
                     applied = fingerprint(&dir);
                     seen = applied.clone();

@@ -155,6 +155,23 @@ async fn check_refuses_every_unusable_value_with_its_line() {
         assert!(p.contains(&want.to_owned()), "missing `{want}` in {p:#?}");
     }
     assert_eq!(p.len(), 13, "{p:#?}");
+    // The connection bounds, from the environment.
+    let file = config(tmp.path(), "");
+    let p = problems(
+        &file,
+        &[
+            ("LDP_GATEWAY_SERVER__WRITE_TIMEOUT", "10ms"),
+            ("LDP_GATEWAY_SERVER__MAX_CONNECTIONS", "0"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        p,
+        [
+            "F: server.write_timeout: must be at least 100ms, got 10ms",
+            "F: server.max_connections: must be at least 1, got 0",
+        ]
+    );
     // The shipped configs stay valid under the stricter checks.
     for shipped in ["config/gateway.toml", "config/demo.toml"] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(shipped);

@@ -8,3 +8,4 @@ mod common;
 
 mod bounds;
 mod checks;
+mod conn;
