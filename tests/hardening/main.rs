@@ -3,4 +3,10 @@
 //! `Gateway::start` or the real binary. Bounds are generous ceilings, never timings.
 
 #[path = "../common/mod.rs"]
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test harness: fails loudly"
+)]
 mod common;
+mod ledger;
