@@ -68,6 +68,15 @@ pub enum LedgerError {
     /// A stored value could not be read back.
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// The SQLite file was deleted or replaced under the open ledger and its rows could not
+    /// be moved to a new file at its path yet: nothing is acknowledged meanwhile.
+    #[error("ledger file {path} was deleted or replaced while open: {reason}")]
+    Detached {
+        /// The database path.
+        path: String,
+        /// What is wrong, or why moving the rows failed.
+        reason: String,
+    },
     /// The database has a newer schema than this build knows.
     #[error("database schema version {found} is newer than this build's {known}")]
     SchemaTooNew {
@@ -88,9 +97,17 @@ pub trait Backend: Send + 'static {
     fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError>;
     /// Total `cost_usd` per tenant of rows finished at or after `since_ms`.
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError>;
-    /// Whether the store answers now (`/readyz`); an embedded file always does.
+    /// Commits a tiny write now (`/readyz`): the same path a batch takes (a write, a commit, an
+    /// fsync under `fsync`), so a full disk, a read-only store or a deleted file fails it.
+    fn probe(&mut self) -> Result<(), LedgerError>;
+    /// Whether [`Backend::probe`] commits.
     fn healthy(&mut self) -> bool {
-        true
+        self.probe().is_ok()
+    }
+    /// Called once when the writer stops, after its last commit: makes sure what was
+    /// acknowledged is where the store will be opened next time (SQLite: its file).
+    fn finish(&mut self) -> Result<(), LedgerError> {
+        Ok(())
     }
 }
 

@@ -118,11 +118,6 @@ impl PostgresBackend {
         self.insert = insert;
         Ok(())
     }
-
-    /// Whether the database answers (for `/readyz`), reconnecting if it went away.
-    pub fn ping(&mut self) -> bool {
-        self.ensure_connected().is_ok() && self.client.simple_query("SELECT 1").is_ok()
-    }
 }
 
 /// Connects, sets the session's durability and deadline, migrates (first time) and prepares
@@ -171,11 +166,13 @@ fn migrate(client: &mut Client) -> Result<(), LedgerError> {
             .map_err(pg)?;
         tx.batch_execute("CREATE TABLE IF NOT EXISTS ldp_ledger_schema (version BIGINT NOT NULL)")
             .map_err(pg)?;
-        let version: i64 = tx
+        let version: i64 = match tx
             .query_opt("SELECT version FROM ldp_ledger_schema", &[])
             .map_err(pg)?
-            .map(|r| r.get(0))
-            .unwrap_or(0);
+        {
+            Some(r) => get(&r, 0)?,
+            None => 0,
+        };
         if version > MIGRATIONS.len() as i64 {
             return Err(LedgerError::SchemaTooNew {
                 found: version,
@@ -198,6 +195,19 @@ fn migrate(client: &mut Client) -> Result<(), LedgerError> {
 
 fn pg(e: postgres::Error) -> LedgerError {
     LedgerError::Postgres(e.to_string())
+}
+
+/// Column `i` of `row` as a `T`: a value of another type (a hand-edited schema, a foreign
+/// migration) is an error naming the column. `Row::get` would panic, and a panic ends the
+/// writer thread and with it the ledger.
+fn get<'a, T: postgres::types::FromSql<'a>>(
+    row: &'a postgres::Row,
+    i: usize,
+) -> Result<T, LedgerError> {
+    row.try_get(i).map_err(|e| {
+        let name = row.columns().get(i).map_or("?", |c| c.name());
+        LedgerError::Corrupt(format!("column {name}: {e}"))
+    })
 }
 
 /// `url` without its password (for errors and logs): the userinfo password, a `password=`
@@ -360,57 +370,62 @@ impl Backend for PostgresBackend {
                 &[&since_ms],
             )
             .map_err(pg)?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        rows.iter().map(|r| Ok((get(r, 0)?, get(r, 1)?))).collect()
     }
 
-    fn healthy(&mut self) -> bool {
-        self.ping()
+    /// Rewrites the schema-version row in its own transaction, which must commit: a read-only
+    /// standby after a failover, a database that refuses writes or a lost connection fail it.
+    /// (It reconnects first if the database went away.)
+    fn probe(&mut self) -> Result<(), LedgerError> {
+        self.ensure_connected()?;
+        self.client
+            .execute("UPDATE ldp_ledger_schema SET version = version", &[])
+            .map_err(pg)?;
+        Ok(())
     }
 }
 
 fn read_row(r: &postgres::Row) -> Result<LedgerRow, LedgerError> {
     let corrupt = |e: serde_json::Error| LedgerError::Corrupt(e.to_string());
-    let fallbacks: String = r.get(15);
-    let lineage: String = r.get(29);
-    let routing: String = r.get(30);
-    let payload: Option<String> = r.get(31);
-    let outcome: String = r.get(9);
+    let fallbacks: String = get(r, 15)?;
+    let lineage: String = get(r, 29)?;
+    let routing: String = get(r, 30)?;
+    let payload: Option<String> = get(r, 31)?;
+    let outcome: String = get(r, 9)?;
     Ok(LedgerRow {
-        task_id: r.get(0),
-        session_id: r.get(1),
-        upstream_session_id: r.get(2),
-        tenant: r.get(3),
-        skill: r.get(4),
-        policy: r.get(5),
-        delegate: r.get(6),
-        delegate_id: r.get(7),
-        model_version: r.get(8),
+        task_id: get(r, 0)?,
+        session_id: get(r, 1)?,
+        upstream_session_id: get(r, 2)?,
+        tenant: get(r, 3)?,
+        skill: get(r, 4)?,
+        policy: get(r, 5)?,
+        delegate: get(r, 6)?,
+        delegate_id: get(r, 7)?,
+        model_version: get(r, 8)?,
         outcome: if outcome == "result" {
             Outcome::Result
         } else {
             Outcome::Failed
         },
-        error_code: r.get(10),
-        error_message: r.get(11),
-        score: r.get(12),
-        candidates: r
-            .get::<_, Option<i64>>(13)
-            .map(|c| c.clamp(0, u32::MAX as i64) as u32),
-        attempts: r.get::<_, i64>(14).clamp(0, u32::MAX as i64) as u32,
+        error_code: get(r, 10)?,
+        error_message: get(r, 11)?,
+        score: get(r, 12)?,
+        candidates: get::<Option<i64>>(r, 13)?.map(|c| c.clamp(0, u32::MAX as i64) as u32),
+        attempts: get::<i64>(r, 14)?.clamp(0, u32::MAX as i64) as u32,
         fallbacks: serde_json::from_str(&fallbacks).map_err(corrupt)?,
-        payload_mode: r.get(16),
-        latency_ms: r.get(17),
-        upstream_ms: r.get(18),
-        cost_usd: r.get(19),
-        reported_cost_usd: r.get(20),
-        declared_cost_usd: r.get(21),
-        tokens: r.get::<_, Option<i64>>(22).map(|t| t.max(0) as u64),
-        confidence: r.get(23),
-        verification_status: r.get(24),
-        started_at: r.get(25),
-        finished_at: r.get(26),
-        finished_ms: r.get(27),
-        output_sha256: r.get(28),
+        payload_mode: get(r, 16)?,
+        latency_ms: get(r, 17)?,
+        upstream_ms: get(r, 18)?,
+        cost_usd: get(r, 19)?,
+        reported_cost_usd: get(r, 20)?,
+        declared_cost_usd: get(r, 21)?,
+        tokens: get::<Option<i64>>(r, 22)?.map(|t| t.max(0) as u64),
+        confidence: get(r, 23)?,
+        verification_status: get(r, 24)?,
+        started_at: get(r, 25)?,
+        finished_at: get(r, 26)?,
+        finished_ms: get(r, 27)?,
+        output_sha256: get(r, 28)?,
         lineage: JsonText::parse(&lineage).map_err(corrupt)?,
         routing: JsonText::parse(&routing).map_err(corrupt)?,
         payload: payload

@@ -8,12 +8,21 @@
 //! in key order, at most every [`MERGE_ROWS`] rows or [`MERGE_EVERY`], inside the commit of
 //! the batch that triggers it. Queries by session read the index plus the unmerged tail
 //! (`id > indexed_to`), so they always see every committed row.
+//!
+//! Deleting the files under a running ledger (`files.rs`) is noticed after the next commit,
+//! before it is acknowledged: every committed row is copied out of the still-open old files
+//! into a new file at the same path, and only then acknowledged.
+
+mod files;
 
 use super::{Backend, Durability, JsonText, LedgerError, LedgerRow, Outcome, Query};
+use files::{io, Files};
 use rusqlite::{params, Connection};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// Schema migrations; `PRAGMA user_version` records how many ran. Append only.
-pub const MIGRATIONS: [&str; 3] = [
+pub const MIGRATIONS: [&str; 4] = [
     // 1: the ledger as first shipped.
     "CREATE TABLE ledger (
         id INTEGER PRIMARY KEY,
@@ -69,6 +78,13 @@ pub const MIGRATIONS: [&str; 3] = [
     );
     INSERT INTO ledger_index_state VALUES (1, COALESCE((SELECT max(id) FROM ledger), 0));
     DROP INDEX ledger_session_task;",
+    // 4: the readiness probe's row (`Backend::probe`): a write must change a value, SQLite
+    // skips rewriting a row that stays the same.
+    "CREATE TABLE ledger_probe (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        commits INTEGER NOT NULL
+    );
+    INSERT INTO ledger_probe VALUES (1, 0);",
 ];
 
 /// How often the background checkpointer copies committed WAL pages into the database.
@@ -79,14 +95,41 @@ const MERGE_ROWS: u64 = 1024;
 /// Longest time rows are left out of the session index before a merge.
 const MERGE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How long a ledger whose rows could not be moved to a new file waits before trying again
+/// (a try copies the whole database); it refuses rows meanwhile.
+const RETRY_REHOME: Duration = Duration::from_secs(1);
+
 /// A ledger in one SQLite file.
 pub struct SqliteBackend {
     conn: Connection,
     /// Rows inserted since the last session-index merge.
     unmerged: u64,
-    last_merge: std::time::Instant,
+    last_merge: Instant,
+    durability: Durability,
+    /// The files and the identities they had at open (none in memory or read-only).
+    files: Option<Files>,
+    /// Set while the files at the path are not the ones holding the rows.
+    detached: Option<Detached>,
     /// Dropping it stops the background checkpointer.
     _checkpointer: Option<Checkpointer>,
+}
+
+/// A ledger whose files were deleted or replaced, and how far moving its rows got.
+struct Detached {
+    step: Step,
+    reason: String,
+    attempts: u32,
+    retry_at: Instant,
+}
+
+/// The steps of moving the rows to a new file at the path; a failed step is tried again.
+enum Step {
+    /// The old files are open: copy every row out of them.
+    Copy,
+    /// The rows are in this file and the old files are closed: put it at the path.
+    Place(PathBuf),
+    /// The file at the path holds the rows: open it.
+    Reopen,
 }
 
 /// A thread with its own connection that checkpoints the WAL every [`CHECKPOINT_EVERY`]
@@ -171,8 +214,10 @@ impl SqliteBackend {
         let tx = backend.conn.transaction()?;
         merge_session_index(&tx)?;
         tx.commit()?;
+        backend.durability = durability;
         if path != ":memory:" {
             backend._checkpointer = Some(Checkpointer::start(path)?);
+            backend.files = Some(Files::opened(path));
         }
         Ok(backend)
     }
@@ -188,9 +233,191 @@ impl SqliteBackend {
         SqliteBackend {
             conn,
             unmerged: 0,
-            last_merge: std::time::Instant::now(),
+            last_merge: Instant::now(),
+            durability: Durability::Commit,
+            files: None,
+            detached: None,
             _checkpointer: None,
         }
+    }
+
+    /// Runs `write` in one transaction (BEGIN/COMMIT as cached statements: a group commit
+    /// runs many times a second, and `Connection::transaction` would parse both each time).
+    fn in_transaction(
+        &mut self,
+        write: impl FnOnce(&Connection) -> Result<(), LedgerError>,
+    ) -> Result<(), LedgerError> {
+        // A transaction an earlier failure left open (its ROLLBACK failed too) is ended first.
+        if !self.conn.is_autocommit() {
+            self.conn.execute_batch("ROLLBACK")?;
+        }
+        self.conn.prepare_cached("BEGIN")?.execute([])?;
+        let written = write(&self.conn).and_then(|()| {
+            self.conn.prepare_cached("COMMIT")?.execute([])?;
+            Ok(())
+        });
+        if written.is_err() && !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        written
+    }
+
+    /// After a commit, before it is acknowledged: if the database or its WAL at the path is no
+    /// longer the file this ledger writes to, moves every row into a new file at the path.
+    fn verify_files(&mut self) -> Result<(), LedgerError> {
+        let Some(files) = self.files.as_mut() else {
+            return Ok(());
+        };
+        let Some(reason) = files.moved() else {
+            return Ok(());
+        };
+        tracing::error!(
+            path = %files.db,
+            reason,
+            "the ledger's file was deleted or replaced while open; moving its rows into a new file"
+        );
+        self.detached = Some(Detached {
+            step: Step::Copy,
+            reason,
+            attempts: 0,
+            retry_at: Instant::now(),
+        });
+        self.reattach(true)
+    }
+
+    /// While detached: goes on moving the rows (at once when `now`, else at most every
+    /// [`RETRY_REHOME`]); an error while they are not at the path yet.
+    ///
+    /// Why move rather than refuse: the old files are still open, so every row acknowledged
+    /// so far can be copied out (`VACUUM INTO`, a consistent snapshot), and refusing alone
+    /// would lose those rows at the next restart. Only when that fails (a foreign file at the
+    /// path, a full disk) are rows refused, until a later try succeeds.
+    fn reattach(&mut self, now: bool) -> Result<(), LedgerError> {
+        let Some(mut d) = self.detached.take() else {
+            return Ok(());
+        };
+        let path = self
+            .files
+            .as_ref()
+            .map(|f| f.db.clone())
+            .unwrap_or_default();
+        if !now && Instant::now() < d.retry_at {
+            let reason = d.reason.clone();
+            self.detached = Some(d);
+            return Err(LedgerError::Detached { path, reason });
+        }
+        match self.rehome(d.step) {
+            Ok(rows) => {
+                tracing::warn!(
+                    path,
+                    rows,
+                    "the ledger is back at its path with every committed row"
+                );
+                Ok(())
+            }
+            Err((step, e)) => {
+                d.attempts += 1;
+                // Logged at the first failure and then rarely: rows are refused meanwhile,
+                // and each refusal reaches its client.
+                if d.attempts.is_power_of_two() {
+                    tracing::error!(
+                        path,
+                        attempts = d.attempts,
+                        error = %e,
+                        "could not move the ledger's rows into a new file; refusing rows"
+                    );
+                }
+                let reason = match e {
+                    LedgerError::Detached { reason, .. } => reason,
+                    other => other.to_string(),
+                };
+                d.step = step;
+                d.reason.clone_from(&reason);
+                d.retry_at = Instant::now() + RETRY_REHOME;
+                self.detached = Some(d);
+                Err(LedgerError::Detached { path, reason })
+            }
+        }
+    }
+
+    /// Runs the steps from `step`; the rows now in the file at the path, or the step that
+    /// failed and why.
+    fn rehome(&mut self, mut step: Step) -> Result<i64, (Step, LedgerError)> {
+        loop {
+            step = match step {
+                Step::Copy => match self.copy_out() {
+                    Ok(rescue) => Step::Place(rescue),
+                    Err(e) => return Err((Step::Copy, e)),
+                },
+                Step::Place(rescue) => match self.files.as_ref().map(|f| f.place(&rescue)) {
+                    Some(Ok(())) => Step::Reopen,
+                    Some(Err(e)) => return Err((Step::Place(rescue), e)),
+                    None => return Err((Step::Place(rescue), LedgerError::Closed)),
+                },
+                Step::Reopen => {
+                    let db = self
+                        .files
+                        .as_ref()
+                        .map(|f| f.db.clone())
+                        .unwrap_or_default();
+                    let fresh = match SqliteBackend::open(&db, self.durability) {
+                        Ok(b) => b,
+                        Err(e) => return Err((Step::Reopen, e)),
+                    };
+                    let rows = fresh
+                        .conn
+                        .query_row("SELECT count(*) FROM ledger", [], |r| r.get(0))
+                        .unwrap_or(-1);
+                    *self = fresh;
+                    return Ok(rows);
+                }
+            }
+        }
+    }
+
+    /// Copies every committed row out of the open old files into a new file next to the
+    /// path, then closes the old files; returns the new file.
+    fn copy_out(&mut self) -> Result<PathBuf, LedgerError> {
+        let Some(files) = self.files.as_ref() else {
+            return Err(LedgerError::Closed);
+        };
+        files.create_folder()?;
+        let rescue = files.rescue_path();
+        // The checkpointer's connection goes first, so that the writer's is the last one open
+        // on the old files (SQLite checkpoints and cleans up at the last close).
+        drop(self._checkpointer.take());
+        let copied = self
+            .conn
+            .execute("VACUUM INTO ?1", [rescue.display().to_string()])
+            .map_err(LedgerError::from)
+            .and_then(|_| {
+                std::fs::File::open(&rescue)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| io(&rescue, e))
+            });
+        if let Err(e) = copied {
+            // A partial copy (a full disk) would pile up at every try.
+            let _ = std::fs::remove_file(&rescue);
+            return Err(e);
+        }
+        // The last connection to close deletes the `-wal` and `-shm` *by name*: with someone
+        // else's files at those names now, the old connection is left open instead (leaked;
+        // a rare, logged event).
+        let foreign = files.foreign(&[1, 2]);
+        let old = std::mem::replace(&mut self.conn, Connection::open_in_memory()?);
+        match foreign {
+            Some(reason) => {
+                tracing::warn!(reason, "leaving the deleted ledger files open");
+                std::mem::forget(old);
+            }
+            None => {
+                if let Err((old, e)) = old.close() {
+                    tracing::warn!(error = %e, "closing the deleted ledger files failed");
+                    std::mem::forget(old);
+                }
+            }
+        }
+        Ok(rescue)
     }
 
     /// Whether the file has the merged session index (schema 3 and later; a read-only open
@@ -308,36 +535,47 @@ fn merge_session_index(conn: &Connection) -> Result<(), LedgerError> {
 
 impl Backend for SqliteBackend {
     fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+        self.reattach(false)?;
         self.unmerged += rows.len() as u64;
         let merge = self.unmerged >= MERGE_ROWS || self.last_merge.elapsed() >= MERGE_EVERY;
-        // BEGIN/COMMIT as cached statements: a group commit runs many times a second, and
-        // `Connection::transaction` would parse both each time. A transaction an earlier
-        // failure left open (its ROLLBACK failed too) is ended first.
-        if !self.conn.is_autocommit() {
-            self.conn.execute_batch("ROLLBACK")?;
-        }
-        self.conn.prepare_cached("BEGIN")?.execute([])?;
-        let written = insert_rows(&self.conn, rows).and_then(|()| {
+        self.in_transaction(|conn| {
+            insert_rows(conn, rows)?;
             if merge {
-                merge_session_index(&self.conn)?;
+                merge_session_index(conn)?;
             }
-            self.conn.prepare_cached("COMMIT")?.execute([])?;
             Ok(())
-        });
-        if let Err(e) = written {
-            if !self.conn.is_autocommit() {
-                let _ = self.conn.execute_batch("ROLLBACK");
-            }
-            return Err(e);
-        }
+        })?;
         if merge {
             self.unmerged = 0;
-            self.last_merge = std::time::Instant::now();
+            self.last_merge = Instant::now();
         }
-        Ok(())
+        self.verify_files()
+    }
+
+    /// Counts one more commit in the one-row probe table, in a transaction that must commit:
+    /// a WAL append and a commit like a batch's, so it fails when batches would (full disk,
+    /// read-only file), and it notices deleted files when no rows are coming.
+    fn probe(&mut self) -> Result<(), LedgerError> {
+        self.reattach(false)?;
+        self.in_transaction(|conn| {
+            conn.prepare_cached("UPDATE ledger_probe SET commits = commits + 1")?
+                .execute([])?;
+            Ok(())
+        })?;
+        self.verify_files()
+    }
+
+    /// Rows acknowledged into files deleted since the last commit are moved now, before the
+    /// files are closed for good.
+    fn finish(&mut self) -> Result<(), LedgerError> {
+        if self.detached.is_some() {
+            return self.reattach(true);
+        }
+        self.verify_files()
     }
 
     fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
+        self.reattach(false)?;
         let mut sql = String::from(
             "SELECT task_id, session_id, upstream_session_id, tenant, skill, policy, delegate,
                 delegate_id, model_version, outcome, error_code, error_message, score, candidates,
@@ -454,6 +692,7 @@ impl Backend for SqliteBackend {
     }
 
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
+        self.reattach(false)?;
         let mut stmt = self.conn.prepare(
             "SELECT tenant, COALESCE(SUM(cost_usd), 0) FROM ledger WHERE finished_ms >= ?1 GROUP BY tenant",
         )?;
@@ -464,6 +703,7 @@ impl Backend for SqliteBackend {
     }
 
     fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
+        self.reattach(false)?;
         let tx = self.conn.transaction()?;
         tx.execute(
             "DELETE FROM ledger_session_index WHERE (session_id, row_id) IN
@@ -749,5 +989,100 @@ pub(super) mod tests {
         }
         let mut ro = SqliteBackend::open_read_only(&old).unwrap();
         assert_eq!(by_session(&mut ro, "X"), 1);
+    }
+
+    fn count(path: &str) -> i64 {
+        Connection::open(path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM ledger", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    fn remove_files(path: &str) {
+        for suffix in ["", "-wal", "-shm"] {
+            std::fs::remove_file(format!("{path}{suffix}")).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_probe_commits_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = temp_path(&dir);
+        let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+        let other = Connection::open(&path).unwrap();
+        let version = || -> i64 {
+            other
+                .pragma_query_value(None, "data_version", |r| r.get(0))
+                .unwrap()
+        };
+        let before = version();
+        b.probe().unwrap();
+        assert_ne!(version(), before, "another connection sees a commit");
+        b.connection()
+            .pragma_update(None, "query_only", true)
+            .unwrap();
+        assert!(b.probe().is_err(), "a store that takes no writes fails it");
+    }
+
+    #[test]
+    fn rows_survive_their_files_and_folder_being_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = temp_path(&dir);
+        let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+        b.insert(&[row("t1", "s", 1), row("t2", "s", 2)]).unwrap();
+        remove_files(&path);
+        b.insert(&[row("t3", "s", 3)]).unwrap();
+        assert_eq!(count(&path), 3, "the file is back with every row");
+        // Again, with the folder: the new files are the ones watched now.
+        std::fs::remove_dir_all(dir.path().join("nested")).unwrap();
+        b.probe().unwrap();
+        assert_eq!(count(&path), 3);
+        b.insert(&[row("t4", "s", 4)]).unwrap();
+        drop(b);
+        let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+        assert_eq!(ids(&mut b, Query::default()), ["t4", "t3", "t2", "t1"]);
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("nested"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().contains("rescued"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn a_foreign_file_at_the_path_is_left_alone_and_rows_wait_for_it_to_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = temp_path(&dir);
+        let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+        b.insert(&[row("t1", "s", 1)]).unwrap();
+        remove_files(&path);
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE theirs (x); INSERT INTO theirs VALUES (1);")
+            .unwrap();
+        // The batch that finds the files gone commits to the old files before the check: it
+        // is refused but kept (like any withheld result's row).
+        assert!(matches!(
+            b.insert(&[row("t2", "s", 2)]),
+            Err(LedgerError::Detached { .. })
+        ));
+        assert!(b.probe().is_err(), "not ready");
+        assert!(matches!(
+            b.insert(&[row("t3", "s", 3)]),
+            Err(LedgerError::Detached { .. })
+        ));
+        let theirs: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM theirs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(theirs, 1, "the foreign file is untouched");
+        // Once it is gone, a later try puts the rows back at the path.
+        std::fs::remove_file(&path).unwrap();
+        let deadline = Instant::now() + 10 * RETRY_REHOME;
+        while b.insert(&[row("t4", "s", 4)]).is_err() {
+            assert!(Instant::now() < deadline, "the rows never came back");
+            std::thread::sleep(RETRY_REHOME / 10);
+        }
+        assert_eq!(ids(&mut b, Query::default()), ["t4", "t2", "t1"]);
     }
 }

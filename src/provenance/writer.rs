@@ -15,7 +15,7 @@ enum Cmd {
     Query(Box<Query>, Ack<Vec<LedgerRow>>),
     Prune(i64, Ack<u64>),
     Spend(i64, Ack<Vec<(String, f64)>>),
-    Healthy(Ack<bool>),
+    Probe(Ack<()>),
     Shutdown,
 }
 
@@ -193,15 +193,18 @@ impl LedgerHandle {
         done.await.map_err(closed)?.map_err(LedgerError::Write)
     }
 
-    /// Whether the store answers within `deadline` (`/readyz`): the writer asks it between
-    /// commits, so a writer stuck on a dead database also reads as unhealthy.
+    /// Whether the ledger can commit now (`/readyz`), answered by the writer between its
+    /// batches within `deadline`: not while its last batch failed (for [`FAILURE_MEMORY`]:
+    /// a nearly full disk still takes the probe's one page while batches fail), else whether
+    /// a tiny write commits ([`Backend::probe`]: a full disk, deleted files, a dead database).
+    /// A writer stuck on a store reads as not ready too.
     pub async fn healthy(&self, deadline: Duration) -> bool {
         let (ack, done) = oneshot::channel();
         let asked = async {
-            self.tx.send(Cmd::Healthy(ack)).await.ok()?;
+            self.tx.send(Cmd::Probe(ack)).await.ok()?;
             done.await.ok()?.ok()
         };
-        matches!(tokio::time::timeout(deadline, asked).await, Ok(Some(true)))
+        matches!(tokio::time::timeout(deadline, asked).await, Ok(Some(())))
     }
 
     /// Deletes rows finished before `before_ms`.
@@ -241,11 +244,35 @@ impl LedgerHandle {
     }
 }
 
+/// How long a failed batch keeps the ledger not ready when no batch commits after it. Not
+/// for ever: an instance that is not ready gets no traffic, so only the probe can tell it
+/// that the store recovered.
+const FAILURE_MEMORY: Duration = Duration::from_secs(5);
+
+/// Batches that failed in a row: the first is logged at ERROR with its error, the rest
+/// only counted until a batch commits again (a full disk fails thousands a second).
+#[derive(Default)]
+struct Failing {
+    batches: u64,
+    rows: u64,
+    /// When the last one failed, and why.
+    last: Option<(std::time::Instant, String)>,
+}
+
+impl Failing {
+    /// Why the ledger is not ready, if its last batch failed recently.
+    fn recent(&self) -> Option<String> {
+        let (at, error) = self.last.as_ref()?;
+        (at.elapsed() < FAILURE_MEMORY).then(|| format!("the last batch failed: {error}"))
+    }
+}
+
 fn flush(
     backend: &mut dyn Backend,
     rows: &mut Vec<LedgerRow>,
     acks: &mut Vec<Ack<()>>,
     m: &Metrics,
+    failing: &mut Failing,
 ) {
     if rows.is_empty() {
         return;
@@ -256,8 +283,25 @@ fn flush(
         Ok(()) => {
             m.ledger_rows.inc_by(n as u64);
             m.ledger_batches.inc();
+            if failing.batches > 0 {
+                tracing::warn!(
+                    failed_batches = failing.batches,
+                    failed_rows = failing.rows,
+                    "provenance commits succeed again"
+                );
+                *failing = Failing::default();
+            }
         }
-        Err(e) => tracing::error!(rows = n, error = %e, "provenance batch failed"),
+        Err(e) => {
+            if failing.batches == 0 {
+                tracing::error!(rows = n, error = %e, "provenance batch failed; its results are withheld");
+            } else {
+                tracing::debug!(rows = n, error = %e, "provenance batch failed");
+            }
+            failing.batches += 1;
+            failing.rows += n as u64;
+            failing.last = Some((std::time::Instant::now(), e.clone()));
+        }
     }
     m.ledger_queue.sub(n as i64);
     for ack in acks.drain(..) {
@@ -270,6 +314,8 @@ fn run(mut backend: Box<dyn Backend>, mut rx: mpsc::Receiver<Cmd>, m: &Metrics) 
     let mut rows: Vec<LedgerRow> = Vec::with_capacity(BATCH_MAX);
     let mut acks: Vec<Ack<()>> = Vec::with_capacity(BATCH_MAX);
     let mut stopping = false;
+    let mut failing = Failing::default();
+    let mut not_ready = false;
     while let Some(first) = if stopping {
         rx.try_recv().ok()
     } else {
@@ -286,19 +332,30 @@ fn run(mut backend: Box<dyn Backend>, mut rx: mpsc::Receiver<Cmd>, m: &Metrics) 
                         acks.extend(ack);
                     }
                     Cmd::Query(q, ack) => {
-                        flush(backend.as_mut(), &mut rows, &mut acks, m);
+                        flush(backend.as_mut(), &mut rows, &mut acks, m, &mut failing);
                         let _ = ack.send(backend.query(&q).map_err(|e| e.to_string()));
                     }
                     Cmd::Prune(before, ack) => {
-                        flush(backend.as_mut(), &mut rows, &mut acks, m);
+                        flush(backend.as_mut(), &mut rows, &mut acks, m, &mut failing);
                         let _ = ack.send(backend.prune(before).map_err(|e| e.to_string()));
                     }
                     Cmd::Spend(since, ack) => {
-                        flush(backend.as_mut(), &mut rows, &mut acks, m);
+                        flush(backend.as_mut(), &mut rows, &mut acks, m, &mut failing);
                         let _ = ack.send(backend.spend_since(since).map_err(|e| e.to_string()));
                     }
-                    Cmd::Healthy(ack) => {
-                        let _ = ack.send(Ok(backend.healthy()));
+                    Cmd::Probe(ack) => {
+                        let answer = match failing.recent() {
+                            Some(why) => Err(why),
+                            None => backend.probe().map_err(|e| e.to_string()),
+                        };
+                        // Logged when the answer changes, not at every `/readyz`.
+                        match (&answer, not_ready) {
+                            (Err(e), false) => tracing::warn!(error = %e, "ledger not ready"),
+                            (Ok(()), true) => tracing::info!("ledger ready again"),
+                            _ => {}
+                        }
+                        not_ready = answer.is_err();
+                        let _ = ack.send(answer);
                     }
                     Cmd::Shutdown => {
                         stopping = true;
@@ -321,7 +378,10 @@ fn run(mut backend: Box<dyn Backend>, mut rx: mpsc::Receiver<Cmd>, m: &Metrics) 
                 break;
             }
         }
-        flush(backend.as_mut(), &mut rows, &mut acks, m);
+        flush(backend.as_mut(), &mut rows, &mut acks, m, &mut failing);
+    }
+    if let Err(e) = backend.finish() {
+        tracing::error!(error = %e, "the ledger could not be closed cleanly");
     }
 }
 
@@ -386,6 +446,59 @@ mod tests {
         fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
             self.inner.spend_since(since_ms)
         }
+        fn probe(&mut self) -> Result<(), LedgerError> {
+            self.inner.probe()
+        }
+    }
+
+    /// SQLite whose inserts fail while `fail` is set.
+    struct Flaky {
+        inner: SqliteBackend,
+        fail: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Backend for Flaky {
+        fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+            if self.fail.load(Ordering::SeqCst) {
+                return Err(LedgerError::Write("disk full".into()));
+            }
+            self.inner.insert(rows)
+        }
+        fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
+            self.inner.query(q)
+        }
+        fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
+            self.inner.prune(before_ms)
+        }
+        fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
+            self.inner.spend_since(since_ms)
+        }
+        fn probe(&mut self) -> Result<(), LedgerError> {
+            self.inner.probe()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_makes_the_ledger_not_ready_until_one_commits() {
+        let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let backend = Flaky {
+            inner: SqliteBackend::open(":memory:", Durability::Commit).unwrap(),
+            fail: fail.clone(),
+        };
+        let ledger = Ledger::start(Box::new(backend), Durability::Commit, 100, metrics());
+        let h = ledger.handle();
+        let ready = Duration::from_secs(10);
+        h.record(row("t1", "s", 1)).await.unwrap();
+        assert!(h.healthy(ready).await);
+        fail.store(true, Ordering::SeqCst);
+        assert!(h.record(row("t2", "s", 2)).await.is_err());
+        // The probe alone would still commit: the failed batch is what answers.
+        assert!(!h.healthy(ready).await);
+        fail.store(false, Ordering::SeqCst);
+        assert!(!h.healthy(ready).await, "until a batch commits again");
+        h.record(row("t3", "s", 3)).await.unwrap();
+        assert!(h.healthy(ready).await);
+        assert_eq!(ledger.close(Duration::from_secs(10)).await, 0);
     }
 
     fn metrics() -> Arc<Metrics> {
@@ -489,7 +602,19 @@ mod tests {
         for i in 0..SENT {
             h.record(row(&format!("t{i}"), "s", 0)).await.unwrap();
         }
-        let stored = h.query(everything()).await.unwrap().len() as u64;
+        // Page through: a query returns at most 10,000 rows, and more may be stored.
+        let mut stored: u64 = 0;
+        loop {
+            let q = Query {
+                offset: Some(stored as u32),
+                ..everything()
+            };
+            let n = h.query(q).await.unwrap().len() as u64;
+            stored += n;
+            if n == 0 {
+                break;
+            }
+        }
         assert_eq!(stored + h.dropped(), SENT, "stored {stored}");
         assert_eq!(m.ledger_dropped.get(), h.dropped());
         assert_eq!(m.ledger_rows.get(), stored);

@@ -216,7 +216,9 @@ impl Proxy {
             ),
             (Answer::Result { .. }, Err(e)) => {
                 // A result is only acknowledged once its provenance is committed.
-                tracing::error!(error = %e, task_id = task.task_id, "provenance not recorded; result withheld");
+                if once_a_second() {
+                    tracing::error!(error = %e, task_id = task.task_id, "provenance not recorded; result withheld");
+                }
                 let error = LdpError::gateway(
                     GatewayCode::Internal,
                     "the provenance ledger is unavailable",
@@ -225,7 +227,9 @@ impl Proxy {
             }
             (Answer::Failed(error), recorded) => {
                 if let Err(e) = recorded {
-                    tracing::error!(error = %e, task_id = task.task_id, "provenance of a failure not recorded");
+                    if once_a_second() {
+                        tracing::error!(error = %e, task_id = task.task_id, "provenance of a failure not recorded");
+                    }
                 }
                 self.task_failed(env, task.task_id, error)
             }
@@ -251,7 +255,9 @@ impl Proxy {
         let row = self.ledger_row(session, policy, task, &run, &answer, started, started_at);
         self.count(&row, started.elapsed(), Duration::ZERO);
         if let Err(e) = self.ledger.record(row).await {
-            tracing::error!(error = %e, task_id = task.task_id, "provenance of a refusal not recorded");
+            if once_a_second() {
+                tracing::error!(error = %e, task_id = task.task_id, "provenance of a refusal not recorded");
+            }
         }
         self.task_failed(env, task.task_id, error)
     }
@@ -993,4 +999,12 @@ impl Proxy {
         }
         Ok(binding)
     }
+}
+
+/// Whether a per-task ledger failure should be logged now: at most one line a second, since
+/// a failing store (a full disk) fails every task and the writer has logged the cause.
+fn once_a_second() -> bool {
+    static LAST: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+    let now = chrono::Utc::now().timestamp();
+    LAST.swap(now, std::sync::atomic::Ordering::Relaxed) != now
 }

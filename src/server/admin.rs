@@ -133,7 +133,9 @@ mod tests {
     }
 }
 
-/// Ready when a delegate is healthy, the ledger answers and, in cluster mode, Redis does.
+/// Ready when a delegate is healthy, the ledger can commit now (a probe write through its
+/// writer: a full disk or deleted files read as `"ledger": false`) and, in cluster mode,
+/// Redis answers.
 async fn readyz(State(s): State<AppState>) -> Response {
     let healthy = s.proxy.registry().healthy_count();
     let ledger = s.proxy.ledger().healthy(READY_DEADLINE).await;
@@ -154,7 +156,7 @@ async fn readyz(State(s): State<AppState>) -> Response {
     }
 }
 
-/// How long `/readyz` waits for each dependency.
+/// How long `/readyz` waits for each dependency (the ledger's probe queues behind its rows).
 const READY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
 async fn metrics(State(s): State<AppState>) -> Response {

@@ -9,3 +9,4 @@ mod common;
 mod bounds;
 mod checks;
 mod conn;
+mod ledger;
