@@ -184,3 +184,50 @@ pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bo
     }
     check()
 }
+
+/// A `serve` config in `dir` for the real binary: ephemeral loopback listeners, hourly card
+/// polls, the shipped policies, a SQLite ledger at `db`, the `delegates` as `(url, name)`,
+/// and `extra` TOML appended (sections not named above).
+pub fn serve_config(
+    dir: &std::path::Path,
+    db: &std::path::Path,
+    delegates: &[(&str, &str)],
+    extra: &str,
+) -> std::path::PathBuf {
+    let mut text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [discovery]\npoll_interval = \"1h\"\n[policies]\ndir = {:?}\n\
+         [provenance]\nstore = {:?}\ndurability = \"commit\"\n{extra}\n",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/policies"),
+        format!("sqlite://{}", db.display()),
+    );
+    for (url, name) in delegates {
+        text.push_str(&format!("[[delegates]]\nurl = {url:?}\nname = {name:?}\n"));
+    }
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+/// Reads a `serve` child's stdout until it has printed its LDP and admin URLs (30 s at
+/// most), then keeps draining it so the child never blocks on a full pipe.
+pub async fn served_urls(stdout: tokio::process::ChildStdout) -> Option<(String, String)> {
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let (mut ldp, mut admin) = (None, None);
+    let _ = tokio::time::timeout(Duration::from_secs(30), async {
+        while ldp.is_none() || admin.is_none() {
+            let Ok(Some(line)) = lines.next_line().await else {
+                break;
+            };
+            if let Some(u) = line.strip_prefix("LDP endpoint:") {
+                ldp = Some(u.trim().to_owned());
+            } else if let Some(u) = line.strip_prefix("admin:") {
+                admin = Some(u.trim().to_owned());
+            }
+        }
+    })
+    .await;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Some((ldp?, admin?))
+}

@@ -11,7 +11,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Resident memory of this process (gateway and clients alike), MB.
@@ -358,34 +358,17 @@ async fn sighup_during_a_slow_start_is_a_reload_not_an_exit() {
         }
     });
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[server]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[discovery]
-poll_interval = "1h"
-fetch_timeout = "3s"
-[policies]
-dir = {policies:?}
-[provenance]
-store = {store:?}
-[[delegates]]
-url = {silent_url:?}
-name = "silent"
-"#,
-            policies = concat!(env!("CARGO_MANIFEST_DIR"), "/policies"),
-            store = format!("sqlite://{}", dir.path().join("p.db").display()),
-        ),
-    )
-    .unwrap();
+    // The first card poll waits on the silent delegate for 3 s: SIGHUP arrives meanwhile.
+    let config = crate::common::serve_config(
+        dir.path(),
+        &dir.path().join("p.db"),
+        &[(&silent_url, "silent")],
+        "",
+    );
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ldp-gateway"))
         .args(["serve", "--config"])
         .arg(&config)
+        .env("LDP_GATEWAY_DISCOVERY__FETCH_TIMEOUT", "3s")
         .env("RUST_LOG", "warn")
         .env_remove("LDP_ADMIN_TOKEN")
         .stdin(Stdio::null())
@@ -405,22 +388,8 @@ name = "silent"
         .unwrap();
     assert!(hup.success());
     // It finishes starting (the poll times out), then prints its URLs.
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let (mut ldp, mut admin) = (None, None);
-    let _ = tokio::time::timeout(Duration::from_secs(30), async {
-        while ldp.is_none() || admin.is_none() {
-            let Ok(Some(line)) = lines.next_line().await else {
-                break;
-            };
-            if let Some(u) = line.strip_prefix("LDP endpoint:") {
-                ldp = Some(u.trim().to_owned());
-            } else if let Some(u) = line.strip_prefix("admin:") {
-                admin = Some(u.trim().to_owned());
-            }
-        }
-    })
-    .await;
-    let (Some(ldp), Some(admin)) = (ldp, admin) else {
+    let urls = crate::common::served_urls(child.stdout.take().unwrap()).await;
+    let Some((ldp, admin)) = urls else {
         let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
         panic!("the gateway did not come up after a SIGHUP during start-up: {status:?}");
     };

@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::AsyncReadExt;
 
 /// The message a client gets when its result is withheld because its row did not commit.
 const LEDGER_UNAVAILABLE: &str = "the provenance ledger is unavailable";
@@ -159,28 +159,12 @@ async fn serve(config: &Path, max_file_kib: Option<u64>) -> Child {
         let _ = err.read_to_string(&mut s).await;
         s
     });
-    let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
-    let (mut ldp, mut admin) = (None, None);
-    let _ = tokio::time::timeout(Duration::from_secs(30), async {
-        while ldp.is_none() || admin.is_none() {
-            let Ok(Some(line)) = lines.next_line().await else {
-                break;
-            };
-            if let Some(url) = line.strip_prefix("LDP endpoint:") {
-                ldp = Some(url.trim().to_owned());
-            } else if let Some(url) = line.strip_prefix("admin:") {
-                admin = Some(url.trim().to_owned());
-            }
-        }
-    })
-    .await;
-    let (Some(ldp), Some(admin)) = (ldp, admin) else {
+    let urls = common::served_urls(process.stdout.take().unwrap()).await;
+    let Some((ldp, admin)) = urls else {
         let _ = process.start_kill();
         let _ = process.wait().await;
         panic!("gateway did not start:\n{}", stderr.await.unwrap());
     };
-    // Keep draining stdout so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     Child {
         process,
         ldp,
@@ -208,32 +192,7 @@ async fn readyz_reports_a_ledger_that_cannot_commit() {
     let delegate = echo_delegate().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("p.db");
-    let config = dir.path().join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[server]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[discovery]
-poll_interval = "1h"
-[policies]
-dir = {policies:?}
-[provenance]
-store = {store:?}
-durability = "commit"
-[[delegates]]
-url = {url:?}
-name = "sim"
-"#,
-            policies = concat!(env!("CARGO_MANIFEST_DIR"), "/policies"),
-            store = format!("sqlite://{}", db.display()),
-            url = delegate.url(),
-        ),
-    )
-    .unwrap();
+    let config = common::serve_config(dir.path(), &db, &[(&delegate.url(), "sim")], "");
     // 512 KiB per file: the schema fits, a few hundred rows later the file is "full".
     let child = serve(&config, Some(512)).await;
     let http = reqwest::Client::new();
