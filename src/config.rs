@@ -32,7 +32,7 @@ pub struct Config {
     /// How routing treats prices, missing hints and unknown values.
     pub routing: crate::routing::RoutingParams,
     /// Outlier detection: when a failing delegate is cut out and how it comes back.
-    pub outlier: crate::registry::OutlierConfig,
+    pub outlier: OutlierConfig,
     /// Failover: the retry budget.
     pub fallback: FallbackConfig,
     /// Tenants: keys, trust domains, policies, limits, budgets, signing. None: every client
@@ -386,7 +386,7 @@ pub struct ProvenanceConfig {
     /// `sqlite::memory:`, or `postgres://user[:password]@host:port/db` (cluster mode).
     pub store: String,
     /// `commit` (answer after the row commits), `fsync` (and power-loss safe), `async`.
-    pub durability: crate::provenance::Durability,
+    pub durability: Durability,
     /// Store redacted previews of inputs and outputs.
     pub store_payloads: bool,
     /// Rows older than this are pruned in the background.
@@ -484,12 +484,72 @@ impl Default for ProvenanceConfig {
     fn default() -> Self {
         ProvenanceConfig {
             store: "sqlite://data/provenance.db".into(),
-            durability: crate::provenance::Durability::Commit,
+            durability: Durability::Commit,
             store_payloads: false,
             retention: Duration::from_secs(30 * 24 * 3600),
             prune_every: Duration::from_secs(3600),
             queue_capacity: 10_000,
             cost_discrepancy_ratio: 2.0,
+        }
+    }
+}
+
+/// How hard the ledger tries not to lose a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Answer after commit (process-crash safe).
+    #[default]
+    Commit,
+    /// Answer after an fsync'd commit (power-loss safe).
+    Fsync,
+    /// Answer at once; rows may be lost.
+    Async,
+}
+
+/// Whether `store` names a Postgres ledger.
+pub fn is_postgres(store: &str) -> bool {
+    store.starts_with("postgres://") || store.starts_with("postgresql://")
+}
+
+/// `[outlier]`: when a delegate is cut out and how it comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutlierConfig {
+    /// Consecutive failures that eject.
+    pub consecutive_failures: u32,
+    /// Error rate over `window` that ejects (with at least `min_requests` in it).
+    pub error_rate: f64,
+    /// Requests needed in the window before the error rate counts.
+    pub min_requests: u32,
+    /// The rolling error window.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+    /// First ejection period; each further ejection doubles it.
+    #[serde(with = "humantime_serde")]
+    pub base_ejection: Duration,
+    /// Longest ejection period.
+    #[serde(with = "humantime_serde")]
+    pub max_ejection: Duration,
+    /// After a successful probe, the share ramps from 10% to 100% over this.
+    #[serde(with = "humantime_serde")]
+    pub slow_start: Duration,
+    /// Time constant of the latency EWMA: a sample this old weighs 1/e of a fresh one.
+    #[serde(with = "humantime_serde")]
+    pub latency_decay: Duration,
+}
+
+impl Default for OutlierConfig {
+    fn default() -> Self {
+        OutlierConfig {
+            consecutive_failures: 5,
+            error_rate: 0.5,
+            min_requests: 10,
+            window: Duration::from_secs(10),
+            base_ejection: Duration::from_secs(5),
+            max_ejection: Duration::from_secs(300),
+            slow_start: Duration::from_secs(10),
+            latency_decay: Duration::from_secs(10),
         }
     }
 }
@@ -610,7 +670,7 @@ impl Config {
                     "cluster.redis_url",
                     format!(
                         "must start with redis://, got '{}'",
-                        crate::provenance::redact_url(url)
+                        crate::secret::redact_url(url)
                     ),
                 );
             }
@@ -620,12 +680,12 @@ impl Config {
         if cl.key_prefix.is_empty() || cl.key_prefix.contains(char::is_whitespace) {
             c.push("cluster.key_prefix", "must be non-empty, without spaces");
         }
-        if !p.store.starts_with("sqlite:") && !crate::provenance::is_postgres(&p.store) {
+        if !p.store.starts_with("sqlite:") && !is_postgres(&p.store) {
             c.push(
                 "provenance.store",
                 format!(
                     "unsupported store '{}' (use sqlite://PATH or postgres://…)",
-                    crate::provenance::redact_url(&p.store)
+                    crate::secret::redact_url(&p.store)
                 ),
             );
         }

@@ -24,20 +24,9 @@ pub use row::{digest, redact_preview, JsonText, LedgerRow, Outcome};
 pub use sqlite::SqliteBackend;
 pub use writer::{Ledger, LedgerHandle};
 
-use serde::{Deserialize, Serialize};
-
-/// How hard the ledger tries not to lose a row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Durability {
-    /// Answer after commit (process-crash safe).
-    #[default]
-    Commit,
-    /// Answer after an fsync'd commit (power-loss safe).
-    Fsync,
-    /// Answer at once; rows may be lost.
-    Async,
-}
+// Owned by config (the `[provenance]` section's types), re-exported where the ledger is used.
+pub use crate::config::{is_postgres, Durability};
+pub use crate::secret::redact_url;
 
 /// Why the ledger could not do something.
 #[derive(Debug, thiserror::Error)]
@@ -128,17 +117,7 @@ pub fn open_backend(store: &str, durability: Durability) -> Result<Box<dyn Backe
             CONNECT_TIMEOUT,
         )?));
     }
-    Err(LedgerError::BadStore(postgres::redact(store)))
-}
-
-/// A store URL with any password replaced by `***` (for errors and logs).
-pub fn redact_url(store: &str) -> String {
-    postgres::redact(store)
-}
-
-/// Whether `store` names a Postgres ledger.
-pub fn is_postgres(store: &str) -> bool {
-    store.starts_with("postgres://") || store.starts_with("postgresql://")
+    Err(LedgerError::BadStore(redact_url(store)))
 }
 
 /// `ldp-gateway provenance`: query the ledger (the SQLite file `db` read-only, else the

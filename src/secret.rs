@@ -51,6 +51,35 @@ pub fn hash_key(key: &str) -> String {
     hex::encode(Sha256::digest(key.trim().as_bytes()))
 }
 
+/// `url` without its password (for errors and logs): the userinfo password, a `password=`
+/// query parameter or libpq `key=value` entry.
+pub fn redact_url(url: &str) -> String {
+    let mut out = redact_userinfo(url);
+    let mut from = 0;
+    while let Some(i) = out[from..].find("password=") {
+        let start = from + i + "password=".len();
+        let end = out[start..]
+            .find(['&', ' '])
+            .map_or(out.len(), |e| start + e);
+        out.replace_range(start..end, "***");
+        from = start + 3;
+    }
+    out
+}
+
+fn redact_userinfo(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let userinfo = &url[s + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

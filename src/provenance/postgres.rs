@@ -83,9 +83,9 @@ impl PostgresBackend {
         durability: Durability,
         connect_timeout: Duration,
     ) -> Result<PostgresBackend, LedgerError> {
-        let mut config: postgres::Config = url
-            .parse()
-            .map_err(|e| LedgerError::BadStore(format!("{}: {e}", redact(url))))?;
+        let mut config: postgres::Config = url.parse().map_err(|e| {
+            LedgerError::BadStore(format!("{}: {e}", crate::secret::redact_url(url)))
+        })?;
         config.connect_timeout(connect_timeout);
         config.application_name("ldp-gateway");
         // A database host that vanishes without resetting the connection is noticed within
@@ -208,35 +208,6 @@ fn get<'a, T: postgres::types::FromSql<'a>>(
         let name = row.columns().get(i).map_or("?", |c| c.name());
         LedgerError::Corrupt(format!("column {name}: {e}"))
     })
-}
-
-/// `url` without its password (for errors and logs): the userinfo password, a `password=`
-/// query parameter or libpq `key=value` entry.
-pub fn redact(url: &str) -> String {
-    let mut out = redact_userinfo(url);
-    let mut from = 0;
-    while let Some(i) = out[from..].find("password=") {
-        let start = from + i + "password=".len();
-        let end = out[start..]
-            .find(['&', ' '])
-            .map_or(out.len(), |e| start + e);
-        out.replace_range(start..end, "***");
-        from = start + 3;
-    }
-    out
-}
-
-fn redact_userinfo(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let userinfo = &url[s + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
 }
 
 /// One column of a group of rows, as a Postgres array parameter.

@@ -2,53 +2,13 @@
 //! that decays with time, errors over a rolling window, the last success, and outlier
 //! ejection (growing backoff, then a probe, then a short slow start).
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// `[outlier]`: when a delegate is cut out and how it comes back.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct OutlierConfig {
-    /// Consecutive failures that eject.
-    pub consecutive_failures: u32,
-    /// Error rate over `window` that ejects (with at least `min_requests` in it).
-    pub error_rate: f64,
-    /// Requests needed in the window before the error rate counts.
-    pub min_requests: u32,
-    /// The rolling error window.
-    #[serde(with = "humantime_serde")]
-    pub window: Duration,
-    /// First ejection period; each further ejection doubles it.
-    #[serde(with = "humantime_serde")]
-    pub base_ejection: Duration,
-    /// Longest ejection period.
-    #[serde(with = "humantime_serde")]
-    pub max_ejection: Duration,
-    /// After a successful probe, the share ramps from 10% to 100% over this.
-    #[serde(with = "humantime_serde")]
-    pub slow_start: Duration,
-    /// Time constant of the latency EWMA: a sample this old weighs 1/e of a fresh one.
-    #[serde(with = "humantime_serde")]
-    pub latency_decay: Duration,
-}
-
-impl Default for OutlierConfig {
-    fn default() -> Self {
-        OutlierConfig {
-            consecutive_failures: 5,
-            error_rate: 0.5,
-            min_requests: 10,
-            window: Duration::from_secs(10),
-            base_ejection: Duration::from_secs(5),
-            max_ejection: Duration::from_secs(300),
-            slow_start: Duration::from_secs(10),
-            latency_decay: Duration::from_secs(10),
-        }
-    }
-}
+pub use crate::config::OutlierConfig;
 
 const BUCKETS: usize = 10;
 
