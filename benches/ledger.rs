@@ -1,17 +1,20 @@
 //! The provenance ledger's cost, in one run: (b, measured first) the per-task latency through
 //! a real gateway with `durability = "commit"`, `"fsync"` and `"async"`, interleaved, and what
 //! commit adds over async; (a) the sustained insert rate of the batching writer (commit, fsync,
-//! async) and of raw `Backend::insert` batches, against a temp-file SQLite.
-//! `cargo bench --bench ledger [-- ROWS [TASKS]]`.
+//! async) and of raw `Backend::insert` batches, against a temp-file SQLite; (c) commit latency
+//! while admin reads and a large prune run beside the commits.
+//! `cargo bench --bench ledger [-- ROWS [TASKS]]`; `cargo bench --bench ledger -- reads` runs (c)
+//! alone.
 
 use ldp_gateway::config::{Config, DelegateConfig};
 use ldp_gateway::ldp::{Body, Envelope, IdentityCard, PayloadMode, SessionConfig};
 use ldp_gateway::provenance::{
-    Backend, Durability, JsonText, Ledger, LedgerRow, Outcome, SqliteBackend,
+    Backend, Durability, JsonText, Ledger, LedgerHandle, LedgerRow, Outcome, Query, SqliteBackend,
 };
 use ldp_gateway::server::Gateway;
 use ldp_gateway::sim::{self, SimOptions};
 use ldp_gateway::telemetry::Metrics;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,12 +27,16 @@ const ROUNDS: usize = 5;
 
 /// A row the size of a real one: ids, a two-entry lineage, a routing summary.
 fn row(i: usize) -> LedgerRow {
-    let now = chrono::Utc::now();
+    row_at(i, chrono::Utc::now())
+}
+
+/// The same, finished at `now`.
+fn row_at(i: usize, now: chrono::DateTime<chrono::Utc>) -> LedgerRow {
     LedgerRow {
         task_id: format!("{:032x}", i),
         session_id: "6f0c1f7e-8a55-4b9e-9f5e-1d2c3b4a5e6f".into(),
         upstream_session_id: Some("1b2c3d4e-5f60-4718-9a2b-3c4d5e6f7a8b".into()),
-        tenant: "anonymous".into(),
+        tenant: format!("tenant-{}", i % 8),
         skill: "summarize".into(),
         policy: Some("balanced".into()),
         delegate: Some("qwen-eu".into()),
@@ -238,12 +245,173 @@ fn rate(rows: usize, took: Duration) -> String {
     format!("{:>12.0}", rows as f64 / took.as_secs_f64())
 }
 
+/// Rows in the ledger before (c) starts: `READS_OLD` older than the retention, as many recent.
+const READS_OLD: usize = 100_000;
+/// Concurrent producers calling `record` one after another in (c).
+const READS_PRODUCERS: usize = 8;
+/// Admin reads per kind in (c)'s read phase.
+const READS_EACH: usize = 10;
+
+/// Producers recording until `stop`; the latency of every `record` (commit durability).
+fn producers(
+    h: &LedgerHandle,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Vec<Duration>>> {
+    (0..READS_PRODUCERS)
+        .map(|p| {
+            let (h, stop) = (h.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut took = Vec::new();
+                let mut i = 10_000_000 + p * 1_000_000;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let t = Instant::now();
+                    if h.record(row(i)).await.is_err() {
+                        break;
+                    }
+                    took.push(t.elapsed());
+                }
+                took
+            })
+        })
+        .collect()
+}
+
+async fn latencies(
+    ps: Vec<tokio::task::JoinHandle<Vec<Duration>>>,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut all = Vec::new();
+    for p in ps {
+        all.extend(p.await?);
+    }
+    all.sort();
+    anyhow::ensure!(!all.is_empty(), "no commit measured");
+    Ok(all)
+}
+
+fn latency_line(name: &str, v: &[Duration], note: &str) {
+    println!(
+        "{name:<34} {:>8} {:>10.2?} {:>10.2?} {:>10.2?}  {note}",
+        v.len(),
+        pct(v, 0.5),
+        pct(v, 0.99),
+        v[v.len() - 1],
+    );
+}
+
+/// (c) Commit latency with admin reads and a prune beside it: a temp-file ledger holding
+/// `2 × READS_OLD` rows, `READS_PRODUCERS` producers recording back to back (commit
+/// durability) (1) alone, (2) while two admin readers each run `READS_EACH` whole-ledger
+/// `spend_since` scans and 10,000-row queries, (3) while `READS_OLD` old rows are pruned.
+async fn reads_run(dir: &tempfile::TempDir) -> anyhow::Result<()> {
+    let mut b = sqlite(dir, "reads.db", Durability::Commit)?;
+    let now = chrono::Utc::now();
+    let old = now - chrono::Duration::days(40);
+    for chunk in (0..2 * READS_OLD).collect::<Vec<_>>().chunks(RAW_BATCH) {
+        let rows: Vec<LedgerRow> = chunk
+            .iter()
+            .map(|&i| row_at(i, if i < READS_OLD { old } else { now }))
+            .collect();
+        b.insert(&rows)?;
+    }
+    let metrics = Arc::new(Metrics::new()?);
+    let ledger = Ledger::start(Box::new(b), Durability::Commit, 10_000, metrics);
+    let h = ledger.handle();
+    println!();
+    println!(
+        "commit latency beside admin reads and pruning: {} rows stored, {READS_PRODUCERS} \
+         producers recording back to back (commit), temp-file SQLite",
+        2 * READS_OLD
+    );
+    println!(
+        "{:<34} {:>8} {:>10} {:>10} {:>10}",
+        "phase", "commits", "p50", "p99", "max"
+    );
+
+    // (1) Alone, as long as (2) will take at most.
+    let stop = Arc::new(AtomicBool::new(false));
+    let ps = producers(&h, &stop);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    latency_line("commits alone (2 s)", &latencies(ps).await?, "");
+
+    // (2) Beside admin reads.
+    let stop = Arc::new(AtomicBool::new(false));
+    let ps = producers(&h, &stop);
+    let t = Instant::now();
+    let scans = {
+        let h = h.clone();
+        tokio::spawn(async move {
+            let mut took = Vec::new();
+            for _ in 0..READS_EACH {
+                let t = Instant::now();
+                let spend = h.spend_since(0).await?;
+                anyhow::ensure!(spend.len() == 8, "{spend:?}");
+                took.push(t.elapsed());
+            }
+            anyhow::Ok(took)
+        })
+    };
+    let pages = {
+        let h = h.clone();
+        tokio::spawn(async move {
+            let mut took = Vec::new();
+            for i in 0..READS_EACH {
+                let q = Query {
+                    tenant: Some(format!("tenant-{}", i % 8)),
+                    limit: Some(10_000),
+                    ..Query::default()
+                };
+                let t = Instant::now();
+                let rows = h.query(q).await?;
+                anyhow::ensure!(rows.len() == 10_000, "{} rows", rows.len());
+                took.push(t.elapsed());
+            }
+            anyhow::Ok(took)
+        })
+    };
+    let (mut scans, mut pages) = (scans.await??, pages.await??);
+    let reads_took = t.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    scans.sort();
+    pages.sort();
+    latency_line(
+        "commits beside admin reads",
+        &latencies(ps).await?,
+        &format!(
+            "{READS_EACH} spend scans (p50 {:.1?}) + {READS_EACH} 10k-row queries (p50 {:.1?}) in {reads_took:.2?}",
+            pct(&scans, 0.5),
+            pct(&pages, 0.5)
+        ),
+    );
+
+    // (3) Beside a prune of the old half.
+    let stop = Arc::new(AtomicBool::new(false));
+    let ps = producers(&h, &stop);
+    let t = Instant::now();
+    let cutoff = (now - chrono::Duration::days(30)).timestamp_millis();
+    let pruned = h.prune(cutoff).await?;
+    let prune_took = t.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    anyhow::ensure!(pruned == READS_OLD as u64, "pruned {pruned}");
+    latency_line(
+        "commits beside a prune",
+        &latencies(ps).await?,
+        &format!("{pruned} rows pruned in {prune_took:.2?}"),
+    );
+    ledger.close(Duration::from_secs(60)).await;
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    if std::env::args().skip(1).any(|a| a == "reads") {
+        return reads_run(&dir).await;
+    }
     let mut args = std::env::args().skip(1).filter_map(|a| a.parse().ok());
     let rows: usize = args.next().unwrap_or(200_000);
     let tasks: usize = args.next().unwrap_or(2_000);
-    let dir = tempfile::tempdir()?;
 
     // (b) Per-task latency through the gateway, the three durabilities interleaved.
     let card: IdentityCard = serde_json::from_value(serde_json::json!({
@@ -344,5 +512,5 @@ async fn main() -> anyhow::Result<()> {
             "-"
         );
     }
-    Ok(())
+    reads_run(&dir).await
 }
