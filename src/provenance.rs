@@ -10,16 +10,22 @@
 //!   what was still queued.
 //!
 //! Backends implement [`Backend`] (blocking, run on the writer's own thread): SQLite here,
-//! Postgres in cluster mode.
+//! Postgres in cluster mode. Reads (admin queries, past spend) run beside the writer, on
+//! connections of their own ([`Reader`], `readers.rs`), so a slow read never delays a commit;
+//! pruning runs on the writer in small batches between commits (`writer.rs` says why).
 
 mod postgres;
 pub mod query;
+mod readers;
 mod row;
 mod sqlite;
+#[cfg(test)]
+mod tests;
 mod writer;
 
 pub use postgres::PostgresBackend;
 pub use query::{Format, Query};
+pub use readers::Cancel;
 pub use row::{digest, redact_preview, JsonText, LedgerRow, Outcome};
 pub use sqlite::SqliteBackend;
 pub use writer::{Ledger, LedgerHandle};
@@ -48,9 +54,19 @@ pub enum LedgerError {
         /// Why.
         source: std::io::Error,
     },
-    /// The writer could not commit (the store's error, as text).
+    /// The store failed a commit or a read (its error as text: one failed commit answers
+    /// every row of its batch). Kept as text for callers that match on it.
     #[error("provenance write failed: {0}")]
     Write(String),
+    /// The last batch failed moments ago ([`LedgerHandle::healthy`]: not ready meanwhile).
+    #[error("the last batch failed: {0}")]
+    LastBatchFailed(std::sync::Arc<LedgerError>),
+    /// As many reads as the ledger takes are already running or waiting.
+    #[error("too many ledger reads at once (at most {0} running or waiting)")]
+    ReadsBusy(usize),
+    /// A read did not finish within its deadline (it is stopped).
+    #[error("the ledger read did not finish within {0:?}")]
+    ReadTimeout(std::time::Duration),
     /// The writer has stopped (shutdown) or its queue is gone.
     #[error("the provenance writer is not running")]
     Closed,
@@ -84,6 +100,13 @@ pub trait Backend: Send + 'static {
     fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError>;
     /// Deletes rows finished before `before_ms` (Unix ms); returns how many.
     fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError>;
+    /// Deletes at most `limit` of the rows finished before `before_ms`, oldest first; returns
+    /// how many. The writer prunes in such batches between commits. The default deletes them
+    /// all at once.
+    fn prune_batch(&mut self, before_ms: i64, limit: u64) -> Result<u64, LedgerError> {
+        let _ = limit;
+        self.prune(before_ms)
+    }
     /// Total `cost_usd` per tenant of rows finished at or after `since_ms`.
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError>;
     /// Commits a tiny write now (`/readyz`): the same path a batch takes (a write, a commit, an
@@ -98,6 +121,28 @@ pub trait Backend: Send + 'static {
     fn finish(&mut self) -> Result<(), LedgerError> {
         Ok(())
     }
+    /// Reads on connections of their own, beside this one; `None` (the default, and an
+    /// in-memory SQLite database, which only its one connection sees) sends reads through
+    /// the writer.
+    fn reader(&self) -> Option<std::sync::Arc<dyn Reader>> {
+        None
+    }
+}
+
+/// Reads beside the writer (admin queries, past spend), on connections of their own, so a
+/// slow read never holds a commit up. Calls are blocking; the ledger runs them on blocking
+/// threads, a few at a time, each with a deadline that fires `cancel`.
+pub trait Reader: Send + Sync + 'static {
+    /// Rows matching `q`, newest first.
+    fn query(&self, q: &Query, cancel: &Cancel) -> Result<Vec<LedgerRow>, LedgerError>;
+    /// Total `cost_usd` per tenant of rows finished at or after `since_ms`.
+    fn spend_since(
+        &self,
+        since_ms: i64,
+        cancel: &Cancel,
+    ) -> Result<Vec<(String, f64)>, LedgerError>;
+    /// Closes the idle connections (the writer stopped); reads after it fail.
+    fn close(&self);
 }
 
 /// How long opening a Postgres ledger may take to connect.

@@ -6,9 +6,12 @@
 //! survives any crash of the gateway; the database host losing power may lose its last
 //! fraction of a second, as SQLite's `NORMAL`), `fsync` uses `on`.
 
-use super::{Backend, Durability, JsonText, LedgerError, LedgerRow, Outcome, Query};
+use super::readers::Cancel;
+use super::{Backend, Durability, JsonText, LedgerError, LedgerRow, Outcome, Query, Reader};
 use postgres::types::ToSql;
 use postgres::{Client, NoTls};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Schema migrations; `ldp_ledger_schema.version` records how many ran. Append only.
@@ -56,7 +59,8 @@ const MIGRATIONS: [&str; 1] = ["CREATE TABLE ledger (
 /// Replicas starting together take this advisory lock around migrations.
 const MIGRATION_LOCK: i64 = 0x4c44_5047_4c45_4447; // "LDPGLEDG"
 
-/// Longest any one statement may run (every call to the database has a deadline).
+/// Longest any one statement may run (every call to the database has a deadline); the
+/// readers' deadline too (`readers::READ_DEADLINE`).
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The columns, in insert and select order.
@@ -297,31 +301,7 @@ impl Backend for PostgresBackend {
 
     fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
         self.ensure_connected()?;
-        let mut sql = format!("SELECT {COLUMNS} FROM ledger WHERE true");
-        let mut text_args: Vec<String> = Vec::new();
-        for (col, v) in [
-            ("session_id", &q.session_id),
-            ("task_id", &q.task_id),
-            ("delegate", &q.delegate),
-            ("tenant", &q.tenant),
-        ] {
-            if let Some(v) = v {
-                text_args.push(v.clone());
-                sql.push_str(&format!(" AND {col} = ${}", text_args.len()));
-            }
-        }
-        let since = q.since_ms.unwrap_or(i64::MIN);
-        sql.push_str(&format!(
-            " AND finished_ms >= ${} ORDER BY finished_ms DESC, id DESC LIMIT {} OFFSET {}",
-            text_args.len() + 1,
-            q.page(),
-            q.offset.unwrap_or(0)
-        ));
-        let mut params: Vec<&(dyn ToSql + Sync)> =
-            text_args.iter().map(|s| s as &(dyn ToSql + Sync)).collect();
-        params.push(&since);
-        let rows = self.client.query(&sql, &params).map_err(pg)?;
-        rows.iter().map(read_row).collect()
+        select(&mut self.client, q)
     }
 
     fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
@@ -331,17 +311,30 @@ impl Backend for PostgresBackend {
             .map_err(pg)
     }
 
+    /// Oldest first, through the time index.
+    fn prune_batch(&mut self, before_ms: i64, limit: u64) -> Result<u64, LedgerError> {
+        self.ensure_connected()?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.client
+            .execute(
+                "DELETE FROM ledger WHERE id IN (SELECT id FROM ledger WHERE finished_ms < $1
+                    ORDER BY finished_ms, id LIMIT $2)",
+                &[&before_ms, &limit],
+            )
+            .map_err(pg)
+    }
+
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
         self.ensure_connected()?;
-        let rows = self
-            .client
-            .query(
-                "SELECT tenant, COALESCE(SUM(cost_usd), 0)::float8 FROM ledger
-                 WHERE finished_ms >= $1 GROUP BY tenant",
-                &[&since_ms],
-            )
-            .map_err(pg)?;
-        rows.iter().map(|r| Ok((get(r, 0)?, get(r, 1)?))).collect()
+        spend(&mut self.client, since_ms)
+    }
+
+    fn reader(&self) -> Option<Arc<dyn Reader>> {
+        Some(Arc::new(PostgresReader {
+            config: self.config.clone(),
+            idle: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
+        }))
     }
 
     /// Rewrites the schema-version row in its own transaction, which must commit: a read-only
@@ -353,6 +346,111 @@ impl Backend for PostgresBackend {
             .execute("UPDATE ldp_ledger_schema SET version = version", &[])
             .map_err(pg)?;
         Ok(())
+    }
+}
+
+/// Rows matching `q`, newest first.
+fn select(client: &mut Client, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
+    let mut sql = format!("SELECT {COLUMNS} FROM ledger WHERE true");
+    let mut text_args: Vec<String> = Vec::new();
+    for (col, v) in [
+        ("session_id", &q.session_id),
+        ("task_id", &q.task_id),
+        ("delegate", &q.delegate),
+        ("tenant", &q.tenant),
+    ] {
+        if let Some(v) = v {
+            text_args.push(v.clone());
+            sql.push_str(&format!(" AND {col} = ${}", text_args.len()));
+        }
+    }
+    let since = q.since_ms.unwrap_or(i64::MIN);
+    sql.push_str(&format!(
+        " AND finished_ms >= ${} ORDER BY finished_ms DESC, id DESC LIMIT {} OFFSET {}",
+        text_args.len() + 1,
+        q.page(),
+        q.offset.unwrap_or(0)
+    ));
+    let mut params: Vec<&(dyn ToSql + Sync)> =
+        text_args.iter().map(|s| s as &(dyn ToSql + Sync)).collect();
+    params.push(&since);
+    let rows = client.query(&sql, &params).map_err(pg)?;
+    rows.iter().map(read_row).collect()
+}
+
+/// Total `cost_usd` per tenant of rows finished at or after `since_ms`.
+fn spend(client: &mut Client, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
+    let rows = client
+        .query(
+            "SELECT tenant, COALESCE(SUM(cost_usd), 0)::float8 FROM ledger
+             WHERE finished_ms >= $1 GROUP BY tenant",
+            &[&since_ms],
+        )
+        .map_err(pg)?;
+    rows.iter().map(|r| Ok((get(r, 0)?, get(r, 1)?))).collect()
+}
+
+/// Reads beside the writer: clients of their own, connected when first needed (at most
+/// `READERS`, as many as reads run at once), read-only, with the writer's statement timeout
+/// as their deadline (`readers::READ_DEADLINE` is the same).
+struct PostgresReader {
+    config: postgres::Config,
+    idle: Mutex<Vec<Client>>,
+    closed: AtomicBool,
+}
+
+impl PostgresReader {
+    /// Runs `read` on an idle client, or a new one; the client is kept unless it broke.
+    fn with<T>(
+        &self,
+        read: impl FnOnce(&mut Client) -> Result<T, LedgerError>,
+    ) -> Result<T, LedgerError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(LedgerError::Closed);
+        }
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let mut client = match idle.filter(|c| !c.is_closed()) {
+            Some(c) => c,
+            None => {
+                let mut c = self.config.connect(NoTls).map_err(pg)?;
+                c.batch_execute(&format!(
+                    "SET statement_timeout = {}; SET default_transaction_read_only = on;",
+                    STATEMENT_TIMEOUT.as_millis()
+                ))
+                .map_err(pg)?;
+                c
+            }
+        };
+        let out = read(&mut client);
+        if !client.is_closed() && !self.closed.load(Ordering::Acquire) {
+            self.idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(client);
+        }
+        out
+    }
+}
+
+impl Reader for PostgresReader {
+    /// The deadline is the server's `statement_timeout`: cancelling from here would take a
+    /// connection of its own.
+    fn query(&self, q: &Query, _: &Cancel) -> Result<Vec<LedgerRow>, LedgerError> {
+        self.with(|c| select(c, q))
+    }
+
+    fn spend_since(&self, since_ms: i64, _: &Cancel) -> Result<Vec<(String, f64)>, LedgerError> {
+        self.with(|c| spend(c, since_ms))
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let idle = std::mem::take(&mut *self.idle.lock().unwrap_or_else(PoisonError::into_inner));
+        drop(idle);
     }
 }
 

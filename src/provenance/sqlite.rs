@@ -12,13 +12,18 @@
 //! Deleting the files under a running ledger (`files.rs`) is noticed after the next commit,
 //! before it is acknowledged: every committed row is copied out of the still-open old files
 //! into a new file at the same path, and only then acknowledged.
+//!
+//! Reads run beside the writer on read-only connections the writer opens (`read.rs`).
 
 mod files;
+mod read;
 
-use super::{Backend, Durability, JsonText, LedgerError, LedgerRow, Outcome, Query};
+use super::{Backend, Durability, JsonText, LedgerError, LedgerRow, Query, Reader};
 use files::{io, Files};
+use read::ReadConns;
 use rusqlite::{params, Connection};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema migrations; `PRAGMA user_version` records how many ran. Append only.
@@ -112,6 +117,8 @@ pub struct SqliteBackend {
     detached: Option<Detached>,
     /// Dropping it stops the background checkpointer.
     _checkpointer: Option<Checkpointer>,
+    /// Read connections beside this one (none in memory or read-only).
+    reads: Option<Arc<ReadConns>>,
 }
 
 /// A ledger whose files were deleted or replaced, and how far moving its rows got.
@@ -218,6 +225,7 @@ impl SqliteBackend {
         if path != ":memory:" {
             backend._checkpointer = Some(Checkpointer::start(path)?);
             backend.files = Some(Files::opened(path));
+            backend.reads = Some(Arc::new(ReadConns::open(path)?));
         }
         Ok(backend)
     }
@@ -238,6 +246,7 @@ impl SqliteBackend {
             files: None,
             detached: None,
             _checkpointer: None,
+            reads: None,
         }
     }
 
@@ -360,7 +369,7 @@ impl SqliteBackend {
                         .as_ref()
                         .map(|f| f.db.clone())
                         .unwrap_or_default();
-                    let fresh = match SqliteBackend::open(&db, self.durability) {
+                    let mut fresh = match SqliteBackend::open(&db, self.durability) {
                         Ok(b) => b,
                         Err(e) => return Err((Step::Reopen, e)),
                     };
@@ -368,6 +377,12 @@ impl SqliteBackend {
                         .conn
                         .query_row("SELECT count(*) FROM ledger", [], |r| r.get(0))
                         .unwrap_or(-1);
+                    // The readers keep their handle on this ledger's read connections: the
+                    // new file's become the current ones.
+                    if let (Some(mine), Some(new)) = (self.reads.take(), fresh.reads.take()) {
+                        mine.adopt(&new);
+                        fresh.reads = Some(mine);
+                    }
                     *self = fresh;
                     return Ok(rows);
                 }
@@ -418,12 +433,6 @@ impl SqliteBackend {
             }
         }
         Ok(rescue)
-    }
-
-    /// Whether the file has the merged session index (schema 3 and later; a read-only open
-    /// of an older file has not).
-    fn has_session_index(&self) -> Result<bool, LedgerError> {
-        Ok(self.schema_version()? >= 3)
     }
 
     /// Runs migrations up to `target` (tests use fewer to build an old-schema file).
@@ -576,130 +585,12 @@ impl Backend for SqliteBackend {
 
     fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
         self.reattach(false)?;
-        let mut sql = String::from(
-            "SELECT task_id, session_id, upstream_session_id, tenant, skill, policy, delegate,
-                delegate_id, model_version, outcome, error_code, error_message, score, candidates,
-                attempts, fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd, tokens,
-                confidence, verification_status, started_at, finished_at, finished_ms,
-                output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload
-             FROM ledger WHERE 1 = 1",
-        );
-        let mut args: Vec<rusqlite::types::Value> = Vec::new();
-        let text = |s: &String| rusqlite::types::Value::Text(s.clone());
-        if let Some(session) = q
-            .session_id
-            .as_ref()
-            .filter(|_| self.has_session_index().unwrap_or(false))
-        {
-            // The merged index, plus the rows not merged yet.
-            args.push(text(session));
-            sql.push_str(&format!(
-                " AND id IN (SELECT row_id FROM ledger_session_index WHERE session_id = ?{n}
-                    UNION ALL SELECT id FROM ledger
-                    WHERE id > (SELECT indexed_to FROM ledger_index_state))",
-                n = args.len()
-            ));
-        }
-        for (col, v) in [
-            ("session_id", &q.session_id),
-            ("task_id", &q.task_id),
-            ("delegate", &q.delegate),
-            ("tenant", &q.tenant),
-        ] {
-            if let Some(v) = v {
-                args.push(text(v));
-                sql.push_str(&format!(" AND {col} = ?{}", args.len()));
-            }
-        }
-        if let Some(since) = q.since_ms {
-            args.push(rusqlite::types::Value::Integer(since));
-            sql.push_str(&format!(" AND finished_ms >= ?{}", args.len()));
-        }
-        sql.push_str(&format!(
-            " ORDER BY finished_ms DESC, id DESC LIMIT {} OFFSET {}",
-            q.page(),
-            q.offset.unwrap_or(0)
-        ));
-        let mut stmt = self.conn.prepare(&sql)?;
-        let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| {
-            let outcome: String = r.get(9)?;
-            let fallbacks: String = r.get(15)?;
-            let lineage: String = r.get(27)?;
-            let routing: String = r.get(30)?;
-            let payload: Option<String> = r.get(31)?;
-            let tokens: Option<i64> = r.get(20)?;
-            Ok((
-                LedgerRow {
-                    task_id: r.get(0)?,
-                    session_id: r.get(1)?,
-                    upstream_session_id: r.get(2)?,
-                    tenant: r.get(3)?,
-                    skill: r.get(4)?,
-                    policy: r.get(5)?,
-                    delegate: r.get(6)?,
-                    delegate_id: r.get(7)?,
-                    model_version: r.get(8)?,
-                    outcome: if outcome == "result" {
-                        Outcome::Result
-                    } else {
-                        Outcome::Failed
-                    },
-                    error_code: r.get(10)?,
-                    error_message: r.get(11)?,
-                    score: r.get(12)?,
-                    candidates: r.get(13)?,
-                    attempts: r.get(14)?,
-                    fallbacks: Vec::new(),
-                    payload_mode: r.get(16)?,
-                    latency_ms: r.get(17)?,
-                    upstream_ms: r.get(18)?,
-                    cost_usd: r.get(19)?,
-                    reported_cost_usd: r.get(28)?,
-                    declared_cost_usd: r.get(29)?,
-                    tokens: tokens.map(|t| t.max(0) as u64),
-                    confidence: r.get(21)?,
-                    verification_status: r.get(22)?,
-                    started_at: r.get(23)?,
-                    finished_at: r.get(24)?,
-                    finished_ms: r.get(25)?,
-                    output_sha256: r.get(26)?,
-                    lineage: JsonText::default(),
-                    routing: JsonText::default(),
-                    payload: None,
-                },
-                fallbacks,
-                lineage,
-                routing,
-                payload,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (mut r, fallbacks, lineage, routing, payload) = row?;
-            r.fallbacks = serde_json::from_str(&fallbacks)
-                .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-            r.lineage =
-                JsonText::parse(&lineage).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-            r.routing =
-                JsonText::parse(&routing).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-            r.payload = payload
-                .map(|p| JsonText::parse(&p))
-                .transpose()
-                .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-            out.push(r);
-        }
-        Ok(out)
+        read::select(&self.conn, q)
     }
 
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
         self.reattach(false)?;
-        let mut stmt = self.conn.prepare(
-            "SELECT tenant, COALESCE(SUM(cost_usd), 0) FROM ledger WHERE finished_ms >= ?1 GROUP BY tenant",
-        )?;
-        let rows = stmt.query_map(params![since_ms], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?))
-        })?;
-        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        read::spend(&self.conn, since_ms)
     }
 
     fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
@@ -717,6 +608,34 @@ impl Backend for SqliteBackend {
         tx.commit()?;
         Ok(n as u64)
     }
+
+    /// Oldest first, through the time index: a batch reads only the rows it deletes.
+    fn prune_batch(&mut self, before_ms: i64, limit: u64) -> Result<u64, LedgerError> {
+        self.reattach(false)?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut n = 0;
+        self.in_transaction(|conn| {
+            conn.prepare_cached(
+                "DELETE FROM ledger_session_index WHERE (session_id, row_id) IN
+                    (SELECT session_id, id FROM ledger WHERE finished_ms < ?1
+                     ORDER BY finished_ms, id LIMIT ?2)",
+            )?
+            .execute(params![before_ms, limit])?;
+            n = conn
+                .prepare_cached(
+                    "DELETE FROM ledger WHERE id IN
+                        (SELECT id FROM ledger WHERE finished_ms < ?1
+                         ORDER BY finished_ms, id LIMIT ?2)",
+                )?
+                .execute(params![before_ms, limit])?;
+            Ok(())
+        })?;
+        Ok(n as u64)
+    }
+
+    fn reader(&self) -> Option<Arc<dyn Reader>> {
+        self.reads.clone().map(|r| r as Arc<dyn Reader>)
+    }
 }
 
 #[cfg(test)]
@@ -724,6 +643,7 @@ pub(super) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
     use super::*;
+    use crate::provenance::Outcome;
     use serde_json::json;
 
     /// A plausible row for `task` in `session`, finished at `finished_ms`.

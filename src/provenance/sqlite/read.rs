@@ -1,0 +1,312 @@
+//! Reads of a SQLite ledger: the row query and the spend sum, on the writer's connection (an
+//! in-memory ledger) or on read connections of their own ([`ReadConns`]).
+//!
+//! Why the writer opens the read connections (at open, and again each time it moved its rows
+//! into a new file): a read-only connection opened while the files are deleted creates a new
+//! `-wal` at the path, which the rescue (`files.rs`) must then take for someone else's file.
+//! Opened by the writer at a moment it knows the files are its own, and used once at once
+//! (which opens the `-wal` and `-shm`), a read connection keeps those files for its life.
+
+use super::super::readers::{Cancel, READERS, READ_DEADLINE};
+use super::super::{JsonText, LedgerError, LedgerRow, Outcome, Query, Reader};
+use rusqlite::{params, Connection, OpenFlags};
+use std::sync::{Mutex, PoisonError};
+
+/// Rows matching `q`, newest first.
+pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
+    let mut sql = String::from(
+        "SELECT task_id, session_id, upstream_session_id, tenant, skill, policy, delegate,
+            delegate_id, model_version, outcome, error_code, error_message, score, candidates,
+            attempts, fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd, tokens,
+            confidence, verification_status, started_at, finished_at, finished_ms,
+            output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload
+         FROM ledger WHERE 1 = 1",
+    );
+    let mut args: Vec<rusqlite::types::Value> = Vec::new();
+    let text = |s: &String| rusqlite::types::Value::Text(s.clone());
+    if let Some(session) = q
+        .session_id
+        .as_ref()
+        .filter(|_| has_session_index(conn).unwrap_or(false))
+    {
+        // The merged index, plus the rows not merged yet.
+        args.push(text(session));
+        sql.push_str(&format!(
+            " AND id IN (SELECT row_id FROM ledger_session_index WHERE session_id = ?{n}
+                UNION ALL SELECT id FROM ledger
+                WHERE id > (SELECT indexed_to FROM ledger_index_state))",
+            n = args.len()
+        ));
+    }
+    for (col, v) in [
+        ("session_id", &q.session_id),
+        ("task_id", &q.task_id),
+        ("delegate", &q.delegate),
+        ("tenant", &q.tenant),
+    ] {
+        if let Some(v) = v {
+            args.push(text(v));
+            sql.push_str(&format!(" AND {col} = ?{}", args.len()));
+        }
+    }
+    if let Some(since) = q.since_ms {
+        args.push(rusqlite::types::Value::Integer(since));
+        sql.push_str(&format!(" AND finished_ms >= ?{}", args.len()));
+    }
+    sql.push_str(&format!(
+        " ORDER BY finished_ms DESC, id DESC LIMIT {} OFFSET {}",
+        q.page(),
+        q.offset.unwrap_or(0)
+    ));
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| {
+        let outcome: String = r.get(9)?;
+        let fallbacks: String = r.get(15)?;
+        let lineage: String = r.get(27)?;
+        let routing: String = r.get(30)?;
+        let payload: Option<String> = r.get(31)?;
+        let tokens: Option<i64> = r.get(20)?;
+        Ok((
+            LedgerRow {
+                task_id: r.get(0)?,
+                session_id: r.get(1)?,
+                upstream_session_id: r.get(2)?,
+                tenant: r.get(3)?,
+                skill: r.get(4)?,
+                policy: r.get(5)?,
+                delegate: r.get(6)?,
+                delegate_id: r.get(7)?,
+                model_version: r.get(8)?,
+                outcome: if outcome == "result" {
+                    Outcome::Result
+                } else {
+                    Outcome::Failed
+                },
+                error_code: r.get(10)?,
+                error_message: r.get(11)?,
+                score: r.get(12)?,
+                candidates: r.get(13)?,
+                attempts: r.get(14)?,
+                fallbacks: Vec::new(),
+                payload_mode: r.get(16)?,
+                latency_ms: r.get(17)?,
+                upstream_ms: r.get(18)?,
+                cost_usd: r.get(19)?,
+                reported_cost_usd: r.get(28)?,
+                declared_cost_usd: r.get(29)?,
+                tokens: tokens.map(|t| t.max(0) as u64),
+                confidence: r.get(21)?,
+                verification_status: r.get(22)?,
+                started_at: r.get(23)?,
+                finished_at: r.get(24)?,
+                finished_ms: r.get(25)?,
+                output_sha256: r.get(26)?,
+                lineage: JsonText::default(),
+                routing: JsonText::default(),
+                payload: None,
+            },
+            fallbacks,
+            lineage,
+            routing,
+            payload,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (mut r, fallbacks, lineage, routing, payload) = row?;
+        r.fallbacks =
+            serde_json::from_str(&fallbacks).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+        r.lineage = JsonText::parse(&lineage).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+        r.routing = JsonText::parse(&routing).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+        r.payload = payload
+            .map(|p| JsonText::parse(&p))
+            .transpose()
+            .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// Total `cost_usd` per tenant of rows finished at or after `since_ms`.
+pub(super) fn spend(conn: &Connection, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
+    let mut stmt = conn.prepare(
+        "SELECT tenant, COALESCE(SUM(cost_usd), 0) FROM ledger WHERE finished_ms >= ?1 GROUP BY tenant",
+    )?;
+    let rows = stmt.query_map(params![since_ms], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?))
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Whether the file has the merged session index (schema 3 and later; a read-only open of an
+/// older file has not).
+fn has_session_index(conn: &Connection) -> Result<bool, LedgerError> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    Ok(version >= 3)
+}
+
+/// The read connections of one SQLite ledger, shared by its writer (which opens them) and its
+/// readers.
+pub(super) struct ReadConns(Mutex<Pool>);
+
+struct Pool {
+    /// Which set of connections is current: one more each time the writer reopened its file.
+    generation: u64,
+    idle: Vec<Connection>,
+    closed: bool,
+}
+
+impl ReadConns {
+    /// [`READERS`] read-only connections to `path`, each used once (see the module comment).
+    pub(super) fn open(path: &str) -> Result<ReadConns, LedgerError> {
+        let conns = (0..READERS)
+            .map(|_| {
+                let conn = Connection::open_with_flags(
+                    path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                // Reads in WAL mode wait for no writer; only recovery after a crash blocks them.
+                conn.busy_timeout(std::time::Duration::from_secs(5))?;
+                conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+                    r.get::<_, i64>(0)
+                })?;
+                Ok(conn)
+            })
+            .collect::<Result<Vec<_>, LedgerError>>()?;
+        Ok(ReadConns(Mutex::new(Pool {
+            generation: 0,
+            idle: conns,
+            closed: false,
+        })))
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes `fresh`'s connections as the current set (the writer reopened its file): the old
+    /// set still reads the old files, and is closed as its reads end.
+    pub(super) fn adopt(&self, fresh: &ReadConns) {
+        let conns = std::mem::take(&mut fresh.pool().idle);
+        let old = {
+            let mut p = self.pool();
+            p.generation += 1;
+            std::mem::replace(&mut p.idle, conns)
+        };
+        drop(old);
+    }
+
+    /// Runs `read` on a current connection, interrupted when `cancel` fires.
+    fn with<T>(
+        &self,
+        cancel: &Cancel,
+        read: impl FnOnce(&Connection) -> Result<T, LedgerError>,
+    ) -> Result<T, LedgerError> {
+        let (generation, conn) = {
+            let mut p = self.pool();
+            if p.closed {
+                return Err(LedgerError::Closed);
+            }
+            // At most `READERS` reads run at once and each set has `READERS` connections.
+            match p.idle.pop() {
+                Some(conn) => (p.generation, conn),
+                None => return Err(LedgerError::Closed),
+            }
+        };
+        let interrupt = conn.get_interrupt_handle();
+        let out = if cancel.on_cancel(move || interrupt.interrupt()) {
+            let out = read(&conn);
+            cancel.clear();
+            out
+        } else {
+            Err(LedgerError::ReadTimeout(READ_DEADLINE))
+        };
+        let mut p = self.pool();
+        if !p.closed && p.generation == generation {
+            p.idle.push(conn);
+        }
+        out
+    }
+}
+
+impl Reader for ReadConns {
+    fn query(&self, q: &Query, cancel: &Cancel) -> Result<Vec<LedgerRow>, LedgerError> {
+        self.with(cancel, |conn| select(conn, q))
+    }
+
+    fn spend_since(
+        &self,
+        since_ms: i64,
+        cancel: &Cancel,
+    ) -> Result<Vec<(String, f64)>, LedgerError> {
+        self.with(cancel, |conn| spend(conn, since_ms))
+    }
+
+    fn close(&self) {
+        let idle = {
+            let mut p = self.pool();
+            p.closed = true;
+            std::mem::take(&mut p.idle)
+        };
+        drop(idle);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+    use super::super::tests::row;
+    use super::super::SqliteBackend;
+    use super::*;
+    use crate::provenance::{Backend, Durability};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A read whose deadline passed is interrupted inside SQLite, and its connection then
+    /// serves the next read.
+    #[test]
+    fn a_cancelled_read_stops_and_its_connection_serves_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db").display().to_string();
+        let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+        b.insert(&[row("t1", "s", 1)]).unwrap();
+        let reads = b.reads.clone().unwrap();
+        let cancel = Cancel::default();
+        let done = AtomicBool::new(false);
+        let endless = std::thread::scope(|s| {
+            s.spawn(|| {
+                // Fires once the read is registered, until it ends (an interrupt that lands
+                // before the statement starts does nothing).
+                while !done.load(Ordering::SeqCst) {
+                    if cancel.armed() {
+                        cancel.fire();
+                    }
+                    std::thread::yield_now();
+                }
+            });
+            let endless = reads.with(&cancel, |conn| {
+                Ok(conn.query_row(
+                    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n)
+                     SELECT count(*) FROM n",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )?)
+            });
+            done.store(true, Ordering::SeqCst);
+            endless
+        });
+        match endless {
+            Err(LedgerError::Sqlite(e)) => assert!(e.to_string().contains("interrupt"), "{e}"),
+            other => panic!("expected an interrupted read, got {other:?}"),
+        }
+        for _ in 0..READERS {
+            let rows = reads.query(&Query::default(), &Cancel::default()).unwrap();
+            assert_eq!(rows.len(), 1);
+        }
+        reads.close();
+        assert!(matches!(
+            reads.spend_since(0, &Cancel::default()),
+            Err(LedgerError::Closed)
+        ));
+    }
+}

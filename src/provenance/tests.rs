@@ -1,0 +1,330 @@
+//! The ledger's reads beside its writer: a slow read delays no commit and no readiness probe,
+//! reads are bounded in number and time, see what was recorded before them, and follow the
+//! rows into a new file when the old one was deleted.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+use super::readers::{Cancel, Readers, READERS, READ_DEADLINE, READ_QUEUE};
+use super::sqlite::tests::row;
+use super::*;
+use crate::telemetry::Metrics;
+use rusqlite::{Connection, OpenFlags};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+/// A generous bound for what must not wait at all (a loaded machine still makes it).
+const GENEROUS: Duration = Duration::from_secs(30);
+
+fn metrics() -> Arc<Metrics> {
+    Arc::new(Metrics::new().unwrap())
+}
+
+fn everything() -> Query {
+    Query {
+        limit: Some(10_000),
+        ..Query::default()
+    }
+}
+
+fn temp_db(dir: &tempfile::TempDir) -> String {
+    dir.path().join("p.db").display().to_string()
+}
+
+/// Holds reads until released (or their deadline fires), saying when each one is held.
+struct Hold {
+    waiting: Mutex<Vec<std_mpsc::Sender<()>>>,
+    released: AtomicBool,
+    entered: UnboundedSender<()>,
+}
+
+impl Hold {
+    fn new() -> (Arc<Hold>, UnboundedReceiver<()>) {
+        let (entered, rx) = unbounded_channel();
+        let hold = Hold {
+            waiting: Mutex::new(Vec::new()),
+            released: AtomicBool::new(false),
+            entered,
+        };
+        (Arc::new(hold), rx)
+    }
+
+    /// Blocks the calling read.
+    fn hold(&self, cancel: &Cancel) {
+        let (tx, rx) = std_mpsc::channel();
+        let stop = tx.clone();
+        cancel.on_cancel(move || {
+            let _ = stop.send(());
+        });
+        {
+            let mut waiting = self.waiting.lock().unwrap();
+            if self.released.load(Ordering::SeqCst) {
+                return;
+            }
+            waiting.push(tx);
+        }
+        let _ = self.entered.send(());
+        let _ = rx.recv();
+        cancel.clear();
+    }
+
+    /// Lets every held read go, and every later one through.
+    fn release(&self) {
+        let mut waiting = self.waiting.lock().unwrap();
+        self.released.store(true, Ordering::SeqCst);
+        for tx in waiting.drain(..) {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Waits until `n` more reads are held.
+async fn entered(rx: &mut UnboundedReceiver<()>, n: usize) {
+    for _ in 0..n {
+        rx.recv().await.unwrap();
+    }
+}
+
+/// A reader that holds every read and then answers nothing.
+struct Held(Arc<Hold>);
+
+impl Reader for Held {
+    fn query(&self, _: &Query, cancel: &Cancel) -> Result<Vec<LedgerRow>, LedgerError> {
+        self.0.hold(cancel);
+        Ok(Vec::new())
+    }
+    fn spend_since(&self, _: i64, cancel: &Cancel) -> Result<Vec<(String, f64)>, LedgerError> {
+        self.0.hold(cancel);
+        Ok(Vec::new())
+    }
+    fn close(&self) {}
+}
+
+/// The ledger's own readers, each query first holding a read transaction open on the
+/// database (a slow admin read) while it is held.
+struct SlowReader {
+    inner: Arc<dyn Reader>,
+    path: String,
+    hold: Arc<Hold>,
+}
+
+impl Reader for SlowReader {
+    fn query(&self, q: &Query, cancel: &Cancel) -> Result<Vec<LedgerRow>, LedgerError> {
+        let conn = Connection::open_with_flags(&self.path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        conn.execute_batch("BEGIN")?;
+        let count = || -> i64 {
+            conn.query_row("SELECT count(*) FROM ledger", [], |r| r.get(0))
+                .unwrap()
+        };
+        let seen = count();
+        self.hold.hold(cancel);
+        assert_eq!(count(), seen, "the read transaction kept its snapshot");
+        conn.execute_batch("COMMIT")?;
+        self.inner.query(q, cancel)
+    }
+    fn spend_since(
+        &self,
+        since_ms: i64,
+        cancel: &Cancel,
+    ) -> Result<Vec<(String, f64)>, LedgerError> {
+        self.inner.spend_since(since_ms, cancel)
+    }
+    fn close(&self) {
+        self.inner.close();
+    }
+}
+
+/// A file ledger whose reader is a [`SlowReader`].
+struct Slow {
+    inner: SqliteBackend,
+    reader: Arc<SlowReader>,
+}
+
+impl Backend for Slow {
+    fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+        self.inner.insert(rows)
+    }
+    fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
+        self.inner.query(q)
+    }
+    fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
+        self.inner.prune(before_ms)
+    }
+    fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
+        self.inner.spend_since(since_ms)
+    }
+    fn probe(&mut self) -> Result<(), LedgerError> {
+        self.inner.probe()
+    }
+    fn finish(&mut self) -> Result<(), LedgerError> {
+        self.inner.finish()
+    }
+    fn reader(&self) -> Option<Arc<dyn Reader>> {
+        Some(self.reader.clone())
+    }
+}
+
+/// The point of reads beside the writer: while an admin read holds a read transaction open,
+/// rows commit (clients under `durability = "commit"` get their answers) and `/readyz`
+/// answers. Through the writer, the first record below would wait for the read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_read_delays_no_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_db(&dir);
+    let inner = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    let (hold, mut held) = Hold::new();
+    let reader = Arc::new(SlowReader {
+        inner: inner.reader().unwrap(),
+        path,
+        hold: hold.clone(),
+    });
+    let ledger = Ledger::start(
+        Box::new(Slow { inner, reader }),
+        Durability::Commit,
+        100,
+        metrics(),
+    );
+    let h = ledger.handle();
+    h.record(row("t0", "s", 0)).await.unwrap();
+    let read = tokio::spawn({
+        let h = h.clone();
+        async move { h.query(everything()).await }
+    });
+    entered(&mut held, 1).await;
+    for i in 1..=50 {
+        tokio::time::timeout(GENEROUS, h.record(row(&format!("t{i}"), "s", i)))
+            .await
+            .expect("a commit waited for the read")
+            .unwrap();
+    }
+    assert!(h.healthy(GENEROUS).await, "readiness waits for no read");
+    assert!(!read.is_finished(), "the read is still in its transaction");
+    hold.release();
+    let rows = read.await.unwrap().unwrap();
+    assert_eq!(rows.len(), 51, "the query itself ran after the commits");
+    assert_eq!(ledger.close(GENEROUS).await, 0);
+}
+
+/// `READERS` reads run at once and `READ_QUEUE` more wait; the next is refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_are_bounded_in_number() {
+    let (hold, mut held) = Hold::new();
+    let readers = Arc::new(Readers::new(Arc::new(Held(hold.clone()))));
+    let read = || {
+        let readers = readers.clone();
+        tokio::spawn(async move { readers.run(|r, c| r.query(&everything(), c)).await })
+    };
+    let reads: Vec<_> = (0..READERS + READ_QUEUE).map(|_| read()).collect();
+    entered(&mut held, READERS).await;
+    let deadline = std::time::Instant::now() + GENEROUS;
+    while readers.admitted() < READERS + READ_QUEUE {
+        assert!(std::time::Instant::now() < deadline, "reads not admitted");
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        held.try_recv().is_err(),
+        "no more than {READERS} run at once"
+    );
+    match readers.run(|r, c| r.query(&everything(), c)).await {
+        Err(LedgerError::ReadsBusy(n)) => assert_eq!(n, READERS + READ_QUEUE),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    hold.release();
+    for r in reads {
+        r.await.unwrap().unwrap();
+    }
+    assert_eq!(readers.admitted(), 0);
+}
+
+/// A read past its deadline is answered with a timeout, stopped (its cancel hook runs), and
+/// gives its reader back.
+#[tokio::test(start_paused = true)]
+async fn a_read_past_its_deadline_is_stopped() {
+    let (hold, mut held) = Hold::new();
+    let readers = Arc::new(Readers::new(Arc::new(Held(hold.clone()))));
+    let late = tokio::spawn({
+        let readers = readers.clone();
+        async move { readers.run(|r, c| r.spend_since(0, c)).await }
+    });
+    entered(&mut held, 1).await;
+    tokio::time::advance(READ_DEADLINE).await;
+    match late.await.unwrap() {
+        Err(LedgerError::ReadTimeout(d)) => assert_eq!(d, READ_DEADLINE),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    // Every reader serves again: the stopped read gave its own back.
+    hold.release();
+    let all: Vec<_> = (0..READERS)
+        .map(|_| {
+            let readers = readers.clone();
+            tokio::spawn(async move { readers.run(|r, c| r.spend_since(0, c)).await })
+        })
+        .collect();
+    for r in all {
+        r.await.unwrap().unwrap();
+    }
+}
+
+/// Under `async` a read beside the writer still sees every row recorded before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_reads_see_the_rows_recorded_before_them() {
+    const N: i64 = 3_000;
+    let dir = tempfile::tempdir().unwrap();
+    let backend = SqliteBackend::open(&temp_db(&dir), Durability::Async).unwrap();
+    let ledger = Ledger::start(Box::new(backend), Durability::Async, 10_000, metrics());
+    let h = ledger.handle();
+    for i in 0..N {
+        h.record(row(&format!("t{i}"), "s", i)).await.unwrap();
+    }
+    assert_eq!(h.dropped(), 0);
+    assert_eq!(h.query(everything()).await.unwrap().len(), N as usize);
+    let spend = h.spend_since(0).await.unwrap();
+    assert_eq!(spend.len(), 1);
+    assert!((spend[0].1 - 0.0021 * N as f64).abs() < 1e-6, "{spend:?}");
+    assert_eq!(ledger.close(GENEROUS).await, 0);
+    assert!(matches!(
+        h.query(everything()).await,
+        Err(LedgerError::Closed)
+    ));
+    assert!(matches!(h.spend_since(0).await, Err(LedgerError::Closed)));
+}
+
+/// Deleting the files under a running ledger (the rescue in `sqlite/files.rs`): the readers,
+/// on the old files until the rows are moved, then on the new file, see every row, and
+/// their connections leave nothing at the path that the rescue would take for a foreign file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_follow_the_rows_into_a_new_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_db(&dir);
+    let backend = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    let ledger = Ledger::start(Box::new(backend), Durability::Commit, 100, metrics());
+    let h = ledger.handle();
+    let mut n = 0;
+    for round in 0..3 {
+        for _ in 0..10 {
+            n += 1;
+            h.record(row(&format!("t{n}"), "s", n)).await.unwrap();
+        }
+        // Both readers, at once.
+        let (a, b) = tokio::join!(h.query(everything()), h.spend_since(0));
+        assert_eq!(a.unwrap().len(), n as usize, "round {round}");
+        assert_eq!(b.unwrap().len(), 1);
+        for suffix in ["", "-wal", "-shm"] {
+            std::fs::remove_file(format!("{path}{suffix}")).unwrap();
+        }
+        // Deleted and not noticed yet: the readers still read the old files.
+        assert_eq!(h.query(everything()).await.unwrap().len(), n as usize);
+    }
+    n += 1;
+    h.record(row(&format!("t{n}"), "s", n)).await.unwrap();
+    assert_eq!(h.query(everything()).await.unwrap().len(), n as usize);
+    assert!(h.healthy(GENEROUS).await);
+    assert_eq!(ledger.close(GENEROUS).await, 0);
+    let stored: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT count(*) FROM ledger", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(stored, n);
+}
