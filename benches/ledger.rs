@@ -400,6 +400,48 @@ async fn reads_run(dir: &tempfile::TempDir) -> anyhow::Result<()> {
         &format!("{pruned} rows pruned in {prune_took:.2?}"),
     );
     ledger.close(Duration::from_secs(60)).await;
+    prune_batches(dir)
+}
+
+/// What one prune transaction costs by its size (the longest a commit can wait for pruning),
+/// on a ledger of `2 × READS_OLD` rows.
+fn prune_batches(dir: &tempfile::TempDir) -> anyhow::Result<()> {
+    println!();
+    println!("one prune transaction by its size (Backend::prune_batch, temp-file SQLite)");
+    println!(
+        "{:<10} {:>10} {:>10} {:>12}",
+        "rows", "p50", "max", "rows/s"
+    );
+    let now = chrono::Utc::now();
+    let old = now - chrono::Duration::days(40);
+    let cutoff = (now - chrono::Duration::days(30)).timestamp_millis();
+    for (n, limit) in [250u64, 1_000, 4_000, 16_000].into_iter().enumerate() {
+        let mut b = sqlite(dir, &format!("batches-{n}.db"), Durability::Commit)?;
+        for chunk in (0..2 * READS_OLD).collect::<Vec<_>>().chunks(RAW_BATCH) {
+            let rows: Vec<LedgerRow> = chunk
+                .iter()
+                .map(|&i| row_at(i, if i < READS_OLD { old } else { now }))
+                .collect();
+            b.insert(&rows)?;
+        }
+        let mut took = Vec::new();
+        let mut pruned = 0;
+        while pruned < READS_OLD as u64 {
+            let t = Instant::now();
+            let n = b.prune_batch(cutoff, limit)?;
+            took.push(t.elapsed());
+            anyhow::ensure!(n > 0, "nothing left to prune at {pruned}");
+            pruned += n;
+        }
+        let total: Duration = took.iter().sum();
+        took.sort();
+        println!(
+            "{limit:<10} {:>10.2?} {:>10.2?} {}",
+            pct(&took, 0.5),
+            took[took.len() - 1],
+            rate(pruned as usize, total)
+        );
+    }
     Ok(())
 }
 
