@@ -106,6 +106,10 @@ const RETRY_REHOME: Duration = Duration::from_secs(1);
 
 /// A ledger in one SQLite file.
 pub struct SqliteBackend {
+    /// Read connections beside this one (none in memory or read-only). First, so that they
+    /// close first: the last connection to close removes the `-wal`, and a read-only one
+    /// cannot.
+    reads: Option<Arc<ReadConns>>,
     conn: Connection,
     /// Rows inserted since the last session-index merge.
     unmerged: u64,
@@ -117,8 +121,6 @@ pub struct SqliteBackend {
     detached: Option<Detached>,
     /// Dropping it stops the background checkpointer.
     _checkpointer: Option<Checkpointer>,
-    /// Read connections beside this one (none in memory or read-only).
-    reads: Option<Arc<ReadConns>>,
 }
 
 /// A ledger whose files were deleted or replaced, and how far moving its rows got.

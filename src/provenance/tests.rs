@@ -322,6 +322,10 @@ async fn reads_follow_the_rows_into_a_new_file() {
     assert_eq!(h.query(everything()).await.unwrap().len(), n as usize);
     assert!(h.healthy(GENEROUS).await);
     assert_eq!(ledger.close(GENEROUS).await, 0);
+    for suffix in ["-wal", "-shm"] {
+        let f = format!("{path}{suffix}");
+        assert!(!std::path::Path::new(&f).exists(), "{f} left behind");
+    }
     let stored: i64 = Connection::open(&path)
         .unwrap()
         .query_row("SELECT count(*) FROM ledger", [], |r| r.get(0))

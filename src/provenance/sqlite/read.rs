@@ -262,6 +262,24 @@ mod tests {
     use crate::provenance::{Backend, Durability};
     use std::sync::atomic::{AtomicBool, Ordering};
 
+    /// A ledger dropped on its own (no writer to close its readers first) leaves a clean
+    /// file: its read connections close before its writing ones.
+    #[test]
+    fn a_closed_ledger_leaves_no_wal_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db").display().to_string();
+        let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+        b.insert(&[row("t1", "s", 1)]).unwrap();
+        let reads = b.reads.clone().unwrap();
+        assert_eq!(reads.query(&Query::default(), &Cancel::default()).unwrap().len(), 1);
+        drop(reads);
+        drop(b);
+        for suffix in ["-wal", "-shm"] {
+            let f = format!("{path}{suffix}");
+            assert!(!std::path::Path::new(&f).exists(), "{f} left behind");
+        }
+    }
+
     /// A read whose deadline passed is interrupted inside SQLite, and its connection then
     /// serves the next read.
     #[test]
