@@ -13,12 +13,16 @@
 //! before it is acknowledged: every committed row is copied out of the still-open old files
 //! into a new file at the same path, and only then acknowledged.
 //!
-//! Reads run beside the writer on read-only connections the writer opens (`read.rs`).
+//! Reads run beside the writer on read-only connections the writer opens (`read.rs`); WAL
+//! checkpoints run on a thread of their own, and on the writer only when cheap
+//! (`checkpoint.rs`).
 
+mod checkpoint;
 mod files;
 mod read;
 
 use super::{Backend, Durability, JsonText, LedgerError, LedgerRow, Query, Reader};
+use checkpoint::{Checkpointer, WAL_AUTOCHECKPOINT};
 use files::{io, Files};
 use read::ReadConns;
 use rusqlite::{params, Connection};
@@ -92,9 +96,6 @@ pub const MIGRATIONS: [&str; 4] = [
     INSERT INTO ledger_probe VALUES (1, 0);",
 ];
 
-/// How often the background checkpointer copies committed WAL pages into the database.
-const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-
 /// Most rows left out of the session index before a merge.
 const MERGE_ROWS: u64 = 1024;
 /// Longest time rows are left out of the session index before a merge.
@@ -121,6 +122,8 @@ pub struct SqliteBackend {
     detached: Option<Detached>,
     /// Dropping it stops the background checkpointer.
     _checkpointer: Option<Checkpointer>,
+    /// Whether SQLite's auto-checkpoint runs after this connection's commits now.
+    auto_checkpoint: bool,
 }
 
 /// A ledger whose files were deleted or replaced, and how far moving its rows got.
@@ -141,63 +144,19 @@ enum Step {
     Reopen,
 }
 
-/// A thread with its own connection that checkpoints the WAL every [`CHECKPOINT_EVERY`]
-/// (`PASSIVE`: it never waits for, nor blocks, the writer).
-///
-/// A checkpoint copies pages into the database file and fsyncs it, which takes milliseconds
-/// to tens of milliseconds; run by the writer itself (SQLite's auto-checkpoint after a
-/// commit), every row queued behind it would wait that long. Here the writer keeps the
-/// auto-checkpoint as the last step: by the time the WAL reaches its 1,000 pages, nearly every
-/// page is already copied and flushed, so the writer's own checkpoint is short, and it is the
-/// one that lets SQLite start the WAL over (a checkpoint that caught up with the last commit).
-struct Checkpointer {
-    stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Checkpointer {
-    fn start(path: &str) -> Result<Checkpointer, LedgerError> {
-        let conn = Connection::open(path)?;
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("ldp-checkpoint".into())
-            .spawn(move || loop {
-                match stopped.recv_timeout(CHECKPOINT_EVERY) {
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                        // (busy, WAL frames, frames checkpointed); failures are retried.
-                        let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-                            r.get::<_, i64>(0)
-                        });
-                        if let Err(e) = done {
-                            tracing::debug!(error = %e, "background checkpoint failed");
-                        }
-                    }
-                    _ => return,
-                }
-            })
-            .map_err(|source| LedgerError::Io {
-                path: path.to_owned(),
-                source,
-            })?;
-        Ok(Checkpointer {
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Checkpointer {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 impl SqliteBackend {
     /// Opens (creating folders and file as needed) and migrates `path` (`:memory:` works).
     pub fn open(path: &str, durability: Durability) -> Result<SqliteBackend, LedgerError> {
+        SqliteBackend::open_with(path, durability, None)
+    }
+
+    /// [`SqliteBackend::open`], its read connections handed to `reads` when given (a reopen:
+    /// the readers keep theirs until their reads end).
+    fn open_with(
+        path: &str,
+        durability: Durability,
+        reads: Option<Arc<ReadConns>>,
+    ) -> Result<SqliteBackend, LedgerError> {
         if path != ":memory:" {
             if let Some(dir) = std::path::Path::new(path)
                 .parent()
@@ -225,9 +184,12 @@ impl SqliteBackend {
         tx.commit()?;
         backend.durability = durability;
         if path != ":memory:" {
-            backend._checkpointer = Some(Checkpointer::start(path)?);
+            let conns = ReadConns::connect(path)?;
+            let reads = reads.unwrap_or_else(|| Arc::new(ReadConns::default()));
+            backend._checkpointer = Some(Checkpointer::start(path, reads.pacing())?);
             backend.files = Some(Files::opened(path));
-            backend.reads = Some(Arc::new(ReadConns::open(path)?));
+            reads.adopt(conns);
+            backend.reads = Some(reads);
         }
         Ok(backend)
     }
@@ -248,8 +210,25 @@ impl SqliteBackend {
             files: None,
             detached: None,
             _checkpointer: None,
+            auto_checkpoint: true,
             reads: None,
         }
+    }
+
+    /// Turns SQLite's auto-checkpoint after this connection's commits off while reads have
+    /// WAL frames piled up behind them, on again once the background checkpointer has copied
+    /// them (`checkpoint.rs`).
+    fn pace_checkpoints(&mut self) -> Result<(), LedgerError> {
+        let on = self
+            .reads
+            .as_ref()
+            .is_none_or(|r| r.pacing().writer_may_checkpoint());
+        if on != self.auto_checkpoint {
+            let pages = if on { WAL_AUTOCHECKPOINT } else { 0 };
+            self.conn.pragma_update(None, "wal_autocheckpoint", pages)?;
+            self.auto_checkpoint = on;
+        }
+        Ok(())
     }
 
     /// Runs `write` in one transaction (BEGIN/COMMIT as cached statements: a group commit
@@ -371,20 +350,16 @@ impl SqliteBackend {
                         .as_ref()
                         .map(|f| f.db.clone())
                         .unwrap_or_default();
-                    let mut fresh = match SqliteBackend::open(&db, self.durability) {
-                        Ok(b) => b,
-                        Err(e) => return Err((Step::Reopen, e)),
-                    };
+                    // The readers keep this ledger's read connections, now the new file's.
+                    let fresh =
+                        match SqliteBackend::open_with(&db, self.durability, self.reads.clone()) {
+                            Ok(b) => b,
+                            Err(e) => return Err((Step::Reopen, e)),
+                        };
                     let rows = fresh
                         .conn
                         .query_row("SELECT count(*) FROM ledger", [], |r| r.get(0))
                         .unwrap_or(-1);
-                    // The readers keep their handle on this ledger's read connections: the
-                    // new file's become the current ones.
-                    if let (Some(mine), Some(new)) = (self.reads.take(), fresh.reads.take()) {
-                        mine.adopt(&new);
-                        fresh.reads = Some(mine);
-                    }
                     *self = fresh;
                     return Ok(rows);
                 }
@@ -549,6 +524,7 @@ impl Backend for SqliteBackend {
         self.reattach(false)?;
         self.unmerged += rows.len() as u64;
         let merge = self.unmerged >= MERGE_ROWS || self.last_merge.elapsed() >= MERGE_EVERY;
+        self.pace_checkpoints()?;
         self.in_transaction(|conn| {
             insert_rows(conn, rows)?;
             if merge {
@@ -568,6 +544,7 @@ impl Backend for SqliteBackend {
     /// read-only file), and it notices deleted files when no rows are coming.
     fn probe(&mut self) -> Result<(), LedgerError> {
         self.reattach(false)?;
+        self.pace_checkpoints()?;
         self.in_transaction(|conn| {
             conn.prepare_cached("UPDATE ledger_probe SET commits = commits + 1")?
                 .execute([])?;
@@ -616,6 +593,7 @@ impl Backend for SqliteBackend {
         self.reattach(false)?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut n = 0;
+        self.pace_checkpoints()?;
         self.in_transaction(|conn| {
             conn.prepare_cached(
                 "DELETE FROM ledger_session_index WHERE (session_id, row_id) IN
@@ -719,7 +697,7 @@ pub(super) mod tests {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let mut after = before;
         while after < before + 200 * 1024 && std::time::Instant::now() < deadline {
-            std::thread::sleep(CHECKPOINT_EVERY / 2);
+            std::thread::sleep(checkpoint::CHECKPOINT_EVERY / 2);
             after = std::fs::metadata(&path).unwrap().len();
         }
         assert!(

@@ -9,8 +9,9 @@
 
 use super::super::readers::{Cancel, READERS, READ_DEADLINE};
 use super::super::{JsonText, LedgerError, LedgerRow, Outcome, Query, Reader};
+use super::checkpoint::Pacing;
 use rusqlite::{params, Connection, OpenFlags};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Rows matching `q`, newest first.
 pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
@@ -147,10 +148,15 @@ fn has_session_index(conn: &Connection) -> Result<bool, LedgerError> {
 
 /// The read connections of one SQLite ledger, shared by its writer (which opens them) and its
 /// readers.
-pub(super) struct ReadConns(Mutex<Pool>);
+#[derive(Default)]
+pub(super) struct ReadConns {
+    pool: Mutex<Pool>,
+    pacing: Arc<Pacing>,
+}
 
+#[derive(Default)]
 struct Pool {
-    /// Which set of connections is current: one more each time the writer reopened its file.
+    /// Which set of connections is current: one more each time the writer opened its file.
     generation: u64,
     idle: Vec<Connection>,
     closed: bool,
@@ -158,8 +164,8 @@ struct Pool {
 
 impl ReadConns {
     /// [`READERS`] read-only connections to `path`, each used once (see the module comment).
-    pub(super) fn open(path: &str) -> Result<ReadConns, LedgerError> {
-        let conns = (0..READERS)
+    pub(super) fn connect(path: &str) -> Result<Vec<Connection>, LedgerError> {
+        (0..READERS)
             .map(|_| {
                 let conn = Connection::open_with_flags(
                     path,
@@ -172,22 +178,21 @@ impl ReadConns {
                 })?;
                 Ok(conn)
             })
-            .collect::<Result<Vec<_>, LedgerError>>()?;
-        Ok(ReadConns(Mutex::new(Pool {
-            generation: 0,
-            idle: conns,
-            closed: false,
-        })))
+            .collect()
+    }
+
+    /// Who may checkpoint, as reads come and go.
+    pub(super) fn pacing(&self) -> Arc<Pacing> {
+        self.pacing.clone()
     }
 
     fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes `fresh`'s connections as the current set (the writer reopened its file): the old
-    /// set still reads the old files, and is closed as its reads end.
-    pub(super) fn adopt(&self, fresh: &ReadConns) {
-        let conns = std::mem::take(&mut fresh.pool().idle);
+    /// Makes `conns` (the writer just opened its file) the current set: the old set still
+    /// reads the old files, and is closed as its reads end.
+    pub(super) fn adopt(&self, conns: Vec<Connection>) {
         let old = {
             let mut p = self.pool();
             p.generation += 1;
@@ -215,7 +220,9 @@ impl ReadConns {
         };
         let interrupt = conn.get_interrupt_handle();
         let out = if cancel.on_cancel(move || interrupt.interrupt()) {
+            let reading = self.pacing.reading();
             let out = read(&conn);
+            drop(reading);
             cancel.clear();
             out
         } else {
@@ -271,7 +278,13 @@ mod tests {
         let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
         b.insert(&[row("t1", "s", 1)]).unwrap();
         let reads = b.reads.clone().unwrap();
-        assert_eq!(reads.query(&Query::default(), &Cancel::default()).unwrap().len(), 1);
+        assert_eq!(
+            reads
+                .query(&Query::default(), &Cancel::default())
+                .unwrap()
+                .len(),
+            1
+        );
         drop(reads);
         drop(b);
         for suffix in ["-wal", "-shm"] {
