@@ -4,11 +4,11 @@
 //! Why the writer sometimes may not: a read transaction pins its snapshot, and no checkpoint
 //! copies frames past it, so while an admin read runs the WAL grows by every commit. When the
 //! read ends, the next auto-checkpoint (run by the writer right after a commit) copies that
-//! whole backlog and fsyncs the file before the writer goes on: measured 470–610 ms for the one
-//! commit after a second of reads beside 8 producers (`benches/ledger.rs`, reads phase), while
-//! every other commit took under 10 ms. So from a read's start until the background thread
-//! has caught up again, the writer leaves checkpoints to it (the same phase: largest commit
-//! 16 ms).
+//! whole backlog and fsyncs the file before the writer goes on: measured 470–610 ms for that
+//! one commit, beside whole-ledger scans and 8 producers recording back to back
+//! (`benches/ledger.rs`), while every other commit took under 10 ms. So from a read's start
+//! until the background thread has caught up again, the writer leaves checkpoints to it: the
+//! slowest commit in the same run then took 47 ms.
 
 use super::super::LedgerError;
 use rusqlite::Connection;
