@@ -1,9 +1,6 @@
 //! The gateway's LDP front against simulated delegates, on real sockets.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-mod common;
-
-use common::{card, eventually, gateway, gateway_with, sim, Client};
+use crate::support::{card, eventually, sim, Resp, TestGateway};
 use ldp_gateway::ldp::PayloadMode;
 use ldp_gateway::sim::SimOptions;
 use serde_json::json;
@@ -31,8 +28,8 @@ async fn rfc_dialect_full_lifecycle() {
         &[FRAME, "text"],
     )))
     .await;
-    let gw = gateway(&[a.url(), b.url()], 2).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder().delegate(&a.url()).delegate(&b.url()).spawn().await;
+    let c = gw.client();
 
     // RFC config: preferred modes + required_trust_domain, no client domain.
     let body = c
@@ -101,8 +98,8 @@ async fn reference_dialect_lifecycle_in_text_mode() {
         &[FRAME, "text"],
     )))
     .await;
-    let gw = gateway(&[a.url()], 1).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder().delegate(&a.url()).spawn().await;
+    let c = gw.client();
     let (sid, mode) = c
         .session(json!({"preferred_payload_modes": ["text"], "ttl_secs": 3600, "trust_domain": "default"}))
         .await;
@@ -128,8 +125,8 @@ async fn trust_domain_rules_reject_sessions() {
         &["text"],
     )))
     .await;
-    let gw = gateway(&[a.url()], 1).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder().delegate(&a.url()).spawn().await;
+    let c = gw.client();
     let b = c.open(json!({"trust_domain": "evil.example"})).await;
     assert_eq!(b["type"], "SESSION_REJECT");
     assert_eq!(b["error"]["code"], "TRUST_VIOLATION");
@@ -167,12 +164,16 @@ async fn cross_domain_client_only_reaches_delegates_that_trust_it() {
     )))
     .await;
     let opened = sim(SimOptions::new(open("open"))).await;
-    let gw = gateway_with(&[closed.url(), opened.url()], 2, |cfg| {
-        cfg.identity.trust_domain.allow_cross_domain = true;
-        cfg.identity.trust_domain.trusted_peers = vec!["partner".into()];
-    })
-    .await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder()
+        .delegate(&closed.url())
+        .delegate(&opened.url())
+        .config(|cfg| {
+            cfg.identity.trust_domain.allow_cross_domain = true;
+            cfg.identity.trust_domain.trusted_peers = vec!["partner".into()];
+        })
+        .spawn()
+        .await;
+    let c = gw.client();
     let (sid, _) = c
         .session(json!({"trust_domain": "partner", "preferred_payload_modes": ["text"]}))
         .await;
@@ -191,8 +192,8 @@ async fn frames_are_translated_for_text_only_delegates() {
         &["text"],
     )))
     .await;
-    let gw = gateway(&[t.url()], 1).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder().delegate(&t.url()).spawn().await;
+    let c = gw.client();
     let (sid, mode) = c
         .session(json!({"preferred_payload_modes": [FRAME, "text"]}))
         .await;
@@ -215,8 +216,8 @@ async fn frames_are_translated_for_text_only_delegates() {
         &[FRAME],
     )))
     .await;
-    let gw2 = gateway(&[f.url()], 1).await;
-    let c2 = Client::new(&gw2.ldp_url());
+    let gw2 = TestGateway::builder().delegate(&f.url()).spawn().await;
+    let c2 = gw2.client();
     let (sid2, _) = c2
         .session(json!({"preferred_payload_modes": ["text"]}))
         .await;
@@ -238,8 +239,8 @@ async fn payload_mode_failure_falls_back_along_the_chain() {
     ));
     opts.fail_modes = vec![PayloadMode::SemanticFrame];
     let m = sim(opts).await;
-    let gw = gateway(&[m.url()], 1).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder().delegate(&m.url()).spawn().await;
+    let c = gw.client();
     let (sid, mode) = c
         .session(json!({"preferred_payload_modes": [FRAME, "text"]}))
         .await;
@@ -268,22 +269,23 @@ async fn idle_ttl_expiry_closes_upstream_sessions() {
         &["text"],
     )))
     .await;
-    let gw = gateway_with(&[a.url()], 1, |cfg| {
-        cfg.sessions.sweep_interval = Duration::from_millis(100)
-    })
-    .await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder()
+        .delegate(&a.url())
+        .config(|cfg| cfg.sessions.sweep_interval = Duration::from_millis(100))
+        .spawn()
+        .await;
+    let c = gw.client();
     let (sid, _) = c
         .session(json!({"ttl_secs": 1, "preferred_payload_modes": ["text"]}))
         .await;
     let r = c.task(&sid, "echo", json!("hi"), "text").await;
     assert_eq!(r["type"], "TASK_RESULT");
-    assert_eq!(gw.proxy().sessions().len(), 1);
+    assert_eq!(gw.sessions(), 1);
     assert!(
         eventually(Duration::from_secs(10), || a.stats().closes == 1).await,
         "the expired session's upstream session is closed"
     );
-    assert_eq!(gw.proxy().sessions().len(), 0);
+    assert_eq!(gw.sessions(), 0);
     let r = c.task(&sid, "echo", json!("again"), "text").await;
     assert_eq!(r["error"]["code"], "SESSION_NOT_FOUND");
     gw.shutdown().await;
@@ -294,8 +296,8 @@ async fn upstream_session_loss_triggers_one_rehandshake() {
     let opts = SimOptions::new(card("a", "default", &[("echo", 0.7)], &["text"]));
     let a = sim(opts.clone()).await;
     let addr = a.addr();
-    let gw = gateway(&[a.url()], 1).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder().delegate(&a.url()).spawn().await;
+    let c = gw.client();
     let (sid, _) = c
         .session(json!({"preferred_payload_modes": ["text"]}))
         .await;
@@ -326,50 +328,45 @@ async fn bad_input_gets_clear_answers() {
         &["text"],
     )))
     .await;
-    let gw = gateway_with(&[a.url()], 1, |cfg| cfg.server.body_limit_bytes = 64 * 1024).await;
-    let c = Client::new(&gw.ldp_url());
-    let check = |status: u16, v: &serde_json::Value, want_status: u16, code: &str| {
-        assert_eq!(status, want_status, "{v}");
+    let gw = TestGateway::builder()
+        .delegate(&a.url())
+        .config(|cfg| cfg.server.body_limit_bytes = 64 * 1024)
+        .spawn()
+        .await;
+    let c = gw.client();
+    let check = |r: &Resp, want_status: u16, code: &str| {
+        let v = &r.json;
+        assert_eq!(r.status, want_status, "{v}");
         let e = &v["error"];
         assert_eq!(e["code"], code, "{v}");
         for k in ["category", "message", "severity", "retryable"] {
             assert!(!e[k].is_null(), "{k} missing in {v}");
         }
     };
-    let (s, v) = c.post_raw(b"{not json".to_vec()).await;
-    check(s, &v, 400, "BAD_REQUEST");
-    let (s, v) = c
-        .post_raw(
+    let message = |r: &Resp| r.json["error"]["message"].as_str().unwrap().to_owned();
+    let r = c.post(b"{not json".to_vec()).await;
+    check(&r, 400, "BAD_REQUEST");
+    let r = c
+        .post(
             br#"{"message_id":"m","session_id":"s","body":{"type":"TASK_SUBMIT","task_id":"t"}}"#
                 .to_vec(),
         )
         .await;
-    check(s, &v, 400, "BAD_REQUEST");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("`body.skill`"),
-        "{v}"
-    );
-    let (s, v) = c.post_raw(br#"{"message_id":"m"}"#.to_vec()).await;
-    check(s, &v, 400, "BAD_REQUEST");
-    assert!(
-        v["error"]["message"].as_str().unwrap().contains("`body`"),
-        "{v}"
-    );
-    let (s, v) = c
-        .post_raw(br#"{"body":{"type":"TELEPORT"}}"#.to_vec())
+    check(&r, 400, "BAD_REQUEST");
+    assert!(message(&r).contains("`body.skill`"), "{}", r.json);
+    let r = c.post(br#"{"message_id":"m"}"#.to_vec()).await;
+    check(&r, 400, "BAD_REQUEST");
+    assert!(message(&r).contains("`body`"), "{}", r.json);
+    let r = c.post(br#"{"body":{"type":"TELEPORT"}}"#.to_vec()).await;
+    check(&r, 400, "BAD_REQUEST");
+    assert!(message(&r).contains("TELEPORT"));
+    let r = c
+        .post(br#"{"body":{"type":"TASK_RESULT","task_id":"t","output":1}}"#.to_vec())
         .await;
-    check(s, &v, 400, "BAD_REQUEST");
-    assert!(v["error"]["message"].as_str().unwrap().contains("TELEPORT"));
-    let (s, v) = c
-        .post_raw(br#"{"body":{"type":"TASK_RESULT","task_id":"t","output":1}}"#.to_vec())
-        .await;
-    check(s, &v, 400, "BAD_REQUEST");
+    check(&r, 400, "BAD_REQUEST");
     let big = json!({"body": {"type": "HELLO", "delegate_id": "x".repeat(100 * 1024)}});
-    let (s, v) = c.post_raw(serde_json::to_vec(&big).unwrap()).await;
-    check(s, &v, 413, "PAYLOAD_TOO_LARGE");
+    let r = c.post(serde_json::to_vec(&big).unwrap()).await;
+    check(&r, 413, "PAYLOAD_TOO_LARGE");
 
     // Protocol refusals are 200 envelopes.
     let r = c.task("no-such-session", "echo", json!("x"), "text").await;
@@ -378,8 +375,7 @@ async fn bad_input_gets_clear_answers() {
     let (sid, _) = c
         .session(json!({"preferred_payload_modes": ["text"]}))
         .await;
-    let mut other = Client::new(&gw.ldp_url());
-    other.from = "ldp:client:intruder".into();
+    let other = gw.client().with_from("ldp:client:intruder");
     let r = other.task(&sid, "echo", json!("x"), "text").await;
     assert_eq!(
         r["error"]["code"], "SESSION_NOT_FOUND",
@@ -413,14 +409,14 @@ async fn unreachable_delegates_are_not_routed_to() {
     .await;
     // The live one is given as ldp:// (plain HTTP transport).
     let ldp_url = live.url().replace("http://", "ldp://");
-    let gw = gateway(&[dead, ldp_url], 1).await;
-    let c = Client::new(&gw.ldp_url());
-    let card: serde_json::Value =
-        reqwest::get(format!("{}/.well-known/ldp-identity", gw.ldp_url()))
-            .await
-            .unwrap()
-            .json_value()
-            .await;
+    let gw = TestGateway::builder()
+        .delegate(&dead)
+        .delegate(&ldp_url)
+        .healthy(1)
+        .spawn()
+        .await;
+    let c = gw.client();
+    let card = c.get("/.well-known/ldp-identity").await.json;
     assert_eq!(card["delegate_id"], "ldp:delegate:gateway");
     assert_eq!(card["capabilities"][0]["name"], "echo");
     let (sid, _) = c
@@ -440,8 +436,8 @@ async fn stream_sends_progress_then_the_result() {
         &["text"],
     )))
     .await;
-    let gw = gateway(&[a.url()], 1).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder().delegate(&a.url()).spawn().await;
+    let c = gw.client();
     let (sid, _) = c
         .session(json!({"preferred_payload_modes": ["text"]}))
         .await;
@@ -449,15 +445,9 @@ async fn stream_sends_progress_then_the_result() {
         "body": {"type": "TASK_SUBMIT", "task_id": "t1", "skill": "echo", "input": "hi"},
         "payload_mode": "text", "timestamp": "2026-11-22T00:00:00Z"});
     let text = c
-        .http
-        .post(format!("{}/ldp/stream", gw.ldp_url()))
-        .body(serde_json::to_vec(&env).unwrap())
-        .send()
+        .post_with("/ldp/stream", serde_json::to_vec(&env).unwrap(), &[])
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+        .text();
     let events: Vec<serde_json::Value> = text
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
@@ -469,27 +459,16 @@ async fn stream_sends_progress_then_the_result() {
     gw.shutdown().await;
 }
 
-trait JsonValue {
-    async fn json_value(self) -> serde_json::Value;
-}
-
-impl JsonValue for reqwest::Response {
-    async fn json_value(self) -> serde_json::Value {
-        serde_json::from_slice(&self.bytes().await.unwrap()).unwrap()
-    }
-}
-
 #[tokio::test]
 async fn cancel_reaches_the_running_upstream_task() {
     let mut opts = SimOptions::new(card("slow", "default", &[("echo", 0.7)], &["text"]));
     opts.latency = Duration::from_secs(20);
     let slow = sim(opts).await;
-    let gw = gateway(&[slow.url()], 1).await;
-    let c = std::sync::Arc::new(Client::new(&gw.ldp_url()));
+    let gw = TestGateway::builder().delegate(&slow.url()).spawn().await;
+    let c = std::sync::Arc::new(gw.client());
     let (sid, _) = c
         .session(json!({"preferred_payload_modes": ["text"]}))
         .await;
-    let started = std::time::Instant::now();
     let submit = {
         let (c, sid) = (c.clone(), sid.clone());
         tokio::spawn(async move {
@@ -515,11 +494,9 @@ async fn cancel_reaches_the_running_upstream_task() {
     assert_eq!(ack["body"]["type"], "TASK_UPDATE");
     assert_eq!(ack["body"]["message"], "cancelled");
     let done = submit.await.unwrap();
+    // Cut short: the 20 s task never finished (a finished one would be a TASK_RESULT).
     assert_eq!(done["body"]["type"], "TASK_FAILED", "{done}");
-    assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "cancel cut the 20 s task short"
-    );
     assert_eq!(slow.stats().cancels, 1);
+    assert_eq!(slow.stats().results, 0, "cancel cut the 20 s task short");
     gw.shutdown().await;
 }

@@ -1,14 +1,12 @@
 //! The provenance ledger through a real gateway and simulated delegates: one row per task
 //! outcome the client saw, the admin query API and its filters, the `provenance` command,
 //! payload previews, and the metrics exposition.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-mod common;
-
-use common::{card, gateway_with, ledger_contract, sim, temp_db, Client};
+use crate::support::ledger::{self, contract};
+use crate::support::process::{self, text};
+use crate::support::{card, sim, Client, TestGateway};
 use ldp_gateway::ldp::PayloadMode;
 use ldp_gateway::provenance::{LedgerRow, Outcome};
-use ldp_gateway::server::Gateway;
 use ldp_gateway::sim::{SimHandle, SimOptions};
 use serde_json::{json, Value};
 use sha2::Digest as _;
@@ -88,30 +86,6 @@ async fn mixed_run(c: &Client, flaky: &SimHandle) -> (String, Vec<Seen>) {
 
 fn sha256_hex(v: &Value) -> String {
     hex::encode(sha2::Sha256::digest(serde_json::to_vec(v).unwrap()))
-}
-
-/// GET on the admin listener: status, content type, body text.
-async fn admin_get(gw: &Gateway, path_and_query: &str) -> (u16, String, String) {
-    let resp = reqwest::get(format!("{}{path_and_query}", gw.admin_url()))
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    let ctype = resp
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    (status, ctype, resp.text().await.unwrap())
-}
-
-/// `/admin/provenance?{query}` as JSON, expecting 200.
-async fn ledger(gw: &Gateway, query: &str) -> (Vec<LedgerRow>, Value) {
-    let (status, _, body) = admin_get(gw, &format!("/admin/provenance?{query}")).await;
-    assert_eq!(status, 200, "{query}: {body}");
-    let v: Value = serde_json::from_str(&body).unwrap();
-    let rows: Vec<LedgerRow> = serde_json::from_value(v["rows"].clone()).unwrap();
-    assert_eq!(v["count"], rows.len(), "{v}");
-    (rows, v)
 }
 
 fn task_ids(rows: &[LedgerRow]) -> BTreeSet<String> {
@@ -210,15 +184,23 @@ fn assert_row_matches(row: &LedgerRow, seen: &Seen) {
 #[tokio::test]
 async fn ledger_rows_match_what_the_client_saw() {
     let (a, b) = fleet().await;
-    let db = temp_db();
+    // A file of its own, read again after the gateway (and its directory) is gone.
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
     let store = format!("sqlite://{}", db.display());
-    let gw = gateway_with(&[a.url(), b.url()], 2, |cfg| cfg.provenance.store = store).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder()
+        .delegate(&a.url())
+        .delegate(&b.url())
+        .config(|cfg| cfg.provenance.store = store)
+        .spawn()
+        .await;
+    let c = gw.client();
+    let admin = gw.admin();
     let (sid, seen) = mixed_run(&c, &b).await;
     let in_main: Vec<&Seen> = seen.iter().filter(|s| s.session == sid).collect();
 
     // Exactly one row per outcome of the session, newest first.
-    let (rows, page) = ledger(&gw, &format!("session_id={sid}")).await;
+    let (rows, page) = ledger::page(&admin, &format!("session_id={sid}")).await;
     assert_eq!(rows.len(), in_main.len(), "{rows:#?}");
     assert_eq!(page["next_offset"], Value::Null);
     let by_id: BTreeMap<&str, &LedgerRow> = rows.iter().map(|r| (r.task_id.as_str(), r)).collect();
@@ -272,24 +254,24 @@ async fn ledger_rows_match_what_the_client_saw() {
     // Filters.
     let all = seen.len();
     let one = seen[2].task_id();
-    let (rows, _) = ledger(&gw, &format!("task_id={one}")).await;
+    let (rows, _) = ledger::page(&admin, &format!("task_id={one}")).await;
     assert_eq!(task_ids(&rows), BTreeSet::from([one.to_owned()]));
-    let (rows, _) = ledger(&gw, "delegate=d1").await;
+    let (rows, _) = ledger::page(&admin, "delegate=d1").await;
     assert_eq!(rows.len(), 2, "the flaky delegate's result and failure");
     assert!(rows.iter().all(|r| r.delegate.as_deref() == Some("d1")));
-    let (rows, _) = ledger(&gw, &format!("delegate=d1&task_id={one}")).await;
+    let (rows, _) = ledger::page(&admin, &format!("delegate=d1&task_id={one}")).await;
     assert_eq!(
         task_ids(&rows),
         BTreeSet::from([one.to_owned()]),
         "filters combine"
     );
-    let (rows, _) = ledger(&gw, "tenant=anonymous").await;
+    let (rows, _) = ledger::page(&admin, "tenant=anonymous").await;
     assert_eq!(rows.len(), all);
-    let (rows, _) = ledger(&gw, "tenant=acme").await;
+    let (rows, _) = ledger::page(&admin, "tenant=acme").await;
     assert!(rows.is_empty());
-    let (rows, _) = ledger(&gw, "since=1h").await;
+    let (rows, _) = ledger::page(&admin, "since=1h").await;
     assert_eq!(rows.len(), all);
-    let (rows, _) = ledger(&gw, "since=2999-01-01T00:00:00Z").await;
+    let (rows, _) = ledger::page(&admin, "since=2999-01-01T00:00:00Z").await;
     assert!(rows.is_empty(), "nothing finished in the future");
 
     // Paging: limit + offset walk every row once, with next_offset until the last page.
@@ -297,7 +279,7 @@ async fn ledger_rows_match_what_the_client_saw() {
     let mut offset = Some(0_u64);
     let mut pages = 0;
     while let Some(o) = offset {
-        let (rows, page) = ledger(&gw, &format!("limit=2&offset={o}")).await;
+        let (rows, page) = ledger::page(&admin, &format!("limit=2&offset={o}")).await;
         assert!(rows.len() <= 2);
         pages += 1;
         walked.extend(rows.into_iter().map(|r| r.task_id));
@@ -313,11 +295,10 @@ async fn ledger_rows_match_what_the_client_saw() {
     assert_eq!(pages, all / 2 + 1);
 
     // CSV: the header, then one line per row.
-    let (status, ctype, csv) = admin_get(
-        &gw,
-        &format!("/admin/provenance?session_id={sid}&format=csv"),
-    )
-    .await;
+    let r = admin
+        .get(&format!("/admin/provenance?session_id={sid}&format=csv"))
+        .await;
+    let (status, ctype, csv) = (r.status, r.content_type(), r.text());
     assert_eq!(status, 200, "{csv}");
     assert!(ctype.starts_with("text/csv"), "{ctype}");
     let lines: Vec<&str> = csv.lines().collect();
@@ -336,14 +317,13 @@ async fn ledger_rows_match_what_the_client_saw() {
 
     // Bad requests are the client's fault.
     for bad in ["since=yesterday", "format=xml", "limit=many"] {
-        let (status, _, body) = admin_get(&gw, &format!("/admin/provenance?{bad}")).await;
-        assert_eq!(status, 400, "{bad}: {body}");
-        let v: Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(v["error"]["code"], "BAD_REQUEST", "{bad}: {v}");
+        let r = admin.get(&format!("/admin/provenance?{bad}")).await;
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert_eq!(r.json["error"]["code"], "BAD_REQUEST", "{bad}: {}", r.json);
     }
 
     // The CLI reads the same rows from the file: while the gateway runs (WAL reader) and after.
-    let (json_rows, _) = ledger(&gw, &format!("session_id={sid}")).await;
+    let (json_rows, _) = ledger::page(&admin, &format!("session_id={sid}")).await;
     assert_eq!(cli(&db, &sid, "csv").await, csv);
     let printed: Vec<LedgerRow> = serde_json::from_str(&cli(&db, &sid, "json").await).unwrap();
     assert_eq!(printed, json_rows);
@@ -353,19 +333,13 @@ async fn ledger_rows_match_what_the_client_saw() {
 
 /// `ldp-gateway provenance --db FILE --session ID --format F`.
 async fn cli(db: &std::path::Path, session: &str, format: &str) -> String {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ldp-gateway"))
-        .args(["provenance", "--db"])
-        .arg(db)
-        .args(["--session", session, "--format", format])
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let db = db.to_str().unwrap();
+    let out = process::run(
+        &["provenance", "--db", db, "--session", session, "--format", format],
+        &[],
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -373,8 +347,13 @@ async fn cli(db: &std::path::Path, session: &str, format: &str) -> String {
 async fn payload_previews_are_opt_in_and_redacted() {
     const CANARY: &str = "sk-CANARY-123";
     let (a, _b) = fleet().await;
-    let gw = gateway_with(&[a.url()], 1, |cfg| cfg.provenance.store_payloads = true).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder()
+        .delegate(&a.url())
+        .config(|cfg| cfg.provenance.store_payloads = true)
+        .spawn()
+        .await;
+    let c = gw.client();
+    let admin = gw.admin();
     let (sid, _) = c
         .session(json!({"preferred_payload_modes": ["text"]}))
         .await;
@@ -387,17 +366,18 @@ async fn payload_previews_are_opt_in_and_redacted() {
         "the delegate did not echo it: {r}"
     );
 
-    let (status, _, json_text) =
-        admin_get(&gw, &format!("/admin/provenance?session_id={sid}")).await;
-    assert_eq!(status, 200);
-    let (_, _, csv) = admin_get(
-        &gw,
-        &format!("/admin/provenance?session_id={sid}&format=csv"),
-    )
-    .await;
+    let page = admin
+        .get(&format!("/admin/provenance?session_id={sid}"))
+        .await;
+    assert_eq!(page.status, 200);
+    let json_text = page.text();
+    let csv = admin
+        .get(&format!("/admin/provenance?session_id={sid}&format=csv"))
+        .await
+        .text();
     assert!(!json_text.contains(CANARY), "{json_text}");
     assert!(!csv.contains(CANARY), "{csv}");
-    let (rows, _) = ledger(&gw, &format!("session_id={sid}")).await;
+    let (rows, _) = ledger::page(&admin, &format!("session_id={sid}")).await;
     let payload = rows[0]
         .payload
         .as_ref()
@@ -591,10 +571,15 @@ fn the_exposition_parser_is_strict() {
 #[tokio::test]
 async fn metrics_exposition_parses_and_names_the_contract() {
     let (a, b) = fleet().await;
-    let gw = gateway_with(&[a.url(), b.url()], 2, |_| {}).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder()
+        .delegate(&a.url())
+        .delegate(&b.url())
+        .spawn()
+        .await;
+    let c = gw.client();
     let (sid, seen) = mixed_run(&c, &b).await;
-    let (status, ctype, text) = admin_get(&gw, "/metrics").await;
+    let r = gw.admin().get("/metrics").await;
+    let (status, ctype, text) = (r.status, r.content_type(), r.text());
     assert_eq!(status, 200);
     assert!(ctype.starts_with("text/plain"), "{ctype}");
     let samples = parse_exposition(&text);
@@ -693,7 +678,7 @@ async fn metrics_exposition_parses_and_names_the_contract() {
     gw.shutdown().await;
 }
 
-/// The SQLite backend keeps the ledger contract that Postgres keeps too (`tests/cluster.rs`).
+/// The SQLite backend keeps the ledger contract that Postgres keeps too (`cluster`).
 #[test]
 fn the_sqlite_backend_filters_pages_reads_back_and_prunes() {
     let dir = tempfile::tempdir().unwrap();
@@ -703,5 +688,5 @@ fn the_sqlite_backend_filters_pages_reads_back_and_prunes() {
         ldp_gateway::provenance::Durability::Commit,
     )
     .unwrap();
-    ledger_contract::check(&mut b);
+    contract::check(&mut b);
 }

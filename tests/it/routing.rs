@@ -1,43 +1,11 @@
 //! Policy-driven routing through the running gateway: registration, polling, health, reload,
 //! explain, dialect parity, observed latency.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-mod common;
-
-use common::{card, eventually, gateway_with, sim, Client};
+use crate::support::{card, eventually, policy_dir, sim, Card, Client, Resp, TestGateway};
 use ldp_gateway::ldp::IdentityCard;
 use ldp_gateway::sim::SimOptions;
 use serde_json::{json, Value};
 use std::time::Duration;
-
-async fn get(url: String) -> (u16, Value) {
-    let r = reqwest::get(url).await.unwrap();
-    let status = r.status().as_u16();
-    let b = r.bytes().await.unwrap();
-    (status, serde_json::from_slice(&b).unwrap_or(Value::Null))
-}
-
-async fn post(url: String, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&body).unwrap())
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let b = r.bytes().await.unwrap();
-    (status, serde_json::from_slice(&b).unwrap_or(Value::Null))
-}
-
-/// A policies directory with the given `(file, toml)` pairs.
-fn policy_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for (name, text) in files {
-        std::fs::write(dir.path().join(name), text).unwrap();
-    }
-    dir
-}
 
 const BALANCED: &str = "name = \"balanced\"\n";
 const CHEAPEST: &str = "name = \"cheapest\"\n[weights]\nquality = 0.0\ncost = 1.0\nlatency = 0.0\n[balance]\ntolerance = 0.0\n";
@@ -45,14 +13,7 @@ const QUALITY: &str = "name = \"quality\"\n[weights]\nquality = 1.0\ncost = 0.0\
 const FAST: &str = "name = \"fast\"\n[weights]\nquality = 0.0\ncost = 0.0\nlatency = 1.0\n[balance]\ntolerance = 0.0\n";
 
 fn priced(id: &str, q: f64, cost: f64, latency_ms: u64) -> IdentityCard {
-    serde_json::from_value(json!({
-        "delegate_id": format!("ldp:delegate:{id}"), "name": id, "model_family": "sim",
-        "model_version": "1", "trust_domain": "default", "context_window": 8192,
-        "supported_payload_modes": ["text"],
-        "capabilities": [{"name": "s", "quality": {"quality_score": q, "cost_per_call_usd": cost,
-            "latency_p50_ms": latency_ms, "supports_streaming": false}}]
-    }))
-    .unwrap()
+    Card::new(id).priced("s", q, cost, latency_ms).build()
 }
 
 async fn produced_by(c: &Client, sid: &str) -> String {
@@ -65,16 +26,15 @@ async fn produced_by(c: &Client, sid: &str) -> String {
 async fn policies_pick_by_their_weights_and_are_named_three_ways() {
     let good = sim(SimOptions::new(priced("good", 0.95, 0.05, 400))).await;
     let cheap = sim(SimOptions::new(priced("cheap", 0.6, 0.001, 400))).await;
-    let dir = policy_dir(&[
-        ("a.toml", BALANCED),
-        ("b.toml", CHEAPEST),
-        ("c.toml", QUALITY),
-    ]);
-    let gw = gateway_with(&[good.url(), cheap.url()], 2, |cfg| {
-        cfg.policies.dir = dir.path().into()
-    })
-    .await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder()
+        .delegate(&good.url())
+        .delegate(&cheap.url())
+        .policy("a.toml", BALANCED)
+        .policy("b.toml", CHEAPEST)
+        .policy("c.toml", QUALITY)
+        .spawn()
+        .await;
+    let c = gw.client();
 
     let (sid, _) = c
         .session(json!({"policy": "cheapest", "preferred_payload_modes": ["text"]}))
@@ -95,19 +55,14 @@ async fn policies_pick_by_their_weights_and_are_named_three_ways() {
     let env = json!({"message_id": "m", "session_id": sid, "from": c.from, "to": "gw",
         "body": {"type": "TASK_SUBMIT", "task_id": "t", "skill": "s", "input": "x"},
         "payload_mode": "text", "timestamp": "2026-11-22T00:00:00Z"});
-    let r: Value = serde_json::from_slice(
-        &c.http
-            .post(format!("{}/ldp/messages", gw.ldp_url()))
-            .header("x-ldp-policy", "cheapest")
-            .body(serde_json::to_vec(&env).unwrap())
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let r = c
+        .post_with(
+            "/ldp/messages",
+            serde_json::to_vec(&env).unwrap(),
+            &[("x-ldp-policy", "cheapest")],
+        )
+        .await
+        .json;
     assert_eq!(
         r["body"]["provenance"]["lineage"][0]["policy"], "cheapest",
         "{r}"
@@ -118,17 +73,9 @@ async fn policies_pick_by_their_weights_and_are_named_three_ways() {
     assert_eq!(b["type"], "SESSION_REJECT");
     assert_eq!(b["error"]["code"], "UNKNOWN_POLICY");
 
-    let (_, m) = (
-        0,
-        reqwest::get(format!("{}/metrics", gw.admin_url()))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-    );
+    let m = gw.metrics().await;
     assert!(
-        m.contains("ldp_gateway_routing_decisions_total{delegate=\"d1\",policy=\"cheapest\"}"),
+        m.text().contains("ldp_gateway_routing_decisions_total{delegate=\"d1\",policy=\"cheapest\"}"),
         "{m}"
     );
     gw.shutdown().await;
@@ -155,12 +102,15 @@ async fn rfc_and_reference_cards_are_routed_on_the_same_terms() {
     let b = sim(SimOptions::new(reference)).await;
     // Latency weight 0: once measured, the two would differ by a millisecond of noise.
     let qc = "name = \"qc\"\n[weights]\nquality = 0.5\ncost = 0.5\nlatency = 0.0\n";
-    let dir = policy_dir(&[("a.toml", BALANCED), ("qc.toml", qc)]);
-    let gw = gateway_with(&[a.url(), b.url()], 2, |cfg| {
-        cfg.policies.dir = dir.path().into()
-    })
-    .await;
-    let (status, x) = get(format!("{}/admin/route?skill=s&policy=qc", gw.admin_url())).await;
+    let gw = TestGateway::builder()
+        .delegate(&a.url())
+        .delegate(&b.url())
+        .policy("a.toml", BALANCED)
+        .policy("qc.toml", qc)
+        .spawn()
+        .await;
+    let r = gw.admin().get("/admin/route?skill=s&policy=qc").await;
+    let (status, x) = (r.status, r.json);
     assert_eq!(status, 200, "{x}");
     let rows = x["delegates"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
@@ -173,7 +123,7 @@ async fn rfc_and_reference_cards_are_routed_on_the_same_terms() {
     assert_eq!(rows[0]["score"], rows[1]["score"]);
     assert_eq!(x["band"].as_array().unwrap().len(), 2);
     // And the load is shared.
-    let c = Client::new(&gw.ldp_url());
+    let c = gw.client();
     let mut seen = std::collections::HashSet::new();
     for _ in 0..40 {
         let (sid, _) = c
@@ -198,12 +148,15 @@ async fn explain_reports_every_constraint_and_the_pick() {
         sim(SimOptions::new(other)).await,
     );
     let eu_only = "name = \"eu\"\n[require]\njurisdictions = [\"eu-*\"]\nmin_quality = 0.5\n";
-    let dir = policy_dir(&[("a.toml", BALANCED), ("eu.toml", eu_only)]);
-    let gw = gateway_with(&[a.url(), b.url(), o.url()], 3, |cfg| {
-        cfg.policies.dir = dir.path().into()
-    })
-    .await;
-    let (status, x) = get(format!("{}/admin/route?skill=s&policy=eu", gw.admin_url())).await;
+    let gw = TestGateway::builder()
+        .delegates(&[a.url(), b.url(), o.url()])
+        .policy("a.toml", BALANCED)
+        .policy("eu.toml", eu_only)
+        .spawn()
+        .await;
+    let admin = gw.admin();
+    let r = admin.get("/admin/route?skill=s&policy=eu").await;
+    let (status, x) = (r.status, r.json);
     assert_eq!(status, 200);
     assert_eq!(x["pick"]["Ok"], "d0", "{x}");
     let us_row = x["delegates"]
@@ -228,26 +181,16 @@ async fn explain_reports_every_constraint_and_the_pick() {
         .find(|r| r["delegate"] == "d2")
         .unwrap();
     assert_eq!(o_row["offers_skill"], false);
-    let text = reqwest::get(format!(
-        "{}/admin/route?skill=s&policy=eu&format=text",
-        gw.admin_url()
-    ))
-    .await
-    .unwrap()
-    .text()
-    .await
-    .unwrap();
+    let text = admin
+        .get("/admin/route?skill=s&policy=eu&format=text")
+        .await
+        .text();
     assert!(text.contains("FAIL jurisdiction"), "{text}");
     assert!(text.contains("pick: d0"), "{text}");
-    let (status, e) = get(format!(
-        "{}/admin/route?skill=s&policy=missing",
-        gw.admin_url()
-    ))
-    .await;
-    assert_eq!(status, 403);
-    assert_eq!(e["error"]["code"], "UNKNOWN_POLICY");
-    let (status, _) = get(format!("{}/admin/route", gw.admin_url())).await;
-    assert_eq!(status, 400);
+    let r = admin.get("/admin/route?skill=s&policy=missing").await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.json["error"]["code"], "UNKNOWN_POLICY");
+    assert_eq!(admin.get("/admin/route").await.status, 400);
     gw.shutdown().await;
 }
 
@@ -267,33 +210,28 @@ async fn admin_registration_and_removal() {
         &["text"],
     )))
     .await;
-    let gw = gateway_with(&[a.url()], 1, |_| {}).await;
-    let admin = gw.admin_url();
-    let (status, d) = post(
-        format!("{admin}/admin/delegates"),
-        json!({"url": b.url(), "name": "late", "weight": 2.0, "labels": {"zone": "z1"}}),
-    )
-    .await;
-    assert_eq!(status, 201, "{d}");
-    assert_eq!(d["health"], "healthy");
-    assert_eq!(d["ldp_labels"]["ldp.delegate_id"], "ldp:delegate:b");
-    let (status, _) = post(
-        format!("{admin}/admin/delegates"),
-        json!({"url": b.url(), "name": "late"}),
-    )
-    .await;
-    assert_eq!(status, 409);
-    let (status, e) = post(
-        format!("{admin}/admin/delegates"),
-        json!({"url": "ftp://x"}),
-    )
-    .await;
-    assert_eq!(status, 400);
-    assert_eq!(e["error"]["code"], "BAD_REQUEST");
-    let (_, list) = get(format!("{admin}/admin/delegates")).await;
+    let gw = TestGateway::builder().delegate(&a.url()).spawn().await;
+    let admin = gw.admin();
+    let d = admin
+        .post_json(
+            "/admin/delegates",
+            &json!({"url": b.url(), "name": "late", "weight": 2.0, "labels": {"zone": "z1"}}),
+        )
+        .await;
+    assert_eq!(d.status, 201, "{}", d.json);
+    assert_eq!(d.json["health"], "healthy");
+    assert_eq!(d.json["ldp_labels"]["ldp.delegate_id"], "ldp:delegate:b");
+    let again = json!({"url": b.url(), "name": "late"});
+    assert_eq!(admin.post_json("/admin/delegates", &again).await.status, 409);
+    let e = admin
+        .post_json("/admin/delegates", &json!({"url": "ftp://x"}))
+        .await;
+    assert_eq!(e.status, 400);
+    assert_eq!(e.json["error"]["code"], "BAD_REQUEST");
+    let list = admin.get("/admin/delegates").await.json;
     assert_eq!(list["delegates"].as_array().unwrap().len(), 2);
 
-    let c = Client::new(&gw.ldp_url());
+    let c = gw.client();
     let (sid, _) = c
         .session(json!({"policy": "best-quality", "preferred_payload_modes": ["text"]}))
         .await;
@@ -303,18 +241,8 @@ async fn admin_registration_and_removal() {
         "the registered delegate serves"
     );
 
-    let r = reqwest::Client::new()
-        .delete(format!("{admin}/admin/delegates/late"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 204);
-    let r = reqwest::Client::new()
-        .delete(format!("{admin}/admin/delegates/late"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 404);
+    assert_eq!(admin.delete("/admin/delegates/late").await.status, 204);
+    assert_eq!(admin.delete("/admin/delegates/late").await.status, 404);
     let (sid, _) = c
         .session(json!({"policy": "best-quality", "preferred_payload_modes": ["text"]}))
         .await;
@@ -338,11 +266,13 @@ async fn card_changes_and_outages_take_effect_at_the_next_poll() {
         &["text"],
     )))
     .await;
-    let gw = gateway_with(&[a.url(), b.url()], 2, |cfg| {
-        cfg.discovery.poll_interval = Duration::from_millis(200)
-    })
-    .await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder()
+        .delegate(&a.url())
+        .delegate(&b.url())
+        .config(|cfg| cfg.discovery.poll_interval = Duration::from_millis(200))
+        .spawn()
+        .await;
+    let c = gw.client();
     let (sid, _) = c
         .session(json!({"policy": "best-quality", "preferred_payload_modes": ["text"]}))
         .await;
@@ -351,13 +281,8 @@ async fn card_changes_and_outages_take_effect_at_the_next_poll() {
     // The delegate dies: within a poll it is down and tasks go elsewhere (even in a session
     // that was bound to it).
     a.shutdown().await;
-    let reg = gw.proxy().registry().clone();
-    assert!(
-        eventually(Duration::from_secs(10), || reg
-            .get("d0")
-            .is_some_and(|d| !d.is_healthy()))
-        .await
-    );
+    let d0 = gw.delegate("d0").unwrap();
+    assert!(eventually(Duration::from_secs(10), || !d0.is_healthy()).await);
     assert_eq!(produced_by(&c, &sid).await, "ldp:delegate:b");
 
     // It comes back with a new model version and a new skill.
@@ -368,9 +293,8 @@ async fn card_changes_and_outages_take_effect_at_the_next_poll() {
         .await
         .unwrap();
     assert!(
-        eventually(Duration::from_secs(15), || reg.get("d0").is_some_and(|d| d
-            .is_healthy()
-            && d.card().is_some_and(|c| c.model_version == "a-2")))
+        eventually(Duration::from_secs(15), || d0.is_healthy()
+            && d0.card().is_some_and(|c| c.model_version == "a-2"))
         .await,
         "new card picked up"
     );
@@ -383,8 +307,12 @@ async fn card_changes_and_outages_take_effect_at_the_next_poll() {
 async fn reload_swaps_good_sets_and_keeps_the_old_one_on_errors() {
     let a = sim(SimOptions::new(priced("a", 0.9, 0.02, 100))).await;
     let dir = policy_dir(&[("a.toml", BALANCED)]);
-    let gw = gateway_with(&[a.url()], 1, |cfg| cfg.policies.dir = dir.path().into()).await;
-    let admin = gw.admin_url();
+    let gw = TestGateway::builder()
+        .delegate(&a.url())
+        .config(|cfg| cfg.policies.dir = dir.path().into())
+        .spawn()
+        .await;
+    let admin = gw.admin();
     let names = |v: &Value| -> Vec<String> {
         v["policies"]
             .as_array()
@@ -395,9 +323,9 @@ async fn reload_swaps_good_sets_and_keeps_the_old_one_on_errors() {
     };
 
     std::fs::write(dir.path().join("b.toml"), CHEAPEST).unwrap();
-    let (status, r) = post(format!("{admin}/admin/reload"), json!({})).await;
-    assert_eq!(status, 200, "{r}");
-    let (_, p) = get(format!("{admin}/admin/policies")).await;
+    let r = admin.post_json("/admin/reload", &json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let p = admin.get("/admin/policies").await.json;
     assert_eq!(names(&p), vec!["balanced", "cheapest"]);
 
     std::fs::write(
@@ -405,7 +333,7 @@ async fn reload_swaps_good_sets_and_keeps_the_old_one_on_errors() {
         "name = \"broken\"\n[weights]\nquality = 0.0\ncost = 0.0\nlatency = 0.0\nbogus = 1\n",
     )
     .unwrap();
-    let (status, r) = post(format!("{admin}/admin/reload"), json!({})).await;
+    let Resp { status, json: r, .. } = admin.post_json("/admin/reload", &json!({})).await;
     assert_eq!(status, 422, "{r}");
     let problems = r["problems"].as_array().unwrap();
     assert!(problems.len() >= 2, "every problem is reported: {r}");
@@ -415,28 +343,18 @@ async fn reload_swaps_good_sets_and_keeps_the_old_one_on_errors() {
             .all(|p| p.as_str().unwrap().contains("c.toml:")),
         "{r}"
     );
-    let (_, p) = get(format!("{admin}/admin/policies")).await;
+    let p = admin.get("/admin/policies").await.json;
     assert_eq!(names(&p), vec!["balanced", "cheapest"], "the old set stays");
-    let m = reqwest::get(format!("{admin}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = gw.metrics().await;
     assert!(
-        m.contains("ldp_gateway_policy_reload_failures_total 1"),
+        m.text().contains("ldp_gateway_policy_reload_failures_total 1"),
         "{m}"
     );
 
     // The watcher picks up a fixed file by itself.
     std::fs::write(dir.path().join("c.toml"), FAST).unwrap();
-    let proxy = gw.proxy().clone();
     assert!(
-        eventually(Duration::from_secs(15), || proxy
-            .policies()
-            .get("fast")
-            .is_some())
-        .await,
+        eventually(Duration::from_secs(15), || gw.has_policy("fast")).await,
         "file change reloaded"
     );
     gw.shutdown().await;
@@ -450,12 +368,14 @@ async fn observed_latency_overrides_a_lying_card() {
     let mut honest = SimOptions::new(priced("honest", 0.8, 0.01, 60));
     honest.latency = Duration::from_millis(60);
     let (l, h) = (sim(liar).await, sim(honest).await);
-    let dir = policy_dir(&[("a.toml", BALANCED), ("fast.toml", FAST)]);
-    let gw = gateway_with(&[l.url(), h.url()], 2, |cfg| {
-        cfg.policies.dir = dir.path().into()
-    })
-    .await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder()
+        .delegate(&l.url())
+        .delegate(&h.url())
+        .policy("a.toml", BALANCED)
+        .policy("fast.toml", FAST)
+        .spawn()
+        .await;
+    let c = gw.client();
     let (sid, _) = c
         .session(json!({"policy": "fast", "preferred_payload_modes": ["text"]}))
         .await;
@@ -473,11 +393,7 @@ async fn observed_latency_overrides_a_lying_card() {
         last = produced_by(&c, &sid).await;
     }
     assert_eq!(last, "ldp:delegate:honest");
-    let (_, x) = get(format!(
-        "{}/admin/route?skill=s&policy=fast",
-        gw.admin_url()
-    ))
-    .await;
+    let x = gw.admin().get("/admin/route?skill=s&policy=fast").await.json;
     let liar_row = x["delegates"]
         .as_array()
         .unwrap()

@@ -1,28 +1,18 @@
 //! `POST /ldp/stream` through the gateway on real sockets: the delegate's own updates relayed,
 //! failover when an upstream stream breaks, and a vanished client's task cancelled upstream.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-mod common;
-
-use common::{eventually, gateway, sim, Client};
+use crate::support::{eventually, sim, Card, Client, Events, TestGateway};
 use ldp_gateway::ldp::IdentityCard;
 use ldp_gateway::sim::SimOptions;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-/// Every read from a stream gets this long before the test gives up on it.
-const READ_LIMIT: Duration = Duration::from_secs(10);
-
 /// A card offering skill `s` at `quality`, saying whether it streams.
 fn streaming_card(id: &str, quality: f64, streams: bool) -> IdentityCard {
-    serde_json::from_value(json!({
-        "delegate_id": format!("ldp:delegate:{id}"), "name": id, "model_family": "sim",
-        "model_version": format!("{id}-1"), "trust_domain": "default", "context_window": 8192,
-        "supported_payload_modes": ["text"], "endpoint": "",
-        "capabilities": [{"name": "s", "quality": {"quality_score": quality,
-            "cost_per_call_usd": 0.002, "latency_p50_ms": 50, "supports_streaming": streams}}]
-    }))
-    .unwrap()
+    Card::new(id)
+        .capability(json!({"name": "s", "quality": {"quality_score": quality,
+            "cost_per_call_usd": 0.002, "latency_p50_ms": 50, "supports_streaming": streams}}))
+        .build()
 }
 
 /// A simulated delegate answering after `latency`.
@@ -32,81 +22,10 @@ async fn delegate(card: IdentityCard, latency: Duration) -> ldp_gateway::sim::Si
     sim(opts).await
 }
 
-/// One open Server-Sent Events response, read event by event.
-struct Events {
-    resp: reqwest::Response,
-    buf: String,
-    /// Comment-only events seen (the gateway's heartbeats).
-    heartbeats: usize,
-}
-
-impl Events {
-    /// Submits task `task_id` of skill `s` in session `sid` to `/ldp/stream`.
-    async fn submit(c: &Client, sid: &str, task_id: &str) -> Events {
-        let env = json!({"message_id": uuid::Uuid::new_v4().to_string(), "session_id": sid,
-            "from": c.from, "to": "ldp:delegate:gateway",
-            "body": {"type": "TASK_SUBMIT", "task_id": task_id, "skill": "s", "input": "stream me"},
-            "payload_mode": "text", "timestamp": "2026-11-22T00:00:00Z"});
-        let resp = c
-            .http
-            .post(format!("{}/ldp/stream", c.base))
-            .header("content-type", "application/json")
-            .body(serde_json::to_vec(&env).unwrap())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status().as_u16(), 200);
-        let ctype = resp.headers()["content-type"].to_str().unwrap().to_owned();
-        assert!(ctype.starts_with("text/event-stream"), "{ctype}");
-        Events {
-            resp,
-            buf: String::new(),
-            heartbeats: 0,
-        }
-    }
-
-    /// The next envelope (or error object), `None` once the stream has ended.
-    async fn next(&mut self) -> Option<Value> {
-        loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let event: String = self.buf.drain(..end + 2).collect();
-                let data: Vec<&str> = event
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(|d| d.strip_prefix(' ').unwrap_or(d))
-                    .collect();
-                if data.is_empty() {
-                    if event.lines().all(|l| l.is_empty() || l.starts_with(':')) {
-                        self.heartbeats += 1;
-                    }
-                    continue;
-                }
-                return Some(serde_json::from_str(&data.join("\n")).unwrap());
-            }
-            let chunk = tokio::time::timeout(READ_LIMIT, self.resp.chunk())
-                .await
-                .expect("the stream went quiet")
-                .expect("the stream failed");
-            match chunk {
-                Some(bytes) => self
-                    .buf
-                    .push_str(&String::from_utf8_lossy(&bytes).replace("\r\n", "\n")),
-                None => {
-                    assert!(self.buf.trim().is_empty(), "a partial event: {}", self.buf);
-                    return None;
-                }
-            }
-        }
-    }
-
-    /// Every envelope up to the end of the stream.
-    async fn rest(&mut self) -> Vec<Value> {
-        let mut out = Vec::new();
-        while let Some(v) = self.next().await {
-            out.push(v);
-        }
-        out
-    }
+/// Submits task `task_id` of skill `s` in session `sid` to `/ldp/stream`.
+async fn submit(c: &Client, sid: &str, task_id: &str) -> Events {
+    let body = json!({"type": "TASK_SUBMIT", "task_id": task_id, "skill": "s", "input": "stream me"});
+    c.open_stream(&c.envelope_json(sid, body, "text")).await
 }
 
 fn kind(v: &Value) -> &str {
@@ -134,10 +53,10 @@ async fn session(c: &Client) -> String {
 #[tokio::test]
 async fn a_streaming_delegates_updates_are_relayed_between_routed_and_the_result() {
     let a = delegate(streaming_card("a", 0.9, true), Duration::from_millis(200)).await;
-    let gw = gateway(&[a.url()], 1).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder().delegate(&a.url()).spawn().await;
+    let c = gw.client();
     let sid = session(&c).await;
-    let mut stream = Events::submit(&c, &sid, "t-relay").await;
+    let mut stream = submit(&c, &sid, "t-relay").await;
     let events = stream.rest().await;
     let seen = summary(&events);
     assert_eq!(
@@ -168,10 +87,10 @@ async fn a_streaming_delegates_updates_are_relayed_between_routed_and_the_result
 #[tokio::test]
 async fn a_non_streaming_delegate_gets_routed_then_the_final_with_heartbeats_between() {
     let a = delegate(streaming_card("a", 0.9, false), Duration::from_millis(1000)).await;
-    let gw = gateway(&[a.url()], 1).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder().delegate(&a.url()).spawn().await;
+    let c = gw.client();
     let sid = session(&c).await;
-    let mut stream = Events::submit(&c, &sid, "t-plain").await;
+    let mut stream = submit(&c, &sid, "t-plain").await;
     let events = stream.rest().await;
     assert_eq!(
         summary(&events),
@@ -192,10 +111,10 @@ async fn a_broken_upstream_stream_fails_over_to_another_streaming_delegate() {
         sim(opts).await
     };
     let good = delegate(streaming_card("good", 0.6, true), Duration::from_millis(50)).await;
-    let gw = gateway(&[broken.url(), good.url()], 2).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder().delegate(&broken.url()).delegate(&good.url()).spawn().await;
+    let c = gw.client();
     let sid = session(&c).await;
-    let mut stream = Events::submit(&c, &sid, "t-broken").await;
+    let mut stream = submit(&c, &sid, "t-broken").await;
     let events = stream.rest().await;
     let seen = summary(&events);
     assert_eq!(
@@ -234,10 +153,10 @@ async fn a_broken_stream_with_nowhere_to_go_ends_with_task_failed() {
         opts.break_stream = true;
         sim(opts).await
     };
-    let gw = gateway(&[broken.url()], 1).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder().delegate(&broken.url()).spawn().await;
+    let c = gw.client();
     let sid = session(&c).await;
-    let mut stream = Events::submit(&c, &sid, "t-alone").await;
+    let mut stream = submit(&c, &sid, "t-alone").await;
     let events = stream.rest().await;
     let last = events.last().expect("at least a final event");
     assert_eq!(kind(last), "TASK_FAILED", "{events:#?}");
@@ -267,10 +186,10 @@ async fn a_client_that_disconnects_gets_its_task_cancelled_upstream() {
             Duration::from_secs(20),
         )
         .await;
-        let gw = gateway(&[slow.url()], 1).await;
-        let c = Client::new(&gw.ldp_url());
+        let gw = TestGateway::builder().delegate(&slow.url()).spawn().await;
+        let c = gw.client();
         let sid = session(&c).await;
-        let mut stream = Events::submit(&c, &sid, "t-gone").await;
+        let mut stream = submit(&c, &sid, "t-gone").await;
         let routed = stream.next().await.unwrap();
         assert_eq!(message(&routed), "routed to d0", "{routed}");
         assert!(

@@ -1,5 +1,5 @@
-//! What every ledger backend promises, checked the same way on SQLite (`tests/ledger.rs`) and
-//! Postgres (`tests/cluster.rs`): filters, paging, read-back of every field, spend, pruning.
+//! What every ledger backend promises, checked the same way on SQLite (`ledger` tests) and
+//! Postgres (`cluster` tests): filters, paging, read-back of every field, spend, pruning.
 
 use ldp_gateway::provenance::{Backend, JsonText, LedgerRow, Outcome, Query};
 use serde_json::json;
