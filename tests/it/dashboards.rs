@@ -15,13 +15,10 @@
 //! The dashboards use `[5m]` windows and Grafana's `$__range`; a run lasts seconds, so before
 //! evaluating, the test rewrites `[5m]` → `[30s]`, `$__rate_interval` → `30s` and
 //! `$__range` → `1m` (see [`concrete`]). Nothing else in an expression is changed.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-mod common;
-
-use common::{gateway_with, sim, Client};
+use crate::support::process::Running;
+use crate::support::{sim, Card, Client, TestGateway};
 use ldp_gateway::ldp::IdentityCard;
-use ldp_gateway::server::Gateway;
 use ldp_gateway::sim::{SimHandle, SimOptions};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -29,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const DASHBOARDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/grafana/dashboards");
-const TELEMETRY_RS: &str = include_str!("../src/telemetry.rs");
+const TELEMETRY_RS: &str = include_str!("../../src/telemetry.rs");
 /// The uid variable every panel's datasource names (a `datasource`-type template variable).
 const DS_VARIABLE: &str = "DS_PROMETHEUS";
 
@@ -242,19 +239,12 @@ fn metric_names_are_extracted_without_histogram_suffixes() {
 
 /// A card with two skills, each with its own price and declared latency.
 fn priced_card(id: &str, skills: &[(&str, f64, f64, u64)]) -> IdentityCard {
-    let caps: Vec<Value> = skills
+    skills
         .iter()
-        .map(|(name, quality, cost, latency_ms)| {
-            json!({"name": name, "quality": {"quality_score": quality, "cost_per_call_usd": cost,
-                "latency_p50_ms": latency_ms, "supports_streaming": false}})
+        .fold(Card::new(id), |c, (name, quality, cost, latency_ms)| {
+            c.priced(name, *quality, *cost, *latency_ms)
         })
-        .collect();
-    serde_json::from_value(json!({
-        "delegate_id": format!("ldp:delegate:{id}"), "name": id, "model_family": "sim",
-        "model_version": format!("{id}-1"), "trust_domain": "default", "context_window": 8192,
-        "capabilities": caps, "supported_payload_modes": ["text"], "endpoint": ""
-    }))
-    .unwrap()
+        .build()
 }
 
 /// Three simulated delegates: fast and mid-priced, cheap and flaky, slow and best.
@@ -289,21 +279,18 @@ async fn delegates() -> Vec<(&'static str, SimHandle)> {
     ]
 }
 
-async fn start_gateway(sims: &[(&'static str, SimHandle)]) -> Gateway {
+async fn start_gateway(sims: &[(&'static str, SimHandle)]) -> TestGateway {
     let urls: Vec<String> = sims.iter().map(|(_, s)| s.url()).collect();
     let names: Vec<&str> = sims.iter().map(|(n, _)| *n).collect();
-    gateway_with(&urls, sims.len(), |cfg| {
-        for (d, n) in cfg.delegates.iter_mut().zip(names) {
-            d.name = Some(n.to_owned());
-        }
-    })
-    .await
-}
-
-async fn get_text(http: &reqwest::Client, url: &str) -> String {
-    let r = http.get(url).send().await.unwrap();
-    assert!(r.status().is_success(), "GET {url}: {}", r.status());
-    String::from_utf8(r.bytes().await.unwrap().to_vec()).unwrap()
+    TestGateway::builder()
+        .delegates(&urls)
+        .config(|cfg| {
+            for (d, n) in cfg.delegates.iter_mut().zip(names) {
+                d.name = Some(n.to_owned());
+            }
+        })
+        .spawn()
+        .await
 }
 
 #[tokio::test]
@@ -311,8 +298,7 @@ async fn dashboards_query_only_exported_metrics() {
     let targets = all_targets();
     let sims = delegates().await;
     let gw = start_gateway(&sims).await;
-    let http = reqwest::Client::new();
-    let exposition = get_text(&http, &format!("{}/metrics", gw.admin_url())).await;
+    let exposition = gw.metrics().await.0;
     let exported = |name: &str| {
         let type_line = format!("# TYPE {name} ");
         exposition.lines().any(|l| l.starts_with(&type_line))
@@ -363,11 +349,10 @@ fn prometheus_bin() -> Option<PathBuf> {
 /// A Prometheus child process on a free loopback port, with its own config and storage in a
 /// temporary directory; killed on drop.
 struct Prometheus {
-    child: tokio::process::Child,
+    process: Running,
     base: String,
-    log: PathBuf,
-    /// Config, storage and log; removed after the process is gone (fields drop in order).
-    dir: Option<tempfile::TempDir>,
+    /// Config and storage; removed after the process is gone (fields drop in order).
+    _dir: tempfile::TempDir,
 }
 
 impl Prometheus {
@@ -384,7 +369,6 @@ impl Prometheus {
             ),
         )
         .unwrap();
-        let log = dir.path().join("prometheus.log");
         // The port is free when read, but another process may take it before Prometheus
         // binds: then Prometheus exits at once, and we try another.
         for _attempt in 0..3 {
@@ -392,45 +376,38 @@ impl Prometheus {
                 let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
                 l.local_addr().unwrap().port()
             };
-            let log_file = std::fs::File::create(&log).unwrap();
-            let child = tokio::process::Command::new(bin)
-                .arg(format!("--config.file={}", config.display()))
+            let mut cmd = tokio::process::Command::new(bin);
+            cmd.arg(format!("--config.file={}", config.display()))
                 .arg(format!(
                     "--storage.tsdb.path={}",
                     dir.path().join(format!("data-{port}")).display()
                 ))
                 .arg(format!("--web.listen-address=127.0.0.1:{port}"))
                 .stdin(std::process::Stdio::null())
-                .stdout(log_file.try_clone().unwrap())
-                .stderr(log_file)
-                .kill_on_drop(true)
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
-            let mut p = Prometheus {
-                child,
-                base: format!("http://127.0.0.1:{port}"),
-                log: log.clone(),
-                dir: None,
-            };
-            if p.wait_ready().await {
-                p.dir = Some(dir);
-                return p;
+                .kill_on_drop(true);
+            let mut process = Running::spawn(cmd);
+            if Self::wait_ready(&mut process, port).await {
+                return Prometheus {
+                    process,
+                    base: format!("http://127.0.0.1:{port}"),
+                    _dir: dir,
+                };
             }
-            eprintln!("prometheus exited at start, retrying:\n{}", p.log_text());
+            eprintln!("prometheus exited at start, retrying:\n{}", process.output());
         }
         panic!("prometheus did not start (see the logs above)");
     }
 
     /// Polls `/-/ready`; false if the process exited first, panics after 30 s.
-    async fn wait_ready(&mut self) -> bool {
+    async fn wait_ready(process: &mut Running, port: u16) -> bool {
         let http = reqwest::Client::new();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            if self.child.try_wait().unwrap().is_some() {
+            if !process.is_running() {
                 return false;
             }
             let ready = http
-                .get(format!("{}/-/ready", self.base))
+                .get(format!("http://127.0.0.1:{port}/-/ready"))
                 .timeout(Duration::from_secs(2))
                 .send()
                 .await
@@ -441,19 +418,19 @@ impl Prometheus {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "prometheus not ready within 30 s:\n{}",
-                self.log_text()
+                process.output()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
     /// Kills the process and waits for it, before the directory goes.
-    async fn stop(mut self) {
-        let _ = self.child.kill().await;
+    async fn stop(self) {
+        self.process.kill().await;
     }
 
     fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.output()
     }
 
     /// `GET /api/v1/query`: the `data` object, or Prometheus' error.
@@ -636,7 +613,7 @@ async fn every_panel_returns_series_from_a_real_prometheus() {
             .join(" ")
     );
     // Readiness: if the gateway counts tasks, Prometheus must have them too.
-    let exposition = get_text(&http, &format!("{admin}/metrics")).await;
+    let exposition = gw.metrics().await.0;
     if exposition.contains("ldp_gateway_tasks_total{") {
         prom.wait_for(
             &http,

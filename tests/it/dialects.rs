@@ -5,10 +5,6 @@
 //! Fixtures: `tests/fixtures/reference_*.json` are copied from the reference crate's `examples/`;
 //! `tests/fixtures/python/*/` are `model_dump(by_alias=True)` of the real pydantic models
 //! (`tests/fixtures/python/generate.py` regenerates them); `rfc_identity_card.json` follows RFC §2.
-#![expect(
-    clippy::unwrap_used,
-    reason = "helpers outside #[test] fns: a failed unwrap is a failed test"
-)]
 
 use ldp_gateway::ldp::contract::ContractPolicy;
 use ldp_gateway::ldp::error::GatewayCode;

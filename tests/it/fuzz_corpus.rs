@@ -4,9 +4,8 @@
 //! the file and the other files still run. Files named `valid-…` must also be accepted, so a
 //! reader that turns strict cannot pass by rejecting everything; `crash-…` files are inputs
 //! that once failed and must keep passing.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-#[path = "../fuzz/src/lib.rs"]
+#[path = "../../fuzz/src/lib.rs"]
 mod oracles;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

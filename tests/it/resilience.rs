@@ -1,28 +1,15 @@
 //! Failover, the retry budget, outlier ejection and graceful shutdown, on real sockets in front
 //! of simulated delegates with failure knobs — including one chaos run that kills a delegate
 //! under steady load and reports what the clients saw.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-mod common;
-
-use common::{card, eventually, gateway_with, sim, temp_db, Client};
+use crate::support::{card, eventually, policy_dir, sim, Client, TestGateway};
 use ldp_gateway::provenance::{Backend as _, LedgerRow, Outcome, Query, SqliteBackend};
 use ldp_gateway::registry::Phase;
-use ldp_gateway::server::Gateway;
 use ldp_gateway::sim::{SimHandle, SimOptions};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// A policies directory with the given `(file, toml)` pairs.
-fn policy_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for (name, text) in files {
-        std::fs::write(dir.path().join(name), text).unwrap();
-    }
-    dir
-}
 
 const BALANCED: &str = "name = \"balanced\"\n";
 /// Quality decides alone, and only the best is in the band: the first pick is predictable.
@@ -53,34 +40,15 @@ fn produced_by(r: &Value) -> &str {
     r["provenance"]["produced_by"].as_str().unwrap()
 }
 
-/// The ledger rows through `GET /admin/provenance` (newest first).
-async fn ledger(gw: &Gateway, query: &str) -> Vec<LedgerRow> {
-    let v: Value = reqwest::get(format!("{}/admin/provenance?{query}", gw.admin_url()))
-        .await
-        .unwrap()
-        .json_value()
-        .await;
-    serde_json::from_value(v["rows"].clone()).unwrap()
-}
-
-async fn row(gw: &Gateway, task_id: &str) -> LedgerRow {
-    let rows = ledger(gw, &format!("task_id={task_id}")).await;
+async fn row(gw: &TestGateway, task_id: &str) -> LedgerRow {
+    let rows = gw.ledger(&format!("task_id={task_id}")).await;
     assert_eq!(rows.len(), 1, "{rows:?}");
     rows.into_iter().next().unwrap()
 }
 
 /// `ldp_gateway_fallbacks_total` summed over reasons, from `/metrics`.
-async fn fallbacks_total(gw: &Gateway) -> f64 {
-    let text = reqwest::get(format!("{}/metrics", gw.admin_url()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| l.starts_with("ldp_gateway_fallbacks_total{"))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-        .sum()
+async fn fallbacks_total(gw: &TestGateway) -> f64 {
+    gw.metrics().await.sum("ldp_gateway_fallbacks_total{")
 }
 
 /// Unix time in ms, as the ledger's `finished_ms`.
@@ -89,16 +57,6 @@ fn wall_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap();
     i64::try_from(since.as_millis()).unwrap()
-}
-
-trait JsonValue {
-    async fn json_value(self) -> Value;
-}
-
-impl JsonValue for reqwest::Response {
-    async fn json_value(self) -> Value {
-        serde_json::from_slice(&self.bytes().await.unwrap()).unwrap()
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -119,11 +77,12 @@ async fn chaos_delegate_killed_under_load() {
     }
     let urls: Vec<String> = sims.iter().map(SimHandle::url).collect();
     // A long poll interval: the dead delegate must be cut out by outlier detection.
-    let gw = gateway_with(&urls, 3, |cfg| {
-        cfg.discovery.poll_interval = Duration::from_secs(3600)
-    })
-    .await;
-    let outlier = gw.proxy().registry().get("d1").unwrap();
+    let gw = TestGateway::builder()
+        .delegates(&urls)
+        .config(|cfg| cfg.discovery.poll_interval = Duration::from_secs(3600))
+        .spawn()
+        .await;
+    let outlier = gw.delegate("d1").unwrap();
     let limit = 5;
 
     let sent = Arc::new(AtomicUsize::new(0));
@@ -138,7 +97,7 @@ async fn chaos_delegate_killed_under_load() {
                 ejected.clone(),
                 failures.clone(),
             );
-            let c = Client::new(&gw.ldp_url());
+            let c = gw.client();
             tokio::spawn(async move {
                 let mut sid = String::new();
                 for n in 0.. {
@@ -194,7 +153,7 @@ async fn chaos_delegate_killed_under_load() {
     let sent = sent.load(Ordering::SeqCst);
     assert_eq!(done.load(Ordering::SeqCst), sent);
     let succeeded = sent - failed.len();
-    let rows = ledger(&gw, "limit=10000").await;
+    let rows = gw.ledger("limit=10000").await;
     let retried_rows = rows.iter().filter(|r| !r.fallbacks.is_empty()).count();
     let retries = fallbacks_total(&gw).await;
     println!(
@@ -245,11 +204,13 @@ async fn a_hanging_delegate_is_failed_over_after_its_timeout() {
         ("b.toml", &bounded),
         ("q.toml", QUALITY),
     ]);
-    let gw = gateway_with(&[hang.url(), ok.url()], 2, |cfg| {
-        cfg.policies.dir = dir.path().into();
-    })
-    .await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder()
+        .delegate(&hang.url())
+        .delegate(&ok.url())
+        .config(|cfg| cfg.policies.dir = dir.path().into())
+        .spawn()
+        .await;
+    let c = gw.client();
     let sid = open(&c, "bounded").await;
     let started = Instant::now();
     let r = task(&c, &sid).await;
@@ -259,10 +220,8 @@ async fn a_hanging_delegate_is_failed_over_after_its_timeout() {
         took >= Duration::from_millis(450),
         "waited for the timeout: {took:?}"
     );
-    assert!(
-        took < Duration::from_secs(5),
-        "not for the 30 s delegate: {took:?}"
-    );
+    // Not for the 30 s delegate: it has not answered yet.
+    assert_eq!(hang.stats().results, 0, "waited for the 30 s delegate");
     let note = r["provenance"]["lineage"][0]["note"].as_str().unwrap();
     assert!(note.contains("failover from d0 (timeout)"), "{note}");
     assert_eq!(hang.stats().tasks, 1);
@@ -274,20 +233,23 @@ async fn a_hanging_delegate_is_failed_over_after_its_timeout() {
 
     // `[upstream] task_timeout` is the whole task's ceiling: spent on the hanging delegate, it
     // leaves nothing to fail over with.
-    let gw = gateway_with(&[hang.url(), ok.url()], 2, |cfg| {
-        cfg.policies.dir = dir.path().into();
-        cfg.upstream.task_timeout = Duration::from_millis(500);
-    })
-    .await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder()
+        .delegate(&hang.url())
+        .delegate(&ok.url())
+        .config(|cfg| {
+            cfg.policies.dir = dir.path().into();
+            cfg.upstream.task_timeout = Duration::from_millis(500);
+        })
+        .spawn()
+        .await;
+    let c = gw.client();
     let sid = open(&c, "quality").await;
-    let started = Instant::now();
     let r = task(&c, &sid).await;
     assert_eq!(r["type"], "TASK_FAILED", "{r}");
     assert_eq!(r["error"]["code"], "UPSTREAM_FAILED");
     let why = r["error"]["message"].as_str().unwrap();
     assert!(why.contains("the task's deadline passed"), "{why}");
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(hang.stats().results, 0, "waited for the 30 s delegate");
     assert_eq!(ok.stats().tasks, 1, "only the first part's task");
     gw.shutdown().await;
 }
@@ -297,12 +259,14 @@ async fn unreadable_or_5xx_answers_fail_over_and_are_recorded() {
     let bad = delegate("bad", 0.9, Duration::ZERO).await;
     bad.set_malformed_rate(1.0);
     let ok = delegate("ok", 0.6, Duration::ZERO).await;
-    let dir = policy_dir(&[("a.toml", BALANCED), ("q.toml", QUALITY)]);
-    let gw = gateway_with(&[bad.url(), ok.url()], 2, |cfg| {
-        cfg.policies.dir = dir.path().into()
-    })
-    .await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder()
+        .delegate(&bad.url())
+        .delegate(&ok.url())
+        .policy("a.toml", BALANCED)
+        .policy("q.toml", QUALITY)
+        .spawn()
+        .await;
+    let c = gw.client();
     for (reason, set) in [
         ("malformed", None),
         (
@@ -332,25 +296,26 @@ async fn unreadable_or_5xx_answers_fail_over_and_are_recorded() {
 #[tokio::test]
 async fn the_retry_budget_caps_attempts_when_every_delegate_fails() {
     const TASKS: usize = 200;
-    let mut sims = Vec::new();
+    let mut builder = TestGateway::builder();
     for id in ["a", "b", "c"] {
         let mut opts = SimOptions::new(card(id, "default", &[("s", 0.8)], &["text"]));
         opts.fail_rate = 1.0;
-        sims.push(sim(opts).await);
+        builder = builder.sim(opts);
     }
-    let urls: Vec<String> = sims.iter().map(SimHandle::url).collect();
-    let dir = policy_dir(&[("a.toml", BALANCED), ("t.toml", TIED)]);
-    let gw = gateway_with(&urls, 3, |cfg| {
-        cfg.policies.dir = dir.path().into();
-        // Ejection stays out of the way: only the budget limits retries here.
-        cfg.outlier.consecutive_failures = u32::MAX;
-        cfg.outlier.min_requests = u32::MAX;
-        cfg.fallback.retry_ratio = 0.2;
-        cfg.fallback.retry_floor = 10;
-        cfg.fallback.window = Duration::from_secs(60);
-    })
-    .await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = builder
+        .policy("a.toml", BALANCED)
+        .policy("t.toml", TIED)
+        .config(|cfg| {
+            // Ejection stays out of the way: only the budget limits retries here.
+            cfg.outlier.consecutive_failures = u32::MAX;
+            cfg.outlier.min_requests = u32::MAX;
+            cfg.fallback.retry_ratio = 0.2;
+            cfg.fallback.retry_floor = 10;
+            cfg.fallback.window = Duration::from_secs(60);
+        })
+        .spawn()
+        .await;
+    let c = gw.client();
     let mut spent = 0;
     for _ in 0..TASKS {
         let sid = open(&c, "tied").await;
@@ -364,7 +329,7 @@ async fn the_retry_budget_caps_attempts_when_every_delegate_fails() {
         );
         spent += usize::from(why.contains("the retry budget is spent"));
     }
-    let attempts: u64 = sims.iter().map(|s| s.stats().tasks).sum();
+    let attempts: u64 = (0..3).map(|i| gw.sim(i).stats().tasks).sum();
     let cap = (TASKS as f64 * 1.2) as u64 + 10 + 1;
     println!("retry budget: {TASKS} tasks, {attempts} upstream attempts (cap {cap}), {spent} refused a retry");
     assert!(
@@ -373,7 +338,7 @@ async fn the_retry_budget_caps_attempts_when_every_delegate_fails() {
     );
     assert!(attempts <= cap, "{attempts} attempts for {TASKS} tasks");
     assert!(spent > TASKS / 2, "most tasks hit the budget: {spent}");
-    let rows = ledger(&gw, "limit=10000").await;
+    let rows = gw.ledger("limit=10000").await;
     assert_eq!(rows.len(), TASKS);
     let recorded: u64 = rows.iter().map(|r| u64::from(r.attempts)).sum();
     assert_eq!(
@@ -388,17 +353,21 @@ async fn ejection_probe_and_slow_start_follow_the_outlier_timers() {
     let flaky = delegate("flaky", 0.9, Duration::ZERO).await;
     flaky.set_fail_rate(1.0);
     let steady = delegate("steady", 0.6, Duration::ZERO).await;
-    let dir = policy_dir(&[("a.toml", BALANCED), ("q.toml", QUALITY)]);
-    let gw = gateway_with(&[flaky.url(), steady.url()], 2, |cfg| {
-        cfg.policies.dir = dir.path().into();
-        cfg.outlier.consecutive_failures = 3;
-        cfg.outlier.min_requests = u32::MAX;
-        cfg.outlier.base_ejection = Duration::from_millis(300);
-        cfg.outlier.slow_start = Duration::from_millis(600);
-    })
-    .await;
-    let d0 = gw.proxy().registry().get("d0").unwrap();
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder()
+        .delegate(&flaky.url())
+        .delegate(&steady.url())
+        .policy("a.toml", BALANCED)
+        .policy("q.toml", QUALITY)
+        .config(|cfg| {
+            cfg.outlier.consecutive_failures = 3;
+            cfg.outlier.min_requests = u32::MAX;
+            cfg.outlier.base_ejection = Duration::from_millis(300);
+            cfg.outlier.slow_start = Duration::from_millis(600);
+        })
+        .spawn()
+        .await;
+    let d0 = gw.delegate("d0").unwrap();
+    let c = gw.client();
     // A new session per task, so every task is a fresh pick (the best: flaky). Instants are
     // taken before the task that changes the phase, so they bound the change from below.
     let mut before_third = Instant::now();
@@ -436,23 +405,19 @@ async fn ejection_probe_and_slow_start_follow_the_outlier_timers() {
         );
     }
 
-    // The period ends: one probe.
+    // The period ends: one probe. (Exact periods are unit-tested with paused time in
+    // src/registry/health.rs; on a loaded 2-core machine only lower bounds are asserted here,
+    // and the waits are generous ceilings.)
     assert!(
-        eventually(Duration::from_secs(3), || d0.snapshot().phase
+        eventually(Duration::from_secs(10), || d0.snapshot().phase
             == Phase::Probing)
         .await,
         "{:?}",
         d0.snapshot()
     );
     let probing_after = before_third.elapsed();
-    // Exact periods are unit-tested with paused time (src/registry/health.rs); on a loaded
-    // 2-core CI machine only a generous lower bound is asserted here.
     assert!(
         probing_after >= Duration::from_millis(100),
-        "{probing_after:?}"
-    );
-    assert!(
-        probing_after < Duration::from_millis(1300),
         "{probing_after:?}"
     );
     flaky.set_fail_rate(0.0);
@@ -467,7 +432,7 @@ async fn ejection_probe_and_slow_start_follow_the_outlier_timers() {
 
     // Slow start ends: fully back, and the backoff forgotten.
     assert!(
-        eventually(Duration::from_secs(3), || d0.snapshot().phase
+        eventually(Duration::from_secs(10), || d0.snapshot().phase
             == Phase::Active)
         .await,
         "{:?}",
@@ -475,7 +440,6 @@ async fn ejection_probe_and_slow_start_follow_the_outlier_timers() {
     );
     let ramp = slow_started.elapsed();
     assert!(ramp >= Duration::from_millis(600), "{ramp:?}");
-    assert!(ramp < Duration::from_millis(1600), "{ramp:?}");
     assert_eq!(d0.snapshot().ejections, 0);
     println!(
         "outlier timers: probing {} ms after the ejecting task, active {} ms after the probe",
@@ -492,8 +456,8 @@ async fn affinity_keeps_a_session_on_its_delegate_until_it_dies() {
         delegate("b", 0.8, Duration::ZERO).await,
     ];
     let urls: Vec<String> = sims.iter().map(SimHandle::url).collect();
-    let gw = gateway_with(&urls, 2, |_| {}).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder().delegates(&urls).spawn().await;
+    let c = gw.client();
     let sid = open(&c, "balanced").await;
     let first = produced_by(&task(&c, &sid).await).to_owned();
     for _ in 0..5 {
@@ -540,14 +504,16 @@ async fn load_spreads_by_observed_latency() {
     const PER_LOOP: usize = 25;
     let fast = delegate("fast", 0.8, Duration::from_millis(20)).await;
     let slow = delegate("slow", 0.8, Duration::from_millis(100)).await;
-    let dir = policy_dir(&[("a.toml", BALANCED), ("t.toml", TIED)]);
-    let gw = gateway_with(&[fast.url(), slow.url()], 2, |cfg| {
-        cfg.policies.dir = dir.path().into()
-    })
-    .await;
+    let gw = TestGateway::builder()
+        .delegate(&fast.url())
+        .delegate(&slow.url())
+        .policy("a.toml", BALANCED)
+        .policy("t.toml", TIED)
+        .spawn()
+        .await;
     let loops: Vec<_> = (0..LOOPS)
         .map(|_| {
-            let c = Client::new(&gw.ldp_url());
+            let c = gw.client();
             tokio::spawn(async move {
                 for _ in 0..PER_LOOP {
                     // A new session per task: every task is a balancing decision.
@@ -578,15 +544,21 @@ async fn graceful_shutdown_loses_no_task() {
     const N: usize = 10;
     let a = delegate("a", 0.8, Duration::from_millis(300)).await;
     let b = delegate("b", 0.8, Duration::from_millis(300)).await;
-    let db = temp_db();
+    // Read after the gateway (and its directory) is gone.
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ledger.db");
     let store = format!("sqlite://{}", db.display());
-    let gw = gateway_with(&[a.url(), b.url()], 2, |cfg| {
-        cfg.provenance.store = store;
-        cfg.server.shutdown_grace = Duration::from_secs(10);
-    })
-    .await;
+    let gw = TestGateway::builder()
+        .delegate(&a.url())
+        .delegate(&b.url())
+        .config(|cfg| {
+            cfg.provenance.store = store;
+            cfg.server.shutdown_grace = Duration::from_secs(10);
+        })
+        .spawn()
+        .await;
     let url = gw.ldp_url();
-    let c = Arc::new(Client::new(&url));
+    let c = Arc::new(gw.client());
     let mut sessions = Vec::new();
     for _ in 0..N {
         sessions.push(open(&c, "balanced").await);

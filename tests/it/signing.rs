@@ -4,8 +4,8 @@
 //! The Python run uses `LDP_PY_SDK` (the newer SDK, with nonce) and `LDP_PY_WHEEL` (the PyPI
 //! wheel, without), else the venvs `.ci/run venvs` builds under `~/.cache/ldp-gateway-ci`.
 //! Absent, it prints a skip note and passes, unless `LDP_INTEROP_REQUIRED=1`.
-#![allow(clippy::unwrap_used, reason = "tests fail loudly")]
 
+use crate::support::process::{output_with_input, py_code, python, text, Sdk};
 use ldp_gateway::ldp::signing::{self, Algorithm, SignatureError};
 use ldp_gateway::ldp::{Body, Envelope};
 use ldp_protocol::signing::{apply_signature, sign_envelope, verify_envelope};
@@ -14,8 +14,8 @@ use ldp_protocol::types::messages::{LdpEnvelope, LdpMessageBody};
 use ldp_protocol::types::payload::PayloadMode as TheirMode;
 use ldp_protocol::types::provenance::Provenance as TheirProvenance;
 use serde_json::{json, Value};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::time::Duration;
 
 const SECRET: &str = "shared-secret-é";
 
@@ -373,68 +373,29 @@ for item in req["envelopes"]:
 print(json.dumps(out))
 "#;
 
-/// The interpreter of one SDK's venv, or `None` (after a note) when the test should skip.
-fn python(var: &str, venv: &str) -> Option<PathBuf> {
-    let required = std::env::var("LDP_INTEROP_REQUIRED").is_ok_and(|v| v == "1");
-    let from_env = std::env::var_os(var)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from);
-    let default = std::env::var_os("HOME").map(|home| {
-        PathBuf::from(home)
-            .join(".cache/ldp-gateway-ci")
-            .join(venv)
-            .join("bin/python")
-    });
-    if let Some(p) = &from_env {
-        assert!(
-            p.exists(),
-            "{var}={} does not exist; rebuild the venvs with `bash .ci/run venvs`",
-            p.display()
-        );
-    }
-    match from_env.or(default.filter(|p| p.exists())) {
-        Some(p) => Some(p),
-        None if required => panic!(
-            "{var} is not set and no {venv} venv exists, but LDP_INTEROP_REQUIRED=1: \
-             build them with `eval \"$(bash .ci/run venvs)\"`"
-        ),
-        None => {
-            eprintln!(
-                "skipping Python signing interop ({venv}): {var} is not set and \
-                 ~/.cache/ldp-gateway-ci/{venv} does not exist"
-            );
-            None
-        }
-    }
-}
-
 #[derive(serde::Deserialize)]
 struct PyResult {
     sign: String,
     verify: Option<bool>,
 }
 
-fn run_python(python: &PathBuf, envelopes: &[Envelope]) -> Vec<PyResult> {
+async fn run_python(python: &Path, envelopes: &[Envelope]) -> Vec<PyResult> {
     let wire: Vec<Value> = envelopes
         .iter()
         .map(|e| serde_json::from_slice(&e.to_vec().unwrap()).unwrap())
         .collect();
     let request = json!({"secret": SECRET, "envelopes": wire});
-    let mut child = Command::new(python)
-        .args(["-c", PY_SIGN])
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    serde_json::to_writer(child.stdin.take().unwrap(), &request).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = output_with_input(
+        py_code(python, PY_SIGN),
+        serde_json::to_vec(&request).unwrap(),
+        Duration::from_secs(120),
+    )
+    .await;
     assert!(
         out.status.success(),
         "{} failed: {}",
         python.display(),
-        String::from_utf8_lossy(&out.stderr)
+        text(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -452,21 +413,21 @@ fn our_signed_envelopes(with_nonce: bool) -> Vec<Envelope> {
         .collect()
 }
 
-#[test]
-fn python_sdks_sign_alike_and_verify_ours() {
-    for (var, venv, nonce_cases) in [
-        ("LDP_PY_SDK", "venv-sdk", &[false, true][..]),
-        ("LDP_PY_WHEEL", "venv-wheel", &[false][..]),
+#[tokio::test]
+async fn python_sdks_sign_alike_and_verify_ours() {
+    for (sdk, nonce_cases) in [
+        (Sdk::Bundled, &[false, true][..]),
+        (Sdk::Wheel, &[false][..]),
     ] {
-        let Some(python) = python(var, venv) else {
+        let Some(python) = python(sdk, "Python signing interop") else {
             continue;
         };
         for &with_nonce in nonce_cases {
             let envelopes = our_signed_envelopes(with_nonce);
-            let results = run_python(&python, &envelopes);
+            let results = run_python(&python, &envelopes).await;
             assert_eq!(results.len(), envelopes.len());
             for (env, py) in envelopes.iter().zip(results) {
-                let what = format!("{venv}, {}, nonce={with_nonce}", type_of(env));
+                let what = format!("{}, {}, nonce={with_nonce}", sdk.label(), type_of(env));
                 assert_eq!(env.signature.as_deref(), Some(py.sign.as_str()), "{what}");
                 assert_eq!(py.verify, Some(true), "{what}");
             }
@@ -476,13 +437,13 @@ fn python_sdks_sign_alike_and_verify_ours() {
 
 /// The wheel predates nonces: it drops the field, so it signs as if there were none, and
 /// refuses our signature over a nonce. That is why `signing::apply` never adds one.
-#[test]
-fn the_wheel_ignores_nonces() {
-    let Some(python) = python("LDP_PY_WHEEL", "venv-wheel") else {
+#[tokio::test]
+async fn the_wheel_ignores_nonces() {
+    let Some(python) = python(Sdk::Wheel, "Python signing interop") else {
         return;
     };
     let envelopes = our_signed_envelopes(true);
-    let results = run_python(&python, &envelopes);
+    let results = run_python(&python, &envelopes).await;
     for (env, py) in envelopes.iter().zip(results) {
         let mut without = env.clone();
         without.nonce = None;

@@ -1,16 +1,13 @@
 //! Integration tests for the simulated delegate, over real loopback sockets.
-#![expect(
-    clippy::expect_used,
-    reason = "test helpers fail loudly, like the tests they serve"
-)]
 
+use crate::support::cards::load_card;
+use crate::support::{eventually_async, sim as start, Client, Resp};
 use ldp_gateway::ldp::{
     Body, Envelope, ErrorCategory, ErrorSeverity, IdentityCard, LdpError, PayloadMode, Provenance,
     SessionConfig, VerificationStatus,
 };
-use ldp_gateway::sim::{self, SimHandle, SimOptions, SimStats};
+use ldp_gateway::sim::{SimHandle, SimOptions, SimStats};
 use serde_json::{json, Value};
-use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -32,45 +29,30 @@ fn card() -> IdentityCard {
     .expect("test card")
 }
 
-async fn start(opts: SimOptions) -> SimHandle {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    sim::spawn(listener, opts).await.expect("spawn")
-}
-
-fn http() -> reqwest::Client {
-    reqwest::Client::builder()
+/// A client of the simulator (its timeout a generous ceiling).
+fn client(h: &SimHandle) -> Client {
+    let mut c = Client::new(&h.url());
+    c.http = reqwest::Client::builder()
         .timeout(Duration::from_secs(20))
         .build()
-        .expect("client")
+        .expect("client");
+    c
 }
 
-async fn get(url: &str) -> Value {
-    let resp = http().get(url).send().await.expect("GET");
-    assert!(resp.status().is_success(), "GET {url}: {}", resp.status());
-    serde_json::from_slice(&resp.bytes().await.expect("body")).expect("json")
+async fn get(h: &SimHandle, path: &str) -> Value {
+    let r = client(h).get(path).await;
+    assert!(r.status < 300, "GET {path}: {}", r.status);
+    r.json
 }
 
-async fn post_raw(url: &str, body: Vec<u8>) -> (u16, bytes::Bytes) {
-    let resp = http()
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .expect("POST");
-    (resp.status().as_u16(), resp.bytes().await.expect("body"))
+async fn post_raw(h: &SimHandle, path: &str, body: Vec<u8>) -> Resp {
+    client(h).post_with(path, body, &[]).await
 }
 
 async fn send(h: &SimHandle, env: &Envelope) -> Envelope {
-    let (status, body) = post_raw(
-        &format!("{}/ldp/messages", h.url()),
-        env.to_vec().expect("encode"),
-    )
-    .await;
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-    Envelope::from_slice(&body).expect("reply is an envelope")
+    let r = client(h).send_env(env).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.envelope()
 }
 
 fn envelope(session: &str, body: Body, mode: PayloadMode) -> Envelope {
@@ -135,22 +117,7 @@ fn result(reply: &Envelope) -> (Value, &Provenance) {
 }
 
 async fn remote_stats(h: &SimHandle) -> SimStats {
-    serde_json::from_value(get(&format!("{}/sim/stats", h.url())).await).expect("stats")
-}
-
-/// Polls `check` until it holds or `deadline` passes.
-async fn eventually<F: Future<Output = bool>>(
-    deadline: Duration,
-    mut check: impl FnMut() -> F,
-) -> bool {
-    let end = tokio::time::Instant::now() + deadline;
-    while tokio::time::Instant::now() < end {
-        if check().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    check().await
+    serde_json::from_value(get(h, "/sim/stats").await).expect("stats")
 }
 
 fn shipped_cards() -> Vec<PathBuf> {
@@ -168,7 +135,7 @@ fn shipped_cards() -> Vec<PathBuf> {
 fn every_shipped_card_parses_and_the_fleet_is_varied() {
     let cards: Vec<IdentityCard> = shipped_cards()
         .iter()
-        .map(|p| sim::load_card(p).unwrap_or_else(|e| panic!("{e:#}")))
+        .map(|p| load_card(p))
         .collect();
     assert!(cards.len() >= 6, "{} cards", cards.len());
     let distinct = |f: &dyn Fn(&IdentityCard) -> Option<String>| {
@@ -226,11 +193,10 @@ fn every_shipped_card_parses_and_the_fleet_is_varied() {
 #[tokio::test]
 async fn card_is_served_at_both_paths_with_its_endpoint() {
     let path = shipped_cards().into_iter().next().expect("a shipped card");
-    let card = sim::load_card(&path).expect("card");
+    let card = load_card(&path);
     let h = start(SimOptions::new(card.clone())).await;
     for p in ["/.well-known/ldp-identity", "/ldp/identity"] {
-        let served: IdentityCard =
-            serde_json::from_value(get(&format!("{}{p}", h.url())).await).expect("card");
+        let served: IdentityCard = serde_json::from_value(get(&h, p).await).expect("card");
         assert_eq!(served.delegate_id, card.delegate_id, "{p}");
         assert_eq!(served.capabilities.len(), card.capabilities.len(), "{p}");
         assert_eq!(
@@ -239,7 +205,7 @@ async fn card_is_served_at_both_paths_with_its_endpoint() {
             "{p}: empty endpoint is filled"
         );
     }
-    let caps = get(&format!("{}/ldp/capabilities", h.url())).await;
+    let caps = get(&h, "/ldp/capabilities").await;
     assert_eq!(
         caps["capabilities"].as_array().map(Vec::len),
         Some(card.capabilities.len())
@@ -536,7 +502,7 @@ async fn idle_sessions_expire() {
     let session = open(&h, json!({"ttl_secs": 1})).await;
     let long = open(&h, json!({"ttl_secs": 3600})).await;
     assert!(
-        eventually(Duration::from_secs(15), || async {
+        eventually_async(Duration::from_secs(15), || async {
             remote_stats(&h).await.expired >= 1
         })
         .await,
@@ -565,13 +531,13 @@ async fn a_running_task_can_be_cancelled() {
     opts.latency = Duration::from_secs(60);
     let h = start(opts).await;
     let session = open(&h, json!({})).await;
-    let url = format!("{}/ldp/messages", h.url());
     let body = submit(&session, "slow", "echo", json!("x"), PayloadMode::Text)
         .to_vec()
         .expect("encode");
-    let pending = tokio::spawn(post_raw_owned(url, body));
+    let c = client(&h);
+    let pending = tokio::spawn(async move { c.post_with("/ldp/messages", body, &[]).await });
     assert!(
-        eventually(Duration::from_secs(10), || async {
+        eventually_async(Duration::from_secs(10), || async {
             h.stats().in_flight == 1
         })
         .await,
@@ -593,20 +559,16 @@ async fn a_running_task_can_be_cancelled() {
         matches!(cancel.body, Body::TaskUpdate { ref message, .. } if message.as_deref() == Some("cancelled")),
         "{cancel:?}"
     );
-    let (status, bytes) = tokio::time::timeout(Duration::from_secs(10), pending)
+    let r = tokio::time::timeout(Duration::from_secs(10), pending)
         .await
         .expect("cancel ends the task")
         .expect("join");
-    assert_eq!(status, 200);
-    let reply = Envelope::from_slice(&bytes).expect("envelope");
+    assert_eq!(r.status, 200);
+    let reply = r.envelope();
     assert_eq!(failed(&reply).code, "CANCELLED");
     let s = h.stats();
     assert_eq!((s.cancels, s.in_flight, s.failures), (1, 0, 1));
     h.shutdown().await;
-}
-
-async fn post_raw_owned(url: String, body: Vec<u8>) -> (u16, bytes::Bytes) {
-    post_raw(&url, body).await
 }
 
 #[tokio::test]
@@ -648,26 +610,23 @@ async fn fail_rate_one_always_fails_and_the_knob_turns() {
 #[tokio::test]
 async fn bad_requests_and_unsupported_messages() {
     let h = start(SimOptions::new(card())).await;
-    let url = format!("{}/ldp/messages", h.url());
     for bad in [
         &b"{not json"[..],
         br#"{"body":{"type":"TASK_SUBMIT","task_id":"t"}}"#,
     ] {
-        let (status, body) = post_raw(&url, bad.to_vec()).await;
-        assert_eq!(status, 400);
-        let v: Value = serde_json::from_slice(&body).expect("json error");
+        let r = post_raw(&h, "/ldp/messages", bad.to_vec()).await;
+        assert_eq!(r.status, 400);
+        let v: Value = serde_json::from_slice(&r.raw).expect("json error");
         assert_eq!(v["error"]["code"], "BAD_REQUEST");
         assert_eq!(v["error"]["retryable"], false);
     }
-    let (_, body) = post_raw(
-        &url,
+    let r = post_raw(
+        &h,
+        "/ldp/messages",
         br#"{"body":{"type":"TASK_SUBMIT","task_id":"t"}}"#.to_vec(),
     )
     .await;
-    assert!(
-        String::from_utf8_lossy(&body).contains("body.skill"),
-        "names the missing field"
-    );
+    assert!(r.text().contains("body.skill"), "names the missing field");
 
     let stray = envelope(
         "s",
@@ -698,9 +657,9 @@ async fn stream_sends_updates_then_the_result() {
     )
     .to_vec()
     .expect("encode");
-    let (status, bytes) = post_raw(&format!("{}/ldp/stream", h.url()), body).await;
-    assert_eq!(status, 200);
-    let text = String::from_utf8(bytes.to_vec()).expect("utf8");
+    let r = post_raw(&h, "/ldp/stream", body).await;
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8(r.raw).expect("utf8");
     let events: Vec<Envelope> = text
         .lines()
         .filter_map(|l| l.strip_prefix("data:"))
@@ -723,8 +682,8 @@ async fn stream_sends_updates_then_the_result() {
     )
     .to_vec()
     .expect("encode");
-    let (_, bytes) = post_raw(&format!("{}/ldp/stream", h.url()), close).await;
-    let text = String::from_utf8(bytes.to_vec()).expect("utf8");
+    let r = post_raw(&h, "/ldp/stream", close).await;
+    let text = String::from_utf8(r.raw).expect("utf8");
     assert_eq!(text.matches("data:").count(), 1, "{text}");
     assert!(text.contains("acknowledged"));
     h.shutdown().await;
@@ -734,10 +693,10 @@ async fn stream_sends_updates_then_the_result() {
 async fn shutdown_refuses_new_connections() {
     let h = start(SimOptions::new(card())).await;
     let url = format!("{}/ldp/identity", h.url());
-    get(&url).await;
+    get(&h, "/ldp/identity").await;
     h.shutdown().await;
     assert!(
-        http().get(&url).send().await.is_err(),
+        reqwest::get(&url).await.is_err(),
         "still serving after shutdown"
     );
 }

@@ -62,6 +62,28 @@ pub async fn output_within(mut cmd: Command, within: Duration) -> Output {
         .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
 }
 
+/// Runs `cmd` to its end with `input` on its stdin; panics after `within`.
+pub async fn output_with_input(mut cmd: Command, input: Vec<u8>, within: Duration) -> Output {
+    use tokio::io::AsyncWriteExt;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    // Written while the output is read, so that neither side waits on a full pipe.
+    let writer = tokio::spawn(async move {
+        let _ = stdin.write_all(&input).await;
+    });
+    let out = tokio::time::timeout(within, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{cmd:?} still running after {within:?}"))
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let _ = writer.await;
+    out
+}
+
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
