@@ -1,16 +1,12 @@
 //! Black-box tests of the real binary: `check` output and exit codes, `serve` refusing a bad
 //! config, a simulated `delegate` serving its card, and `demo` answering LDP and finishing.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
+use crate::support::process::{self, bin, text, Running};
+use crate::support::Client;
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::{Output, Stdio};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ldp-gateway");
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const SHIPPED_POLICIES: [&str; 6] = [
     "balanced",
     "cheapest",
@@ -22,71 +18,8 @@ const SHIPPED_POLICIES: [&str; 6] = [
 /// Generous: CI machines are slow and the demo sleeps real (simulated) model latencies.
 const DEMO_WITHIN: Duration = Duration::from_secs(90);
 
-/// The binary, run from the crate root, with no admin token or config overrides from the
-/// environment and quiet logs.
-fn bin() -> Command {
-    let mut c = Command::new(BIN);
-    c.current_dir(ROOT)
-        .env_remove("LDP_ADMIN_TOKEN")
-        .env("RUST_LOG", "warn")
-        .kill_on_drop(true);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("LDP_GATEWAY_") {
-            c.env_remove(k);
-        }
-    }
-    c
-}
-
-async fn run(args: &[&str]) -> Output {
-    let out = bin().args(args).stdin(Stdio::null()).output();
-    tokio::time::timeout(Duration::from_secs(60), out)
-        .await
-        .expect("finishes within a minute")
-        .expect("runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Reads a child's stdout line by line, remembering what it saw for failure messages.
-struct Reader {
-    lines: Lines<BufReader<ChildStdout>>,
-    seen: Vec<String>,
-}
-
-impl Reader {
-    fn of(child: &mut Child) -> Reader {
-        Reader {
-            lines: BufReader::new(child.stdout.take().expect("piped stdout")).lines(),
-            seen: Vec::new(),
-        }
-    }
-
-    /// The first line (from here on) matching `want`, within `within`.
-    async fn until(&mut self, within: Duration, want: impl Fn(&str) -> bool) -> String {
-        let seen = &mut self.seen;
-        let lines = &mut self.lines;
-        let found = tokio::time::timeout(within, async {
-            while let Some(line) = lines.next_line().await.expect("read stdout") {
-                seen.push(line.clone());
-                if want(&line) {
-                    return Some(line);
-                }
-            }
-            None
-        })
-        .await;
-        match found {
-            Ok(Some(line)) => line,
-            Ok(None) => panic!("stdout ended first; it said:\n{}", self.seen.join("\n")),
-            Err(_) => panic!(
-                "not seen within {within:?}; stdout so far:\n{}",
-                self.seen.join("\n")
-            ),
-        }
-    }
+async fn run(args: &[&str]) -> std::process::Output {
+    process::run(args, &[]).await
 }
 
 fn write(path: &Path, body: &str) {
@@ -209,38 +142,27 @@ async fn serve_refuses_a_bad_policy_directory() {
 
 #[tokio::test]
 async fn delegate_serves_its_card() {
-    let mut child = bin()
-        .args([
-            "delegate",
-            "--card",
-            "config/delegates/qwen-translate-apac.json",
-            "--latency-ms",
-            "0",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = Reader::of(&mut child);
-    let line = out
-        .until(Duration::from_secs(30), |l| l.starts_with("listening on "))
+    let mut cmd = bin();
+    cmd.args([
+        "delegate",
+        "--card",
+        "config/delegates/qwen-translate-apac.json",
+        "--latency-ms",
+        "0",
+    ]);
+    let mut child = Running::spawn(cmd);
+    let line = child
+        .line(Duration::from_secs(30), |l| l.starts_with("listening on "))
         .await;
     let url = line.trim_start_matches("listening on ").trim();
     assert!(url.starts_with("http://127.0.0.1:"), "{line}");
-    let card: Value = reqwest::get(format!("{url}/.well-known/ldp-identity"))
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .map(|b| serde_json::from_slice(&b).unwrap())
-        .unwrap();
+    let card = Client::new(url).get("/.well-known/ldp-identity").await.json;
     assert_eq!(card["delegate_id"], "ldp:delegate:qwen-translate-apac");
     assert_eq!(
         card["endpoint"], url,
         "an empty endpoint becomes the listen URL"
     );
-    child.kill().await.unwrap();
+    child.kill().await;
 }
 
 fn hello() -> Value {
@@ -256,29 +178,19 @@ fn hello() -> Value {
 #[cfg(unix)] // stops it with SIGTERM
 #[tokio::test]
 async fn demo_answers_ldp_early_then_prints_a_table_per_policy() {
-    let mut child = bin()
-        .args(["demo", "--tasks", "10"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = Reader::of(&mut child);
-    let first = out.until(DEMO_WITHIN, |_| true).await;
+    let mut cmd = bin();
+    cmd.args(["demo", "--tasks", "10"]);
+    let mut out = Running::spawn(cmd);
+    let first = out.line(DEMO_WITHIN, |_| true).await;
     let url = first
         .strip_prefix("LDP endpoint: ")
         .unwrap_or_else(|| panic!("the first line names the LDP endpoint: {first}"));
     assert!(url.starts_with("http://127.0.0.1:"), "{first}");
 
-    let resp = reqwest::Client::new()
-        .post(format!("{url}/ldp/messages"))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&hello()).unwrap())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
-    let manifest: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    let demo = Client::new(url);
+    let resp = demo.post(serde_json::to_vec(&hello()).unwrap()).await;
+    assert_eq!(resp.status, 200);
+    let manifest = resp.json;
     assert_eq!(
         manifest["body"]["type"], "CAPABILITY_MANIFEST",
         "{manifest}"
@@ -293,39 +205,31 @@ async fn demo_answers_ldp_early_then_prints_a_table_per_policy() {
         assert!(skills.contains(&skill), "{skill} missing from {skills:?}");
     }
 
-    out.until(DEMO_WITHIN, |l| l.starts_with("demo traffic done"))
+    out.line(DEMO_WITHIN, |l| l.starts_with("demo traffic done"))
         .await;
+    let seen = out.stdout();
     for policy in SHIPPED_POLICIES {
         let heading = format!("policy {policy} ");
         assert!(
-            out.seen.iter().any(|l| l.starts_with(&heading)),
+            seen.iter().any(|l| l.starts_with(&heading)),
             "no table for {policy}:\n{}",
-            out.seen.join("\n")
+            seen.join("\n")
         );
     }
     assert!(
-        out.seen.last().unwrap().ends_with("serving until Ctrl-C"),
+        seen.last().unwrap().ends_with("serving until Ctrl-C"),
         "{:?}",
-        out.seen.last()
+        seen.last()
     );
     // Still serving after the tables.
-    let health = reqwest::get(format!("{url}/healthz")).await.unwrap();
-    assert_eq!(health.status().as_u16(), 200);
-    let data = data_dir(&out.seen.join("\n"));
+    assert_eq!(demo.get("/healthz").await.status, 200);
+    let data = data_dir(&seen.join("\n"));
 
     // SIGTERM (as from a service manager or Ctrl-C) stops it cleanly and removes its files.
-    let pid = child.id().expect("still running").to_string();
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    out.until(Duration::from_secs(30), |l| l == "shutting down")
+    out.signal("-TERM");
+    out.line(Duration::from_secs(30), |l| l == "shutting down")
         .await;
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .expect("exits after SIGTERM")
-        .unwrap();
+    let status = out.exit_within(Duration::from_secs(30)).await;
     assert!(status.success(), "{status}");
     assert!(
         !Path::new(&data).exists(),
@@ -372,17 +276,9 @@ fn savings(stdout: &str, policy: &str) -> (f64, f64) {
 
 #[tokio::test]
 async fn demo_with_exit_finishes_cleans_up_and_shows_savings() {
-    let child = bin()
-        .args(["demo", "--tasks", "10", "--exit"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = tokio::time::timeout(DEMO_WITHIN, child.wait_with_output())
-        .await
-        .expect("demo --exit finishes in time")
-        .unwrap();
+    let mut cmd = bin();
+    cmd.args(["demo", "--tasks", "10", "--exit"]);
+    let out = process::output_within(cmd, DEMO_WITHIN).await;
     let stdout = text(&out.stdout);
     assert!(
         out.status.success(),

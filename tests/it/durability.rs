@@ -6,111 +6,33 @@
 //! therefore holds SQLite's write lock from another connection before the kill and waits until
 //! every client's latest task is queued for the writer (`ldp_gateway_ledger_queue_depth`): in
 //! that state a gateway that answered before committing has answered rows the kill then loses.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-mod common;
-
-use common::{card, sim};
+use crate::support::ledger::sqlite_outcomes;
+use crate::support::process::Serve;
+use crate::support::{card, sim, Client, TestGateway};
 use ldp_gateway::sim::SimOptions;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 /// Successes seen before the write lock is taken and the gateway killed.
 const KILL_AFTER: usize = 200;
 /// Concurrent clients, each with its own session and connection pool.
 const CLIENTS: usize = 8;
 
-/// A running `ldp-gateway serve` child and the URLs it printed.
-struct Child {
-    process: tokio::process::Child,
-    ldp: String,
-    admin: String,
-    stderr: tokio::task::JoinHandle<String>,
-}
-
-/// Starts `ldp-gateway serve --config FILE` and waits for the two URL lines it prints once
-/// both listeners are bound (its readiness signal).
-async fn serve(config: &std::path::Path) -> Child {
-    let mut process = tokio::process::Command::new(env!("CARGO_BIN_EXE_ldp-gateway"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .env("RUST_LOG", "warn")
-        .env_remove("LDP_ADMIN_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut err = process.stderr.take().unwrap();
-    let stderr = tokio::spawn(async move {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s).await;
-        s
-    });
-    let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
-    let mut ldp = None;
-    let mut admin = None;
-    let ready = tokio::time::timeout(Duration::from_secs(30), async {
-        while ldp.is_none() || admin.is_none() {
-            let Some(line) = lines.next_line().await.unwrap() else {
-                break;
-            };
-            if let Some(url) = line.strip_prefix("LDP endpoint:") {
-                ldp = Some(url.trim().to_owned());
-            } else if let Some(url) = line.strip_prefix("admin:") {
-                admin = Some(url.trim().to_owned());
-            }
-        }
-    })
-    .await;
-    if ready.is_err() || ldp.is_none() || admin.is_none() {
-        let _ = process.start_kill();
-        let _ = process.wait().await;
-        panic!("gateway did not start:\n{}", stderr.await.unwrap());
-    }
-    // Keep draining stdout so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Child {
-        process,
-        ldp: ldp.unwrap(),
-        admin: admin.unwrap(),
-        stderr,
-    }
-}
-
-async fn post(http: &reqwest::Client, base: &str, session: &str, body: Value) -> Option<Value> {
-    let env = json!({
-        "message_id": uuid::Uuid::new_v4().to_string(), "session_id": session,
-        "from": "ldp:client:durability", "to": "ldp:delegate:gateway", "body": body,
-        "payload_mode": "text", "timestamp": "2026-01-01T00:00:00Z", "provenance": null
-    });
-    let resp = http
-        .post(format!("{base}/ldp/messages"))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&env).unwrap())
-        .send()
-        .await
-        .ok()?;
-    serde_json::from_slice(&resp.bytes().await.ok()?).ok()
+/// Posts a text-mode envelope with `body`; `None` once the gateway stopped answering.
+async fn post(c: &Client, session: &str, body: Value) -> Option<Value> {
+    let r = c.try_post_body(session, body, None).await.ok()?;
+    // An answer cut off by the kill is no answer.
+    serde_json::from_slice(&r.raw).ok()
 }
 
 /// `ldp_gateway_ledger_queue_depth` from the admin listener.
-async fn queue_depth(http: &reqwest::Client, admin: &str) -> i64 {
-    let text = http
-        .get(format!("{admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
+async fn queue_depth(admin: &Client) -> i64 {
+    let scrape = admin.get("/metrics").await.text();
+    scrape
+        .lines()
         .find_map(|l| l.strip_prefix("ldp_gateway_ledger_queue_depth "))
         .expect("the queue depth is exported")
         .parse()
@@ -131,10 +53,10 @@ struct Tally {
 
 /// Pushes tasks one after another until the gateway stops answering.
 async fn client(base: String, n: usize, tally: Arc<Tally>) {
-    let http = reqwest::Client::new();
+    let c = Client::new(&base).with_from("ldp:client:durability");
     let propose =
         json!({"type": "SESSION_PROPOSE", "config": {"preferred_payload_modes": ["text"]}});
-    let Some(accept) = post(&http, &base, "", propose).await else {
+    let Some(accept) = post(&c, "", propose).await else {
         assert!(tally.killed.load(Ordering::SeqCst), "no session");
         return;
     };
@@ -145,7 +67,7 @@ async fn client(base: String, n: usize, tally: Arc<Tally>) {
         let submit = json!({"type": "TASK_SUBMIT", "task_id": task_id, "skill": "echo",
             "input": format!("task {i} of client {n}")});
         tally.in_flight.fetch_add(1, Ordering::SeqCst);
-        let answer = post(&http, &base, &sid, submit).await;
+        let answer = post(&c, &sid, submit).await;
         tally.in_flight.fetch_sub(1, Ordering::SeqCst);
         let Some(answer) = answer else {
             assert!(
@@ -180,34 +102,13 @@ async fn commit_durability_survives_kill_9() {
     )))
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("p.db");
-    let config = dir.path().join("gateway.toml");
-    let policies = concat!(env!("CARGO_MANIFEST_DIR"), "/policies");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-[server]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[discovery]
-poll_interval = "1h"
-[policies]
-dir = {policies:?}
-[provenance]
-store = {store:?}
-durability = "commit"
-[[delegates]]
-url = {url:?}
-name = "sim"
-"#,
-            store = format!("sqlite://{}", db.display()),
-            url = delegate.url(),
-        ),
-    )
-    .unwrap();
-    let mut child = serve(&config).await;
+    let config = TestGateway::builder()
+        .delegate(&delegate.url())
+        .config(|c| c.provenance.durability = ldp_gateway::provenance::Durability::Commit)
+        .config_file(dir.path())
+        .await;
+    let db = dir.path().join("ledger.db");
+    let child = Serve::new(&config).start().await;
 
     let tally = Arc::new(Tally::default());
     let clients: Vec<_> = (0..CLIENTS)
@@ -229,9 +130,9 @@ name = "sim"
     .await
     .unwrap();
     let seen_at_lock = tally.count.load(Ordering::SeqCst);
-    let http = reqwest::Client::new();
     let mut polls = 0;
-    while queue_depth(&http, &child.admin).await < CLIENTS as i64 {
+    let admin = child.admin();
+    while queue_depth(&admin).await < CLIENTS as i64 {
         polls += 1;
         assert!(polls < 5_000, "the clients' rows never queued up");
     }
@@ -239,9 +140,8 @@ name = "sim"
     tally.killed.store(true, Ordering::SeqCst);
     let in_flight_at_kill = tally.in_flight.load(Ordering::SeqCst);
     let seen_at_kill = tally.count.load(Ordering::SeqCst);
-    // tokio's `start_kill` is SIGKILL on Unix: no handler, no drain, no ledger close.
-    child.process.start_kill().unwrap();
-    let status = child.process.wait().await.unwrap();
+    // SIGKILL: no handler, no drain, no ledger close.
+    let (status, stderr) = child.kill().await;
     #[cfg(unix)]
     {
         use std::os::unix::process::ExitStatusExt as _;
@@ -251,16 +151,9 @@ name = "sim"
     for c in clients {
         c.await.unwrap();
     }
-    let stderr = child.stderr.await.unwrap();
 
     // SQLite recovers the WAL the dead process left on the first open.
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let mut stmt = conn.prepare("SELECT task_id, outcome FROM ledger").unwrap();
-    let rows: BTreeMap<String, String> = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let rows = sqlite_outcomes(&db);
     let succeeded = tally.succeeded.lock().unwrap().clone();
     let missing: Vec<&String> = succeeded
         .iter()

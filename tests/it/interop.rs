@@ -2,24 +2,22 @@
 //!
 //! The interpreters come from `LDP_PY_WHEEL` (PyPI wheel `ldp-protocol==0.2.0`) and
 //! `LDP_PY_SDK` (the newer SDK bundled in the `ldp-protocol` crate's source); `.ci/run` builds
-//! both venvs and sets them (`eval "$(bash .ci/run venvs)"` does it for a shell). Unset, each
-//! test prints a skip note and passes, unless `LDP_INTEROP_REQUIRED=1` (CI), where it fails.
+//! both venvs and sets them (`eval "$(bash .ci/run venvs)"` does it for a shell). Unset, the
+//! venvs it left in its cache are used; without them each test prints a skip note and passes,
+//! unless `LDP_INTEROP_REQUIRED=1` (CI), where it fails.
 //!
 //! Each test starts `tests/interop/ref_delegate.py` subprocesses and simulated delegates,
 //! an in-process gateway in front of them, and runs `tests/interop/ref_client.py` against
 //! the gateway, asserting on its exit status and its one-line JSON summary.
 
-use ldp_gateway::config::{Config, DelegateConfig};
+use crate::support::process::{output_within, py_script, python, Running, Sdk};
+use crate::support::{sim, Card, TestGateway};
 use ldp_gateway::ldp::IdentityCard;
-use ldp_gateway::server::Gateway;
-use ldp_gateway::sim::{self, SimHandle, SimOptions};
+use ldp_gateway::sim::{SimHandle, SimOptions};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::{Child, Command};
 
 /// A cold Python start on a loaded 2-core machine can take seconds; allow plenty.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -35,148 +33,34 @@ const PY_SKILL: &str = "interop-echo";
 const SHARED_SKILL: &str = "summarize";
 const SIM_IDS: [&str; 2] = ["ldp:delegate:sim-fast", "ldp:delegate:sim-smart"];
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Sdk {
-    /// PyPI `ldp-protocol==0.2.0`.
-    Wheel,
-    /// `sdk/python` from the `ldp-protocol` crate's source.
-    Bundled,
-}
-
-impl Sdk {
-    fn env_var(self) -> &'static str {
-        match self {
-            Sdk::Wheel => "LDP_PY_WHEEL",
-            Sdk::Bundled => "LDP_PY_SDK",
-        }
-    }
-
-    /// What `ref_client.py` reports as `sdk`.
-    fn label(self) -> &'static str {
-        match self {
-            Sdk::Wheel => "wheel",
-            Sdk::Bundled => "bundled",
-        }
-    }
-}
-
-/// The interpreter of that SDK's venv, or `None` (after a note) when the tests should skip.
-fn python(sdk: Sdk) -> Option<PathBuf> {
-    let var = sdk.env_var();
-    let required = std::env::var("LDP_INTEROP_REQUIRED").is_ok_and(|v| v == "1");
-    match std::env::var_os(var).filter(|v| !v.is_empty()) {
-        Some(p) => {
-            let p = PathBuf::from(p);
-            assert!(
-                p.exists(),
-                "{var}={} does not exist; rebuild the venvs with `bash .ci/run venvs`",
-                p.display()
-            );
-            Some(p)
-        }
-        None if required => panic!(
-            "{var} is not set but LDP_INTEROP_REQUIRED=1: build the reference-SDK venvs with \
-             `eval \"$(bash .ci/run venvs)\"` (or run `bash .ci/run`)"
-        ),
-        None => {
-            eprintln!(
-                "skipping reference-SDK interop ({}): {var} is not set; \
-                 `eval \"$(bash .ci/run venvs)\"` enables it",
-                sdk.label()
-            );
-            None
-        }
-    }
-}
-
-fn script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/interop")
-        .join(name)
-}
-
-fn python_command(python: &Path, script_name: &str) -> Command {
-    let mut cmd = Command::new(python);
-    cmd.arg(script(script_name))
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("PYTHONUNBUFFERED", "1")
-        .kill_on_drop(true);
-    cmd
-}
+/// What the interop tests skip without a venv.
+const WHAT: &str = "reference-SDK interop";
 
 /// A `ref_delegate.py` subprocess; killed on drop (and it exits by itself when our end of
 /// its stdin closes, should this process die first).
 struct RefDelegate {
     url: String,
-    _child: Child,
+    _process: Running,
 }
 
-async fn spawn_ref_delegate(python: &Path, args: &[&str]) -> anyhow::Result<RefDelegate> {
-    let mut child = python_command(python, "ref_delegate.py")
-        .arg("--watch-stdin")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let stderr = child
-        .stderr
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stderr"))?;
-    let log = Arc::new(Mutex::new(String::new()));
-    {
-        // Keep draining stderr so the child never blocks on a full pipe; shown on failure.
-        let log = log.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Ok(mut log) = log.lock() {
-                    log.push_str(&line);
-                    log.push('\n');
-                }
-            }
-        });
-    }
-    let mut lines = BufReader::new(stdout).lines();
-    let first = tokio::time::timeout(READY_TIMEOUT, lines.next_line()).await;
-    let stderr_so_far = || log.lock().map(|l| l.clone()).unwrap_or_default();
-    let line = match first {
-        Ok(Ok(Some(line))) => line,
-        Ok(Ok(None)) => {
-            // Exited before it was ready: let stderr finish, then show it.
-            let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            anyhow::bail!(
-                "ref_delegate.py {args:?} exited before it was ready; stderr:\n{}",
-                stderr_so_far()
-            )
-        }
-        Ok(Err(e)) => anyhow::bail!("reading ref_delegate.py stdout: {e}"),
-        Err(_) => anyhow::bail!(
-            "ref_delegate.py {args:?} not ready after {READY_TIMEOUT:?}; stderr:\n{}",
-            stderr_so_far()
-        ),
-    };
+async fn spawn_ref_delegate(python: &Path, args: &[&str]) -> RefDelegate {
+    let mut cmd = py_script(python, "ref_delegate.py");
+    cmd.arg("--watch-stdin").args(args).stdin(Stdio::piped());
+    let mut process = Running::spawn(cmd);
+    let line = process.line(READY_TIMEOUT, |_| true).await;
     let url = line
         .strip_prefix("listening on ")
-        .ok_or_else(|| anyhow::anyhow!("unexpected readiness line {line:?}"))?
+        .unwrap_or_else(|| panic!("unexpected readiness line {line:?}"))
         .trim()
         .to_owned();
-    // Nothing else is printed on stdout; drain it anyway.
-    tokio::spawn(async move {
-        let mut rest = lines.into_inner();
-        let mut sink = Vec::new();
-        let _ = rest.read_to_end(&mut sink).await;
-    });
-    Ok(RefDelegate { url, _child: child })
+    RefDelegate {
+        url,
+        _process: process,
+    }
 }
 
 /// A reference delegate offering [`PY_SKILL`] and (expensive, slow, mediocre) [`SHARED_SKILL`].
-async fn spawn_py_delegate(python: &Path, id: &str, skill: &str) -> anyhow::Result<RefDelegate> {
+async fn spawn_py_delegate(python: &Path, id: &str, skill: &str) -> RefDelegate {
     spawn_ref_delegate(
         python,
         &[
@@ -205,57 +89,43 @@ async fn spawn_py_delegate(python: &Path, id: &str, skill: &str) -> anyhow::Resu
     .await
 }
 
-fn sim_card(id: &str, quality: f64, cost: f64, latency_ms: u64) -> anyhow::Result<IdentityCard> {
-    Ok(serde_json::from_value(json!({
-        "delegate_id": id,
-        "name": id,
-        "model_family": "sim",
-        "model_version": "sim-1.0",
-        "trust_domain": {"name": "default", "allow_cross_domain": false, "trusted_peers": []},
-        "context_window": 32000,
-        "capabilities": [{
-            "name": SHARED_SKILL,
-            "quality": {
-                "quality_score": quality,
-                "latency_p50_ms": latency_ms,
-                "cost_per_call_usd": cost
-            }
-        }],
-        "supported_payload_modes": ["semantic_frame", "text"]
-    }))?)
+fn sim_card(id: &str, quality: f64, cost: f64, latency_ms: u64) -> IdentityCard {
+    Card::new("sim")
+        .set("delegate_id", json!(id))
+        .set("name", json!(id))
+        .set("model_version", json!("sim-1.0"))
+        .set("context_window", json!(32000))
+        .set(
+            "trust_domain",
+            json!({"name": "default", "allow_cross_domain": false, "trusted_peers": []}),
+        )
+        .modes(&["semantic_frame", "text"])
+        .capability(json!({"name": SHARED_SKILL, "quality": {"quality_score": quality,
+            "latency_p50_ms": latency_ms, "cost_per_call_usd": cost}}))
+        .build()
 }
 
-async fn spawn_sims() -> anyhow::Result<Vec<SimHandle>> {
+async fn spawn_sims() -> Vec<SimHandle> {
     let cards = [
-        sim_card(SIM_IDS[0], 0.8, 0.001, 20)?,
-        sim_card(SIM_IDS[1], 0.95, 0.004, 40)?,
+        sim_card(SIM_IDS[0], 0.8, 0.001, 20),
+        sim_card(SIM_IDS[1], 0.95, 0.004, 40),
     ];
     let mut sims = Vec::new();
     for card in cards {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let mut opts = SimOptions::new(card);
         opts.latency = Duration::from_millis(5);
-        sims.push(sim::spawn(listener, opts).await?);
+        sims.push(sim(opts).await);
     }
-    Ok(sims)
+    sims
 }
 
-/// A gateway on ephemeral loopback ports in front of `urls`, with every delegate healthy.
-async fn start_gateway(urls: &[String], data: &Path) -> anyhow::Result<Gateway> {
-    let mut cfg = Config::default();
-    cfg.server.listen = "127.0.0.1:0".parse()?;
-    cfg.admin.listen = "127.0.0.1:0".parse()?;
-    cfg.identity.delegate_id = GATEWAY_ID.into();
-    cfg.provenance.store = format!("sqlite://{}", data.join("provenance.db").display());
-    for url in urls {
-        cfg.delegates.push(DelegateConfig::new(url.clone()));
-    }
-    let gw = Gateway::start(cfg).await?;
-    anyhow::ensure!(
-        gw.wait_healthy(urls.len(), Duration::from_secs(20)).await,
-        "not all of {urls:?} became healthy behind the gateway"
-    );
-    Ok(gw)
+/// A gateway in front of `urls`, with every delegate healthy.
+async fn start_gateway(urls: &[String]) -> TestGateway {
+    TestGateway::builder()
+        .delegates(urls)
+        .config(|c| c.identity.delegate_id = GATEWAY_ID.into())
+        .spawn()
+        .await
 }
 
 /// What one `ref_client.py` run did.
@@ -265,34 +135,25 @@ struct ClientRun {
     stderr: String,
 }
 
-async fn run_client(python: &Path, url: &str, args: &[&str]) -> anyhow::Result<ClientRun> {
-    let child = python_command(python, "ref_client.py")
-        .args(["--url", url])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let out = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
-        .await
-        .map_err(|_| {
-            anyhow::anyhow!("ref_client.py {args:?} still running after {CLIENT_TIMEOUT:?}")
-        })??;
+async fn run_client(python: &Path, url: &str, args: &[&str]) -> ClientRun {
+    let mut cmd = py_script(python, "ref_client.py");
+    cmd.args(["--url", url]).args(args);
+    let out = output_within(cmd, CLIENT_TIMEOUT).await;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let last = stdout.lines().rev().find(|l| !l.trim().is_empty());
     let summary = match last.map(serde_json::from_str::<Value>) {
         Some(Ok(v)) => v,
-        _ => anyhow::bail!(
+        _ => panic!(
             "ref_client.py {args:?} printed no JSON summary (exit {:?})\nstdout:\n{stdout}\nstderr:\n{stderr}",
             out.status.code()
         ),
     };
-    Ok(ClientRun {
+    ClientRun {
         code: out.status.code(),
         summary,
         stderr,
-    })
+    }
 }
 
 impl ClientRun {
@@ -337,15 +198,14 @@ fn assert_one_session_one_delegate(what: &str, summary: &Value, results: &[Value
 /// Client and reference delegate of the same SDK form, plus simulated delegates, through
 /// one gateway: tasks of the delegate-only skill reach the reference delegate and come back
 /// with its provenance; tasks of the shared skill stick to one delegate of the fleet.
-async fn round_trip(sdk: Sdk) -> anyhow::Result<()> {
-    let Some(py) = python(sdk) else { return Ok(()) };
+async fn round_trip(sdk: Sdk) {
+    let Some(py) = python(sdk, WHAT) else { return };
     let py_id = format!("ldp:delegate:py-{}", sdk.label());
-    let data = tempfile::tempdir()?;
-    let refd = spawn_py_delegate(&py, &py_id, PY_SKILL).await?;
-    let sims = spawn_sims().await?;
+    let refd = spawn_py_delegate(&py, &py_id, PY_SKILL).await;
+    let sims = spawn_sims().await;
     let mut urls = vec![refd.url.clone()];
     urls.extend(sims.iter().map(SimHandle::url));
-    let gw = start_gateway(&urls, data.path()).await?;
+    let gw = start_gateway(&urls).await;
     let url = gw.ldp_url();
 
     // The reference delegate's own skill: routed to it, output and provenance passed through.
@@ -363,7 +223,7 @@ async fn round_trip(sdk: Sdk) -> anyhow::Result<()> {
         // form the bundled delegate parses (it rejects malformed ones with HTTP 500).
         args.extend(["--contract-budget-usd", "1.0"]);
     }
-    let run = run_client(&py, &url, &args).await?;
+    let run = run_client(&py, &url, &args).await;
     let what = format!(
         "{} client → gateway → {} reference delegate",
         sdk.label(),
@@ -401,7 +261,7 @@ async fn round_trip(sdk: Sdk) -> anyhow::Result<()> {
     }
 
     // The shared skill: some delegate of the fleet serves it, the same one for every task.
-    let run = run_client(&py, &url, &["--skill", SHARED_SKILL, "--tasks", "3"]).await?;
+    let run = run_client(&py, &url, &["--skill", SHARED_SKILL, "--tasks", "3"]).await;
     let what = format!("{} client → gateway → {SHARED_SKILL} fleet", sdk.label());
     let results = run.assert_ok(&what);
     assert_eq!(results.len(), 3, "{what}: {results:?}");
@@ -426,16 +286,15 @@ async fn round_trip(sdk: Sdk) -> anyhow::Result<()> {
         s.shutdown().await;
     }
     drop(refd);
-    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wheel_client_and_wheel_delegate_through_gateway() -> anyhow::Result<()> {
+async fn wheel_client_and_wheel_delegate_through_gateway() {
     round_trip(Sdk::Wheel).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bundled_client_and_bundled_delegate_through_gateway() -> anyhow::Result<()> {
+async fn bundled_client_and_bundled_delegate_through_gateway() {
     round_trip(Sdk::Bundled).await
 }
 
@@ -443,16 +302,16 @@ async fn bundled_client_and_bundled_delegate_through_gateway() -> anyhow::Result
 /// gateway sends upstream must parse in the older wheel and in the newer bundled SDK alike,
 /// whichever client started the session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_client_reaches_the_other_sdks_delegate() -> anyhow::Result<()> {
-    let (Some(wheel), Some(bundled)) = (python(Sdk::Wheel), python(Sdk::Bundled)) else {
-        return Ok(());
+async fn each_client_reaches_the_other_sdks_delegate() {
+    let (Some(wheel), Some(bundled)) = (python(Sdk::Wheel, WHAT), python(Sdk::Bundled, WHAT))
+    else {
+        return;
     };
-    let data = tempfile::tempdir()?;
     let wheel_skill = format!("{PY_SKILL}-wheel");
     let bundled_skill = format!("{PY_SKILL}-bundled");
-    let wheel_d = spawn_py_delegate(&wheel, "ldp:delegate:py-wheel", &wheel_skill).await?;
-    let bundled_d = spawn_py_delegate(&bundled, "ldp:delegate:py-bundled", &bundled_skill).await?;
-    let gw = start_gateway(&[wheel_d.url.clone(), bundled_d.url.clone()], data.path()).await?;
+    let wheel_d = spawn_py_delegate(&wheel, "ldp:delegate:py-wheel", &wheel_skill).await;
+    let bundled_d = spawn_py_delegate(&bundled, "ldp:delegate:py-bundled", &bundled_skill).await;
+    let gw = start_gateway(&[wheel_d.url.clone(), bundled_d.url.clone()]).await;
     let cases = [
         (
             Sdk::Wheel,
@@ -481,7 +340,7 @@ async fn each_client_reaches_the_other_sdks_delegate() -> anyhow::Result<()> {
             // The older wheel delegate must not trip over a contract it does not know.
             args.extend(["--contract-budget-usd", "1.0"]);
         }
-        let run = run_client(py, &gw.ldp_url(), &args).await?;
+        let run = run_client(py, &gw.ldp_url(), &args).await;
         let what = format!("{} client → gateway → {target}", sdk.label());
         let results = run.assert_ok(&what);
         assert_eq!(results.len(), 2, "{what}: {results:?}");
@@ -498,24 +357,22 @@ async fn each_client_reaches_the_other_sdks_delegate() -> anyhow::Result<()> {
     }
     gw.shutdown().await;
     drop((wheel_d, bundled_d));
-    Ok(())
 }
 
 /// A client claiming a domain the gateway does not trust gets SESSION_REJECT with
 /// `TRUST_VIOLATION`, which the reference client raises as `ConnectionError`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn untrusted_client_domain_is_rejected() -> anyhow::Result<()> {
+async fn untrusted_client_domain_is_rejected() {
     let pythons: Vec<(Sdk, PathBuf)> = [Sdk::Wheel, Sdk::Bundled]
         .into_iter()
-        .filter_map(|sdk| python(sdk).map(|p| (sdk, p)))
+        .filter_map(|sdk| python(sdk, WHAT).map(|p| (sdk, p)))
         .collect();
     if pythons.is_empty() {
-        return Ok(());
+        return;
     }
-    let data = tempfile::tempdir()?;
-    let sims = spawn_sims().await?;
+    let sims = spawn_sims().await;
     let urls: Vec<String> = sims.iter().map(SimHandle::url).collect();
-    let gw = start_gateway(&urls, data.path()).await?;
+    let gw = start_gateway(&urls).await;
     for (sdk, py) in &pythons {
         let run = run_client(
             py,
@@ -529,7 +386,7 @@ async fn untrusted_client_domain_is_rejected() -> anyhow::Result<()> {
                 "other",
             ],
         )
-        .await?;
+        .await;
         let what = format!("{} client claiming trust domain 'other'", sdk.label());
         eprintln!("{what}: {}", run.summary);
         assert_eq!(
@@ -568,5 +425,4 @@ async fn untrusted_client_domain_is_rejected() -> anyhow::Result<()> {
     for s in sims {
         s.shutdown().await;
     }
-    Ok(())
 }

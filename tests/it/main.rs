@@ -11,19 +11,19 @@
 
 mod support;
 
-// mod cli;
+mod cli;
 // mod cluster;
 mod dashboards;
-// mod dialects;
-// mod durability;
-// mod fuzz_corpus;
+mod dialects;
+mod durability;
+mod fuzz_corpus;
 mod gateway;
-// mod hardening;
-// mod interop;
+mod hardening;
+mod interop;
 mod ledger;
 mod resilience;
 mod routing;
 // mod security;
-// mod signing;
+mod signing;
 mod sim;
 mod streaming;

@@ -2,21 +2,8 @@
 //! validated by `check` (and so by `serve`) with `file:line: key: reason`, and the values that
 //! panicked at run time are refused before they get there.
 
+use crate::support::process::{run, text};
 use std::path::Path;
-use std::process::Output;
-
-async fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ldp-gateway"));
-    cmd.args(args).env_remove("RUST_LOG");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().await.expect("run ldp-gateway")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// A config in `dir` with `extra` appended, and an empty policy folder beside it holding the
 /// shipped default policy.

@@ -2,19 +2,20 @@
 //! cap (item 6), a task whose client gave up (9), SIGHUP during start-up (12), the lingering
 //! close after an oversized body (16) and the tracked background work shutdown waits for (17).
 
-use crate::common::{eventually, gateway_with, sim};
+use crate::support::process::{self, output_within, py_code, pythons, Serve};
+use crate::support::{eventually, eventually_async, Card, Client, TestGateway};
 use ldp_gateway::config::{BudgetConfig, TenantConfig};
 use ldp_gateway::ldp::IdentityCard;
 use ldp_gateway::sim::SimOptions;
 use serde_json::{json, Value};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Resident memory of this process (gateway and clients alike), MB.
+/// Resident memory of this process (gateway and clients alike, and any test running beside
+/// this one: it is reported, never asserted), MB.
 fn rss_mb() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
@@ -27,18 +28,12 @@ fn rss_mb() -> f64 {
 /// A card with `n` skills, each with a long description: `/ldp/capabilities` of a gateway in
 /// front of it is a large answer.
 fn big_card(n: usize) -> IdentityCard {
-    let caps: Vec<Value> = (0..n)
-        .map(|i| {
-            json!({"name": format!("skill-{i:04}"), "description": "d".repeat(500),
-                   "quality": {"quality_score": 0.9, "latency_p50_ms": 50}})
+    (0..n)
+        .fold(Card::new("big"), |c, i| {
+            c.capability(json!({"name": format!("skill-{i:04}"), "description": "d".repeat(500),
+                   "quality": {"quality_score": 0.9, "latency_p50_ms": 50}}))
         })
-        .collect();
-    serde_json::from_value(json!({
-        "delegate_id": "ldp:delegate:big", "name": "big", "model_family": "sim",
-        "model_version": "big-1", "trust_domain": "default", "context_window": 8192,
-        "capabilities": caps, "supported_payload_modes": ["text"], "endpoint": ""
-    }))
-    .unwrap()
+        .build()
 }
 
 /// Reads until the peer closes (EOF or reset) or `within` passes; the bytes read and how it
@@ -72,18 +67,12 @@ fn count(haystack: &[u8], needle: &[u8]) -> usize {
 async fn clients_that_never_read_their_answers_are_cut_off_by_the_write_timeout() {
     const CLIENTS: usize = 20;
     const PIPELINED: usize = 300;
-    let s = sim(SimOptions::new(big_card(400))).await;
-    let gw = gateway_with(&[s.url()], 1, |c| {
-        c.server.write_timeout = Duration::from_secs(1);
-    })
-    .await;
-    let answer = reqwest::get(format!("{}/ldp/capabilities", gw.ldp_url()))
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap()
-        .len();
+    let gw = TestGateway::builder()
+        .sim(SimOptions::new(big_card(400)))
+        .config(|c| c.server.write_timeout = Duration::from_secs(1))
+        .spawn()
+        .await;
+    let answer = gw.client().get("/ldp/capabilities").await.raw.len();
     let before = rss_mb();
     let addr = gw.ldp_url().trim_start_matches("http://").to_owned();
     let request = "GET /ldp/capabilities HTTP/1.1\r\nhost: gw\r\n\r\n".repeat(PIPELINED);
@@ -109,11 +98,9 @@ async fn clients_that_never_read_their_answers_are_cut_off_by_the_write_timeout(
         gw.open_connections()
     );
     // A client that reads is served as before.
-    let ok = reqwest::get(format!("{}/ldp/capabilities", gw.ldp_url()))
-        .await
-        .unwrap();
-    assert_eq!(ok.status(), 200);
-    assert_eq!(ok.bytes().await.unwrap().len(), answer);
+    let ok = gw.client().get("/ldp/capabilities").await;
+    assert_eq!(ok.status, 200);
+    assert_eq!(ok.raw.len(), answer);
     // Each stalled client now finds its connection closed, most answers never sent.
     let mut answered = Vec::new();
     for tcp in &mut clients {
@@ -137,12 +124,14 @@ async fn clients_that_never_read_their_answers_are_cut_off_by_the_write_timeout(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_over_max_connections_are_closed_at_once() {
-    let gw = gateway_with(&[], 0, |c| {
-        c.server.max_connections = 4;
-        // Idle connections must stay open for the test's length.
-        c.server.header_read_timeout = Duration::from_secs(120);
-    })
-    .await;
+    let gw = TestGateway::builder()
+        .config(|c| {
+            c.server.max_connections = 4;
+            // Idle connections must stay open for the test's length.
+            c.server.header_read_timeout = Duration::from_secs(120);
+        })
+        .spawn()
+        .await;
     let addr = gw.ldp_url().trim_start_matches("http://").to_owned();
     let mut held = Vec::new();
     for _ in 0..4 {
@@ -186,58 +175,19 @@ async fn connections_over_max_connections_are_closed_at_once() {
 // 9. A task whose client gave up on /ldp/messages
 // ---------------------------------------------------------------------------------------
 
-/// A card offering `summarize` at `price` USD per call.
-fn priced_card(price: f64) -> IdentityCard {
-    serde_json::from_value(json!({
-        "delegate_id": "ldp:delegate:slow", "name": "slow", "model_family": "sim",
-        "model_version": "slow-1", "trust_domain": "default", "context_window": 8192,
-        "capabilities": [{"name": "summarize", "quality": {"quality_score": 0.9,
-            "cost_per_call_usd": price, "latency_p50_ms": 50}}],
-        "supported_payload_modes": ["text"], "endpoint": ""
-    }))
-    .unwrap()
-}
-
-/// POSTs one envelope with the tenant's key, within `timeout`.
-async fn post(
-    http: &reqwest::Client,
-    base: &str,
-    key: &str,
-    session: &str,
-    body: Value,
-    timeout: Duration,
-) -> reqwest::Result<Value> {
-    let env = json!({
-        "message_id": uuid::Uuid::new_v4().to_string(), "session_id": session,
-        "from": "ldp:client:conn", "to": "ldp:delegate:gateway", "body": body,
-        "payload_mode": "text", "timestamp": chrono::Utc::now().to_rfc3339(), "provenance": null
-    });
-    let bytes = http
-        .post(format!("{base}/ldp/messages"))
-        .bearer_auth(key)
-        .header("content-type", "application/json")
-        .body(env.to_string())
-        .timeout(timeout)
-        .send()
-        .await?
-        .bytes()
-        .await?;
-    Ok(serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| json!({"raw": String::from_utf8_lossy(&bytes)})))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_task_whose_client_gave_up_settles_its_budget_and_writes_its_row() {
     const ABANDONED: usize = 5;
     // Reserved per task: 0.0015 × 1.25 = 0.001875 of 0.0025 a day, so a reservation that is
     // never settled shuts the tenant out for the day.
     let price = 0.0015;
-    let mut opts = SimOptions::new(priced_card(price));
+    let card = Card::new("slow").priced("summarize", 0.9, price, 50).build();
+    let mut opts = SimOptions::new(card);
     opts.latency = Duration::from_secs(5);
-    let s = sim(opts).await;
     let key = format!("key-{}", uuid::Uuid::new_v4().simple());
-    let gw = gateway_with(&[s.url()], 1, |c| {
-        c.tenants = vec![TenantConfig {
+    let gw = TestGateway::builder()
+        .sim(opts)
+        .tenant(TenantConfig {
             name: "payer".into(),
             api_key_sha256: vec![ldp_gateway::secret::hash_key(&key)],
             trust_domains: vec!["default".into()],
@@ -251,47 +201,34 @@ async fn a_task_whose_client_gave_up_settles_its_budget_and_writes_its_row() {
             },
             signing: None,
             max_sessions: None,
-        }];
-    })
-    .await;
-    let http = reqwest::Client::new();
-    let base = gw.ldp_url();
-    let long = Duration::from_secs(60);
-    let accept = post(
-        &http,
-        &base,
-        &key,
-        "",
-        json!({"type": "SESSION_PROPOSE", "config": {}}),
-        long,
-    )
-    .await
-    .unwrap();
+        })
+        .spawn()
+        .await;
+    let s = gw.sim(0);
+    let client = gw.client().with_key(Some(&key));
+    let long = Some(Duration::from_secs(60));
+    let accept = client
+        .try_post_body("", json!({"type": "SESSION_PROPOSE", "config": {}}), long)
+        .await
+        .unwrap()
+        .json;
     let sid = accept["body"]["session_id"].as_str().unwrap().to_owned();
-    let rows = || async {
-        gw.proxy()
-            .ledger()
-            .query(ldp_gateway::provenance::Query {
-                tenant: Some("payer".into()),
-                limit: Some(100),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-    };
+    let rows = || gw.ledger("tenant=payer&limit=100");
     for i in 0..ABANDONED {
         let task = json!({"type": "TASK_SUBMIT", "task_id": format!("gone-{i}"),
                           "skill": "summarize", "input": {"text": "x"}});
-        let gave_up = post(&http, &base, &key, &sid, task, Duration::from_millis(500)).await;
+        let gave_up = client
+            .try_post_body(&sid, task, Some(Duration::from_millis(500)))
+            .await;
         assert!(
             gave_up.as_ref().is_err_and(reqwest::Error::is_timeout),
             "task {i}: the client times out waiting (a 5 s delegate): {gave_up:?}"
         );
         // Its row is written once the delegate stops it (cancelled upstream).
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while rows().await.len() < i + 1 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        eventually_async(Duration::from_secs(20), || async {
+            rows().await.len() > i
+        })
+        .await;
         assert_eq!(
             rows().await.len(),
             i + 1,
@@ -310,19 +247,18 @@ async fn a_task_whose_client_gave_up_settles_its_budget_and_writes_its_row() {
         assert_eq!(r.cost_usd, None, "{r:?}");
     }
     // Every reservation was settled: the next task is admitted and served.
-    let done = post(
-        &http,
-        &base,
-        &key,
-        &sid,
-        json!({"type": "TASK_SUBMIT", "task_id": "after", "skill": "summarize", "input": {"text": "x"}}),
-        long,
-    )
-    .await
-    .unwrap();
+    let done = client
+        .try_post_body(
+            &sid,
+            json!({"type": "TASK_SUBMIT", "task_id": "after", "skill": "summarize", "input": {"text": "x"}}),
+            long,
+        )
+        .await
+        .unwrap()
+        .json;
     assert_eq!(done["body"]["type"], "TASK_RESULT", "{done}");
     let ledger_spend: f64 = rows().await.iter().filter_map(|r| r.cost_usd).sum();
-    let spent = gw.proxy().budgets().spent("payer").0;
+    let spent = gw.spent_today("payer");
     assert!(ledger_spend > 0.0);
     assert!(
         (spent - ledger_spend).abs() < 1e-9,
@@ -359,78 +295,47 @@ async fn sighup_during_a_slow_start_is_a_reload_not_an_exit() {
     });
     let dir = tempfile::tempdir().unwrap();
     // The first card poll waits on the silent delegate for 3 s: SIGHUP arrives meanwhile.
-    let config = crate::common::serve_config(
-        dir.path(),
-        &dir.path().join("p.db"),
-        &[(&silent_url, "silent")],
-        "",
-    );
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ldp-gateway"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("LDP_GATEWAY_DISCOVERY__FETCH_TIMEOUT", "3s")
-        .env("RUST_LOG", "warn")
-        .env_remove("LDP_ADMIN_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let config = TestGateway::builder()
+        .delegate(&silent_url)
+        .config(|c| c.discovery.fetch_timeout = Duration::from_secs(3))
+        .config_file(dir.path())
+        .await;
+    let child = Serve::new(&config).spawn();
     tokio::time::timeout(Duration::from_secs(30), polled)
         .await
         .expect("the gateway fetches the silent delegate's card")
         .unwrap();
-    let pid = child.id().unwrap().to_string();
-    let hup = std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap();
-    assert!(hup.success());
+    child.signal("-HUP");
     // It finishes starting (the poll times out), then prints its URLs.
-    let urls = crate::common::served_urls(child.stdout.take().unwrap()).await;
-    let Some((ldp, admin)) = urls else {
-        let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
-        panic!("the gateway did not come up after a SIGHUP during start-up: {status:?}");
-    };
-    let health = reqwest::get(format!("{ldp}/healthz")).await.unwrap();
-    assert_eq!(health.status(), 200);
+    let mut served = process::Served::ready(child).await;
+    assert_eq!(served.client().get("/healthz").await.status, 200);
     // The early SIGHUP was kept and became one policy reload once the watcher ran.
-    let http = reqwest::Client::new();
+    let admin = served.admin();
     let reloads = Arc::new(std::sync::Mutex::new(String::new()));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let reloaded = loop {
-        let metrics = http
-            .get(format!("{admin}/metrics"))
-            .send()
+    let reloaded = eventually_async(Duration::from_secs(10), || async {
+        let line = admin
+            .get("/metrics")
             .await
-            .unwrap()
             .text()
-            .await
-            .unwrap();
-        let line = metrics
             .lines()
             .find(|l| l.starts_with("ldp_gateway_policy_reloads_total{result=\"ok\"}"))
             .unwrap_or("")
             .to_owned();
         *reloads.lock().unwrap() = line.clone();
-        if line.ends_with(" 1") || tokio::time::Instant::now() >= deadline {
-            break line.ends_with(" 1");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        line.ends_with(" 1")
+    })
+    .await;
     assert!(
         reloaded,
         "one reload after the early SIGHUP: {:?}",
         reloads.lock().unwrap()
     );
-    assert!(child.try_wait().unwrap().is_none(), "still running");
+    assert!(served.process.is_running(), "still running");
     println!(
         "SIGHUP during the first card poll (3 s fetch deadline) → still running, /healthz 200, {}",
         reloads.lock().unwrap()
     );
-    child.start_kill().unwrap();
-    let _ = child.wait().await;
+    served.kill().await;
     holder.abort();
 }
 
@@ -468,7 +373,7 @@ fn assert_413(what: &str, raw: &[u8]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_sending_ten_mib_reads_the_413_instead_of_a_reset() {
-    let gw = gateway_with(&[], 0, |_| {}).await;
+    let gw = TestGateway::builder().spawn().await;
     let addr = gw.ldp_url().trim_start_matches("http://").to_owned();
     let body = vec![b' '; TEN_MIB];
 
@@ -514,19 +419,10 @@ async fn a_client_sending_ten_mib_reads_the_413_instead_of_a_reset() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdks_async_http_client_reads_the_413_for_a_ten_mib_body() {
-    let required = std::env::var("LDP_INTEROP_REQUIRED").is_ok_and(|v| v == "1");
-    let python = ["LDP_PY_SDK", "LDP_PY_WHEEL"]
-        .iter()
-        .find_map(|v| std::env::var_os(v).filter(|p| !p.is_empty()));
-    let Some(python) = python else {
-        assert!(
-            !required,
-            "LDP_PY_SDK/LDP_PY_WHEEL not set but LDP_INTEROP_REQUIRED=1"
-        );
-        eprintln!("skipping: no reference-SDK venv (eval \"$(bash .ci/run venvs)\")");
+    let Some((_, python)) = pythons("httpx posting 10 MiB").into_iter().next() else {
         return;
     };
-    let gw = gateway_with(&[], 0, |_| {}).await;
+    let gw = TestGateway::builder().spawn().await;
     // The reference SDK's transport: httpx.AsyncClient.
     let script = r#"
 import asyncio, json, sys, httpx
@@ -537,20 +433,13 @@ async def main():
         print(json.dumps({"status": r.status_code, "body": r.json()}))
 asyncio.run(main())
 "#;
-    let out = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::process::Command::new(python)
-            .args(["-c", script, &gw.ldp_url()])
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the client finishes")
-    .unwrap();
+    let mut cmd = py_code(&python, script);
+    cmd.arg(gw.ldp_url());
+    let out = output_within(cmd, Duration::from_secs(60)).await;
     assert!(
         out.status.success(),
         "httpx.AsyncClient failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+        process::text(&out.stderr)
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["status"], 413, "{v}");
@@ -565,15 +454,13 @@ asyncio.run(main())
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_waits_for_work_a_request_left_behind() {
-    let gw = gateway_with(&[], 0, |_| {}).await;
+    let gw = TestGateway::builder().spawn().await;
     let finished = Arc::new(AtomicBool::new(false));
     let flag = finished.clone();
-    gw.proxy()
-        .spawn_tracked(async move {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            flag.store(true, Ordering::SeqCst);
-        })
-        .unwrap();
+    gw.spawn_tracked(async move {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        flag.store(true, Ordering::SeqCst);
+    });
     gw.shutdown().await;
     assert!(
         finished.load(Ordering::SeqCst),
@@ -583,13 +470,11 @@ async fn shutdown_waits_for_work_a_request_left_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_waiting_for_tracked_work_at_the_grace_deadline() {
-    let gw = gateway_with(&[], 0, |c| {
-        c.server.shutdown_grace = Duration::from_secs(1);
-    })
-    .await;
-    gw.proxy()
-        .spawn_tracked(tokio::time::sleep(Duration::from_secs(3600)))
-        .unwrap();
+    let gw = TestGateway::builder()
+        .config(|c| c.server.shutdown_grace = Duration::from_secs(1))
+        .spawn()
+        .await;
+    gw.spawn_tracked(tokio::time::sleep(Duration::from_secs(3600)));
     let started = Instant::now();
     tokio::time::timeout(Duration::from_secs(30), gw.shutdown())
         .await

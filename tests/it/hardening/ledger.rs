@@ -2,18 +2,19 @@
 //! has its provenance committed. A full disk (item 10), the database files deleted under a
 //! running gateway (item 11), and a Postgres column of an unexpected type (item 17).
 
-use crate::common::{self, card, gateway_with, sim, Client};
+use crate::support::ledger::{contract, sqlite_outcomes};
+use crate::support::process::Serve;
+use crate::support::stores::{pg_sql, TempDb};
+use crate::support::{card, eventually_async, sim, Client, TestGateway};
 use ldp_gateway::provenance::{Durability, Ledger, LedgerError, PostgresBackend, Query};
 use ldp_gateway::sim::SimOptions;
 use ldp_gateway::telemetry::Metrics;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
 
 /// The message a client gets when its result is withheld because its row did not commit.
 const LEDGER_UNAVAILABLE: &str = "the provenance ledger is unavailable";
@@ -29,47 +30,32 @@ async fn echo_delegate() -> ldp_gateway::sim::SimHandle {
 }
 
 /// `GET /readyz`: status and body.
-async fn readyz(http: &reqwest::Client, admin: &str) -> (u16, Value) {
-    let resp = http.get(format!("{admin}/readyz")).send().await.unwrap();
-    let status = resp.status().as_u16();
-    (
-        status,
-        serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap(),
-    )
+async fn readyz(admin: &Client) -> (u16, Value) {
+    let r = admin.get("/readyz").await;
+    (r.status, r.json)
 }
 
-/// Polls `/readyz` until it answers `status` with `"ledger": ledger`, for at most `within`.
-async fn readyz_until(
-    http: &reqwest::Client,
-    admin: &str,
-    status: u16,
-    ledger: bool,
-    within: Duration,
-) -> (u16, Value) {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let (s, body) = readyz(http, admin).await;
-        if (s, &body["ledger"]) == (status, &json!(ledger))
-            || tokio::time::Instant::now() > deadline
-        {
-            return (s, body);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Polls `/readyz` until it answers `status` with `"ledger": ledger`, for at most `within`;
+/// the last answer.
+async fn readyz_until(admin: &Client, status: u16, ledger: bool, within: Duration) -> (u16, Value) {
+    let last = Mutex::new((0, Value::Null));
+    eventually_async(within, || async {
+        let (s, body) = readyz(admin).await;
+        let done = (s, &body["ledger"]) == (status, &json!(ledger));
+        *last.lock().unwrap() = (s, body);
+        done
+    })
+    .await;
+    last.into_inner().unwrap()
 }
 
 /// Task ids with a `result` row in the SQLite ledger at `db`.
 fn result_rows(db: &Path) -> BTreeSet<String> {
-    let conn = rusqlite::Connection::open(db).unwrap();
-    let mut stmt = conn
-        .prepare("SELECT task_id FROM ledger WHERE outcome = 'result'")
-        .unwrap();
-    let ids = stmt
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    ids
+    sqlite_outcomes(db)
+        .into_iter()
+        .filter(|(_, outcome)| outcome == "result")
+        .map(|(task, _)| task)
+        .collect()
 }
 
 /// What clients saw.
@@ -82,12 +68,8 @@ struct Tally {
 }
 
 /// One client: a session, then tasks one after another until `tally.stop`.
-async fn push_tasks(http: reqwest::Client, base: String, n: usize, tally: Arc<Tally>) {
-    let c = Client {
-        http,
-        base,
-        from: format!("ldp:client:ledger-{n}"),
-    };
+async fn push_tasks(c: Client, n: usize, tally: Arc<Tally>) {
+    let c = c.with_from(&format!("ldp:client:ledger-{n}"));
     let (sid, _) = c
         .session(json!({"preferred_payload_modes": ["text"]}))
         .await;
@@ -114,74 +96,6 @@ async fn push_tasks(http: reqwest::Client, base: String, n: usize, tally: Arc<Ta
     }
 }
 
-/// A running `ldp-gateway serve` child and the URLs it printed.
-struct Child {
-    process: tokio::process::Child,
-    ldp: String,
-    admin: String,
-    stderr: tokio::task::JoinHandle<String>,
-}
-
-/// Starts `ldp-gateway serve --config FILE`, its files limited to `max_file_kib` KiB when
-/// given (soft `ulimit -f`, SIGXFSZ ignored so a write past the limit fails with EFBIG as on a
-/// full disk instead of killing the process), and waits for the URL lines it prints.
-async fn serve(config: &Path, max_file_kib: Option<u64>) -> Child {
-    let bin = env!("CARGO_BIN_EXE_ldp-gateway");
-    let mut cmd = match max_file_kib {
-        // bash counts `ulimit -f` in KiB (512-byte blocks only in POSIX mode).
-        Some(kib) => {
-            let mut c = tokio::process::Command::new("bash");
-            c.arg("-c")
-                .arg(r#"trap "" XFSZ; ulimit -S -f "$2" && exec "$0" serve --config "$1""#)
-                .arg(bin)
-                .arg(config)
-                .arg(kib.to_string());
-            c
-        }
-        None => {
-            let mut c = tokio::process::Command::new(bin);
-            c.args(["serve", "--config"]).arg(config);
-            c
-        }
-    };
-    let mut process = cmd
-        .env("RUST_LOG", "warn")
-        .env_remove("LDP_ADMIN_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut err = process.stderr.take().unwrap();
-    let stderr = tokio::spawn(async move {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s).await;
-        s
-    });
-    let urls = common::served_urls(process.stdout.take().unwrap()).await;
-    let Some((ldp, admin)) = urls else {
-        let _ = process.start_kill();
-        let _ = process.wait().await;
-        panic!("gateway did not start:\n{}", stderr.await.unwrap());
-    };
-    Child {
-        process,
-        ldp,
-        admin,
-        stderr,
-    }
-}
-
-impl Child {
-    /// SIGKILL (no drain: what is acknowledged must already be committed); returns stderr.
-    async fn kill(mut self) -> String {
-        self.process.start_kill().unwrap();
-        self.process.wait().await.unwrap();
-        self.stderr.await.unwrap()
-    }
-}
-
 /// Item 10: on a disk that takes no more writes, `/readyz` said 200 `"ledger": true` while
 /// every commit failed. Now it answers 503 `"ledger": false` while the ledger cannot commit,
 /// clients get TASK_FAILED instead of results whose rows are missing, and after a restart
@@ -191,28 +105,22 @@ async fn readyz_reports_a_ledger_that_cannot_commit() {
     const CLIENTS: usize = 4;
     let delegate = echo_delegate().await;
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("p.db");
-    let config = common::serve_config(dir.path(), &db, &[(&delegate.url(), "sim")], "");
+    let config = TestGateway::builder()
+        .delegate(&delegate.url())
+        .config_file(dir.path())
+        .await;
+    let db = dir.path().join("ledger.db");
     // 512 KiB per file: the schema fits, a few hundred rows later the file is "full".
-    let child = serve(&config, Some(512)).await;
-    let http = reqwest::Client::new();
-    let (status, body) =
-        readyz_until(&http, &child.admin, 200, true, Duration::from_secs(10)).await;
+    let child = Serve::with_file_limit(&config, 512).start().await;
+    let admin = child.admin();
+    let (status, body) = readyz_until(&admin, 200, true, Duration::from_secs(10)).await;
     assert_eq!(status, 200, "ready before the disk fills: {body}");
 
     let tally = Arc::new(Tally::default());
     let clients: Vec<_> = (0..CLIENTS)
-        .map(|n| {
-            tokio::spawn(push_tasks(
-                http.clone(),
-                child.ldp.clone(),
-                n,
-                tally.clone(),
-            ))
-        })
+        .map(|n| tokio::spawn(push_tasks(child.client(), n, tally.clone())))
         .collect();
-    let (status, body) =
-        readyz_until(&http, &child.admin, 503, false, Duration::from_secs(60)).await;
+    let (status, body) = readyz_until(&admin, 503, false, Duration::from_secs(60)).await;
     tally.stop.store(true, Ordering::SeqCst);
     for c in clients {
         c.await.unwrap();
@@ -220,7 +128,7 @@ async fn readyz_reports_a_ledger_that_cannot_commit() {
     let mut acknowledged = tally.acknowledged.lock().unwrap().clone();
     let ledger_failures = tally.ledger_failures.load(Ordering::SeqCst);
     if status != 503 {
-        let stderr = child.kill().await;
+        let (_, stderr) = child.kill().await;
         panic!(
             "/readyz while commits fail: {status} {body}; {} results, {ledger_failures} \
              failures\n{stderr}",
@@ -245,16 +153,15 @@ async fn readyz_reports_a_ledger_that_cannot_commit() {
 
     // The disk has room again (the limit lifted, soft limit up to the unlimited hard one):
     // ready again without a restart, and tasks succeed.
-    let pid = child.process.id().unwrap().to_string();
+    let pid = child.process.pid().to_string();
     let lifted = std::process::Command::new("prlimit")
         .args(["--pid", &pid, "--fsize=unlimited"])
         .status()
         .unwrap();
     assert!(lifted.success(), "prlimit: {lifted}");
-    let (status, body) =
-        readyz_until(&http, &child.admin, 200, true, Duration::from_secs(30)).await;
+    let (status, body) = readyz_until(&admin, 200, true, Duration::from_secs(30)).await;
     assert_eq!(status, 200, "ready again once commits go through: {body}");
-    let c = Client::new(&child.ldp);
+    let c = child.client();
     let (sid, _) = c
         .session(json!({"preferred_payload_modes": ["text"]}))
         .await;
@@ -264,11 +171,10 @@ async fn readyz_reports_a_ledger_that_cannot_commit() {
     child.kill().await;
 
     // Restarted, the gateway is ready and nothing acknowledged is lost.
-    let child = serve(&config, None).await;
-    let (status, body) =
-        readyz_until(&http, &child.admin, 200, true, Duration::from_secs(30)).await;
+    let child = Serve::new(&config).start().await;
+    let (status, body) = readyz_until(&child.admin(), 200, true, Duration::from_secs(30)).await;
     assert_eq!(status, 200, "ready once the ledger can commit: {body}");
-    let stderr = child.kill().await;
+    let (_, stderr) = child.kill().await;
     let rows = result_rows(&db);
     let missing: Vec<&String> = acknowledged.iter().filter(|t| !rows.contains(*t)).collect();
     eprintln!(
@@ -298,8 +204,12 @@ async fn deleting_the_ledger_files_loses_no_acknowledged_row() {
     let db = dir.path().join("p.db");
     let store = format!("sqlite://{}", db.display());
     let with_store = |s: String| move |c: &mut ldp_gateway::config::Config| c.provenance.store = s;
-    let gw = gateway_with(&[delegate.url()], 1, with_store(store.clone())).await;
-    let c = Client::new(&gw.ldp_url());
+    let gw = TestGateway::builder()
+        .delegate(&delegate.url())
+        .config(with_store(store.clone()))
+        .spawn()
+        .await;
+    let c = gw.client();
     let (sid, _) = c
         .session(json!({"preferred_payload_modes": ["text"]}))
         .await;
@@ -312,14 +222,18 @@ async fn deleting_the_ledger_files_loses_no_acknowledged_row() {
             std::fs::remove_file(&f).unwrap_or_else(|e| panic!("{f}: {e}"));
         }
         tasks(&c, &sid, round, PER_ROUND, &mut acknowledged).await;
-        let (status, body) = readyz(&c.http, &gw.admin_url()).await;
+        let (status, body) = gw.ready().await;
         assert_eq!((status, &body["ledger"]), (200, &json!(true)), "{body}");
         assert!(db.exists(), "the ledger file is back at its path");
     }
     gw.shutdown().await;
 
-    let gw = gateway_with(&[delegate.url()], 1, with_store(store)).await;
-    let (status, body) = readyz(&c.http, &gw.admin_url()).await;
+    let gw = TestGateway::builder()
+        .delegate(&delegate.url())
+        .config(with_store(store))
+        .spawn()
+        .await;
+    let (status, body) = gw.ready().await;
     assert_eq!(status, 200, "{body}");
     let rows = result_rows(&db);
     let kept = acknowledged.iter().filter(|t| rows.contains(*t)).count();
@@ -353,51 +267,13 @@ async fn tasks(c: &Client, session: &str, round: usize, n: usize, acknowledged: 
     }
 }
 
-fn postgres_base() -> String {
-    std::env::var("LDP_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
-}
-
-/// Runs `sql` on `db` (`postgres` for the server) on a plain thread: the blocking client
-/// refuses to run inside the test's runtime.
-fn pg_sql(db: &str, sql: String) {
-    let url = format!("{}/{db}", postgres_base());
-    std::thread::spawn(move || {
-        let mut c = postgres::Client::connect(&url, postgres::NoTls)
-            .expect("Postgres at LDP_TEST_POSTGRES (default 127.0.0.1:5432) must be running");
-        c.batch_execute(&sql).unwrap();
-    })
-    .join()
-    .unwrap();
-}
-
-/// A database of its own, dropped at the end.
-struct TempDb(String);
-
-impl TempDb {
-    fn new() -> TempDb {
-        let name = format!("ldp_test_{}", uuid::Uuid::new_v4().simple());
-        pg_sql("postgres", format!("CREATE DATABASE {name}"));
-        TempDb(name)
-    }
-}
-
-impl Drop for TempDb {
-    fn drop(&mut self) {
-        pg_sql(
-            "postgres",
-            format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0),
-        );
-    }
-}
-
 /// Item 17 (ledger part): `postgres::Row::get` panicked on a column of an unexpected type,
 /// which ended the ledger's writer thread (every later record: "not running"). A mismatched
 /// read is now an error for that query, and the writer goes on.
 #[tokio::test]
 async fn a_postgres_column_of_the_wrong_type_is_an_error_not_a_panic() {
     let db = TempDb::new();
-    let url = format!("{}/{}", postgres_base(), db.0);
+    let url = db.url();
     let backend = tokio::task::spawn_blocking(move || {
         PostgresBackend::open(&url, Durability::Commit, Duration::from_secs(5))
     })
@@ -411,11 +287,11 @@ async fn a_postgres_column_of_the_wrong_type_is_an_error_not_a_panic() {
         Arc::new(Metrics::new().unwrap()),
     );
     let h = ledger.handle();
-    let row = |t: &str| common::ledger_contract::row(t, "s", "anonymous", 1_000);
+    let row = |t: &str| contract::row(t, "s", "anonymous", 1_000);
     h.record(row("t1")).await.unwrap();
     // A column the reader takes as BIGINT now holds text (a hand edit, a foreign migration).
     pg_sql(
-        &db.0,
+        &db.name,
         "ALTER TABLE ledger ALTER COLUMN attempts TYPE text".into(),
     );
     let all = Query {
@@ -431,7 +307,7 @@ async fn a_postgres_column_of_the_wrong_type_is_an_error_not_a_panic() {
     let spend = h.spend_since(0).await.unwrap();
     assert_eq!(spend.len(), 1, "{spend:?}");
     pg_sql(
-        &db.0,
+        &db.name,
         "ALTER TABLE ledger ALTER COLUMN attempts TYPE bigint USING attempts::bigint".into(),
     );
     let ids: Vec<String> = h

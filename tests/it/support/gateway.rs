@@ -157,25 +157,35 @@ impl<'a> Builder<'a> {
         TestGateway { gateway, sims, dir }
     }
 
-    /// Starts the real binary (`ldp-gateway serve`) on this config, written as TOML, with the
-    /// environment given by [`Builder::env`], and waits for its delegates. The simulated
-    /// delegates of [`Builder::sim`] are not supported here (start them with `support::sim`).
-    pub async fn spawn_process(mut self) -> Served {
+    /// Writes this config as the TOML file the real binary reads, with its ledger
+    /// (`ledger.db`) and policies in `dir`; the file's path. For tests that run `serve`
+    /// themselves ([`super::process::Serve`]); [`Builder::sim`] is not supported here.
+    pub async fn config_file(mut self, dir: &Path) -> PathBuf {
         assert!(
             self.upstreams
                 .iter()
                 .all(|u| matches!(u, Upstream::Url(_))),
-            "spawn_process takes delegate URLs"
+            "a config file takes delegate URLs"
         );
-        let dir = tempfile::tempdir().expect("gateway dir");
-        let (_, healthy) = self.prepare(dir.path()).await;
-        let path = dir.path().join("gateway.toml");
+        self.prepare(dir).await;
+        let path = dir.join("gateway.toml");
         std::fs::write(&path, super::toml::to_toml(&self.config)).expect("write config");
+        path
+    }
+
+    /// Starts the real binary (`ldp-gateway serve`) on this config, written as TOML, with the
+    /// environment given by [`Builder::env`], and waits for its delegates. The simulated
+    /// delegates of [`Builder::sim`] are not supported here (start them with `support::sim`).
+    pub async fn spawn_process(mut self) -> Served {
+        let dir = tempfile::tempdir().expect("gateway dir");
+        let healthy = self.healthy.unwrap_or(self.upstreams.len());
+        let (env, log) = (std::mem::take(&mut self.env), self.log.take());
+        let path = self.config_file(dir.path()).await;
         let mut serve = Serve::new(&path);
-        for (k, v) in &self.env {
+        for (k, v) in &env {
             serve = serve.env(k, v);
         }
-        if let Some(filter) = &self.log {
+        if let Some(filter) = &log {
             serve = serve.log(filter);
         }
         let mut served = serve.start().await;
