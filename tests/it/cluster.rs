@@ -4,81 +4,43 @@
 //! Postgres: `LDP_TEST_POSTGRES` (default `postgres://postgres@127.0.0.1:5432`); each test
 //! creates its own database and drops it. Redis: `LDP_TEST_REDIS` (default
 //! `redis://127.0.0.1:6379`); each test uses its own key prefix.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-mod common;
-
-use common::ledger_contract::{self, row};
-use common::{card, gateway_with, sim, Client};
+use crate::support::ledger::{contract, postgres_outcomes};
+use crate::support::process::{self, text, Serve};
+use crate::support::stores::{cluster, pg_sql, redis_url, SharedBudget, TempDb};
+use crate::support::{card, eventually, eventually_async, sim, Card, Client, Resp, TestGateway};
+use ldp_gateway::config::{BudgetConfig, ClusterConfig, RateConfig, TenantConfig};
 use ldp_gateway::provenance::{Backend, Durability, PostgresBackend, Query};
-use ldp_gateway::server::Gateway;
 use ldp_gateway::sim::SimOptions;
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
-
-fn postgres_base() -> String {
-    std::env::var("LDP_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
-}
-
-/// A database of its own for one test, dropped at the end. The blocking client runs on a
-/// plain thread (it refuses to run inside the test's runtime).
-struct TempDb {
-    name: String,
-}
-
-fn admin_sql(sql: String) {
-    std::thread::spawn(move || {
-        let mut c =
-            postgres::Client::connect(&format!("{}/postgres", postgres_base()), postgres::NoTls)
-                .expect("Postgres at LDP_TEST_POSTGRES (default 127.0.0.1:5432) must be running");
-        c.batch_execute(&sql).unwrap();
-    })
-    .join()
-    .unwrap();
-}
-
-impl TempDb {
-    fn new() -> TempDb {
-        let name = format!("ldp_test_{}", uuid::Uuid::new_v4().simple());
-        admin_sql(format!("CREATE DATABASE {name}"));
-        TempDb { name }
-    }
-
-    fn url(&self) -> String {
-        format!("{}/{}", postgres_base(), self.name)
-    }
-}
-
-impl Drop for TempDb {
-    fn drop(&mut self) {
-        admin_sql(format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        ));
-    }
-}
 
 #[test]
 fn postgres_ledger_stores_queries_and_prunes_like_sqlite() {
     let db = TempDb::new();
     let mut b =
         PostgresBackend::open(&db.url(), Durability::Commit, Duration::from_secs(5)).unwrap();
-    ledger_contract::check(&mut b);
+    contract::check(&mut b);
     // The database drops the connection (a restart, a failover): the backend reconnects.
-    admin_sql(format!(
+    pg_sql(
+        "postgres",
+        format!(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-         WHERE datname = '{}' AND application_name = 'ldp-gateway'",
-        db.name
-    ));
-    let _ = b.insert(&[row("lost?", "s", "anonymous", 2_000)]);
+             WHERE datname = '{}' AND application_name = 'ldp-gateway'",
+            db.name
+        ),
+    );
+    let _ = b.insert(&[contract::row("lost?", "s", "anonymous", 2_000)]);
     assert!(b.healthy(), "reconnected");
-    b.insert(&[row("t10", "s", "anonymous", 2_001)]).unwrap();
+    b.insert(&[contract::row("t10", "s", "anonymous", 2_001)])
+        .unwrap();
     let t10 = Query {
         task_id: Some("t10".into()),
         ..Query::default()
     };
-    assert_eq!(ledger_contract::ids(&mut b, t10), ["t10"]);
+    assert_eq!(contract::ids(&mut b, t10), ["t10"]);
     drop(b);
     // Reopening (another replica starting) migrates nothing twice and sees the rows.
     let mut again =
@@ -112,26 +74,18 @@ fn postgres_errors_never_show_the_password() {
     );
 }
 
-async fn admin_json(gw: &Gateway, path: &str) -> (u16, Value) {
-    let resp = reqwest::get(format!("{}{path}", gw.admin_url()))
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (
-        status,
-        serde_json::from_str(&resp.text().await.unwrap()).unwrap(),
-    )
-}
-
 #[tokio::test]
 async fn a_gateway_on_postgres_records_every_outcome_and_the_cli_reads_it() {
     let db = TempDb::new();
-    let d = echo_sim().await;
     let store = db.url();
-    let gw = gateway_with(&[d.url()], 1, |cfg| cfg.provenance.store = store).await;
-    let (status, ready) = admin_json(&gw, "/readyz").await;
+    let gw = TestGateway::builder()
+        .sim(echo())
+        .config(|cfg| cfg.provenance.store = store)
+        .spawn()
+        .await;
+    let (status, ready) = gw.ready().await;
     assert_eq!((status, &ready["ledger"]), (200, &json!(true)), "{ready}");
-    let c = Client::new(&gw.ldp_url());
+    let c = gw.client();
     let (sid, _) = c.session(json!({})).await;
     let mut outcomes = Vec::new();
     for i in 0..5 {
@@ -144,48 +98,25 @@ async fn a_gateway_on_postgres_records_every_outcome_and_the_cli_reads_it() {
     let r = c.task(&sid, "nope", json!("x"), "text").await;
     assert_eq!(r["type"], "TASK_FAILED", "{r}");
     outcomes.push(r["task_id"].as_str().unwrap().to_owned());
-    let (status, v) = admin_json(&gw, &format!("/admin/provenance?session_id={sid}")).await;
-    assert_eq!(status, 200, "{v}");
-    let mut recorded: Vec<String> = v["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["task_id"].as_str().unwrap().to_owned())
+    let mut recorded: Vec<String> = gw
+        .ledger(&format!("session_id={sid}"))
+        .await
+        .into_iter()
+        .map(|r| r.task_id)
         .collect();
     recorded.sort();
     outcomes.sort();
     assert_eq!(recorded, outcomes, "one row per outcome the client saw");
     // The `provenance` command reads the config's Postgres store.
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("gateway.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[policies]\ndir = \"{}/policies\"\n[provenance]\nstore = \"{}\"\n",
-            env!("CARGO_MANIFEST_DIR"),
-            db.url()
-        ),
-    )
-    .unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ldp-gateway"))
-        .args([
-            "provenance",
-            "--session",
-            &sid,
-            "--format",
-            "csv",
-            "--config",
-        ])
-        .arg(&cfg)
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let cfg = TestGateway::builder()
+        .config(|cfg| cfg.provenance.store = db.url())
+        .config_file(dir.path())
+        .await;
+    let cfg = cfg.to_str().unwrap();
+    let args = ["provenance", "--session", &sid, "--format", "csv", "--config", cfg];
+    let out = process::run(&args, &[]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
     let csv = String::from_utf8(out.stdout).unwrap();
     assert_eq!(csv.lines().count(), 1 + outcomes.len(), "{csv}");
     gw.shutdown().await;
@@ -194,24 +125,6 @@ async fn a_gateway_on_postgres_records_every_outcome_and_the_cli_reads_it() {
 // ---------------------------------------------------------------------------------------
 // Replicas sharing Redis
 // ---------------------------------------------------------------------------------------
-
-use ldp_gateway::config::{BudgetConfig, ClusterConfig, RateConfig, TenantConfig};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-
-fn redis_url() -> String {
-    std::env::var("LDP_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-/// A key prefix of its own per test, so tests sharing one Redis never meet.
-fn cluster(url: &str, replicas: u32) -> ClusterConfig {
-    ClusterConfig {
-        redis_url: Some(url.to_owned()),
-        key_prefix: format!("ldptest:{}", uuid::Uuid::new_v4().simple()),
-        redis_timeout: Duration::from_millis(200),
-        replicas,
-    }
-}
 
 fn tenant(key: &str) -> TenantConfig {
     serde_json::from_value(json!({
@@ -228,94 +141,42 @@ async fn replicas(
     urls: &[String],
     shared: &ClusterConfig,
     tenant: &TenantConfig,
-) -> Vec<Gateway> {
+) -> Vec<TestGateway> {
     let mut out = Vec::new();
     for _ in 0..n {
-        let (shared, tenant) = (shared.clone(), tenant.clone());
+        let shared = shared.clone();
         out.push(
-            gateway_with(urls, urls.len(), move |cfg| {
-                cfg.cluster = shared;
-                cfg.tenants = vec![tenant];
-            })
-            .await,
+            TestGateway::builder()
+                .delegates(urls)
+                .tenant(tenant.clone())
+                .config(move |cfg| cfg.cluster = shared)
+                .spawn()
+                .await,
         );
     }
     out
 }
 
-/// A tenant's client: `Authorization: Bearer`, raw JSON envelopes, one `from`.
-#[derive(Clone)]
-struct Api {
-    http: reqwest::Client,
-    key: String,
+/// The tenant's client of `gw`: its key, one `from`.
+fn tenant_client(gw: &TestGateway, key: &str) -> Client {
+    gw.client()
+        .with_key(Some(key))
+        .with_from("ldp:client:cluster")
 }
 
-impl Api {
-    fn new(key: &str) -> Api {
-        Api {
-            http: reqwest::Client::new(),
-            key: key.to_owned(),
-        }
-    }
+/// A session opened (SESSION_PROPOSE alone) through `c`.
+async fn session(c: &Client) -> String {
+    c.accepted(json!({})).await
+}
 
-    async fn post(&self, gw: &Gateway, session: &str, body: Value) -> (u16, Value) {
-        let env = json!({
-            "message_id": uuid::Uuid::new_v4().to_string(), "session_id": session,
-            "from": "ldp:client:cluster", "to": "ldp:delegate:gateway", "body": body,
-            "payload_mode": "text", "timestamp": chrono::Utc::now().to_rfc3339(),
-            "provenance": null,
-        });
-        let resp = self
-            .http
-            .post(format!("{}/ldp/messages", gw.ldp_url()))
-            .header("authorization", format!("Bearer {}", self.key))
-            .header("content-type", "application/json")
-            .body(env.to_string())
-            .send()
-            .await
-            .unwrap();
-        let status = resp.status().as_u16();
-        (
-            status,
-            serde_json::from_str(&resp.text().await.unwrap()).unwrap_or(Value::Null),
-        )
-    }
-
-    async fn session(&self, gw: &Gateway) -> String {
-        let (status, v) = self
-            .post(gw, "", json!({"type": "SESSION_PROPOSE", "config": {}}))
-            .await;
-        assert_eq!(
-            (status, &v["body"]["type"]),
-            (200, &json!("SESSION_ACCEPT")),
-            "{v}"
-        );
-        v["body"]["session_id"].as_str().unwrap().to_owned()
-    }
-
-    async fn task(&self, gw: &Gateway, session: &str, input: &str) -> Value {
-        let (status, v) = self
-            .post(
-                gw,
-                session,
-                json!({"type": "TASK_SUBMIT", "task_id": uuid::Uuid::new_v4().to_string(),
-                    "skill": "echo", "input": input}),
-            )
-            .await;
-        assert_eq!(status, 200, "{v}");
-        v["body"].clone()
-    }
+/// An `echo` task through `c`; the answer's body.
+async fn task(c: &Client, session: &str, input: &str) -> Value {
+    c.task(session, "echo", json!(input), "text").await
 }
 
 /// A zero-latency delegate offering `echo`.
-async fn echo_sim() -> ldp_gateway::sim::SimHandle {
-    sim(SimOptions::new(card(
-        "a",
-        "default",
-        &[("echo", 0.9)],
-        &["text"],
-    )))
-    .await
+fn echo() -> SimOptions {
+    SimOptions::new(card("a", "default", &[("echo", 0.9)], &["text"]))
 }
 
 /// A fresh API key.
@@ -325,35 +186,16 @@ fn new_key() -> String {
 
 /// A card offering `echo` at `price` USD per call.
 fn priced_card(price: f64) -> ldp_gateway::ldp::IdentityCard {
-    serde_json::from_value(json!({
-        "delegate_id": "ldp:delegate:spend", "name": "spend", "model_family": "sim",
-        "model_version": "1", "trust_domain": "default", "context_window": 8192,
-        "capabilities": [{"name": "echo", "quality": {"quality_score": 0.9,
-            "cost_per_call_usd": price, "latency_p50_ms": 50}}],
-        "supported_payload_modes": ["text"]
-    }))
-    .unwrap()
+    Card::new("spend").priced("echo", 0.9, price, 50).build()
 }
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-async fn metrics(gw: &Gateway) -> String {
-    reqwest::get(format!("{}/metrics", gw.admin_url()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+fn hello() -> Value {
+    json!({"type": "HELLO", "delegate_id": "ldp:client:c", "supported_modes": ["text"]})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_replicas_admit_no_more_than_one_tenant_limit() {
-    let d = echo_sim().await;
+    let d = sim(echo()).await;
     let key = new_key();
     let mut t = tenant(&key);
     let (rps, burst) = (20.0, 10u32);
@@ -362,33 +204,25 @@ async fn three_replicas_admit_no_more_than_one_tenant_limit() {
         burst: Some(burst),
     });
     let shared = cluster(&redis_url(), 3);
-    let gws = Arc::new(replicas(3, &[d.url()], &shared, &t).await);
-    let api = Api::new(&key);
+    let gws = replicas(3, &[d.url()], &shared, &t).await;
+    let apis: Arc<Vec<Client>> = Arc::new(gws.iter().map(|g| tenant_client(g, &key)).collect());
     let admitted = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(AtomicUsize::new(0));
     let start = std::time::Instant::now();
     let run_for = Duration::from_millis(1500);
     let workers: Vec<_> = (0..12)
         .map(|w| {
-            let (gws, api, admitted, refused) =
-                (gws.clone(), api.clone(), admitted.clone(), refused.clone());
+            let (apis, admitted, refused) = (apis.clone(), admitted.clone(), refused.clone());
             tokio::spawn(async move {
                 let mut i = w;
                 while start.elapsed() < run_for {
-                    let gw = &gws[i % gws.len()];
+                    let api = &apis[i % apis.len()];
                     i += 1;
-                    let (status, v) = api
-                        .post(
-                            gw,
-                            "",
-                            json!({"type": "HELLO", "delegate_id": "ldp:client:c",
-                            "supported_modes": ["text"]}),
-                        )
-                        .await;
-                    match status {
+                    let r = api.post_body("", hello()).await;
+                    match r.status {
                         200 => admitted.fetch_add(1, Ordering::Relaxed),
                         429 => refused.fetch_add(1, Ordering::Relaxed),
-                        other => panic!("HTTP {other}: {v}"),
+                        other => panic!("HTTP {other}: {}", r.json),
                     };
                 }
             })
@@ -415,10 +249,10 @@ async fn three_replicas_admit_no_more_than_one_tenant_limit() {
     assert_eq!(over, 0.0, "{admitted} admitted > {allowed:.1}");
     // Every decision was made in Redis, none locally.
     let mut fallbacks = 0.0;
-    for gw in gws.iter() {
-        let m = metrics(gw).await;
-        fallbacks += metric(&m, "ldp_gateway_rate_limit_local_fallbacks_total");
-        assert_eq!(metric(&m, "ldp_gateway_redis_errors_total"), 0.0);
+    for gw in &gws {
+        let m = gw.metrics().await;
+        fallbacks += m.sum("ldp_gateway_rate_limit_local_fallbacks_total");
+        assert_eq!(m.sum("ldp_gateway_redis_errors_total"), 0.0);
     }
     assert_eq!(fallbacks, 0.0);
 }
@@ -437,16 +271,16 @@ async fn a_budget_shared_by_three_replicas_is_not_overshot_by_100_concurrent_tas
         ..BudgetConfig::default()
     };
     let shared = cluster(&redis_url(), 3);
-    let gws = Arc::new(replicas(3, &[d.url()], &shared, &t).await);
-    let api = Api::new(&key);
+    let gws = replicas(3, &[d.url()], &shared, &t).await;
+    let apis: Vec<Client> = gws.iter().map(|g| tenant_client(g, &key)).collect();
     let mut sessions = Vec::new();
-    for gw in gws.iter() {
-        sessions.push(api.session(gw).await);
+    for a in &apis {
+        sessions.push(session(a).await);
     }
     let tasks: Vec<_> = (0..100)
         .map(|i| {
-            let (gws, api, sid) = (gws.clone(), api.clone(), sessions[i % 3].clone());
-            tokio::spawn(async move { api.task(&gws[i % 3], &sid, "spend").await })
+            let (api, sid) = (apis[i % 3].clone(), sessions[i % 3].clone());
+            tokio::spawn(async move { task(&api, &sid, "spend").await })
         })
         .collect();
     let mut results = 0;
@@ -462,11 +296,7 @@ async fn a_budget_shared_by_three_replicas_is_not_overshot_by_100_concurrent_tas
         }
     }
     // The shared account, as Redis holds it.
-    let metrics_c = Arc::new(ldp_gateway::telemetry::Metrics::new().unwrap());
-    let c = ldp_gateway::cluster::Cluster::from_config(&shared, metrics_c)
-        .unwrap()
-        .unwrap();
-    let (spent, _) = c.spent("acme").await.unwrap();
+    let spent = SharedBudget::open(&shared).spent_today("acme").await;
     let overshoot = (spent - limit).max(0.0);
     eprintln!(
         "cluster budget: 100 concurrent tasks over 3 replicas, usd_per_day {limit}: {results} \
@@ -482,15 +312,15 @@ async fn a_budget_shared_by_three_replicas_is_not_overshot_by_100_concurrent_tas
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_session_opened_on_one_replica_is_served_and_closed_on_the_others() {
-    let d = echo_sim().await;
+    let d = sim(echo()).await;
     let key = new_key();
     let shared = cluster(&redis_url(), 3);
     let gws = replicas(3, &[d.url()], &shared, &tenant(&key)).await;
-    let api = Api::new(&key);
-    let sid = api.session(&gws[0]).await;
+    let apis: Vec<Client> = gws.iter().map(|g| tenant_client(g, &key)).collect();
+    let sid = session(&apis[0]).await;
     let mut upstream = Vec::new();
-    for (i, gw) in gws.iter().enumerate() {
-        let r = api.task(gw, &sid, &format!("hello from replica {i}")).await;
+    for (i, a) in apis.iter().enumerate() {
+        let r = task(a, &sid, &format!("hello from replica {i}")).await;
         assert_eq!(r["type"], "TASK_RESULT", "replica {i}: {r}");
         assert_eq!(r["provenance"]["session_id"], json!(sid));
         upstream.push(r["provenance"]["lineage"][0]["routed_to"].clone());
@@ -502,20 +332,17 @@ async fn a_session_opened_on_one_replica_is_served_and_closed_on_the_others() {
         "the binding travels with the session"
     );
     // Closed from C: gone on A and B too.
-    let (status, v) = api
-        .post(
-            &gws[2],
-            &sid,
-            json!({"type": "SESSION_CLOSE", "reason": "done"}),
-        )
+    let r = apis[2]
+        .post_body(&sid, json!({"type": "SESSION_CLOSE", "reason": "done"}))
         .await;
     assert_eq!(
-        (status, &v["body"]["type"]),
+        (r.status, &r.json["body"]["type"]),
         (200, &json!("SESSION_CLOSE")),
-        "{v}"
+        "{}",
+        r.json
     );
-    for gw in &gws[..2] {
-        let r = api.task(gw, &sid, "after close").await;
+    for a in &apis[..2] {
+        let r = task(a, &sid, "after close").await;
         assert_eq!(r["type"], "TASK_FAILED", "{r}");
         assert_eq!(r["error"]["code"], "SESSION_NOT_FOUND", "{r}");
     }
@@ -573,11 +400,7 @@ impl PrivateRedis {
 
     fn signal(&self, sig: &str) {
         if let Some(c) = &self.child {
-            let ok = std::process::Command::new("kill")
-                .args([sig, &c.id().to_string()])
-                .status()
-                .unwrap();
-            assert!(ok.success());
+            process::signal(c.id(), sig);
         }
     }
 
@@ -596,10 +419,6 @@ impl Drop for PrivateRedis {
     }
 }
 
-async fn ready(gw: &Gateway) -> (u16, Value) {
-    admin_json(gw, "/readyz").await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_stopped_mid_run_fails_closed_falls_back_and_recovers() {
     let d = sim(SimOptions::new(priced_card(0.001))).await;
@@ -616,37 +435,38 @@ async fn redis_stopped_mid_run_fails_closed_falls_back_and_recovers() {
     };
     let shared = cluster(&redis.url(), 2);
     let gw = replicas(1, &[d.url()], &shared, &t).await.remove(0);
-    let api = Api::new(&key);
-    let sid = api.session(&gw).await;
-    assert_eq!(api.task(&gw, &sid, "before").await["type"], "TASK_RESULT");
-    assert_eq!(ready(&gw).await.0, 200);
+    let api = tenant_client(&gw, &key);
+    let sid = session(&api).await;
+    assert_eq!(task(&api, &sid, "before").await["type"], "TASK_RESULT");
+    assert_eq!(gw.ready().await.0, 200);
 
-    // Frozen (SIGSTOP): every call still ends at its deadline; limits fall back locally.
+    // Frozen (SIGSTOP): every call still ends at its deadline (200 ms; the ceiling here is a
+    // generous 10 s, against a call that would hang); limits fall back locally.
     redis.signal("-STOP");
-    let hello =
-        json!({"type": "HELLO", "delegate_id": "ldp:client:c", "supported_modes": ["text"]});
-    let t0 = std::time::Instant::now();
-    let (status, v) = api.post(&gw, "", hello.clone()).await;
-    assert_eq!(status, 200, "a frozen Redis must not stop HELLO: {v}");
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    let r = tokio::time::timeout(Duration::from_secs(10), api.post_body("", hello()))
+        .await
+        .expect("a frozen Redis must not hang a HELLO");
+    assert_eq!(r.status, 200, "a frozen Redis must not stop HELLO: {}", r.json);
     redis.signal("-CONT");
 
     // Stopped: budgets and sessions fail closed with a retryable error; limits fall back.
     redis.stop();
-    let (status, v) = api.post(&gw, "", hello.clone()).await;
-    assert_eq!(status, 200, "{v}");
-    let m = metrics(&gw).await;
+    let r = api.post_body("", hello()).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let m = gw.metrics().await;
     assert!(
-        metric(&m, "ldp_gateway_rate_limit_local_fallbacks_total") >= 2.0,
+        m.sum("ldp_gateway_rate_limit_local_fallbacks_total") >= 2.0,
         "{m}"
     );
-    assert_eq!(metric(&m, "ldp_gateway_redis_up"), 0.0);
-    let r = api.task(&gw, &sid, "during").await;
+    assert_eq!(m.sum("ldp_gateway_redis_up"), 0.0);
+    let r = task(&api, &sid, "during").await;
     assert_eq!(r["type"], "TASK_FAILED", "{r}");
     assert_eq!(r["error"]["code"], "SHARED_STATE_UNAVAILABLE", "{r}");
     assert_eq!(r["error"]["retryable"], true, "{r}");
-    let (status, v) = api
-        .post(&gw, "", json!({"type": "SESSION_PROPOSE", "config": {}}))
+    let Resp {
+        status, json: v, ..
+    } = api
+        .post_body("", json!({"type": "SESSION_PROPOSE", "config": {}}))
         .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["body"]["type"], "SESSION_REJECT", "{v}");
@@ -655,60 +475,20 @@ async fn redis_stopped_mid_run_fails_closed_falls_back_and_recovers() {
         "{v}"
     );
     assert_eq!(v["body"]["error"]["retryable"], true, "{v}");
-    let (status, v) = ready(&gw).await;
+    let (status, v) = gw.ready().await;
     assert_eq!((status, &v["redis"]), (503, &json!(false)), "{v}");
 
     // Back (empty: it kept nothing): new sessions and tasks work again without a restart.
     redis.restart();
-    let mut back = false;
-    for _ in 0..100 {
-        if ready(&gw).await.0 == 200 {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let back = eventually_async(Duration::from_secs(10), || async {
+        gw.ready().await.0 == 200
+    })
+    .await;
     assert!(back, "the gateway did not notice Redis return");
-    let sid = api.session(&gw).await;
-    assert_eq!(api.task(&gw, &sid, "after").await["type"], "TASK_RESULT");
-    assert_eq!(metric(&metrics(&gw).await, "ldp_gateway_redis_up"), 1.0);
+    let sid = session(&api).await;
+    assert_eq!(task(&api, &sid, "after").await["type"], "TASK_RESULT");
+    assert_eq!(gw.metrics().await.sum("ldp_gateway_redis_up"), 1.0);
     gw.shutdown().await;
-}
-
-/// A replica as its own process (`ldp-gateway serve`), killed on drop.
-struct Replica {
-    child: tokio::process::Child,
-    ldp: String,
-}
-
-impl Replica {
-    async fn spawn(dir: &std::path::Path, name: &str, config: &str) -> Replica {
-        use tokio::io::AsyncBufReadExt;
-        let path = dir.join(format!("{name}.toml"));
-        std::fs::write(&path, config).unwrap();
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ldp-gateway"))
-            .args(["serve", "--config"])
-            .arg(&path)
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let ldp = tokio::time::timeout(Duration::from_secs(20), async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Some(url) = line.strip_prefix("LDP endpoint:") {
-                    return url.trim().to_owned();
-                }
-            }
-            panic!("{name} exited before listening");
-        })
-        .await
-        .expect("replica starts");
-        // Keep reading: a closed pipe would kill the replica at its next line of output.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Replica { child, ldp }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -719,63 +499,37 @@ async fn ledger_rows_across_replicas_equal_outcomes_and_survive_kill_9() {
     let d = sim(opts).await;
     let key = new_key();
     let dir = tempfile::tempdir().unwrap();
-    let prefix = format!("ldptest:{}", uuid::Uuid::new_v4().simple());
-    let config = format!(
-        r#"[server]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[policies]
-dir = "{policies}/policies"
-[provenance]
-store = "{store}"
-[cluster]
-redis_url = "{redis}"
-key_prefix = "{prefix}"
-replicas = 2
-[[tenants]]
-name = "acme"
-api_key_sha256 = ["{hash}"]
-trust_domains = ["default"]
-[[delegates]]
-url = "{delegate}"
-name = "d0"
-"#,
-        policies = env!("CARGO_MANIFEST_DIR"),
-        store = db.url(),
-        redis = redis_url(),
-        hash = ldp_gateway::secret::hash_key(&key),
-        delegate = d.url(),
-    );
-    let a = Replica::spawn(dir.path(), "a", &config).await;
-    let mut b = Replica::spawn(dir.path(), "b", &config).await;
-    let urls = [a.ldp.clone(), b.ldp.clone()];
-    let http = reqwest::Client::new();
-    let key2 = key.clone();
-    let post = move |base: String, session: String, body: Value| {
-        let (http, key) = (http.clone(), key2.clone());
-        async move {
-            let env = json!({
-                "message_id": uuid::Uuid::new_v4().to_string(), "session_id": session,
-                "from": "ldp:client:cluster", "to": "ldp:delegate:gateway", "body": body,
-                "payload_mode": "text", "timestamp": chrono::Utc::now().to_rfc3339(),
-            });
-            let resp = http
-                .post(format!("{base}/ldp/messages"))
-                .header("authorization", format!("Bearer {key}"))
-                .header("content-type", "application/json")
-                .body(env.to_string())
-                .send()
-                .await
-                .ok()?;
-            serde_json::from_str::<Value>(&resp.text().await.ok()?).ok()
-        }
+    let store = db.url();
+    let config = TestGateway::builder()
+        .delegate(&d.url())
+        .tenant(tenant(&key))
+        .config(|c| {
+            c.provenance.store = store;
+            c.cluster = ClusterConfig {
+                redis_url: Some(redis_url()),
+                key_prefix: format!("ldptest:{}", uuid::Uuid::new_v4().simple()),
+                replicas: 2,
+                ..ClusterConfig::default()
+            };
+        })
+        .config_file(dir.path())
+        .await;
+    let a = Serve::new(&config).start().await;
+    let b = Serve::new(&config).start().await;
+    let clients = [a.client(), b.client()].map(|c| {
+        c.with_key(Some(&key))
+            .with_from("ldp:client:cluster")
+    });
+    // An envelope answer, `None` if there was none (replica B is killed mid-run).
+    let post = |c: Client, session: String, body: Value| async move {
+        let r = c.try_post_body(&session, body, None).await.ok()?;
+        serde_json::from_slice::<Value>(&r.raw).ok()
     };
-    // Wait until both replicas see the delegate, then one session used through both.
+    // Wait until the replicas see the delegate, then one session used through both.
     let mut sid = None;
     for _ in 0..200 {
         if let Some(v) = post(
-            urls[0].clone(),
+            clients[0].clone(),
             String::new(),
             json!({"type": "SESSION_PROPOSE", "config": {}}),
         )
@@ -793,16 +547,16 @@ name = "d0"
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers: Vec<_> = (0..8)
         .map(|w| {
-            let (urls, sid, acknowledged, stop, post) =
-                (urls.clone(), sid.clone(), acknowledged.clone(), stop.clone(), post.clone());
+            let (clients, sid, acknowledged, stop) =
+                (clients.clone(), sid.clone(), acknowledged.clone(), stop.clone());
             tokio::spawn(async move {
                 let mut i = 0usize;
                 while !stop.load(Ordering::Relaxed) {
                     let task_id = format!("w{w}-{i}");
-                    let base = urls[(w + i) % 2].clone();
+                    let c = clients[(w + i) % 2].clone();
                     i += 1;
                     let body = json!({"type": "TASK_SUBMIT", "task_id": task_id, "skill": "echo", "input": "x"});
-                    if let Some(v) = post(base, sid.clone(), body).await {
+                    if let Some(v) = post(c, sid.clone(), body).await {
                         let kind = v["body"]["type"].as_str().unwrap_or("").to_owned();
                         if kind == "TASK_RESULT" || kind == "TASK_FAILED" {
                             acknowledged.lock().unwrap().push((task_id, kind));
@@ -816,11 +570,10 @@ name = "d0"
         .collect();
     // Let both replicas serve, then kill -9 replica B mid-run; A carries on.
     let served = |n: usize| acknowledged.lock().unwrap().len() >= n;
-    assert!(common::eventually(Duration::from_secs(20), || served(100)).await);
-    b.child.start_kill().unwrap();
-    b.child.wait().await.unwrap();
+    assert!(eventually(Duration::from_secs(20), || served(100)).await);
+    b.kill().await;
     let after_kill = acknowledged.lock().unwrap().len();
-    assert!(common::eventually(Duration::from_secs(20), || served(after_kill + 100)).await);
+    assert!(eventually(Duration::from_secs(20), || served(after_kill + 100)).await);
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         w.await.unwrap();
@@ -835,17 +588,7 @@ name = "d0"
         "{results} results"
     );
     // Every acknowledged outcome has exactly one row, whichever replica answered it.
-    let url = db.url();
-    let rows: Vec<(String, String)> = tokio::task::spawn_blocking(move || {
-        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        c.query("SELECT task_id, outcome FROM ledger", &[])
-            .unwrap()
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect()
-    })
-    .await
-    .unwrap();
+    let rows = postgres_outcomes(&db.url()).await;
     let mut by_task = std::collections::HashMap::new();
     for (t, o) in &rows {
         *by_task.entry(t.clone()).or_insert(0) += 1;
@@ -881,7 +624,7 @@ name = "d0"
 
 #[tokio::test]
 async fn redis_round_trips_per_task_are_one_per_shared_check() {
-    let d = echo_sim().await;
+    let d = sim(echo()).await;
     let key = new_key();
     let mut t = tenant(&key);
     let plain = replicas(1, &[d.url()], &cluster(&redis_url(), 1), &t)
@@ -899,16 +642,16 @@ async fn redis_round_trips_per_task_are_one_per_shared_check() {
     let limited = replicas(1, &[d.url()], &cluster(&redis_url(), 1), &t)
         .await
         .remove(0);
-    let api = Api::new(&key);
     let mut per_task = Vec::new();
     for gw in [&plain, &limited] {
-        let sid = api.session(gw).await;
-        assert_eq!(api.task(gw, &sid, "warm").await["type"], "TASK_RESULT");
-        let before = metric(&metrics(gw).await, "ldp_gateway_redis_calls_total");
+        let api = tenant_client(gw, &key);
+        let sid = session(&api).await;
+        assert_eq!(task(&api, &sid, "warm").await["type"], "TASK_RESULT");
+        let before = gw.metrics().await.sum("ldp_gateway_redis_calls_total");
         for _ in 0..10 {
-            assert_eq!(api.task(gw, &sid, "x").await["type"], "TASK_RESULT");
+            assert_eq!(task(&api, &sid, "x").await["type"], "TASK_RESULT");
         }
-        let after = metric(&metrics(gw).await, "ldp_gateway_redis_calls_total");
+        let after = gw.metrics().await.sum("ldp_gateway_redis_calls_total");
         per_task.push((after - before) / 10.0);
     }
     eprintln!(
@@ -930,45 +673,22 @@ async fn settling_twice_charges_once_and_lost_accounts_are_seeded_from_the_ledge
     };
     let shared = cluster(&redis_url(), 1);
     let gw = replicas(1, &[d.url()], &shared, &t).await.remove(0);
-    let c = ldp_gateway::cluster::Cluster::from_config(
-        &shared,
-        Arc::new(ldp_gateway::telemetry::Metrics::new().unwrap()),
-    )
-    .unwrap()
-    .unwrap();
+    let budget = SharedBudget::open(&shared);
     // Idempotent settle.
-    let limits = ldp_gateway::cluster::BudgetLimits {
-        day: Some(10.0),
-        month: None,
-        session: None,
-    };
-    let held = c
-        .reserve(
-            "acme",
-            "s1",
-            Duration::from_secs(60),
-            limits,
-            0.5,
-            Duration::from_secs(60),
-        )
-        .await
-        .unwrap();
-    let ldp_gateway::cluster::Reserved::Held(r) = held else {
-        panic!("{held:?}")
-    };
-    c.settle(&r, 0.25).await.unwrap();
-    c.settle(&r, 0.25).await.unwrap();
-    assert!((c.spent("acme").await.unwrap().0 - 0.25).abs() < 1e-9);
+    let held = budget.hold("acme", "s1", 10.0, 0.5).await;
+    budget.settle(&held, 0.25).await;
+    budget.settle(&held, 0.25).await;
+    assert!((budget.spent_today("acme").await - 0.25).abs() < 1e-9);
     // Tasks through the gateway add to it.
-    let api = Api::new(&key);
-    let sid = api.session(&gw).await;
+    let api = tenant_client(&gw, &key);
+    let sid = session(&api).await;
     let mut charged = 0.0;
     for _ in 0..3 {
-        let r = api.task(&gw, &sid, "x").await;
+        let r = task(&api, &sid, "x").await;
         assert_eq!(r["type"], "TASK_RESULT", "{r}");
         charged += r["provenance"]["cost_usd"].as_f64().unwrap();
     }
-    let before = c.spent("acme").await.unwrap().0;
+    let before = budget.spent_today("acme").await;
     assert!((before - (0.25 + charged)).abs() < 1e-9, "{before}");
     // Redis loses the tenant's accounts: the next task seeds them from the ledger (the three
     // tasks' costs; the direct settle above never reached the ledger) instead of from zero.
@@ -983,10 +703,10 @@ async fn settling_twice_charges_once_and_lost_accounts_are_seeded_from_the_ledge
         .query_async(&mut conn)
         .await
         .unwrap();
-    let r = api.task(&gw, &sid, "x").await;
+    let r = task(&api, &sid, "x").await;
     assert_eq!(r["type"], "TASK_RESULT", "{r}");
     let last = r["provenance"]["cost_usd"].as_f64().unwrap();
-    let after = c.spent("acme").await.unwrap().0;
+    let after = budget.spent_today("acme").await;
     assert!(
         (after - (charged + last)).abs() < 1e-9,
         "seeded {charged} from the ledger + {last}: {after}"
@@ -1001,29 +721,25 @@ async fn racing_first_tasks_on_two_replicas_leave_no_upstream_session_open() {
     let d = sim(opts).await;
     let key = new_key();
     let shared = cluster(&redis_url(), 2);
-    let gws = Arc::new(replicas(2, &[d.url()], &shared, &tenant(&key)).await);
-    let api = Api::new(&key);
-    let sid = api.session(&gws[0]).await;
+    let gws = replicas(2, &[d.url()], &shared, &tenant(&key)).await;
+    let apis: Vec<Client> = gws.iter().map(|g| tenant_client(g, &key)).collect();
+    let sid = session(&apis[0]).await;
     // Both replicas open an upstream session for the same skill at once.
-    let (a, b) = tokio::join!(api.task(&gws[0], &sid, "a"), api.task(&gws[1], &sid, "b"));
+    let (a, b) = tokio::join!(task(&apis[0], &sid, "a"), task(&apis[1], &sid, "b"));
     assert_eq!(
         (a["type"].clone(), b["type"].clone()),
         (json!("TASK_RESULT"), json!("TASK_RESULT"))
     );
     // The first to publish its binding wins; the other replica closes its own and uses the
     // winner's, so later tasks on both share one upstream session.
-    for gw in gws.iter() {
-        assert_eq!(api.task(gw, &sid, "c").await["type"], "TASK_RESULT");
+    for api in &apis {
+        assert_eq!(task(api, &sid, "c").await["type"], "TASK_RESULT");
     }
-    let (status, _) = api
-        .post(
-            &gws[1],
-            &sid,
-            json!({"type": "SESSION_CLOSE", "reason": "done"}),
-        )
+    let close = apis[1]
+        .post_body(&sid, json!({"type": "SESSION_CLOSE", "reason": "done"}))
         .await;
-    assert_eq!(status, 200);
-    let closed_all = common::eventually(Duration::from_secs(10), || {
+    assert_eq!(close.status, 200);
+    let closed_all = eventually(Duration::from_secs(10), || {
         let s = d.stats();
         s.accepted == s.closes
     })

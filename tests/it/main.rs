@@ -12,7 +12,7 @@
 mod support;
 
 mod cli;
-// mod cluster;
+mod cluster;
 mod dashboards;
 mod dialects;
 mod durability;
