@@ -27,7 +27,7 @@ fn postgres_ledger_stores_queries_and_prunes_like_sqlite() {
     pg_sql(
         "postgres",
         format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
              WHERE datname = '{}' AND application_name = 'ldp-gateway'",
             db.name
         ),
@@ -114,7 +114,15 @@ async fn a_gateway_on_postgres_records_every_outcome_and_the_cli_reads_it() {
         .config_file(dir.path())
         .await;
     let cfg = cfg.to_str().unwrap();
-    let args = ["provenance", "--session", &sid, "--format", "csv", "--config", cfg];
+    let args = [
+        "provenance",
+        "--session",
+        &sid,
+        "--format",
+        "csv",
+        "--config",
+        cfg,
+    ];
     let out = process::run(&args, &[]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let csv = String::from_utf8(out.stdout).unwrap();
@@ -446,7 +454,11 @@ async fn redis_stopped_mid_run_fails_closed_falls_back_and_recovers() {
     let r = tokio::time::timeout(Duration::from_secs(10), api.post_body("", hello()))
         .await
         .expect("a frozen Redis must not hang a HELLO");
-    assert_eq!(r.status, 200, "a frozen Redis must not stop HELLO: {}", r.json);
+    assert_eq!(
+        r.status, 200,
+        "a frozen Redis must not stop HELLO: {}",
+        r.json
+    );
     redis.signal("-CONT");
 
     // Stopped: budgets and sessions fail closed with a retryable error; limits fall back.
@@ -516,10 +528,8 @@ async fn ledger_rows_across_replicas_equal_outcomes_and_survive_kill_9() {
         .await;
     let a = Serve::new(&config).start().await;
     let b = Serve::new(&config).start().await;
-    let clients = [a.client(), b.client()].map(|c| {
-        c.with_key(Some(&key))
-            .with_from("ldp:client:cluster")
-    });
+    let clients =
+        [a.client(), b.client()].map(|c| c.with_key(Some(&key)).with_from("ldp:client:cluster"));
     // An envelope answer, `None` if there was none (replica B is killed mid-run).
     let post = |c: Client, session: String, body: Value| async move {
         let r = c.try_post_body(&session, body, None).await.ok()?;

@@ -393,7 +393,10 @@ impl Prometheus {
                     _dir: dir,
                 };
             }
-            eprintln!("prometheus exited at start, retrying:\n{}", process.output());
+            eprintln!(
+                "prometheus exited at start, retrying:\n{}",
+                process.output()
+            );
         }
         panic!("prometheus did not start (see the logs above)");
     }

@@ -28,7 +28,11 @@ async fn rfc_dialect_full_lifecycle() {
         &[FRAME, "text"],
     )))
     .await;
-    let gw = TestGateway::builder().delegate(&a.url()).delegate(&b.url()).spawn().await;
+    let gw = TestGateway::builder()
+        .delegate(&a.url())
+        .delegate(&b.url())
+        .spawn()
+        .await;
     let c = gw.client();
 
     // RFC config: preferred modes + required_trust_domain, no client domain.

@@ -100,8 +100,10 @@ fn sim_card(id: &str, quality: f64, cost: f64, latency_ms: u64) -> IdentityCard 
             json!({"name": "default", "allow_cross_domain": false, "trusted_peers": []}),
         )
         .modes(&["semantic_frame", "text"])
-        .capability(json!({"name": SHARED_SKILL, "quality": {"quality_score": quality,
-            "latency_p50_ms": latency_ms, "cost_per_call_usd": cost}}))
+        .capability(
+            json!({"name": SHARED_SKILL, "quality": {"quality_score": quality,
+            "latency_p50_ms": latency_ms, "cost_per_call_usd": cost}}),
+        )
         .build()
 }
 

@@ -335,7 +335,15 @@ async fn ledger_rows_match_what_the_client_saw() {
 async fn cli(db: &std::path::Path, session: &str, format: &str) -> String {
     let db = db.to_str().unwrap();
     let out = process::run(
-        &["provenance", "--db", db, "--session", session, "--format", format],
+        &[
+            "provenance",
+            "--db",
+            db,
+            "--session",
+            session,
+            "--format",
+            format,
+        ],
         &[],
     )
     .await;

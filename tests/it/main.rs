@@ -23,7 +23,7 @@ mod interop;
 mod ledger;
 mod resilience;
 mod routing;
-// mod security;
+mod security;
 mod signing;
 mod sim;
 mod streaming;

@@ -75,7 +75,8 @@ async fn policies_pick_by_their_weights_and_are_named_three_ways() {
 
     let m = gw.metrics().await;
     assert!(
-        m.text().contains("ldp_gateway_routing_decisions_total{delegate=\"d1\",policy=\"cheapest\"}"),
+        m.text()
+            .contains("ldp_gateway_routing_decisions_total{delegate=\"d1\",policy=\"cheapest\"}"),
         "{m}"
     );
     gw.shutdown().await;
@@ -222,7 +223,10 @@ async fn admin_registration_and_removal() {
     assert_eq!(d.json["health"], "healthy");
     assert_eq!(d.json["ldp_labels"]["ldp.delegate_id"], "ldp:delegate:b");
     let again = json!({"url": b.url(), "name": "late"});
-    assert_eq!(admin.post_json("/admin/delegates", &again).await.status, 409);
+    assert_eq!(
+        admin.post_json("/admin/delegates", &again).await.status,
+        409
+    );
     let e = admin
         .post_json("/admin/delegates", &json!({"url": "ftp://x"}))
         .await;
@@ -333,7 +337,9 @@ async fn reload_swaps_good_sets_and_keeps_the_old_one_on_errors() {
         "name = \"broken\"\n[weights]\nquality = 0.0\ncost = 0.0\nlatency = 0.0\nbogus = 1\n",
     )
     .unwrap();
-    let Resp { status, json: r, .. } = admin.post_json("/admin/reload", &json!({})).await;
+    let Resp {
+        status, json: r, ..
+    } = admin.post_json("/admin/reload", &json!({})).await;
     assert_eq!(status, 422, "{r}");
     let problems = r["problems"].as_array().unwrap();
     assert!(problems.len() >= 2, "every problem is reported: {r}");
@@ -347,7 +353,8 @@ async fn reload_swaps_good_sets_and_keeps_the_old_one_on_errors() {
     assert_eq!(names(&p), vec!["balanced", "cheapest"], "the old set stays");
     let m = gw.metrics().await;
     assert!(
-        m.text().contains("ldp_gateway_policy_reload_failures_total 1"),
+        m.text()
+            .contains("ldp_gateway_policy_reload_failures_total 1"),
         "{m}"
     );
 
@@ -393,7 +400,11 @@ async fn observed_latency_overrides_a_lying_card() {
         last = produced_by(&c, &sid).await;
     }
     assert_eq!(last, "ldp:delegate:honest");
-    let x = gw.admin().get("/admin/route?skill=s&policy=fast").await.json;
+    let x = gw
+        .admin()
+        .get("/admin/route?skill=s&policy=fast")
+        .await
+        .json;
     let liar_row = x["delegates"]
         .as_array()
         .unwrap()

@@ -133,10 +133,7 @@ fn shipped_cards() -> Vec<PathBuf> {
 
 #[test]
 fn every_shipped_card_parses_and_the_fleet_is_varied() {
-    let cards: Vec<IdentityCard> = shipped_cards()
-        .iter()
-        .map(|p| load_card(p))
-        .collect();
+    let cards: Vec<IdentityCard> = shipped_cards().iter().map(|p| load_card(p)).collect();
     assert!(cards.len() >= 6, "{} cards", cards.len());
     let distinct = |f: &dyn Fn(&IdentityCard) -> Option<String>| {
         let mut v: Vec<String> = cards.iter().filter_map(f).collect();

@@ -24,7 +24,8 @@ async fn delegate(card: IdentityCard, latency: Duration) -> ldp_gateway::sim::Si
 
 /// Submits task `task_id` of skill `s` in session `sid` to `/ldp/stream`.
 async fn submit(c: &Client, sid: &str, task_id: &str) -> Events {
-    let body = json!({"type": "TASK_SUBMIT", "task_id": task_id, "skill": "s", "input": "stream me"});
+    let body =
+        json!({"type": "TASK_SUBMIT", "task_id": task_id, "skill": "s", "input": "stream me"});
     c.open_stream(&c.envelope_json(sid, body, "text")).await
 }
 
@@ -111,7 +112,11 @@ async fn a_broken_upstream_stream_fails_over_to_another_streaming_delegate() {
         sim(opts).await
     };
     let good = delegate(streaming_card("good", 0.6, true), Duration::from_millis(50)).await;
-    let gw = TestGateway::builder().delegate(&broken.url()).delegate(&good.url()).spawn().await;
+    let gw = TestGateway::builder()
+        .delegate(&broken.url())
+        .delegate(&good.url())
+        .spawn()
+        .await;
     let c = gw.client();
     let sid = session(&c).await;
     let mut stream = submit(&c, &sid, "t-broken").await;

@@ -3,7 +3,7 @@
 //! and the gateway never routes to itself or around a loop of gateways.
 
 use crate::support::metrics::Scrape;
-use crate::support::{card, Client, TestGateway};
+use crate::support::{card, TestGateway};
 use ldp_gateway::config::{Config, DelegateConfig, RateConfig, TenantConfig};
 use ldp_gateway::sim::SimOptions;
 use serde_json::{json, Value};
@@ -225,7 +225,10 @@ async fn capability_stuffed_cards_are_refused_and_departed_series_removed() {
     gw.refresh_cards().await;
     assert_eq!(declared(&gw.metrics().await.0), 1);
     // Deregistered: no series names it any more (it read `delegate_up 1` forever before).
-    assert_eq!(gw.admin().delete("/admin/delegates/stuffed").await.status, 204);
+    assert_eq!(
+        gw.admin().delete("/admin/delegates/stuffed").await.status,
+        204
+    );
     let text = gw.metrics().await.0;
     assert_eq!(delegate_lines(&text, "stuffed"), Vec::<&str>::new());
     gw.shutdown().await;
@@ -344,7 +347,10 @@ async fn the_gateway_refuses_to_register_itself() {
     let gw = TestGateway::builder().sim(echo()).spawn().await;
     let r = gw
         .admin()
-        .post_json("/admin/delegates", &json!({"url": gw.ldp_url(), "name": "me"}))
+        .post_json(
+            "/admin/delegates",
+            &json!({"url": gw.ldp_url(), "name": "me"}),
+        )
         .await;
     assert_eq!(r.status, 400);
     let body = r.json;
@@ -387,7 +393,10 @@ async fn gateways_chained_into_a_loop_refuse_the_task() {
     // way on from either gateway is the other one.
     let b_admin = b.admin();
     let registered = b_admin
-        .post_json("/admin/delegates", &json!({"url": a.ldp_url(), "name": "a"}))
+        .post_json(
+            "/admin/delegates",
+            &json!({"url": a.ldp_url(), "name": "a"}),
+        )
         .await;
     assert_eq!(registered.status, 201, "{}", registered.json);
     assert_eq!(b_admin.delete("/admin/delegates/d0").await.status, 204);
@@ -418,7 +427,11 @@ async fn gateways_chained_into_a_loop_refuse_the_task() {
 
     eprintln!("tasks recorded across the A ⇄ B loop: {total}");
     assert!((5..=12).contains(&total), "{total} tasks across the loop");
-    assert_eq!(b.sim(0).stats().tasks, 0, "the removed delegate was not used");
+    assert_eq!(
+        b.sim(0).stats().tasks,
+        0,
+        "the removed delegate was not used"
+    );
     a.shutdown().await;
     b.shutdown().await;
 }

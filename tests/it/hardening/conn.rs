@@ -3,7 +3,7 @@
 //! close after an oversized body (16) and the tracked background work shutdown waits for (17).
 
 use crate::support::process::{self, output_within, py_code, pythons, Serve};
-use crate::support::{eventually, eventually_async, Card, Client, TestGateway};
+use crate::support::{eventually, eventually_async, Card, TestGateway};
 use ldp_gateway::config::{BudgetConfig, TenantConfig};
 use ldp_gateway::ldp::IdentityCard;
 use ldp_gateway::sim::SimOptions;
@@ -30,8 +30,10 @@ fn rss_mb() -> f64 {
 fn big_card(n: usize) -> IdentityCard {
     (0..n)
         .fold(Card::new("big"), |c, i| {
-            c.capability(json!({"name": format!("skill-{i:04}"), "description": "d".repeat(500),
-                   "quality": {"quality_score": 0.9, "latency_p50_ms": 50}}))
+            c.capability(
+                json!({"name": format!("skill-{i:04}"), "description": "d".repeat(500),
+                   "quality": {"quality_score": 0.9, "latency_p50_ms": 50}}),
+            )
         })
         .build()
 }
@@ -181,7 +183,9 @@ async fn a_task_whose_client_gave_up_settles_its_budget_and_writes_its_row() {
     // Reserved per task: 0.0015 × 1.25 = 0.001875 of 0.0025 a day, so a reservation that is
     // never settled shuts the tenant out for the day.
     let price = 0.0015;
-    let card = Card::new("slow").priced("summarize", 0.9, price, 50).build();
+    let card = Card::new("slow")
+        .priced("summarize", 0.9, price, 50)
+        .build();
     let mut opts = SimOptions::new(card);
     opts.latency = Duration::from_secs(5);
     let key = format!("key-{}", uuid::Uuid::new_v4().simple());
@@ -225,10 +229,7 @@ async fn a_task_whose_client_gave_up_settles_its_budget_and_writes_its_row() {
             "task {i}: the client times out waiting (a 5 s delegate): {gave_up:?}"
         );
         // Its row is written once the delegate stops it (cancelled upstream).
-        eventually_async(Duration::from_secs(20), || async {
-            rows().await.len() > i
-        })
-        .await;
+        eventually_async(Duration::from_secs(20), || async { rows().await.len() > i }).await;
         assert_eq!(
             rows().await.len(),
             i + 1,

@@ -162,9 +162,7 @@ impl<'a> Builder<'a> {
     /// themselves ([`super::process::Serve`]); [`Builder::sim`] is not supported here.
     pub async fn config_file(mut self, dir: &Path) -> PathBuf {
         assert!(
-            self.upstreams
-                .iter()
-                .all(|u| matches!(u, Upstream::Url(_))),
+            self.upstreams.iter().all(|u| matches!(u, Upstream::Url(_))),
             "a config file takes delegate URLs"
         );
         self.prepare(dir).await;
@@ -250,11 +248,6 @@ impl TestGateway {
     /// The `i`-th simulated delegate the builder started.
     pub fn sim(&self, i: usize) -> &SimHandle {
         &self.sims[i]
-    }
-
-    /// The SQLite ledger file (unless the config named another store).
-    pub fn db(&self) -> PathBuf {
-        self.dir.path().join("ledger.db")
     }
 
     /// An LDP client of this gateway.

@@ -12,8 +12,7 @@ use std::path::Path;
 pub async fn page(admin: &Client, query: &str) -> (Vec<LedgerRow>, Value) {
     let r = admin.get(&format!("/admin/provenance?{query}")).await;
     assert_eq!(r.status, 200, "{query}: {}", r.text());
-    let rows: Vec<LedgerRow> =
-        serde_json::from_value(r.json["rows"].clone()).expect("ledger rows");
+    let rows: Vec<LedgerRow> = serde_json::from_value(r.json["rows"].clone()).expect("ledger rows");
     assert_eq!(r.json["count"], rows.len(), "{}", r.json);
     (rows, r.json)
 }

@@ -16,7 +16,9 @@ impl Scrape {
 
     /// Sample lines (not comments).
     pub fn samples(&self) -> impl Iterator<Item = &str> {
-        self.0.lines().filter(|l| !l.starts_with('#') && !l.is_empty())
+        self.0
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
     }
 
     pub fn text(&self) -> &str {

@@ -306,7 +306,9 @@ impl Served {
         while ldp.is_none() || admin.is_none() {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let line = process
-                .line(left, |l| l.starts_with("LDP endpoint:") || l.starts_with("admin:"))
+                .line(left, |l| {
+                    l.starts_with("LDP endpoint:") || l.starts_with("admin:")
+                })
                 .await;
             let (name, url) = line.split_once(':').expect("a URL line");
             let url = Some(url.trim().to_owned());
@@ -332,11 +334,6 @@ impl Served {
     /// A client of its admin listener.
     pub fn admin(&self) -> super::Client {
         super::Client::new(&self.admin)
-    }
-
-    /// Where the harness put its ledger, if it chose the place.
-    pub fn db(&self) -> Option<PathBuf> {
-        self.dir.as_ref().map(|d| d.path().join("ledger.db"))
     }
 
     /// SIGKILL: how it ended and all it said.
