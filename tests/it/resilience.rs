@@ -542,8 +542,9 @@ async fn load_spreads_by_observed_latency() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn graceful_shutdown_loses_no_task() {
     const N: usize = 10;
-    let a = delegate("a", 0.8, Duration::from_millis(300)).await;
-    let b = delegate("b", 0.8, Duration::from_millis(300)).await;
+    // Long enough that all ten are surely running upstream at once, even on a loaded machine.
+    let a = delegate("a", 0.8, Duration::from_secs(2)).await;
+    let b = delegate("b", 0.8, Duration::from_secs(2)).await;
     // Read after the gateway (and its directory) is gone.
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ledger.db");

@@ -26,6 +26,9 @@ const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
 /// environment, which the developer's shell may fill.
 const NO_ADMIN_TOKEN: &str = "LDP_TEST_ADMIN_TOKEN_NEVER_SET";
 
+/// A change to the config, applied when the gateway is built.
+type Tweak<'a> = Box<dyn FnOnce(&mut Config) + Send + 'a>;
+
 /// A delegate the gateway is configured with, in order (`d0`, `d1`, …).
 enum Upstream {
     Url(String),
@@ -40,7 +43,7 @@ pub struct Builder<'a> {
     upstreams: Vec<Upstream>,
     healthy: Option<usize>,
     policies: Vec<(String, String)>,
-    tweaks: Vec<Box<dyn FnOnce(&mut Config) + Send + 'a>>,
+    tweaks: Vec<Tweak<'a>>,
     env: Vec<(String, String)>,
     log: Option<String>,
 }
