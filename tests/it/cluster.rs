@@ -263,6 +263,9 @@ async fn three_replicas_admit_no_more_than_one_tenant_limit() {
         assert_eq!(m.sum("ldp_gateway_redis_errors_total"), 0.0);
     }
     assert_eq!(fallbacks, 0.0);
+    for gw in gws {
+        gw.shutdown().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -316,6 +319,9 @@ async fn a_budget_shared_by_three_replicas_is_not_overshot_by_100_concurrent_tas
         "spend {spent} != charged {charged}"
     );
     assert_eq!(overshoot, 0.0);
+    for gw in gws {
+        gw.shutdown().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -670,6 +676,8 @@ async fn redis_round_trips_per_task_are_one_per_shared_check() {
     );
     // The session touch; then + tenant limit + skill limit + budget reserve + settle.
     assert_eq!(per_task, [1.0, 5.0]);
+    plain.shutdown().await;
+    limited.shutdown().await;
 }
 
 #[tokio::test]
@@ -760,4 +768,7 @@ async fn racing_first_tasks_on_two_replicas_leave_no_upstream_session_open() {
         "{} upstream sessions opened, {} closed",
         s.accepted, s.closes
     );
+    for gw in gws {
+        gw.shutdown().await;
+    }
 }

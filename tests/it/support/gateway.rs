@@ -157,7 +157,11 @@ impl<'a> Builder<'a> {
             gateway.wait_healthy(healthy, HEALTHY_WITHIN).await,
             "{healthy} delegates did not come up"
         );
-        TestGateway { gateway, sims, dir }
+        TestGateway {
+            gateway: Some(gateway),
+            sims,
+            dir: Some(dir),
+        }
     }
 
     /// Writes this config as the TOML file the real binary reads, with its ledger
@@ -202,18 +206,34 @@ impl<'a> Builder<'a> {
     }
 }
 
-/// A running in-process gateway, its simulated delegates and its files (removed on drop).
+/// A running in-process gateway, its simulated delegates and its files.
+///
+/// End it with [`TestGateway::shutdown`]: its ledger writer outlives a plain drop (until the
+/// test's runtime ends) and would put the removed ledger file back, so a drop without
+/// shutdown fails the test (unless it is already failing).
 pub struct TestGateway {
-    gateway: Gateway,
+    gateway: Option<Gateway>,
     sims: Vec<SimHandle>,
-    dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl std::ops::Deref for TestGateway {
     type Target = Gateway;
 
     fn deref(&self) -> &Gateway {
-        &self.gateway
+        self.gateway.as_ref().expect("running")
+    }
+}
+
+impl Drop for TestGateway {
+    fn drop(&mut self) {
+        if self.gateway.is_some() && !std::thread::panicking() {
+            // Keep the files rather than race the writer that would recreate them.
+            if let Some(dir) = self.dir.take() {
+                let _ = dir.keep();
+            }
+            panic!("a TestGateway was dropped without shutdown()");
+        }
     }
 }
 
@@ -236,16 +256,15 @@ impl TestGateway {
         }
     }
 
-    /// Shuts the gateway down gracefully, then removes its files.
-    pub async fn shutdown(self) {
-        let TestGateway {
-            gateway, sims, dir, ..
-        } = self;
-        gateway.shutdown().await;
-        for s in sims {
+    /// Shuts the gateway down gracefully (its ledger closed), then removes its files.
+    pub async fn shutdown(mut self) {
+        if let Some(gateway) = self.gateway.take() {
+            gateway.shutdown().await;
+        }
+        for s in std::mem::take(&mut self.sims) {
             s.shutdown().await;
         }
-        drop(dir);
+        drop(self.dir.take());
     }
 
     /// The `i`-th simulated delegate the builder started.

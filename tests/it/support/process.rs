@@ -97,7 +97,8 @@ pub fn signal(pid: u32, sig: &str) {
     assert!(ok.success(), "kill {sig} {pid}");
 }
 
-/// A running child: its stdout lines as they come, its stderr kept.
+/// A running child: its stdout lines as they come, its stderr kept. Dropped, it is killed
+/// and reaped before anything dropped after it (such as the directory its files are in).
 pub struct Running {
     child: tokio::process::Child,
     lines: mpsc::UnboundedReceiver<String>,
@@ -207,8 +208,8 @@ impl Running {
     }
 
     /// Waits for its pipes to close after it exited, then returns stdout and stderr.
-    async fn finish(self) -> String {
-        for r in self.readers {
+    async fn finish(&mut self) -> String {
+        for r in std::mem::take(&mut self.readers) {
             let _ = tokio::time::timeout(Duration::from_secs(10), r).await;
         }
         format!(
@@ -237,6 +238,21 @@ impl Running {
             let _ = self.child.kill().await;
         }
         self.finish().await
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.start_kill();
+            // Reaped within moments of SIGKILL; bounded so a drop never hangs.
+            for _ in 0..500 {
+                if !matches!(self.child.try_wait(), Ok(None)) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
     }
 }
 
