@@ -20,6 +20,7 @@ pub mod secret;
 pub mod server;
 pub mod session;
 pub mod sim;
+pub mod state;
 pub mod telemetry;
 pub mod tenant;
 pub mod translate;
