@@ -93,7 +93,8 @@ pub struct Proxy {
     upstream: UpstreamClient,
     metrics: Arc<Metrics>,
     ledger: LedgerHandle,
-    budget: RetryBudget,
+    /// Failover's retry budget (not money: that is `budgets`).
+    retries: RetryBudget,
     tenants: Tenants,
     budgets: BudgetBook,
     policy_limits: crate::limits::LimiterMap,
@@ -138,7 +139,7 @@ impl Proxy {
             cfg.security.replay_capacity,
         );
         Proxy {
-            budget: RetryBudget::new(cfg.fallback.clone()),
+            retries: RetryBudget::new(cfg.fallback.clone()),
             cfg,
             registry,
             policies: ArcSwap::from_pointee(policies),
