@@ -62,6 +62,24 @@ pub enum Refusal {
     Unavailable(String),
 }
 
+/// A refusal, with the ids of the request it answers (for the log line of a server fault).
+#[derive(Debug)]
+pub struct Refused {
+    /// Why.
+    pub refusal: Refusal,
+    /// The refused envelope's ids.
+    pub ids: RequestIds,
+}
+
+/// The ids a log line about a request carries.
+#[derive(Debug, Clone, Default)]
+pub struct RequestIds {
+    /// The envelope's `message_id`.
+    pub message_id: String,
+    /// The envelope's `session_id`.
+    pub session_id: String,
+}
+
 /// What the transport knows about a request beyond its envelope.
 #[derive(Debug, Clone)]
 pub struct RequestCtx {
@@ -93,7 +111,8 @@ pub struct Proxy {
     upstream: UpstreamClient,
     metrics: Arc<Metrics>,
     ledger: LedgerHandle,
-    budget: RetryBudget,
+    /// Failover's retry budget (not money: that is `budgets`).
+    retries: RetryBudget,
     tenants: Tenants,
     budgets: BudgetBook,
     policy_limits: crate::limits::LimiterMap,
@@ -138,7 +157,7 @@ impl Proxy {
             cfg.security.replay_capacity,
         );
         Proxy {
-            budget: RetryBudget::new(cfg.fallback.clone()),
+            retries: RetryBudget::new(cfg.fallback.clone()),
             cfg,
             registry,
             policies: ArcSwap::from_pointee(policies),
@@ -277,7 +296,7 @@ impl Proxy {
     }
 
     /// Answers one client envelope.
-    pub async fn handle(&self, env: Envelope, ctx: &RequestCtx) -> Result<Envelope, Refusal> {
+    pub async fn handle(&self, env: Envelope, ctx: &RequestCtx) -> Result<Envelope, Refused> {
         self.handle_with(env, ctx, None).await
     }
 
@@ -285,28 +304,46 @@ impl Proxy {
     /// the delegate streams) to `progress` while a task runs.
     pub async fn handle_with(
         &self,
-        env: Envelope,
+        mut env: Envelope,
+        ctx: &RequestCtx,
+        progress: Option<&tokio::sync::mpsc::Sender<Envelope>>,
+    ) -> Result<Envelope, Refused> {
+        match self.dispatch(&mut env, ctx, progress).await {
+            Ok(reply) => Ok(reply),
+            Err(refusal) => Err(Refused {
+                refusal,
+                ids: RequestIds {
+                    message_id: env.message_id,
+                    session_id: env.session_id,
+                },
+            }),
+        }
+    }
+
+    async fn dispatch(
+        &self,
+        env: &mut Envelope,
         ctx: &RequestCtx,
         progress: Option<&tokio::sync::mpsc::Sender<Envelope>>,
     ) -> Result<Envelope, Refusal> {
-        self.check_ids(&env)?;
+        self.check_ids(env)?;
         if let Some(limit) = &ctx.tenant.limit {
             self.admit(Scope::Tenant, &ctx.tenant.name, &limit.rate, || {
                 limit.check()
             })
             .await?;
         }
-        let mut env = env;
-        if self.check_signature(&env, ctx).await? == Some(crate::ldp::signing::Algorithm::Body) {
+        if self.check_signature(env, ctx).await? == Some(crate::ldp::signing::Algorithm::Body) {
             // Forward what was verified: the payload's parsed form, not its original text
             // (which could, say, repeat a key that a delegate reads differently).
             env.body
                 .canonicalize_payload()
                 .map_err(|e| Refusal::BadRequest(format!("task payload: {e}")))?;
         }
+        let env = &*env;
         match &env.body {
-            Body::Hello { .. } => Ok(self.hello(&env)),
-            Body::SessionPropose { config } => Ok(self.propose(&env, config, ctx).await),
+            Body::Hello { .. } => Ok(self.hello(env)),
+            Body::SessionPropose { config } => Ok(self.propose(env, config, ctx).await),
             Body::TaskSubmit {
                 task_id,
                 skill,
@@ -314,7 +351,7 @@ impl Proxy {
                 contract,
             } => {
                 self.submit(
-                    &env,
+                    env,
                     ctx,
                     task::TaskIn {
                         task_id,
@@ -326,8 +363,8 @@ impl Proxy {
                 )
                 .await
             }
-            Body::TaskCancel { task_id } => Ok(self.cancel(&env, ctx, task_id).await),
-            Body::SessionClose { .. } => self.close(&env, ctx).await,
+            Body::TaskCancel { task_id } => Ok(self.cancel(env, ctx, task_id).await),
+            Body::SessionClose { .. } => self.close(env, ctx).await,
             other => Err(Refusal::BadRequest(format!(
                 "the gateway does not accept {} from clients",
                 other.message_type().as_str()
@@ -403,10 +440,8 @@ pub(crate) fn owner(ctx: &RequestCtx, env: &Envelope) -> String {
 }
 
 fn upstream_failed(delegate: &Delegate, e: &UpstreamError) -> LdpError {
-    let mut err = LdpError::gateway(
-        GatewayCode::UpstreamFailed,
+    LdpError::upstream_failed(
         format!("delegate '{}' failed: {e}", delegate.name),
-    );
-    err.retryable = e.retryable();
-    err
+        e.retryable(),
+    )
 }

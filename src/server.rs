@@ -7,17 +7,14 @@
 
 mod admin;
 mod conn;
+mod error;
 mod ldp_routes;
 mod reload;
 
 use crate::config::{Config, ConfigError};
-use crate::ldp::error::GatewayCode;
-use crate::ldp::LdpError;
 use crate::provenance::Ledger;
 use crate::proxy::Proxy;
 use crate::registry::Registry;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -28,6 +25,7 @@ use tokio::task::JoinHandle;
 
 pub use admin::admin_router;
 pub use conn::{OpenConnections, WriteDeadline};
+pub use error::{telling, ApiError, ErrorKind, Telling};
 pub use ldp_routes::router;
 pub use reload::Hangup;
 
@@ -68,75 +66,6 @@ pub enum ServerError {
         /// Why.
         source: std::io::Error,
     },
-}
-
-/// A client error answered as `{"error": LdpError}` with a 4xx status.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    error: LdpError,
-    retry_after: Option<u64>,
-}
-
-impl ApiError {
-    /// An error with one of the gateway's codes; the status follows from the code.
-    pub fn new(code: GatewayCode, message: impl Into<String>) -> Self {
-        let status = match code {
-            GatewayCode::BadRequest => StatusCode::BAD_REQUEST,
-            GatewayCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            GatewayCode::Unauthenticated => StatusCode::UNAUTHORIZED,
-            GatewayCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-            GatewayCode::SessionNotFound | GatewayCode::NoEligibleDelegate => StatusCode::NOT_FOUND,
-            GatewayCode::TrustViolation
-            | GatewayCode::BudgetExceeded
-            | GatewayCode::UnknownPolicy => StatusCode::FORBIDDEN,
-            GatewayCode::SessionLimit | GatewayCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            GatewayCode::UpstreamFailed => StatusCode::BAD_GATEWAY,
-            GatewayCode::LoopDetected => StatusCode::LOOP_DETECTED,
-            GatewayCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        ApiError {
-            status,
-            error: LdpError::gateway(code, message),
-            retry_after: None,
-        }
-    }
-}
-
-impl ApiError {
-    /// HTTP 429 `RATE_LIMITED` with a `Retry-After` of at least one second.
-    pub fn rate_limited(scope: crate::limits::Scope, retry_after: Duration) -> Self {
-        let mut e = ApiError::new(
-            GatewayCode::RateLimited,
-            format!(
-                "{} rate limit reached; retry after {:.3} s",
-                scope.as_str(),
-                retry_after.as_secs_f64()
-            ),
-        );
-        e.retry_after = Some(retry_after.as_secs_f64().ceil().max(1.0) as u64);
-        e
-    }
-
-    /// The LDP error this answers with.
-    pub fn error(&self) -> &LdpError {
-        &self.error
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = axum::Json(serde_json::json!({ "error": self.error }));
-        match self.retry_after {
-            Some(secs) => (
-                self.status,
-                [(axum::http::header::RETRY_AFTER, secs.to_string())],
-                body,
-            )
-                .into_response(),
-            None => (self.status, body).into_response(),
-        }
-    }
 }
 
 /// A running gateway: both listeners, the card poller and the session sweeper.

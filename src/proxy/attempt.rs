@@ -1,15 +1,18 @@
 //! One attempt: one delegate's handling of the task (payload-mode fallback along the chain and
-//! one silent re-handshake stay on the delegate), ending in a typed outcome.
+//! one silent re-handshake stay on the delegate), ending in a typed outcome. Each exchange
+//! with the delegate is classified once ([`Exchange::of`]); what it says of the delegate's
+//! health is applied in one place ([`Proxy::judge`]).
 
 use super::hold::Held;
-use super::task::{Answer, Progress, TaskIn, TaskRun};
+use super::task::{Answer, TaskCtx, TaskRun};
 use super::{upstream_failed, Proxy, MAX_TRIES};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{
     Body, Envelope, LdpError, LineageEntry, PayloadMode, Provenance, VerificationStatus,
 };
 use crate::policy::Policy;
-use crate::session::{Binding, ClientSession};
+use crate::registry::Delegate;
+use crate::session::Binding;
 use crate::translate::{is_mode_failure, translate_input};
 use crate::upstream::UpstreamError;
 use std::sync::Arc;
@@ -20,33 +23,153 @@ use tokio::time::Instant;
 pub(super) enum Attempt {
     /// A final answer for the client.
     Done(Answer),
-    /// The delegate failed; `retryable` says whether another may be tried.
-    Failed {
-        error: LdpError,
-        reason: &'static str,
-        retryable: bool,
+    /// The delegate failed; the run decides whether another is tried.
+    Failed(Failure),
+}
+
+/// A delegate's failure at a task.
+pub(super) struct Failure {
+    /// What the client gets if no other delegate is tried.
+    pub(super) error: LdpError,
+    /// The reason code for the row and `ldp_gateway_fallbacks_total` (`timeout`, …).
+    pub(super) reason: &'static str,
+    /// Whether another delegate may be tried.
+    pub(super) retryable: bool,
+}
+
+impl Failure {
+    /// The delegate could not be reached, timed out, or answered outside the protocol.
+    pub(super) fn upstream(delegate: &Delegate, e: &UpstreamError) -> Failure {
+        Failure {
+            error: upstream_failed(delegate, e),
+            reason: e.reason(),
+            retryable: e.retryable(),
+        }
+    }
+}
+
+/// What one exchange says about the delegate's health.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Health {
+    /// It answered within the protocol (a result, or the task's own failure) after this long.
+    Answered(Duration),
+    /// It is at fault (unreachable, an error status, a retryable failure, an answer outside
+    /// the protocol); how long it took when it timed out.
+    Faulted(Option<Duration>),
+    /// Nothing learnt (a lost upstream session; a failure on the gateway's side).
+    Unknown,
+}
+
+impl Health {
+    /// What a transport error after `took` says about the delegate.
+    pub(super) fn of_error(e: &UpstreamError, took: Option<Duration>) -> Health {
+        if !e.is_delegate_fault() {
+            return Health::Unknown;
+        }
+        let timed_out = matches!(e, UpstreamError::Timeout { .. });
+        Health::Faulted(took.filter(|_| timed_out))
+    }
+}
+
+/// How one upstream exchange ended.
+enum Exchange {
+    /// A result.
+    Result {
+        output: crate::ldp::Json,
+        provenance: Option<Provenance>,
     },
+    /// The delegate no longer knows the upstream session (its TTL ran out): re-handshake.
+    SessionLost,
+    /// The payload mode failed upstream: the next mode on the chain.
+    ModeFailed(LdpError),
+    /// The task's own failure, answered properly: the client's answer.
+    Refused(LdpError),
+    /// The delegate failed.
+    Failed(Failure),
+}
+
+impl Exchange {
+    /// Classifies the delegate's answer to a TASK_SUBMIT sent in `mode` after `took`.
+    fn of(
+        answer: Result<Envelope, UpstreamError>,
+        delegate: &Delegate,
+        mode: PayloadMode,
+        may_rehandshake: bool,
+        took: Duration,
+    ) -> (Exchange, Health) {
+        let answer = match answer {
+            Ok(a) => a,
+            Err(e) => {
+                let health = Health::of_error(&e, Some(took));
+                return (Exchange::Failed(Failure::upstream(delegate, &e)), health);
+            }
+        };
+        match answer.body {
+            Body::TaskResult {
+                output, provenance, ..
+            } => (
+                Exchange::Result { output, provenance },
+                Health::Answered(took),
+            ),
+            Body::TaskFailed { error, .. }
+                if error.code == "SESSION_NOT_FOUND" && may_rehandshake =>
+            {
+                (Exchange::SessionLost, Health::Unknown)
+            }
+            Body::TaskFailed { error, .. } if is_mode_failure(&error, mode) => {
+                (Exchange::ModeFailed(error), Health::Answered(took))
+            }
+            Body::TaskFailed { error, .. } if error.retryable => {
+                let failure = Failure {
+                    error,
+                    reason: "task_failed",
+                    retryable: true,
+                };
+                (Exchange::Failed(failure), Health::Faulted(Some(took)))
+            }
+            Body::TaskFailed { error, .. } => (Exchange::Refused(error), Health::Answered(took)),
+            other => {
+                let e = UpstreamError::Unexpected {
+                    url: delegate.base_url.clone(),
+                    got: other.message_type().as_str(),
+                };
+                let failure = Failure {
+                    retryable: true,
+                    ..Failure::upstream(delegate, &e)
+                };
+                (Exchange::Failed(failure), Health::Faulted(None))
+            }
+        }
+    }
 }
 
 impl Proxy {
-    /// One delegate's handling of the task: payload-mode fallback along the chain and one
-    /// silent re-handshake stay on this delegate; anything else ends the attempt.
-    #[allow(clippy::too_many_arguments)]
+    /// Applies what an exchange says to the delegate's health (the EWMA of observed latency,
+    /// the failure count behind ejection): the one place that judges a delegate.
+    pub(super) fn judge(&self, delegate: &Delegate, health: Health) {
+        match health {
+            Health::Answered(took) => delegate.record_success(took),
+            Health::Faulted(timed_out) => {
+                delegate.record_failure(timed_out);
+            }
+            Health::Unknown => {}
+        }
+    }
+
+    /// One delegate's handling of the task, with its budget held while it runs and settled
+    /// with what it cost.
     pub(super) async fn attempt(
         &self,
-        session: &ClientSession,
-        policy: &Policy,
-        env: &Envelope,
-        task: &TaskIn<'_>,
+        t: &TaskCtx<'_>,
         run: &mut TaskRun,
         binding: Binding,
         deadline: Instant,
-        progress: Progress<'_>,
     ) -> Attempt {
         let delegate = binding.delegate.clone();
+        tracing::Span::current().record("delegate", delegate.name.as_str());
         let _in_flight = delegate.start_task();
         let reservation = match self
-            .reserve(session, &run.tenant, &delegate, task.skill)
+            .reserve(t.session, t.tenant, &delegate, t.task.skill)
             .await
         {
             Ok(r) => r,
@@ -54,20 +177,10 @@ impl Proxy {
         };
         let mut charged = 0.0;
         let outcome = self
-            .attempt_inner(
-                session,
-                policy,
-                env,
-                task,
-                run,
-                binding,
-                deadline,
-                progress,
-                &mut charged,
-            )
+            .exchanges(t, run, binding, deadline, &mut charged)
             .await;
         match reservation {
-            Some(Held::Local(r)) => self.budgets.settle(r, &session.spend, charged),
+            Some(Held::Local(r)) => self.budgets.settle(r, &t.session.spend, charged),
             Some(Held::Shared(r)) => self.settle_shared(r, charged).await,
             None => {}
         }
@@ -76,31 +189,28 @@ impl Proxy {
 
     /// How long one delegate may take: the policy's `max_latency_ms`, within what is left of
     /// the task's deadline.
-    pub(super) fn attempt_timeout(policy: &Policy, left: Duration) -> Duration {
+    fn attempt_timeout(policy: &Policy, left: Duration) -> Duration {
         policy
             .require
             .max_latency_ms
             .map_or(left, |ms| left.min(Duration::from_millis(ms)))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn attempt_inner(
+    /// The exchanges with one delegate: payload-mode fallback along the chain and one silent
+    /// re-handshake stay here; anything else ends the attempt. `charged` gets the cost.
+    async fn exchanges(
         &self,
-        session: &ClientSession,
-        policy: &Policy,
-        env: &Envelope,
-        task: &TaskIn<'_>,
+        t: &TaskCtx<'_>,
         run: &mut TaskRun,
         mut binding: Binding,
         deadline: Instant,
-        progress: Progress<'_>,
         charged: &mut f64,
     ) -> Attempt {
-        let skill = task.skill;
+        let (env, skill) = (t.env, t.task.skill);
         let delegate = binding.delegate.clone();
         let mut mode = binding.upstream.payload.mode;
         let mut rehandshaken = false;
-        let streams = progress.is_some()
+        let streams = t.progress.is_some()
             && delegate
                 .card()
                 .and_then(|c| {
@@ -108,18 +218,7 @@ impl Proxy {
                         .and_then(|cap| cap.hints.supports_streaming)
                 })
                 .unwrap_or(false);
-        if let Some(tx) = progress {
-            let routed = env.reply(
-                self.id(),
-                Body::TaskUpdate {
-                    task_id: task.task_id.to_owned(),
-                    progress: Some(0.0),
-                    message: Some(format!("routed to {}", delegate.name)),
-                },
-                PayloadMode::Text,
-            );
-            let _ = tx.try_send(routed);
-        }
+        t.tell(self.id(), Some(0.0), format!("routed to {}", delegate.name));
         loop {
             run.attempts += 1;
             run.mode = Some(mode);
@@ -130,18 +229,18 @@ impl Proxy {
                     url: delegate.base_url.clone(),
                     after: Duration::ZERO,
                 };
-                return Attempt::Failed {
-                    error: upstream_failed(&delegate, &e),
+                return Attempt::Failed(Failure {
                     reason: "timeout",
                     retryable: false,
-                };
+                    ..Failure::upstream(&delegate, &e)
+                });
             }
             if run.attempts > MAX_TRIES {
                 let e =
                     LdpError::gateway(GatewayCode::UpstreamFailed, "too many upstream attempts");
                 return Attempt::Done(Answer::Failed(e));
             }
-            let input = match translate_input(task.input, env.payload_mode, mode) {
+            let input = match translate_input(t.task.input, env.payload_mode, mode) {
                 Ok(i) => i,
                 Err(e) => {
                     let reason = format!(
@@ -157,19 +256,19 @@ impl Proxy {
                 self.id(),
                 binding.upstream.delegate_id.as_str(),
                 Body::TaskSubmit {
-                    task_id: task.task_id.to_owned(),
+                    task_id: t.task.task_id.to_owned(),
                     skill: skill.to_owned(),
                     input,
-                    contract: task.contract.cloned(),
+                    contract: t.task.contract.cloned(),
                 },
                 mode,
             );
-            let limit = Self::attempt_timeout(policy, left);
-            let hops = Some(run.hops.saturating_add(1));
+            let limit = Self::attempt_timeout(&t.policy, left);
+            let hops = Some(t.hops.saturating_add(1));
             let sent = Instant::now();
             let answer = if streams {
                 let relay = |update: Envelope| {
-                    if let (Some(tx), Body::TaskUpdate { .. }) = (progress, &update.body) {
+                    if let (Some(tx), Body::TaskUpdate { .. }) = (t.progress, &update.body) {
                         let mut update = update;
                         update.session_id = env.session_id.clone();
                         update.from = self.id().to_owned();
@@ -187,59 +286,34 @@ impl Proxy {
             };
             let took = sent.elapsed();
             run.upstream += took;
-            let answer = match answer {
-                Ok(a) => a,
-                Err(e) => {
-                    if e.is_delegate_fault() {
-                        let timed_out = matches!(e, UpstreamError::Timeout { .. });
-                        delegate.record_failure(timed_out.then_some(took));
-                    }
-                    return Attempt::Failed {
-                        error: upstream_failed(&delegate, &e),
-                        reason: e.reason(),
-                        retryable: e.retryable(),
-                    };
-                }
-            };
-            match answer.body {
-                Body::TaskResult {
-                    output, provenance, ..
-                } => {
-                    delegate.record_success(took);
-                    let provenance =
-                        self.route_provenance(session, policy, &binding, mode, provenance, run);
+            let (exchange, health) = Exchange::of(answer, &delegate, mode, !rehandshaken, took);
+            self.judge(&delegate, health);
+            match exchange {
+                Exchange::Result { output, provenance } => {
+                    let provenance = self.route_provenance(t, &binding, mode, provenance, run);
                     *charged = provenance
                         .cost_usd
                         .or_else(|| self.declared_cost(&delegate, skill))
                         .unwrap_or(0.0);
                     return Attempt::Done(Answer::Result { output, provenance });
                 }
-                Body::TaskFailed { error, .. }
-                    if error.code == "SESSION_NOT_FOUND" && !rehandshaken =>
-                {
-                    // The delegate's TTL ran out: one silent re-handshake with the same delegate.
+                Exchange::SessionLost => {
                     rehandshaken = true;
-                    if session
-                        .unbind(skill, &binding.upstream.session_id)
-                        .is_some()
-                    {
-                        self.unshare_binding(session, skill).await;
+                    if session_unbound(t, skill, &binding) {
+                        self.unshare_binding(t.session, skill).await;
                     }
                     // Someone already replaced it (another task here, or a replica that won
                     // the first binding): use theirs rather than open and replace again.
-                    let current = session
+                    let current = t
+                        .session
                         .binding(skill)
                         .filter(|b| Arc::ptr_eq(&b.delegate, &delegate));
                     binding = match current {
                         Some(b) => b,
-                        None => match self.open_binding(session, skill, delegate.clone()).await {
+                        None => match self.open_binding(t.session, skill, delegate.clone()).await {
                             Ok(b) => b,
                             Err(error) => {
-                                return Attempt::Failed {
-                                    reason: error.reason(),
-                                    retryable: error.retryable(),
-                                    error: upstream_failed(&delegate, &error),
-                                }
+                                return Attempt::Failed(Failure::upstream(&delegate, &error))
                             }
                         },
                     };
@@ -247,8 +321,7 @@ impl Proxy {
                     run.fallbacks.push("session_lost");
                     run.notes.push("upstream session expired; re-opened".into());
                 }
-                Body::TaskFailed { error, .. } if is_mode_failure(&error, mode) => {
-                    delegate.record_success(took);
+                Exchange::ModeFailed(error) => {
                     let Some(next) = binding.upstream.payload.next_after(mode) else {
                         return Attempt::Done(Answer::Failed(error));
                     };
@@ -257,38 +330,15 @@ impl Proxy {
                         "{mode} failed upstream ({}); fell back to {next}",
                         error.code
                     ));
-                    tracing::debug!(delegate = %delegate.name, from = %mode, to = %next, "payload mode fallback");
+                    tracing::debug!(from = %mode, to = %next, "payload mode fallback");
                     mode = next;
                     // RFC §4.3: the session continues at the lower mode.
                     binding.upstream.payload.mode = next;
-                    session.bind(skill, binding.clone());
-                    self.share_binding(session, skill, &binding).await;
+                    t.session.bind(skill, binding.clone());
+                    self.share_binding(t.session, skill, &binding).await;
                 }
-                Body::TaskFailed { error, .. } if error.retryable => {
-                    delegate.record_failure(Some(took));
-                    return Attempt::Failed {
-                        reason: "task_failed",
-                        retryable: true,
-                        error,
-                    };
-                }
-                Body::TaskFailed { error, .. } => {
-                    // The task's own failure, answered properly: not the delegate's health.
-                    delegate.record_success(took);
-                    return Attempt::Done(Answer::Failed(error));
-                }
-                other => {
-                    delegate.record_failure(None);
-                    let e = UpstreamError::Unexpected {
-                        url: delegate.base_url.clone(),
-                        got: other.message_type().as_str(),
-                    };
-                    return Attempt::Failed {
-                        error: upstream_failed(&delegate, &e),
-                        reason: e.reason(),
-                        retryable: true,
-                    };
-                }
+                Exchange::Refused(error) => return Attempt::Done(Answer::Failed(error)),
+                Exchange::Failed(failure) => return Attempt::Failed(failure),
             }
         }
     }
@@ -297,8 +347,7 @@ impl Proxy {
     /// lineage entry for the gateway's routing step.
     pub(super) fn route_provenance(
         &self,
-        session: &ClientSession,
-        policy: &Policy,
+        t: &TaskCtx<'_>,
         binding: &Binding,
         mode: PayloadMode,
         provenance: Option<Provenance>,
@@ -311,7 +360,7 @@ impl Proxy {
                 .unwrap_or_else(|| (binding.upstream.delegate_id.clone(), String::new()));
             Provenance::new(id, version, mode)
         });
-        p.session_id = Some(session.id.clone());
+        p.session_id = Some(t.session.id.clone());
         p.lineage.insert(
             0,
             LineageEntry {
@@ -320,7 +369,7 @@ impl Proxy {
                 step: "route".into(),
                 timestamp: Some(crate::ldp::now_rfc3339()),
                 verification_status: VerificationStatus::Unverified,
-                policy: Some(policy.name.0.clone()),
+                policy: Some(t.policy.name.0.clone()),
                 routed_to: Some(binding.delegate.name.clone()),
                 attempts: Some(run.attempts),
                 note: (!run.notes.is_empty()).then(|| run.notes.join("; ")),
@@ -329,4 +378,12 @@ impl Proxy {
         p.normalize();
         p
     }
+}
+
+/// Drops the session's binding for `skill` if it is still `binding`'s upstream session;
+/// whether it was.
+fn session_unbound(t: &TaskCtx<'_>, skill: &str, binding: &Binding) -> bool {
+    t.session
+        .unbind(skill, &binding.upstream.session_id)
+        .is_some()
 }

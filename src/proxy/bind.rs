@@ -1,7 +1,7 @@
 //! Bindings: reuse the session's upstream session for a skill while its delegate still fits,
 //! else ask the router for a delegate and open a new upstream session with it.
 
-use super::task::TaskRun;
+use super::task::{TaskCtx, TaskRun};
 use super::Proxy;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{LdpError, SessionConfig};
@@ -32,17 +32,23 @@ pub(super) enum Choose {
     },
 }
 
+/// The router's choice of a delegate, and why.
+pub(super) struct Picked {
+    pub(super) delegate: Arc<Delegate>,
+    pub(super) route: RouteInfo,
+}
+
 impl Proxy {
     /// The upstream binding for the task's skill: the existing one while its delegate stays
     /// healthy, in service and passes the policy (session affinity), else a newly picked
     /// delegate with a new upstream session.
     pub(super) async fn binding_for(
         &self,
-        session: &ClientSession,
-        policy: &Arc<Policy>,
+        t: &TaskCtx<'_>,
         need: &Need<'_>,
         run: &mut TaskRun,
     ) -> Result<Binding, Choose> {
+        let (session, policy) = (t.session, &t.policy);
         if let Some(b) = self.reusable(session, policy, need).await {
             return Ok(b);
         }
@@ -62,12 +68,13 @@ impl Proxy {
             exclude: &exclude,
             ..*need
         };
-        self.rebind_locked(session, policy, &need, run).await
+        let picked = self.decide(policy, &need).map_err(Choose::None)?;
+        self.bind_picked(t, &need, run, picked).await
     }
 
     /// The session's binding for the skill if its delegate still fits the policy and its own
     /// rate limit admits one more task (affinity must not let a session past that limit).
-    pub(super) async fn reusable(
+    async fn reusable(
         &self,
         session: &ClientSession,
         policy: &Policy,
@@ -79,7 +86,7 @@ impl Proxy {
 
     /// Takes a token from the delegate's own rate limit, if it has one; a refusal is counted
     /// (`ldp_gateway_rate_limited_total{scope="delegate"}`) and the caller skips the delegate.
-    pub(super) async fn admits(&self, delegate: &Delegate) -> bool {
+    async fn admits(&self, delegate: &Delegate) -> bool {
         match &delegate.limit {
             Some(limit) => self
                 .admit(
@@ -94,33 +101,38 @@ impl Proxy {
         }
     }
 
-    /// A new delegate and upstream session for the skill (failover), skipping `need.exclude`.
+    /// Binds the delegate the router chose for a failover (skipping `need.exclude`).
     pub(super) async fn rebind(
         &self,
-        session: &ClientSession,
-        policy: &Arc<Policy>,
+        t: &TaskCtx<'_>,
         need: &Need<'_>,
         run: &mut TaskRun,
+        picked: Picked,
     ) -> Result<Binding, Choose> {
-        let _guard = session.handshake.lock().await;
-        self.rebind_locked(session, policy, need, run).await
+        let _guard = t.session.handshake.lock().await;
+        self.bind_picked(t, need, run, picked).await
     }
 
-    pub(super) async fn rebind_locked(
+    /// Claims `picked` (its own rate limit) and opens an upstream session with it; the
+    /// caller holds the session's handshake lock.
+    async fn bind_picked(
         &self,
-        session: &ClientSession,
-        policy: &Arc<Policy>,
+        t: &TaskCtx<'_>,
         need: &Need<'_>,
         run: &mut TaskRun,
+        picked: Picked,
     ) -> Result<Binding, Choose> {
-        let (delegate, route) = self.pick(policy, need).await.map_err(Choose::None)?;
+        let Picked { delegate, route } = self
+            .claim(&t.policy, need, picked)
+            .await
+            .map_err(Choose::None)?;
         run.route = Some(route);
-        self.open_binding(session, need.skill, delegate.clone())
+        self.open_binding(t.session, need.skill, delegate.clone())
             .await
             .map_err(|error| Choose::Open { delegate, error })
     }
 
-    pub(super) fn still_fits(&self, b: &Binding, policy: &Policy, need: &Need<'_>) -> bool {
+    fn still_fits(&self, b: &Binding, policy: &Policy, need: &Need<'_>) -> bool {
         let index = self.registry.index();
         index
             .offers(need.skill)
@@ -132,51 +144,57 @@ impl Proxy {
             })
     }
 
-    pub(super) async fn pick(
-        &self,
-        policy: &Arc<Policy>,
-        need: &Need<'_>,
-    ) -> Result<(Arc<Delegate>, RouteInfo), LdpError> {
+    /// Asks the router for a delegate (pure: nothing is taken or counted).
+    pub(super) fn decide(&self, policy: &Arc<Policy>, need: &Need<'_>) -> Result<Picked, LdpError> {
         let index = self.registry.index();
         let (offers, statics) = index.offers_with_statics(need.skill, policy, &self.cfg.routing);
         let mut rng = fastrand::Rng::new();
-        // A delegate at its own rate limit is skipped, not failed: decide again without it.
-        let mut limited: Vec<String> = Vec::new();
-        loop {
-            let exclude: Vec<String>;
-            let need = if limited.is_empty() {
-                *need
-            } else {
-                exclude = need.exclude.iter().chain(&limited).cloned().collect();
-                Need {
-                    exclude: &exclude,
-                    ..*need
-                }
-            };
-            let p =
-                routing::decide_with(offers, &statics, policy, &need, &self.cfg.routing, &mut rng)
-                    .map_err(|e| {
-                        LdpError::gateway(GatewayCode::NoEligibleDelegate, e.to_string())
-                    })?;
-            let chosen = &offers[p.index];
-            if !self.admits(&chosen.delegate).await {
-                limited.push(chosen.delegate.name.clone());
-                continue;
-            }
-            self.metrics
-                .routing_decisions
-                .with_label_values(&[policy.name.0.as_str(), chosen.name()])
-                .inc();
-            tracing::debug!(skill = need.skill, policy = %policy.name, delegate = chosen.name(),
-                score = p.score, eligible = p.eligible, band = p.band, "routed");
-            let info = RouteInfo {
+        let p = routing::decide_with(offers, &statics, policy, need, &self.cfg.routing, &mut rng)
+            .map_err(|e| LdpError::gateway(GatewayCode::NoEligibleDelegate, e.to_string()))?;
+        let chosen = &offers[p.index];
+        Ok(Picked {
+            delegate: chosen.delegate.clone(),
+            route: RouteInfo {
                 score: p.score,
                 eligible: p.eligible,
                 band: p.band,
                 excluded: p.excluded,
+            },
+        })
+    }
+
+    /// Takes the chosen delegate's own rate-limit token; a delegate at its limit is skipped,
+    /// not failed, and the router asked again without it.
+    async fn claim(
+        &self,
+        policy: &Arc<Policy>,
+        need: &Need<'_>,
+        mut picked: Picked,
+    ) -> Result<Picked, LdpError> {
+        let mut limited: Vec<String> = Vec::new();
+        while !self.admits(&picked.delegate).await {
+            limited.push(picked.delegate.name.clone());
+            let exclude: Vec<String> = need.exclude.iter().chain(&limited).cloned().collect();
+            let need = Need {
+                exclude: &exclude,
+                ..*need
             };
-            return Ok((chosen.delegate.clone(), info));
+            picked = self.decide(policy, &need)?;
         }
+        let name = picked.delegate.name.as_str();
+        self.metrics
+            .routing_decisions
+            .with_label_values(&[policy.name.0.as_str(), name])
+            .inc();
+        tracing::debug!(
+            skill = need.skill,
+            delegate = name,
+            score = picked.route.score,
+            eligible = picked.route.eligible,
+            band = picked.route.band,
+            "routed"
+        );
+        Ok(picked)
     }
 
     pub(super) async fn open_binding(

@@ -6,17 +6,76 @@ use super::{Proxy, Refusal, RequestCtx};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, DelegationContract, Envelope, LdpError, PayloadMode, Provenance};
 use crate::policy::Policy;
+use crate::routing::Need;
 use crate::session::{Binding, ClientSession};
+use crate::tenant::Tenant;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
-/// What the task's trip produced and how.
-pub(super) struct TaskRun {
-    pub(super) tenant: Arc<crate::tenant::Tenant>,
+/// One task as it runs: what the client sent and the context it runs in. Built once by
+/// [`Proxy::submit`] and lent to every room (run, attempt, bind, hold, record), so none needs
+/// a long argument list.
+pub(super) struct TaskCtx<'a> {
+    /// The client's envelope (its session id, sender and payload mode).
+    pub(super) env: &'a Envelope,
+    /// The task as the client sent it.
+    pub(super) task: TaskIn<'a>,
+    /// The client session it runs in.
+    pub(super) session: &'a ClientSession,
+    /// The caller's tenant.
+    pub(super) tenant: &'a Arc<Tenant>,
+    /// The policy it runs under (held: a reload does not change a running task).
+    pub(super) policy: Arc<Policy>,
     /// Gateways the task passed through before this one (`x-ldp-hops`).
     pub(super) hops: u32,
+    /// Where progress events go (streaming clients only).
+    pub(super) progress: Progress<'a>,
+    /// When it arrived, for its latency, and the same as RFC 3339 text for its row.
+    pub(super) started: Instant,
+    pub(super) started_at: String,
+}
+
+impl TaskCtx<'_> {
+    /// What routing needs to know of the task (no delegate excluded yet).
+    pub(super) fn need(&self) -> Need<'_> {
+        let contract = self.task.contract;
+        Need {
+            skill: self.task.skill,
+            exclude: &[],
+            client_domain: &self.session.client_domain,
+            required_domain: self.session.required_domain.as_deref(),
+            contract_max_cost_usd: contract
+                .and_then(|c| c.policy.budget.as_ref())
+                .and_then(|b| b.max_cost_usd),
+            contract_ms_left: contract
+                .and_then(|c| c.deadline_at())
+                .map(|d| (d - chrono::Utc::now()).num_milliseconds().max(0) as u64),
+        }
+    }
+
+    /// Sends a TASK_UPDATE to a streaming client (dropped if it is not keeping up).
+    pub(super) fn tell(&self, from: &str, progress: Option<f64>, message: String) {
+        if let Some(tx) = self.progress {
+            let update = self.env.reply(
+                from,
+                Body::TaskUpdate {
+                    task_id: self.task.task_id.to_owned(),
+                    progress,
+                    message: Some(message),
+                },
+                PayloadMode::Text,
+            );
+            let _ = tx.try_send(update);
+        }
+    }
+}
+
+/// What the task's trip produced and how: filled in by the run, read by the ledger row.
+#[derive(Default)]
+pub(super) struct TaskRun {
     pub(super) binding: Option<Binding>,
     pub(super) route: Option<RouteInfo>,
     /// Upstream requests sent (mode fallbacks and re-handshakes included).
@@ -30,23 +89,7 @@ pub(super) struct TaskRun {
     pub(super) upstream: Duration,
 }
 
-impl TaskRun {
-    pub(super) fn new(tenant: Arc<crate::tenant::Tenant>, hops: u32) -> TaskRun {
-        TaskRun {
-            tenant,
-            hops,
-            binding: None,
-            route: None,
-            attempts: 0,
-            delegates: 0,
-            fallbacks: Vec::new(),
-            notes: Vec::new(),
-            mode: None,
-            upstream: Duration::ZERO,
-        }
-    }
-}
-
+/// The task's final answer for the client.
 pub(super) enum Answer {
     Result {
         output: crate::ldp::Json,
@@ -67,7 +110,28 @@ pub(super) struct TaskIn<'a> {
 pub(super) type Progress<'a> = Option<&'a mpsc::Sender<Envelope>>;
 
 impl Proxy {
+    /// Answers one TASK_SUBMIT, inside a `task` span carrying the session, task, policy and
+    /// delegate, so every log line of the task can be followed.
     pub(super) async fn submit(
+        &self,
+        env: &Envelope,
+        ctx: &RequestCtx,
+        task: TaskIn<'_>,
+        progress: Progress<'_>,
+    ) -> Result<Envelope, Refusal> {
+        let span = tracing::info_span!(
+            "task",
+            session_id = %env.session_id,
+            task_id = task.task_id,
+            policy = tracing::field::Empty,
+            delegate = tracing::field::Empty,
+        );
+        self.submit_in_span(env, ctx, task, progress)
+            .instrument(span)
+            .await
+    }
+
+    async fn submit_in_span(
         &self,
         env: &Envelope,
         ctx: &RequestCtx,
@@ -84,92 +148,73 @@ impl Proxy {
         self.admit_task_skill(ctx, task.skill).await?;
         let started = Instant::now();
         let started_at = crate::ldp::now_rfc3339();
-        let tenant = &ctx.tenant;
-        let chosen = self.task_policy(session.policy.as_deref(), ctx, task.skill);
-        let policy = match chosen {
-            Ok(p) => p,
-            Err((p, error)) => {
-                return Ok(self
-                    .refuse(
-                        env,
-                        &session,
-                        &p,
-                        &task,
-                        error,
-                        started,
-                        started_at,
-                        tenant.clone(),
-                    )
-                    .await)
-            }
+        let (policy, refused) = match self.task_policy(session.policy.as_deref(), ctx, task.skill) {
+            Ok(p) => (p, None),
+            Err((p, error)) => (p, Some(error)),
         };
-        self.check_policy_limit(&policy).await?;
-        self.budget.task();
-        session.task_started(task.task_id, task.skill);
-        let mut run = TaskRun::new(ctx.tenant.clone(), ctx.hops);
-        let answer = self
-            .run_task(&session, &policy, env, &task, &mut run, progress)
-            .await;
-        session.task_finished(task.task_id);
-        let row = self.ledger_row(&session, &policy, &task, &run, &answer, started, started_at);
-        self.count(&row, started.elapsed(), run.upstream);
+        tracing::Span::current().record("policy", policy.name.0.as_str());
+        let t = TaskCtx {
+            env,
+            task,
+            session: &session,
+            tenant: &ctx.tenant,
+            policy,
+            hops: ctx.hops,
+            progress,
+            started,
+            started_at,
+        };
+        if let Some(error) = refused {
+            // Refused before routing: the row is recorded all the same (every task has one).
+            return Ok(self
+                .finish(t, &TaskRun::default(), Answer::Failed(error))
+                .await);
+        }
+        self.check_policy_limit(&t.policy).await?;
+        self.retries.task();
+        session.task_started(t.task.task_id, t.task.skill);
+        let mut run = TaskRun::default();
+        let answer = self.run_task(&t, &mut run).await;
+        session.task_finished(t.task.task_id);
+        Ok(self.finish(t, &run, answer).await)
+    }
+
+    /// Records the task's ledger row and metrics, then answers: a result only once its
+    /// provenance is committed.
+    async fn finish(&self, t: TaskCtx<'_>, run: &TaskRun, answer: Answer) -> Envelope {
+        let row = self.ledger_row(&t, run, &answer);
+        self.count(&row, t.started.elapsed(), run.upstream);
         let recorded = self.ledger.record(row).await;
-        Ok(match (answer, recorded) {
+        let (env, task_id) = (t.env, t.task.task_id);
+        match (answer, recorded) {
             (Answer::Result { output, provenance }, Ok(())) => env.reply(
                 self.id(),
                 Body::TaskResult {
-                    task_id: task.task_id.to_owned(),
+                    task_id: task_id.to_owned(),
                     output,
                     provenance: Some(provenance),
                 },
                 env.payload_mode,
             ),
             (Answer::Result { .. }, Err(e)) => {
-                // A result is only acknowledged once its provenance is committed.
                 if once_a_second() {
-                    tracing::error!(error = %e, task_id = task.task_id, "provenance not recorded; result withheld");
+                    tracing::error!(error = %e, "provenance not recorded; result withheld");
                 }
                 let error = LdpError::gateway(
                     GatewayCode::Internal,
                     "the provenance ledger is unavailable",
                 );
-                self.task_failed(env, task.task_id, error)
+                self.task_failed(env, task_id, error)
             }
             (Answer::Failed(error), recorded) => {
                 if let Err(e) = recorded {
                     if once_a_second() {
-                        tracing::error!(error = %e, task_id = task.task_id, "provenance of a failure not recorded");
+                        tracing::error!(error = %e, "provenance of a failure not recorded");
                     }
                 }
-                self.task_failed(env, task.task_id, error)
-            }
-        })
-    }
-
-    /// Answers a task refused before routing, after recording its ledger row (every task
-    /// outcome has one).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn refuse(
-        &self,
-        env: &Envelope,
-        session: &ClientSession,
-        policy: &Policy,
-        task: &TaskIn<'_>,
-        error: LdpError,
-        started: Instant,
-        started_at: String,
-        tenant: Arc<crate::tenant::Tenant>,
-    ) -> Envelope {
-        let run = TaskRun::new(tenant, 0);
-        let answer = Answer::Failed(error.clone());
-        let row = self.ledger_row(session, policy, task, &run, &answer, started, started_at);
-        self.count(&row, started.elapsed(), Duration::ZERO);
-        if let Err(e) = self.ledger.record(row).await {
-            if once_a_second() {
-                tracing::error!(error = %e, task_id = task.task_id, "provenance of a refusal not recorded");
+                self.task_failed(env, task_id, error)
             }
         }
-        self.task_failed(env, task.task_id, error)
     }
 }
 

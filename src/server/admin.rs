@@ -34,7 +34,15 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .merge(admin)
+        .layer(middleware::from_fn_with_state(state.clone(), report_errors))
         .with_state(state)
+}
+
+/// Reports error answers (counted and logged by [`super::error::report`]).
+async fn report_errors(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    super::error::report(s.proxy.metrics(), "admin", &resp);
+    resp
 }
 
 async fn require_token(State(s): State<AppState>, req: Request, next: Next) -> Response {
