@@ -5,19 +5,17 @@
 mod admission;
 mod attempt;
 mod bind;
-mod budget;
 mod card;
 mod close;
 mod handshake;
 mod hold;
 mod record;
+mod retries;
 mod run;
-mod sessions;
 mod task;
 
-pub use budget::RetryBudget;
+pub use retries::RetryBudget;
 
-use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, Envelope, LdpError, PayloadMode};
@@ -27,6 +25,7 @@ use crate::provenance::LedgerHandle;
 use crate::registry::{Delegate, Registry};
 use crate::routing::{self, Explanation, Need};
 use crate::session::SessionTable;
+use crate::state::{Budgets, LimitStore, Limits, Nonces, SessionStore, Sessions, Stores};
 use crate::telemetry::Metrics;
 use crate::tenant::{Tenant, Tenants, ANONYMOUS};
 use crate::upstream::{UpstreamClient, UpstreamError};
@@ -107,21 +106,24 @@ pub struct Proxy {
     cfg: Arc<Config>,
     registry: Arc<Registry>,
     policies: ArcSwap<PolicySet>,
-    sessions: SessionTable,
+    /// Client sessions (a single node's table, or shared through Redis).
+    sessions: Sessions,
     upstream: UpstreamClient,
     metrics: Arc<Metrics>,
     ledger: LedgerHandle,
     /// Failover's retry budget (not money: that is `budgets`).
     retries: RetryBudget,
     tenants: Tenants,
-    budgets: BudgetBook,
+    /// Money held and spent (not failover's retry budget: that is `retries`).
+    budgets: Budgets,
+    /// Rate-limit admission.
+    limits: Limits,
     policy_limits: crate::limits::LimiterMap,
-    replay: crate::ldp::replay::ReplayGuard,
+    /// Replay nonces of signed messages.
+    nonces: Nonces,
+    /// Cluster mode: the Redis connection, which only `/readyz` asks directly.
+    redis: Option<crate::state::redis::Redis>,
     version: String,
-    /// Cluster mode: limits, budgets, sessions and nonces shared through Redis.
-    cluster: Option<Arc<Cluster>>,
-    /// Local limiters at limit ÷ replicas, used while Redis does not answer.
-    fallback_limits: crate::limits::LimiterMap,
     /// Work spawned on request paths that outlives its request (upstream closes, settle
     /// retries, cancels, tasks whose client left): shutdown waits for it.
     tasks: tokio_util::task::TaskTracker,
@@ -152,39 +154,54 @@ impl Proxy {
             .model_version
             .clone()
             .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned());
-        let replay = crate::ldp::replay::ReplayGuard::new(
-            cfg.security.replay_window,
-            cfg.security.replay_capacity,
-        );
+        let Stores {
+            limits,
+            budgets,
+            sessions,
+            nonces,
+            redis,
+        } = Stores::local(&cfg);
         Proxy {
             retries: RetryBudget::new(cfg.fallback.clone()),
             cfg,
             registry,
             policies: ArcSwap::from_pointee(policies),
-            sessions: SessionTable::default(),
+            sessions,
             upstream,
             metrics,
             ledger,
             tenants,
-            budgets: BudgetBook::default(),
+            budgets,
+            limits,
             policy_limits: Default::default(),
-            replay,
+            nonces,
+            redis,
             version,
-            cluster: None,
-            fallback_limits: Default::default(),
             tasks: tokio_util::task::TaskTracker::new(),
         }
     }
 
-    /// The same core in cluster mode: state shared with the other replicas through `cluster`.
-    pub fn with_cluster(mut self, cluster: Option<Arc<Cluster>>) -> Proxy {
-        self.cluster = cluster;
+    /// The same core with `stores` (chosen at start: [`Stores::from_config`]) in place of a
+    /// single node's.
+    pub fn with_stores(mut self, stores: Stores) -> Proxy {
+        let Stores {
+            limits,
+            budgets,
+            sessions,
+            nonces,
+            redis,
+        } = stores;
+        (self.limits, self.budgets, self.sessions) = (limits, budgets, sessions);
+        (self.nonces, self.redis) = (nonces, redis);
         self
     }
 
-    /// The shared state, in cluster mode.
-    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
-        self.cluster.as_ref()
+    /// Cluster mode: whether the shared state (Redis) answers now; `None` on a single node.
+    pub async fn shared_state_ready(&self) -> Option<bool> {
+        match &self.redis {
+            Some(r) => Some(r.ping().await),
+            None => None,
+        }
     }
 
     /// Housekeeping, run by the sweeper: expired sessions closed, and every keyed map of
@@ -196,7 +213,7 @@ impl Proxy {
             }
         }
         self.policy_limits.retain_recent();
-        self.fallback_limits.retain_recent();
+        self.limits.prune();
         self.sweep_expired().await
     }
 
@@ -208,7 +225,7 @@ impl Proxy {
             .iter()
             .filter_map(|t| t.skill_limit.as_ref().map(|l| l.len()))
             .sum();
-        skill + self.policy_limits.len() + self.fallback_limits.len()
+        skill + self.policy_limits.len() + self.limits.keys()
     }
 
     /// The tenants.
@@ -216,9 +233,10 @@ impl Proxy {
         &self.tenants
     }
 
-    /// The budget book (spend per tenant).
+    /// This process's budget book (a single node's spend per tenant; empty in cluster mode,
+    /// whose spend is in Redis).
     pub fn budgets(&self) -> &BudgetBook {
-        &self.budgets
+        self.budgets.book()
     }
 
     /// The registry.
@@ -264,9 +282,9 @@ impl Proxy {
         &self.metrics
     }
 
-    /// The client session table.
+    /// This process's client sessions (its copies, in cluster mode).
     pub fn sessions(&self) -> &SessionTable {
-        &self.sessions
+        self.sessions.table()
     }
 
     /// The upstream client.
@@ -381,6 +399,24 @@ impl Proxy {
             },
             env.payload_mode,
         )
+    }
+
+    /// The live session `id` if `owner` opened it (its idle clock restarts everywhere); a
+    /// copy of a session found gone has its upstream sessions closed. `Err` when the shared
+    /// state does not answer.
+    async fn session(
+        &self,
+        id: &str,
+        owner: &str,
+    ) -> Result<Option<Arc<crate::session::ClientSession>>, LdpError> {
+        let found = self.sessions.get(id, owner).await.map_err(|e| {
+            LdpError::gateway(
+                GatewayCode::Unavailable,
+                format!("session not checked: {e}"),
+            )
+        })?;
+        self.close_later(found.stale);
+        Ok(found.session)
     }
 
     fn session_not_found(&self, env: &Envelope) -> LdpError {

@@ -57,7 +57,7 @@ pub enum ServerError {
     Metrics(#[from] prometheus::Error),
     /// Cluster mode could not be set up (a bad `redis_url`).
     #[error("cluster: {0}")]
-    Cluster(#[from] crate::cluster::ClusterError),
+    Cluster(#[from] crate::state::StoreError),
     /// A listener could not bind.
     #[error("cannot listen on {addr}")]
     Bind {
@@ -129,18 +129,22 @@ impl Gateway {
         let ledger = Ledger::start(backend, p.durability, p.queue_capacity, metrics.clone());
         let tenants = crate::tenant::Tenants::from_config(&config.tenants)
             .map_err(|e| ConfigError::Invalid(vec![e]))?;
-        let cluster = crate::cluster::Cluster::from_config(&config.cluster, metrics.clone())?;
-        let proxy = Arc::new(
-            Proxy::new(
-                config.clone(),
-                registry.clone(),
-                policies,
-                metrics,
-                ledger.handle(),
-                tenants,
-            )
-            .with_cluster(cluster),
+        let proxy = Proxy::new(
+            config.clone(),
+            registry.clone(),
+            policies,
+            metrics.clone(),
+            ledger.handle(),
+            tenants,
         );
+        // Chosen once: this process's state, or Redis shared with the other replicas.
+        let stores = crate::state::Stores::from_config(
+            &config,
+            registry.clone(),
+            metrics,
+            proxy.tasks().clone(),
+        )?;
+        let proxy = Arc::new(proxy.with_stores(stores));
         proxy.restore_spend().await;
         for d in &config.delegates {
             if let Some(var) = &d.signing_secret_env {

@@ -8,6 +8,7 @@ use crate::ldp::LdpError;
 use crate::ldp::{Body, Envelope};
 use crate::limits::Scope;
 use crate::policy::Policy;
+use crate::state::{LimitStore, NonceRefusal, NonceStore};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,35 +48,20 @@ impl Proxy {
         }
     }
 
-    /// One admission by the limit `rate` of `scope` at `key`. Cluster mode: shared by every
-    /// replica (Redis GCRA); while Redis does not answer, a local limiter at limit ÷ replicas
-    /// decides (counted in `ldp_gateway_rate_limit_local_fallbacks_total`). Single node:
-    /// `local` decides.
+    /// One admission by the limit `rate` of `scope` at `key`, decided by the limit store:
+    /// single node, `local` (this process's limiter for it); cluster mode, shared by every
+    /// replica (`crate::state::limits`).
     pub(super) async fn admit(
         &self,
         scope: Scope,
         key: &str,
         rate: &RateConfig,
-        local: impl FnOnce() -> Result<(), Duration>,
+        local: impl FnOnce() -> Result<(), Duration> + Send,
     ) -> Result<(), Refusal> {
-        let decided = match &self.cluster {
-            None => local(),
-            Some(c) => {
-                let key = format!("{}:{key}", scope.as_str());
-                match c.admit(&key, rate).await {
-                    Ok(decided) => decided,
-                    Err(_) => {
-                        self.metrics
-                            .rate_limit_fallbacks
-                            .with_label_values(&[scope.as_str()])
-                            .inc();
-                        let share = crate::limits::share(rate, c.replicas());
-                        self.fallback_limits.check(&key, &share)
-                    }
-                }
-            }
-        };
-        decided.map_err(|wait| self.limited(scope, wait))
+        self.limits
+            .admit(scope, key, rate, local)
+            .await
+            .map_err(|wait| self.limited(scope, wait))
     }
 
     /// Counts a refusal by a rate limit.
@@ -121,26 +107,12 @@ impl Proxy {
         }
         let alg = crate::ldp::signing::verify(env, secret.expose())
             .map_err(|e| Refusal::Unauthenticated(format!("signature rejected: {e}")))?;
-        let Some(c) = &self.cluster else {
-            return self
-                .replay
-                .check_envelope(env, chrono::Utc::now())
-                .map(|()| Some(alg))
-                .map_err(|e| Refusal::Unauthenticated(format!("message rejected: {e}")));
-        };
-        // Cluster mode: freshness here, first use anywhere in the cluster in Redis.
-        let window = self.cfg.security.replay_window;
-        crate::ldp::replay::check_fresh(&env.timestamp, chrono::Utc::now(), window)
-            .map_err(|e| Refusal::Unauthenticated(format!("message rejected: {e}")))?;
-        match c
-            .first_use(&env.message_id, env.nonce.as_deref().unwrap_or(""), window)
-            .await
-        {
-            Ok(true) => Ok(Some(alg)),
-            Ok(false) => Err(Refusal::Unauthenticated(
-                "message rejected: this message id and nonce were already used".into(),
-            )),
-            Err(e) => Err(Refusal::Unavailable(format!(
+        match self.nonces.first_use(env, chrono::Utc::now()).await {
+            Ok(()) => Ok(Some(alg)),
+            Err(NonceRefusal::Rejected(e)) => {
+                Err(Refusal::Unauthenticated(format!("message rejected: {e}")))
+            }
+            Err(NonceRefusal::Unavailable(e)) => Err(Refusal::Unavailable(format!(
                 "signed message not checked for replay: {e}"
             ))),
         }

@@ -3,7 +3,6 @@
 //! with the delegate is classified once ([`Exchange::of`]); what it says of the delegate's
 //! health is applied in one place ([`Proxy::judge`]).
 
-use super::hold::Held;
 use super::task::{Answer, TaskCtx, TaskRun};
 use super::{upstream_failed, Proxy, MAX_TRIES};
 use crate::ldp::error::GatewayCode;
@@ -13,6 +12,7 @@ use crate::ldp::{
 use crate::policy::Policy;
 use crate::registry::Delegate;
 use crate::session::Binding;
+use crate::state::SessionStore;
 use crate::translate::{is_mode_failure, translate_input};
 use crate::upstream::UpstreamError;
 use std::sync::Arc;
@@ -179,10 +179,8 @@ impl Proxy {
         let outcome = self
             .exchanges(t, run, binding, deadline, &mut charged)
             .await;
-        match reservation {
-            Some(Held::Local(r)) => self.budgets.settle(r, &t.session.spend, charged),
-            Some(Held::Shared(r)) => self.settle_shared(r, charged).await,
-            None => {}
+        if let Some(hold) = reservation {
+            self.settle(hold, t.session, charged).await;
         }
         outcome
     }
@@ -300,7 +298,7 @@ impl Proxy {
                 Exchange::SessionLost => {
                     rehandshaken = true;
                     if session_unbound(t, skill, &binding) {
-                        self.unshare_binding(t.session, skill).await;
+                        self.sessions.unshare_binding(t.session, skill).await;
                     }
                     // Someone already replaced it (another task here, or a replica that won
                     // the first binding): use theirs rather than open and replace again.
@@ -335,7 +333,9 @@ impl Proxy {
                     // RFC §4.3: the session continues at the lower mode.
                     binding.upstream.payload.mode = next;
                     t.session.bind(skill, binding.clone());
-                    self.share_binding(t.session, skill, &binding).await;
+                    self.sessions
+                        .share_binding(t.session, skill, &binding)
+                        .await;
                 }
                 Exchange::Refused(error) => return Attempt::Done(Answer::Failed(error)),
                 Exchange::Failed(failure) => return Attempt::Failed(failure),

@@ -9,6 +9,7 @@ use crate::policy::Policy;
 use crate::registry::Delegate;
 use crate::routing::{self, Need, Offer};
 use crate::session::{Binding, ClientSession};
+use crate::state::SessionStore;
 use crate::upstream::UpstreamError;
 use std::sync::Arc;
 
@@ -225,13 +226,17 @@ impl Proxy {
         match session.bind(skill, binding.clone()) {
             Some(old) => {
                 self.close_later(vec![old]);
-                self.share_binding(session, skill, &binding).await;
+                self.sessions.share_binding(session, skill, &binding).await;
             }
             None => {
                 // The session's first binding for the skill: another replica may have opened
                 // one at the same moment. The first to publish wins; the other closes its
                 // own (nobody else knows it) and uses the winner's.
-                if let Some(winner) = self.share_first_binding(session, skill, &binding).await {
+                if let Some(winner) = self
+                    .sessions
+                    .share_first_binding(session, skill, &binding)
+                    .await
+                {
                     session.bind(skill, winner.clone());
                     self.close_later(vec![std::mem::replace(&mut binding, winner)]);
                 }

@@ -4,6 +4,7 @@
 use super::{owner, Proxy, Refusal, RequestCtx};
 use crate::ldp::{Body, Envelope, PayloadMode};
 use crate::session::Binding;
+use crate::state::SessionStore;
 use crate::upstream::UpstreamClient;
 
 async fn close_all(upstream: &UpstreamClient, bindings: Vec<Binding>) {
@@ -106,9 +107,10 @@ impl Proxy {
         // Closing twice, or closing an unknown session, is acknowledged the same way: the
         // caller cannot learn whether someone else's session id exists.
         let bindings = self
-            .end_session(&env.session_id, &owner(ctx, env))
+            .sessions
+            .close(&env.session_id, &owner(ctx, env))
             .await
-            .map_err(|e| Refusal::Unavailable(e.message))?;
+            .map_err(|e| Refusal::Unavailable(format!("session not closed: {e}")))?;
         self.close_later(bindings);
         Ok(env.reply(
             self.id(),
@@ -130,7 +132,7 @@ impl Proxy {
 
     /// Removes expired sessions and closes their upstream sessions; returns how many expired.
     pub async fn sweep_expired(&self) -> usize {
-        let (n, bindings) = self.expired_bindings().await;
+        let (n, bindings) = self.sessions.take_expired().await;
         if n > 0 {
             tracing::debug!(sessions = n, upstream = bindings.len(), "sessions expired");
         }
@@ -141,11 +143,7 @@ impl Proxy {
     /// Closes every session and its upstream sessions (shutdown). In cluster mode the
     /// sessions live on in the other replicas: only this replica's copies are dropped.
     pub async fn close_everything(&self) {
-        let sessions = self.sessions.take_all();
-        if self.cluster.is_some() {
-            return;
-        }
-        let bindings: Vec<Binding> = sessions.iter().flat_map(|s| s.take_bindings()).collect();
+        let bindings = self.sessions.take_all();
         close_all(&self.upstream, bindings).await;
     }
 }

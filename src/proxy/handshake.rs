@@ -6,6 +6,7 @@ use crate::ldp::error::GatewayCode;
 use crate::ldp::negotiate;
 use crate::ldp::{Body, Envelope, LdpError, PayloadMode, SessionConfig};
 use crate::session::NewSession;
+use crate::state::{OpenError, SessionStore};
 use std::time::Duration;
 
 impl Proxy {
@@ -94,7 +95,7 @@ impl Proxy {
             .map(Duration::from_secs)
             .unwrap_or(self.cfg.sessions.default_ttl)
             .clamp(floor, self.cfg.sessions.max_ttl.max(floor));
-        let opened = self.sessions.open_limited(
+        let opened = self.sessions.open(
             NewSession {
                 owner: owner(ctx, env),
                 tenant: tenant.name.clone(),
@@ -107,14 +108,15 @@ impl Proxy {
             self.cfg.security.max_sessions,
             tenant.max_sessions,
         );
-        let session = match opened {
+        let session = match opened.await {
             Ok(s) => s,
-            Err(e) => return self.reject(env, GatewayCode::SessionLimit, e.to_string()),
+            Err(OpenError::Limit(e)) => {
+                return self.reject(env, GatewayCode::SessionLimit, e.to_string())
+            }
+            Err(e @ OpenError::Unavailable(_)) => {
+                return self.reject(env, GatewayCode::Unavailable, e.to_string())
+            }
         };
-        if let Err(e) = self.share_session(&session).await {
-            self.sessions.forget(&session.id);
-            return self.reject(env, GatewayCode::Unavailable, e.message);
-        }
         tracing::debug!(session_id = %session.id, mode = %payload.mode, "session accepted");
         let mut reply = env.reply(
             self.id(),

@@ -1,94 +1,76 @@
 //! Holds: money reserved against budgets while a task runs, settled with what it cost; spend
-//! restored from the ledger at start.
+//! restored from the ledger at start. Where the money is kept (this process or Redis) is the
+//! budget store's business (`crate::state::budgets`).
 
 use super::Proxy;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::LdpError;
+use crate::provenance::LedgerError;
 use crate::registry::Delegate;
 use crate::session::ClientSession;
+use crate::state::{BudgetStore, Hold, Reserved, StoreError};
 use crate::tenant::Tenant;
-use std::time::Duration;
 
-/// Money held against budgets while a task runs.
-pub(super) enum Held {
-    /// In this process.
-    Local(crate::limits::Reservation),
-    /// In Redis (cluster mode).
-    Shared(crate::cluster::SharedReservation),
+/// Why a tenant's spend could not be seeded from the ledger.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SeedError {
+    /// The ledger could not be read.
+    #[error("past spend not read from the ledger: {0}")]
+    Ledger(#[from] LedgerError),
+    /// The budget store did not take it.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 impl Proxy {
-    /// Reserves the delegate's declared cost against the tenant's and the session's budgets:
-    /// in this process, or in cluster mode atomically across replicas (refused, retryable,
-    /// when Redis does not answer: a budget is never guessed).
+    /// Reserves the delegate's declared cost against the tenant's and the session's budgets
+    /// (refused, retryable, when the shared state does not answer: a budget is never
+    /// guessed). An account the store has lost is seeded from the ledger, once.
     pub(super) async fn reserve(
         &self,
         session: &ClientSession,
         tenant: &Tenant,
         delegate: &Delegate,
         skill: &str,
-    ) -> Result<Option<Held>, LdpError> {
+    ) -> Result<Option<Hold>, LdpError> {
         let b = &tenant.budget;
         if b.usd_per_day.is_none() && b.usd_per_month.is_none() && b.usd_per_session.is_none() {
             return Ok(None);
         }
         let declared = self.declared_cost(delegate, skill).unwrap_or(0.0);
         let amount = declared * self.cfg.routing.budget_reserve_factor;
-        let exceeded = |e: crate::limits::BudgetExceeded| {
-            LdpError::gateway(GatewayCode::BudgetExceeded, e.to_string())
-        };
-        let Some(c) = &self.cluster else {
-            return self
-                .budgets
-                .reserve(&tenant.name, b, &session.spend, amount)
-                .map(|r| Some(Held::Local(r)))
-                .map_err(exceeded);
-        };
-        let limits = crate::cluster::BudgetLimits {
-            day: b.usd_per_day,
-            month: b.usd_per_month,
-            session: b.usd_per_session,
-        };
-        let unavailable = |e: String| {
+        let unavailable = |e: &dyn std::fmt::Display| {
             LdpError::gateway(GatewayCode::Unavailable, format!("budget not checked: {e}"))
         };
-        // Longer than any task may take: a reservation stranded by a lost reply lapses.
-        let hold = self.cfg.upstream.task_timeout * 2 + Duration::from_secs(60);
         for seeded in [false, true] {
-            let reserved = c
-                .reserve(&tenant.name, &session.id, session.ttl, limits, amount, hold)
+            let reserved = self
+                .budgets
+                .reserve(&tenant.name, b, session, amount)
                 .await
-                .map_err(|e| unavailable(e.to_string()))?;
+                .map_err(|e| unavailable(&e))?;
             match reserved {
-                crate::cluster::Reserved::Held(r) => return Ok(Some(Held::Shared(r))),
-                crate::cluster::Reserved::Exceeded(e) => return Err(exceeded(e)),
-                crate::cluster::Reserved::Unseeded if !seeded => {
-                    self.seed_spend(&tenant.name).await.map_err(unavailable)?;
+                Reserved::Held(h) => return Ok(Some(h)),
+                Reserved::Exceeded(e) => {
+                    return Err(LdpError::gateway(
+                        GatewayCode::BudgetExceeded,
+                        e.to_string(),
+                    ))
                 }
-                crate::cluster::Reserved::Unseeded => break,
+                Reserved::Unseeded if !seeded => {
+                    self.seed_spend(&tenant.name)
+                        .await
+                        .map_err(|e| unavailable(&e))?;
+                }
+                Reserved::Unseeded => break,
             }
         }
-        Err(unavailable("the tenant's spend could not be seeded".into()))
+        Err(unavailable(&"the tenant's spend could not be seeded"))
     }
 
-    /// Settles a reservation held in Redis. Settling is idempotent, so a failed attempt is
-    /// retried in the background (the reservation itself lapses after its hold time), as
-    /// tracked work so that shutdown waits for it.
-    pub(super) async fn settle_shared(&self, r: crate::cluster::SharedReservation, charged: f64) {
-        let Some(c) = &self.cluster else { return };
-        if c.settle(&r, charged).await.is_ok() {
-            return;
-        }
-        let c = c.clone();
-        self.spawn_tracked(async move {
-            for wait in [100, 1_000, 5_000, 30_000] {
-                tokio::time::sleep(Duration::from_millis(wait)).await;
-                if c.settle(&r, charged).await.is_ok() {
-                    return;
-                }
-            }
-            tracing::error!(charged, "budget settle not recorded in the shared state");
-        });
+    /// Releases `hold` and charges `charged` (what cannot be recorded now is retried in the
+    /// background, as tracked work).
+    pub(super) async fn settle(&self, hold: Hold, session: &ClientSession, charged: f64) {
+        self.budgets.settle(hold, session, charged).await;
     }
 
     /// The card's price for `skill`: the declared price, else its cost tier's price.
@@ -101,7 +83,8 @@ impl Proxy {
 
 impl Proxy {
     /// Restores each budgeted tenant's spend for the current UTC day and month from the
-    /// ledger, so budgets survive a restart.
+    /// ledger, so budgets survive a restart. In cluster mode every replica reads the same
+    /// shared ledger; the first one seeds Redis.
     pub async fn restore_spend(&self) {
         let budgeted = self
             .tenants
@@ -120,46 +103,35 @@ impl Proxy {
             return;
         };
         for t in self.tenants.all() {
-            let find = |v: &[(String, f64)]| {
-                v.iter()
-                    .find(|(n, _)| *n == t.name)
-                    .map_or(0.0, |(_, s)| *s)
-            };
-            match &self.cluster {
-                // Every replica reads the same shared ledger; the first one seeds Redis.
-                Some(c) => {
-                    if let Err(e) = c.restore_spend(&t.name, find(&d), find(&m)).await {
-                        tracing::warn!(tenant = %t.name, error = %e, "spend not restored into the shared state");
-                    }
-                }
-                None => self.budgets.restore(&t.name, find(&d), find(&m)),
+            if let Err(e) = self
+                .budgets
+                .seed(&t.name, spend_of(&d, &t.name), spend_of(&m, &t.name))
+                .await
+            {
+                tracing::warn!(tenant = %t.name, error = %e, "spend not restored into the shared state");
             }
         }
     }
 
-    /// Cluster mode: seeds `tenant`'s day and month accounts in Redis from the ledger (Redis
-    /// lost them, or was away when the replicas started). Replicas racing here write the
-    /// same sums; the first wins.
-    pub(crate) async fn seed_spend(&self, tenant: &str) -> Result<(), String> {
-        let Some(c) = &self.cluster else {
-            return Ok(());
-        };
+    /// Seeds `tenant`'s day and month accounts from the ledger (cluster mode: Redis lost
+    /// them, or was away when the replicas started). Replicas racing here write the same
+    /// sums; the first wins.
+    pub(crate) async fn seed_spend(&self, tenant: &str) -> Result<(), SeedError> {
         let (day, month) = crate::limits::budget::period_starts(chrono::Utc::now());
-        let d = self
-            .ledger
-            .spend_since(day)
-            .await
-            .map_err(|e| e.to_string())?;
-        let m = self
-            .ledger
-            .spend_since(month)
-            .await
-            .map_err(|e| e.to_string())?;
-        let find =
-            |v: &[(String, f64)]| v.iter().find(|(n, _)| n == tenant).map_or(0.0, |(_, s)| *s);
+        let d = self.ledger.spend_since(day).await?;
+        let m = self.ledger.spend_since(month).await?;
         tracing::info!(tenant, "seeding shared budget accounts from the ledger");
-        c.restore_spend(tenant, find(&d), find(&m))
-            .await
-            .map_err(|e| e.to_string())
+        self.budgets
+            .seed(tenant, spend_of(&d, tenant), spend_of(&m, tenant))
+            .await?;
+        Ok(())
     }
+}
+
+/// `tenant`'s sum in a ledger spend list (0 if it spent nothing).
+fn spend_of(spend: &[(String, f64)], tenant: &str) -> f64 {
+    spend
+        .iter()
+        .find(|(n, _)| n == tenant)
+        .map_or(0.0, |(_, s)| *s)
 }

@@ -9,6 +9,7 @@ use super::Proxy;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::LdpError;
 use crate::routing::Need;
+use crate::state::SessionStore;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -59,7 +60,7 @@ impl Proxy {
                         Attempt::Done(answer) => return answer,
                         Attempt::Failed(failure) => {
                             if t.session.unbind_delegate(skill, &delegate).is_some() {
-                                self.unshare_binding(t.session, skill).await;
+                                self.sessions.unshare_binding(t.session, skill).await;
                             }
                             (delegate, failure)
                         }

@@ -147,10 +147,7 @@ mod tests {
 async fn readyz(State(s): State<AppState>) -> Response {
     let healthy = s.proxy.registry().healthy_count();
     let ledger = s.proxy.ledger().healthy(READY_DEADLINE).await;
-    let redis = match s.proxy.cluster() {
-        Some(c) => Some(c.ping().await),
-        None => None,
-    };
+    let redis = s.proxy.shared_state_ready().await;
     let body = Json(json!({
         "config": "loaded",
         "healthy_delegates": healthy,
