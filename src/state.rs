@@ -4,14 +4,17 @@
 //!
 //! | concern | store (trait → chosen enum) | single node | cluster mode (Redis keys) | when Redis does not answer |
 //! |---|---|---|---|---|
-//! | rate limits | [`LimitStore`] → [`Limits`] (`limits.rs`) | the caller's governor limiter (`crate::limits`) | one GCRA per limit, `{p}:rl:{scope}:{key}` | each replica admits limit ÷ `replicas` locally (counted) |
-//! | budgets | [`BudgetStore`] → [`Budgets`] (`budgets.rs`) | the `BudgetBook` | `{p}:budget:{tenant}:day:{n}`, `…:month:{n}`, `{p}:budget:session:{id}` | reservations refused, retryable; settles retried in the background |
-//! | client sessions | [`SessionStore`] → [`Sessions`] (`sessions.rs`) | the `SessionTable` (`crate::session`) | `{p}:session:{id}`, `{p}:session:{id}:bindings` | refused, retryable |
-//! | replay nonces | [`NonceStore`] → [`Nonces`] (`nonces.rs`) | the `ReplayGuard` (`crate::ldp::replay`) | `{p}:nonce:{hash}` | refused, retryable (503) |
+//! | rate limits | [`LimitStore`] → [`Limits`] | the caller's governor limiter (`crate::limits`) | one GCRA per limit, `{p}:rl:{scope}:{key}` | each replica admits limit ÷ `replicas` locally (counted) |
+//! | budgets | [`BudgetStore`] → [`Budgets`] | the `BudgetBook` (`crate::limits::budget`) | `{p}:budget:{tenant}:day:{n}`, `…:month:{n}`, `{p}:budget:session:{id}` | reservations refused, retryable; settles retried in the background |
+//! | client sessions | [`SessionStore`] → [`Sessions`] | the `SessionTable` (`crate::session`) | `{p}:session:{id}`, `{p}:session:{id}:bindings` | refused, retryable |
+//! | replay nonces | [`NonceStore`] → [`Nonces`] | the `ReplayGuard` (`crate::ldp::replay`) | `{p}:nonce:{hash}` | refused, retryable (503) |
 //!
-//! Each Redis operation is one atomic round trip (a Lua script or a single command) on Redis'
-//! own clock, every key has a TTL, every call has a deadline (`[cluster] redis_timeout`), and
-//! the connection (`redis.rs`) is made lazily and re-made after a failure.
+//! Each concern is a file (`limits.rs`, `budgets.rs`, `sessions.rs`, `nonces.rs`: the trait,
+//! the enum, the local implementation) and a folder holding its Redis implementation
+//! (`budgets/redis.rs`, …): how budgets are shared is changed in `budgets/redis.rs`. Each Redis
+//! operation is one atomic round trip (a Lua script or a single command) on Redis' own clock,
+//! every key has a TTL, every call has a deadline (`[cluster] redis_timeout`), and the
+//! connection (`redis.rs`, shared by the four) is made lazily and re-made after a failure.
 //!
 //! Why traits with `-> impl Future` and an enum rather than `dyn`: a `dyn` async method boxes
 //! a future per call, and admission runs on every request. The enum matches once per call and
