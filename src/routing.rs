@@ -8,7 +8,7 @@
 
 mod explain;
 
-pub use explain::{explain, ConstraintRow, Explanation, RowView};
+pub use explain::{explain, ConstraintRow, Explanation, Picked, RowView};
 
 use crate::ldp::trust::session_allowed;
 use crate::ldp::{CapabilityHints, ClaimType, CostTier, IdentityCard};

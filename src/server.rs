@@ -182,7 +182,7 @@ impl Gateway {
             })?;
         let registry = Arc::new(
             Registry::from_config(&config.delegates, config.outlier)
-                .map_err(|e| ConfigError::Invalid(vec![e]))?,
+                .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?,
         );
         let policies = crate::policy::load_dir(&config.policies.dir, &config.policies.default)
             .map_err(ServerError::Policies)?;
@@ -199,7 +199,7 @@ impl Gateway {
         })??;
         let ledger = Ledger::start(backend, p.durability, p.queue_capacity, metrics.clone());
         let tenants = crate::tenant::Tenants::from_config(&config.tenants)
-            .map_err(|e| ConfigError::Invalid(vec![e]))?;
+            .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?;
         let cluster = crate::cluster::Cluster::from_config(&config.cluster, metrics.clone())?;
         let proxy = Arc::new(
             Proxy::new(
@@ -222,7 +222,7 @@ impl Gateway {
                     )])
                 })?;
                 let base = crate::config::normalize_url(&d.url)
-                    .map_err(|e| ConfigError::Invalid(vec![e]))?;
+                    .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?;
                 proxy.upstream().sign_for(&base, secret);
             }
         }
