@@ -368,7 +368,8 @@ pub fn router(state: SimState) -> Router {
         .with_state(state)
 }
 
-/// Why a card file could not be used.
+/// Why a card file could not be used. The cause is part of the message rather than a
+/// `source`, so that one `{}` tells the whole story.
 #[derive(Debug, thiserror::Error)]
 pub enum CardFileError {
     /// The file could not be read.

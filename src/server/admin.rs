@@ -275,11 +275,8 @@ async fn register(State(s): State<AppState>, body: axum::body::Bytes) -> Respons
         signing_secret_env: None,
     };
     if let Err(why) = registration_allowed(&cfg.url, &s.config.security.registration_allow) {
-        return (
-            StatusCode::FORBIDDEN,
-            Json(json!({"error": crate::ldp::LdpError::gateway(GatewayCode::BadRequest, why.to_string())})),
-        )
-            .into_response();
+        let error = crate::ldp::LdpError::gateway(GatewayCode::BadRequest, why.to_string());
+        return (StatusCode::FORBIDDEN, Json(json!({ "error": error }))).into_response();
     }
     let registry = s.proxy.registry();
     match registry.add(&cfg) {
