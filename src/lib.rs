@@ -8,7 +8,6 @@
 
 pub mod cluster;
 pub mod config;
-pub mod demo;
 pub mod ldp;
 pub mod limits;
 pub mod policy;

@@ -22,8 +22,8 @@ use crate::ldp::{Body, Envelope, LdpError, PayloadMode};
 use crate::limits::{BudgetBook, Scope};
 use crate::policy::{PolicyProblem, PolicySet};
 use crate::provenance::LedgerHandle;
-use crate::registry::{Delegate, Registry};
-use crate::routing::{self, Explanation, Need};
+use crate::registry::{Delegate, ExplainError, ExplainQuery, Registry};
+use crate::routing::Explanation;
 use crate::session::SessionTable;
 use crate::state::{Budgets, LimitStore, Limits, Nonces, SessionStore, Sessions, Stores};
 use crate::telemetry::Metrics;
@@ -434,35 +434,19 @@ impl Proxy {
         policy: Option<&str>,
         tenant: Option<&str>,
         client_domain: Option<&str>,
-    ) -> Result<Explanation, String> {
-        let set = self.policies.load_full();
-        let (policy, _) = set.select(policy, None, skill, tenant.unwrap_or(ANONYMOUS))?;
-        let index = self.registry.index();
-        let offers = index.offers(skill);
-        let others: Vec<(String, String)> = self
-            .registry
-            .snapshot()
-            .iter()
-            .filter(|d| !offers.iter().any(|o| Arc::ptr_eq(&o.delegate, d)))
-            .map(|d| {
-                (
-                    d.name.clone(),
-                    d.card().map(|c| c.delegate_id.clone()).unwrap_or_default(),
-                )
-            })
-            .collect();
-        let need = Need {
-            skill,
-            client_domain: client_domain.unwrap_or(&self.cfg.identity.trust_domain.name),
-            ..Need::default()
-        };
-        Ok(routing::explain(
-            offers,
-            &others,
-            policy,
-            &need,
+    ) -> Result<Explanation, ExplainError> {
+        crate::registry::explain(
+            &self.registry,
+            &self.policies.load(),
             &self.cfg.routing,
-        ))
+            &self.cfg.identity.trust_domain.name,
+            &ExplainQuery {
+                skill,
+                policy,
+                tenant: tenant.unwrap_or(ANONYMOUS),
+                client_domain,
+            },
+        )
     }
 }
 

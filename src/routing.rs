@@ -15,7 +15,7 @@ pub use constraints::{
     evaluate, figures, static_eval, statics, Constraint, Evaluation, Figures, LatencySource, Static,
 };
 pub use decide::{decide, decide_with, scores, NoEligible, Pick};
-pub use explain::{explain, ConstraintRow, Explanation, RowView};
+pub use explain::{explain, ConstraintRow, Explanation, Picked, RowView};
 pub use score::{score, Components};
 
 use crate::ldp::{CapabilityHints, CostTier, IdentityCard};

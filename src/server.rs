@@ -16,7 +16,6 @@ use crate::provenance::Ledger;
 use crate::proxy::Proxy;
 use crate::registry::Registry;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -111,7 +110,7 @@ impl Gateway {
             })?;
         let registry = Arc::new(
             Registry::from_config(&config.delegates, config.outlier)
-                .map_err(|e| ConfigError::Invalid(vec![e]))?,
+                .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?,
         );
         let policies = crate::policy::load_dir(&config.policies.dir, &config.policies.default)
             .map_err(ServerError::Policies)?;
@@ -128,7 +127,7 @@ impl Gateway {
         })??;
         let ledger = Ledger::start(backend, p.durability, p.queue_capacity, metrics.clone());
         let tenants = crate::tenant::Tenants::from_config(&config.tenants)
-            .map_err(|e| ConfigError::Invalid(vec![e]))?;
+            .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?;
         let proxy = Proxy::new(
             config.clone(),
             registry.clone(),
@@ -155,7 +154,7 @@ impl Gateway {
                     )])
                 })?;
                 let base = crate::config::normalize_url(&d.url)
-                    .map_err(|e| ConfigError::Invalid(vec![e]))?;
+                    .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?;
                 proxy.upstream().sign_for(&base, secret);
             }
         }
@@ -323,77 +322,4 @@ fn spawn_sweeper(
             }
         }
     })
-}
-
-/// `ldp-gateway serve`: load the config, run until Ctrl-C or SIGTERM.
-pub async fn serve_from_file(path: &Path) -> anyhow::Result<()> {
-    // Before anything slow (config, ledger, first card poll): SIGHUP's default action is to
-    // end the process, and an operator may send it at any time.
-    let hangup = Hangup::listen();
-    let config = Config::load(path)?;
-    let gateway = Gateway::start_with_hangup(config, hangup).await?;
-    println!("LDP endpoint: {}", gateway.ldp_url());
-    println!("admin:        {}", gateway.admin_url());
-    wait_for_signal().await;
-    tracing::info!("shutting down");
-    gateway.shutdown().await;
-    Ok(())
-}
-
-/// `ldp-gateway route`: load the config and policies, fetch every card once, explain.
-pub async fn explain_from_file(
-    path: &Path,
-    skill: &str,
-    policy: Option<&str>,
-    tenant: Option<&str>,
-    client_domain: Option<&str>,
-) -> anyhow::Result<crate::routing::Explanation> {
-    let config = Arc::new(Config::load(path)?);
-    let policies = crate::policy::load_dir(&config.policies.dir, &config.policies.default)
-        .map_err(ServerError::Policies)?;
-    let registry = Arc::new(
-        Registry::from_config(&config.delegates, config.outlier).map_err(anyhow::Error::msg)?,
-    );
-    let metrics = Arc::new(crate::telemetry::Metrics::new()?);
-    // Explaining records nothing: an in-memory ledger stands in.
-    let backend = crate::provenance::open_backend("sqlite::memory:", Default::default())?;
-    let ledger = Ledger::start(backend, Default::default(), 1, metrics.clone());
-    let tenants =
-        crate::tenant::Tenants::from_config(&config.tenants).map_err(anyhow::Error::msg)?;
-    let proxy = Proxy::new(
-        config.clone(),
-        registry.clone(),
-        policies,
-        metrics,
-        ledger.handle(),
-        tenants,
-    );
-    registry
-        .poll_all(proxy.upstream(), config.discovery.fetch_timeout, true)
-        .await;
-    proxy
-        .explain(skill, policy, tenant, client_domain)
-        .map_err(anyhow::Error::msg)
-}
-
-/// Resolves on Ctrl-C or (on Unix) SIGTERM.
-pub async fn wait_for_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
 }

@@ -23,7 +23,7 @@ pub(super) struct RouteInfo {
 }
 
 /// Why no binding could be had.
-pub(super) enum Choose {
+pub(super) enum NoBinding {
     /// Routing found no candidate (left).
     None(LdpError),
     /// The chosen delegate refused or failed the handshake.
@@ -33,8 +33,8 @@ pub(super) enum Choose {
     },
 }
 
-/// The router's choice of a delegate, and why.
-pub(super) struct Picked {
+/// The delegate the router chose, and why.
+pub(super) struct Chosen {
     pub(super) delegate: Arc<Delegate>,
     pub(super) route: RouteInfo,
 }
@@ -48,7 +48,7 @@ impl Proxy {
         t: &TaskCtx<'_>,
         need: &Need<'_>,
         run: &mut TaskRun,
-    ) -> Result<Binding, Choose> {
+    ) -> Result<Binding, NoBinding> {
         let (session, policy) = (t.session, &t.policy);
         if let Some(b) = self.reusable(session, policy, need).await {
             return Ok(b);
@@ -69,7 +69,7 @@ impl Proxy {
             exclude: &exclude,
             ..*need
         };
-        let picked = self.decide(policy, &need).map_err(Choose::None)?;
+        let picked = self.decide(policy, &need).map_err(NoBinding::None)?;
         self.bind_picked(t, &need, run, picked).await
     }
 
@@ -108,8 +108,8 @@ impl Proxy {
         t: &TaskCtx<'_>,
         need: &Need<'_>,
         run: &mut TaskRun,
-        picked: Picked,
-    ) -> Result<Binding, Choose> {
+        picked: Chosen,
+    ) -> Result<Binding, NoBinding> {
         let _guard = t.session.handshake.lock().await;
         self.bind_picked(t, need, run, picked).await
     }
@@ -121,16 +121,16 @@ impl Proxy {
         t: &TaskCtx<'_>,
         need: &Need<'_>,
         run: &mut TaskRun,
-        picked: Picked,
-    ) -> Result<Binding, Choose> {
-        let Picked { delegate, route } = self
+        picked: Chosen,
+    ) -> Result<Binding, NoBinding> {
+        let Chosen { delegate, route } = self
             .claim(&t.policy, need, picked)
             .await
-            .map_err(Choose::None)?;
+            .map_err(NoBinding::None)?;
         run.route = Some(route);
         self.open_binding(t.session, need.skill, delegate.clone())
             .await
-            .map_err(|error| Choose::Open { delegate, error })
+            .map_err(|error| NoBinding::Open { delegate, error })
     }
 
     fn still_fits(&self, b: &Binding, policy: &Policy, need: &Need<'_>) -> bool {
@@ -146,14 +146,14 @@ impl Proxy {
     }
 
     /// Asks the router for a delegate (pure: nothing is taken or counted).
-    pub(super) fn decide(&self, policy: &Arc<Policy>, need: &Need<'_>) -> Result<Picked, LdpError> {
+    pub(super) fn decide(&self, policy: &Arc<Policy>, need: &Need<'_>) -> Result<Chosen, LdpError> {
         let index = self.registry.index();
         let (offers, statics) = index.offers_with_statics(need.skill, policy, &self.cfg.routing);
         let mut rng = fastrand::Rng::new();
         let p = routing::decide_with(offers, &statics, policy, need, &self.cfg.routing, &mut rng)
             .map_err(|e| LdpError::gateway(GatewayCode::NoEligibleDelegate, e.to_string()))?;
         let chosen = &offers[p.index];
-        Ok(Picked {
+        Ok(Chosen {
             delegate: chosen.delegate.clone(),
             route: RouteInfo {
                 score: p.score,
@@ -170,8 +170,8 @@ impl Proxy {
         &self,
         policy: &Arc<Policy>,
         need: &Need<'_>,
-        mut picked: Picked,
-    ) -> Result<Picked, LdpError> {
+        mut picked: Chosen,
+    ) -> Result<Chosen, LdpError> {
         let mut limited: Vec<String> = Vec::new();
         while !self.admits(&picked.delegate).await {
             limited.push(picked.delegate.name.clone());

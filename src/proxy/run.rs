@@ -3,7 +3,7 @@
 //! once per failover: its choice is what the next attempt uses.
 
 use super::attempt::{Attempt, Failure, Health};
-use super::bind::{Choose, Picked};
+use super::bind::{Chosen, NoBinding};
 use super::task::{Answer, TaskCtx, TaskRun};
 use super::Proxy;
 use crate::ldp::error::GatewayCode;
@@ -66,8 +66,8 @@ impl Proxy {
                         }
                     }
                 }
-                Err(Choose::None(e)) => return Answer::Failed(last.unwrap_or(e)),
-                Err(Choose::Open { delegate, error }) => {
+                Err(NoBinding::None(e)) => return Answer::Failed(last.unwrap_or(e)),
+                Err(NoBinding::Open { delegate, error }) => {
                     run.delegates += 1;
                     self.judge(&delegate, Health::of_error(&error, None));
                     let failure = Failure::upstream(&delegate, &error);
@@ -110,7 +110,7 @@ impl Proxy {
         need: &Need<'_>,
         deadline: Instant,
         failure: &Failure,
-    ) -> Result<Picked, LdpError> {
+    ) -> Result<Chosen, LdpError> {
         if !failure.retryable {
             return Err(failure.error.clone());
         }

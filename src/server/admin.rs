@@ -67,16 +67,38 @@ async fn require_token(State(s): State<AppState>, req: Request, next: Next) -> R
 
 use crate::secret::constant_time_eq;
 
+/// Why `POST /admin/delegates` refuses a URL before trying it.
+#[derive(Debug, thiserror::Error)]
+enum RegistrationError {
+    /// Not a delegate URL.
+    #[error(transparent)]
+    Url(#[from] crate::config::UrlError),
+    /// The HTTP client cannot parse it.
+    #[error("'{url}': {reason}")]
+    Parse {
+        /// The URL as given.
+        url: String,
+        /// The parser's reason (its error type is not exported by reqwest).
+        reason: String,
+    },
+    /// Its host is not on `security.registration_allow`.
+    #[error("host '{0}' is not in security.registration_allow")]
+    NotAllowed(String),
+}
+
 /// Whether `url`'s host may be registered: with an allowlist, its host must be a listed name
 /// (exact, case-insensitive; no DNS lookup, so no rebinding) or an IP inside a listed CIDR.
-fn registration_allowed(url: &str, allow: &[String]) -> Result<(), String> {
+fn registration_allowed(url: &str, allow: &[String]) -> Result<(), RegistrationError> {
     if allow.is_empty() {
         return Ok(());
     }
     let base = crate::config::normalize_url(url)?;
     // The host the HTTP client will connect to, parsed by the client's own URL parser:
     // splitting the string by hand read `http://127.0.0.1:80@169.254.169.254/` as 127.0.0.1.
-    let parsed = reqwest::Url::parse(&base).map_err(|e| format!("'{url}': {e}"))?;
+    let parsed = reqwest::Url::parse(&base).map_err(|e| RegistrationError::Parse {
+        url: url.to_owned(),
+        reason: e.to_string(),
+    })?;
     let host = parsed.host_str().unwrap_or("");
     let host = host
         .strip_prefix('[')
@@ -91,9 +113,7 @@ fn registration_allowed(url: &str, allow: &[String]) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "host '{host}' is not in security.registration_allow"
-        ))
+        Err(RegistrationError::NotAllowed(host.to_owned()))
     }
 }
 
@@ -260,11 +280,8 @@ async fn register(State(s): State<AppState>, body: axum::body::Bytes) -> Respons
         signing_secret_env: None,
     };
     if let Err(why) = registration_allowed(&cfg.url, &s.config.security.registration_allow) {
-        return (
-            StatusCode::FORBIDDEN,
-            Json(json!({"error": crate::ldp::LdpError::gateway(GatewayCode::BadRequest, why)})),
-        )
-            .into_response();
+        let error = crate::ldp::LdpError::gateway(GatewayCode::BadRequest, why.to_string());
+        return (StatusCode::FORBIDDEN, Json(json!({ "error": error }))).into_response();
     }
     let registry = s.proxy.registry();
     match registry.add(&cfg) {
@@ -377,7 +394,7 @@ async fn route(
     ) {
         Ok(x) if q.format.as_deref() == Some("text") => x.to_table().into_response(),
         Ok(x) => Json(x).into_response(),
-        Err(e) => ApiError::new(GatewayCode::UnknownPolicy, e).into_response(),
+        Err(e) => ApiError::new(GatewayCode::UnknownPolicy, e.to_string()).into_response(),
     }
 }
 
@@ -417,7 +434,7 @@ async fn provenance(
         let now = chrono::Utc::now().timestamp_millis();
         match crate::provenance::query::parse_since(since, now) {
             Ok(ms) => filter.since_ms = Some(ms),
-            Err(e) => return ApiError::new(GatewayCode::BadRequest, e).into_response(),
+            Err(e) => return ApiError::new(GatewayCode::BadRequest, e.to_string()).into_response(),
         }
     }
     let csv = match q.format.as_deref() {
