@@ -101,6 +101,41 @@ impl RequestCtx {
     }
 }
 
+/// What the proxy is built from. The server wires them once and lends the same registry,
+/// ledger, metrics and upstream client to the admin routes directly.
+pub struct Parts {
+    /// The configuration.
+    pub cfg: Arc<Config>,
+    /// The delegates.
+    pub registry: Arc<Registry>,
+    /// The policy set to start with.
+    pub policies: PolicySet,
+    /// The metrics.
+    pub metrics: Arc<Metrics>,
+    /// The ledger's handle.
+    pub ledger: LedgerHandle,
+    /// The tenants.
+    pub tenants: Tenants,
+    /// The client to delegates ([`upstream_client`] builds it from the config).
+    pub upstream: UpstreamClient,
+}
+
+/// The client to delegates the config describes: the gateway's id as sender, the
+/// connect and handshake deadlines, the card caps.
+pub fn upstream_client(cfg: &Config) -> UpstreamClient {
+    let mut upstream = UpstreamClient::new(
+        cfg.identity.delegate_id.clone(),
+        cfg.upstream.connect_timeout,
+        cfg.upstream.handshake_timeout,
+    );
+    upstream.set_card_limits(crate::upstream::CardLimits {
+        max_bytes: cfg.discovery.max_card_bytes,
+        max_capabilities: cfg.discovery.max_capabilities,
+        concurrency: cfg.discovery.concurrency,
+    });
+    upstream
+}
+
 /// The gateway core shared by every request.
 pub struct Proxy {
     cfg: Arc<Config>,
@@ -130,25 +165,17 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// A core over `registry` and `policies`, configured by `cfg`.
-    pub fn new(
-        cfg: Arc<Config>,
-        registry: Arc<Registry>,
-        policies: PolicySet,
-        metrics: Arc<Metrics>,
-        ledger: LedgerHandle,
-        tenants: Tenants,
-    ) -> Proxy {
-        let mut upstream = UpstreamClient::new(
-            cfg.identity.delegate_id.clone(),
-            cfg.upstream.connect_timeout,
-            cfg.upstream.handshake_timeout,
-        );
-        upstream.set_card_limits(crate::upstream::CardLimits {
-            max_bytes: cfg.discovery.max_card_bytes,
-            max_capabilities: cfg.discovery.max_capabilities,
-            concurrency: cfg.discovery.concurrency,
-        });
+    /// A core built from its parts, with a single node's stores.
+    pub fn new(parts: Parts) -> Proxy {
+        let Parts {
+            cfg,
+            registry,
+            policies,
+            metrics,
+            ledger,
+            tenants,
+            upstream,
+        } = parts;
         let version = cfg
             .identity
             .model_version
@@ -239,11 +266,6 @@ impl Proxy {
         self.budgets.book()
     }
 
-    /// The registry.
-    pub fn registry(&self) -> &Arc<Registry> {
-        &self.registry
-    }
-
     /// The policy set in force.
     pub fn policies(&self) -> Arc<PolicySet> {
         self.policies.load_full()
@@ -272,24 +294,9 @@ impl Proxy {
         }
     }
 
-    /// The ledger.
-    pub fn ledger(&self) -> &LedgerHandle {
-        &self.ledger
-    }
-
-    /// The metrics.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
     /// This process's client sessions (its copies, in cluster mode).
     pub fn sessions(&self) -> &SessionTable {
         self.sessions.table()
-    }
-
-    /// The upstream client.
-    pub fn upstream(&self) -> &UpstreamClient {
-        &self.upstream
     }
 
     /// Background work spawned on request paths; `Gateway::shutdown` closes it and waits for

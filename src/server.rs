@@ -33,6 +33,14 @@ pub use reload::Hangup;
 pub struct AppState {
     /// The gateway core.
     pub proxy: Arc<Proxy>,
+    /// The delegates (registration, cards, health).
+    pub registry: Arc<Registry>,
+    /// The ledger (queries, readiness).
+    pub ledger: crate::provenance::LedgerHandle,
+    /// The metrics.
+    pub metrics: Arc<crate::telemetry::Metrics>,
+    /// The client to delegates (card polls on registration).
+    pub upstream: crate::upstream::UpstreamClient,
     /// The configuration it runs with.
     pub config: Arc<Config>,
     /// This listener's URL, written into the identity card's `endpoint`.
@@ -73,6 +81,9 @@ pub struct Gateway {
     admin_addr: SocketAddr,
     ldp_connections: OpenConnections,
     proxy: Arc<Proxy>,
+    registry: Arc<Registry>,
+    upstream: crate::upstream::UpstreamClient,
+    metrics: Arc<crate::telemetry::Metrics>,
     ledger: Ledger,
     grace: Duration,
     shutdown: watch::Sender<bool>,
@@ -128,19 +139,21 @@ impl Gateway {
         let ledger = Ledger::start(backend, p.durability, p.queue_capacity, metrics.clone());
         let tenants = crate::tenant::Tenants::from_config(&config.tenants)
             .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?;
-        let proxy = Proxy::new(
-            config.clone(),
-            registry.clone(),
+        let upstream = crate::proxy::upstream_client(&config);
+        let proxy = Proxy::new(crate::proxy::Parts {
+            cfg: config.clone(),
+            registry: registry.clone(),
             policies,
-            metrics.clone(),
-            ledger.handle(),
+            metrics: metrics.clone(),
+            ledger: ledger.handle(),
             tenants,
-        );
+            upstream: upstream.clone(),
+        });
         // Chosen once: this process's state, or Redis shared with the other replicas.
         let stores = crate::state::Stores::from_config(
             &config,
             registry.clone(),
-            metrics,
+            metrics.clone(),
             proxy.tasks().clone(),
         )?;
         let proxy = Arc::new(proxy.with_stores(stores));
@@ -155,21 +168,25 @@ impl Gateway {
                 })?;
                 let base = crate::config::normalize_url(&d.url)
                     .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?;
-                proxy.upstream().sign_for(&base, secret);
+                upstream.sign_for(&base, secret);
             }
         }
         registry
-            .poll_all(proxy.upstream(), config.discovery.fetch_timeout, true)
+            .poll_all(&upstream, config.discovery.fetch_timeout, true)
             .await;
 
         let (shutdown, rx) = watch::channel(false);
         let state = AppState {
             proxy: proxy.clone(),
+            registry: registry.clone(),
+            ledger: ledger.handle(),
+            metrics: metrics.clone(),
+            upstream: upstream.clone(),
             config: config.clone(),
             public_url: format!("http://{ldp_addr}").into(),
         };
         let mut tasks = vec![registry.clone().spawn_poller(
-            proxy.upstream().clone(),
+            upstream.clone(),
             config.discovery.poll_interval,
             config.discovery.fetch_timeout,
             rx.clone(),
@@ -214,6 +231,9 @@ impl Gateway {
             admin_addr,
             ldp_connections,
             proxy,
+            registry,
+            upstream,
+            metrics,
             ledger,
             grace: config.server.shutdown_grace,
             shutdown,
@@ -236,25 +256,37 @@ impl Gateway {
         self.ldp_connections.get()
     }
 
-    /// The gateway core (tests inspect sessions and the registry through it).
+    /// The gateway core (tests inspect sessions, budgets and limiters through it).
     pub fn proxy(&self) -> &Arc<Proxy> {
         &self.proxy
+    }
+
+    /// The delegates.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<crate::telemetry::Metrics> {
+        &self.metrics
+    }
+
+    /// A handle on the ledger.
+    pub fn ledger(&self) -> crate::provenance::LedgerHandle {
+        self.ledger.handle()
     }
 
     /// Re-fetches every card now, instead of waiting for the next poll.
     pub async fn refresh_cards(&self) {
         let timeout = Duration::from_secs(2);
-        self.proxy
-            .registry()
-            .poll_all(self.proxy.upstream(), timeout, true)
-            .await;
+        self.registry.poll_all(&self.upstream, timeout, true).await;
     }
 
     /// Waits until at least `n` delegates are healthy, re-polling cards; false on timeout.
     pub async fn wait_healthy(&self, n: usize, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            if self.proxy.registry().healthy_count() >= n {
+            if self.registry.healthy_count() >= n {
                 return true;
             }
             if tokio::time::Instant::now() >= deadline {

@@ -123,7 +123,7 @@ async fn chaos_delegate_killed_under_load() {
         cfg.discovery.poll_interval = Duration::from_secs(3600)
     })
     .await;
-    let outlier = gw.proxy().registry().get("d1").unwrap();
+    let outlier = gw.registry().get("d1").unwrap();
     let limit = 5;
 
     let sent = Arc::new(AtomicUsize::new(0));
@@ -397,7 +397,7 @@ async fn ejection_probe_and_slow_start_follow_the_outlier_timers() {
         cfg.outlier.slow_start = Duration::from_millis(600);
     })
     .await;
-    let d0 = gw.proxy().registry().get("d0").unwrap();
+    let d0 = gw.registry().get("d0").unwrap();
     let c = Client::new(&gw.ldp_url());
     // A new session per task, so every task is a fresh pick (the best: flaky). Instants are
     // taken before the task that changes the phase, so they bound the change from below.

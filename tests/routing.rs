@@ -351,7 +351,7 @@ async fn card_changes_and_outages_take_effect_at_the_next_poll() {
     // The delegate dies: within a poll it is down and tasks go elsewhere (even in a session
     // that was bound to it).
     a.shutdown().await;
-    let reg = gw.proxy().registry().clone();
+    let reg = gw.registry().clone();
     assert!(
         eventually(Duration::from_secs(10), || reg
             .get("d0")

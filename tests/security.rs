@@ -297,8 +297,7 @@ async fn metrics_page(gw: &Gateway) -> String {
 
 /// Every ledger row of `tenant` (newest first).
 async fn ledger_rows(gw: &Gateway, tenant: &str) -> Vec<ldp_gateway::provenance::LedgerRow> {
-    gw.proxy()
-        .ledger()
+    gw.ledger()
         .query(ldp_gateway::provenance::Query {
             tenant: Some(tenant.into()),
             limit: Some(10_000),

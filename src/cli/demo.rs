@@ -179,7 +179,7 @@ async fn demo(
     if !gateway.wait_healthy(fleet.len(), HEALTHY_WITHIN).await {
         anyhow::bail!(
             "only {} of {} simulated delegates became healthy",
-            gateway.proxy().registry().healthy_count(),
+            gateway.registry().healthy_count(),
             fleet.len()
         );
     }
@@ -350,7 +350,7 @@ async fn drive_all(
 
 /// Declared p50 range and observed EWMA per delegate, in fleet order.
 fn latency_rows(gateway: &Gateway, fleet: &[Member]) -> Vec<LatencyRow> {
-    let registry = gateway.proxy().registry();
+    let registry = gateway.registry();
     fleet
         .iter()
         .map(|m| {

@@ -4,7 +4,7 @@
 //! `/admin/*` needs `Authorization: Bearer <token>` when the token variable is set; without
 //! it the admin API answers only on a loopback listener.
 
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, ErrorKind};
 use crate::config::DelegateConfig;
 use crate::ldp::error::GatewayCode;
 use crate::registry::RegistryError;
@@ -41,7 +41,7 @@ pub fn admin_router(state: AppState) -> Router {
 /// Reports error answers (counted and logged by [`super::error::report`]).
 async fn report_errors(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
-    super::error::report(s.proxy.metrics(), "admin", &resp);
+    super::error::report(&s.metrics, "admin", &resp);
     resp
 }
 
@@ -165,8 +165,8 @@ mod tests {
 /// writer: a full disk or deleted files read as `"ledger": false`) and, in cluster mode,
 /// Redis answers.
 async fn readyz(State(s): State<AppState>) -> Response {
-    let healthy = s.proxy.registry().healthy_count();
-    let ledger = s.proxy.ledger().healthy(READY_DEADLINE).await;
+    let healthy = s.registry.healthy_count();
+    let ledger = s.ledger.healthy(READY_DEADLINE).await;
     let redis = s.proxy.shared_state_ready().await;
     let body = Json(json!({
         "config": "loaded",
@@ -185,13 +185,13 @@ async fn readyz(State(s): State<AppState>) -> Response {
 const READY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
 async fn metrics(State(s): State<AppState>) -> Response {
-    let body = s.proxy.metrics().render_with(|m| refresh_gauges(&s, m));
+    let body = s.metrics.render_with(|m| refresh_gauges(&s, m));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
 /// Sets the per-delegate gauges (cleared by the caller) for the delegates registered now.
 fn refresh_gauges(s: &AppState, m: &crate::telemetry::Metrics) {
-    for d in s.proxy.registry().snapshot().iter() {
+    for d in s.registry.snapshot().iter() {
         let name = d.name.as_str();
         m.delegate_up
             .with_label_values(&[name])
@@ -238,8 +238,7 @@ fn delegate_json(d: &crate::registry::Delegate) -> serde_json::Value {
 
 async fn delegates(State(s): State<AppState>) -> Json<serde_json::Value> {
     let list: Vec<_> = s
-        .proxy
-        .registry()
+        .registry
         .snapshot()
         .iter()
         .map(|d| delegate_json(d))
@@ -283,36 +282,33 @@ async fn register(State(s): State<AppState>, body: axum::body::Bytes) -> Respons
         let error = crate::ldp::LdpError::gateway(GatewayCode::BadRequest, why.to_string());
         return (StatusCode::FORBIDDEN, Json(json!({ "error": error }))).into_response();
     }
-    let registry = s.proxy.registry();
+    let registry = s.registry;
     match registry.add(&cfg) {
         Ok(d) => {
             let polled = registry
-                .poll_one(&d, s.proxy.upstream(), s.config.discovery.fetch_timeout)
+                .poll_one(&d, &s.upstream, s.config.discovery.fetch_timeout)
                 .await;
             if let Err(e) = polled {
                 // The gateway itself (directly, or under another URL): refused, not kept.
                 let _ = registry.remove(&d.name);
-                s.proxy.metrics().forget_delegate(&d.name);
+                s.metrics.forget_delegate(&d.name);
                 return ApiError::new(GatewayCode::BadRequest, e.to_string()).into_response();
             }
             (StatusCode::CREATED, Json(delegate_json(&d))).into_response()
         }
-        Err(RegistryError::Duplicate(n)) => (
-            StatusCode::CONFLICT,
-            Json(
-                json!({"error": crate::ldp::LdpError::gateway(GatewayCode::BadRequest,
-                format!("a delegate named '{n}' is already registered"))}),
-            ),
+        Err(RegistryError::Duplicate(n)) => ApiError::of(
+            ErrorKind::Conflict,
+            format!("a delegate named '{n}' is already registered"),
         )
-            .into_response(),
+        .into_response(),
         Err(e) => ApiError::new(GatewayCode::BadRequest, e.to_string()).into_response(),
     }
 }
 
 async fn deregister(State(s): State<AppState>, Path(name): Path<String>) -> Response {
-    match s.proxy.registry().remove(&name) {
+    match s.registry.remove(&name) {
         Ok(_) => {
-            s.proxy.metrics().forget_delegate(&name);
+            s.metrics.forget_delegate(&name);
             StatusCode::NO_CONTENT.into_response()
         }
         Err(e) => (
@@ -450,7 +446,7 @@ async fn provenance(
     };
     let page = filter.page();
     let offset = filter.offset.unwrap_or(0);
-    match s.proxy.ledger().query(filter).await {
+    match s.ledger.query(filter).await {
         Ok(rows) if csv => (
             [(header::CONTENT_TYPE, "text/csv; charset=utf-8")],
             crate::provenance::query::to_csv(&rows),

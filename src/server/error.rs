@@ -19,6 +19,8 @@ pub enum ErrorKind {
     NoRoute,
     /// The request body did not arrive within the body deadline (HTTP 408, `BAD_REQUEST`).
     BodyTimeout,
+    /// Admin: the name is taken (HTTP 409, `BAD_REQUEST`).
+    Conflict,
     /// One of the gateway's LDP error codes.
     Code(GatewayCode),
 }
@@ -42,6 +44,7 @@ pub fn telling(kind: ErrorKind) -> Telling {
     let (status, level, code) = match kind {
         ErrorKind::NoRoute => (S::NOT_FOUND, Level::DEBUG, "no_route"),
         ErrorKind::BodyTimeout => (S::REQUEST_TIMEOUT, Level::DEBUG, "body_timeout"),
+        ErrorKind::Conflict => (S::CONFLICT, Level::DEBUG, "conflict"),
         ErrorKind::Code(c) => match c {
             C::BadRequest => (S::BAD_REQUEST, Level::DEBUG, "bad_request"),
             C::PayloadTooLarge => (S::PAYLOAD_TOO_LARGE, Level::DEBUG, "payload_too_large"),

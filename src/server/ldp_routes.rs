@@ -52,7 +52,7 @@ async fn count_requests(
                 _ => "other",
             });
     let resp = next.run(req).await;
-    let metrics = s.proxy.metrics();
+    let metrics = &s.metrics;
     metrics
         .http_requests
         .with_label_values(&[route, resp.status().as_str()])

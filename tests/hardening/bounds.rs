@@ -228,7 +228,7 @@ async fn capability_stuffed_cards_are_refused_and_departed_series_removed() {
         }];
     })
     .await;
-    let d = gw.proxy().registry().get("stuffed").expect("registered");
+    let d = gw.registry().get("stuffed").expect("registered");
     assert!(!d.is_healthy());
     let err = d.last_error().map(|e| e.to_string()).unwrap_or_default();
     assert!(
@@ -309,7 +309,7 @@ async fn endless_cards_are_cut_off_at_the_size_cap() {
         c.discovery.fetch_timeout = Duration::from_secs(20);
     })
     .await;
-    let d = gw.proxy().registry().get("hose").expect("registered");
+    let d = gw.registry().get("hose").expect("registered");
     assert!(!d.is_healthy());
     let err = d.last_error().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.contains("larger than 1048576 bytes"), "{err}");
@@ -362,7 +362,7 @@ async fn card_polls_run_with_bounded_concurrency() {
         c.discovery.fetch_timeout = Duration::from_millis(300);
     })
     .await;
-    assert_eq!(gw.proxy().registry().healthy_count(), 0);
+    assert_eq!(gw.registry().healthy_count(), 0);
     let most = most.load(Ordering::SeqCst);
     eprintln!("card fetches open at once: {most} (12 delegates, concurrency 2)");
     // Twelve at once before; two now. A fetch tries two paths, and the listener may not
@@ -386,7 +386,7 @@ async fn the_gateway_refuses_to_register_itself() {
     let body: Value = serde_json::from_slice(&resp.bytes().await.expect("body")).expect("json");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("this gateway's own"), "{body}");
-    assert!(gw.proxy().registry().get("me").is_none(), "not kept");
+    assert!(gw.registry().get("me").is_none(), "not kept");
     // Configured under another name, it is never healthy, so never routed to.
     let ldp = gw.ldp_url();
     let other = common::gateway_with(&[], 0, |c| {
@@ -394,7 +394,7 @@ async fn the_gateway_refuses_to_register_itself() {
         c.delegates = vec![DelegateConfig::new(ldp.clone())];
     })
     .await;
-    assert_eq!(other.proxy().registry().healthy_count(), 0);
+    assert_eq!(other.registry().healthy_count(), 0);
     other.shutdown().await;
     gw.shutdown().await;
 }
@@ -438,16 +438,14 @@ async fn gateways_chained_into_a_loop_refuse_the_task() {
     assert_eq!(answer["error"]["code"], "LOOP_DETECTED", "{answer}");
     // max_hops = 8: A, B, A, B … eight forwards, then a refusal. Not thousands.
     let tasks = |gw: &Gateway| {
-        gw.proxy()
-            .metrics()
+        gw.metrics()
             .tasks
             .with_label_values(&["anonymous", "echo", "none", "failed"])
             .get()
             + ["a", "d0"]
                 .iter()
                 .map(|d| {
-                    gw.proxy()
-                        .metrics()
+                    gw.metrics()
                         .tasks
                         .with_label_values(&["anonymous", "echo", d, "failed"])
                         .get()

@@ -269,8 +269,7 @@ async fn a_task_whose_client_gave_up_settles_its_budget_and_writes_its_row() {
     .unwrap();
     let sid = accept["body"]["session_id"].as_str().unwrap().to_owned();
     let rows = || async {
-        gw.proxy()
-            .ledger()
+        gw.ledger()
             .query(ldp_gateway::provenance::Query {
                 tenant: Some("payer".into()),
                 limit: Some(100),
