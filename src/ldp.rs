@@ -17,7 +17,7 @@ pub mod session_config;
 pub mod signing;
 pub mod trust;
 
-pub use body::{Body, CapabilityManifest, MessageType};
+pub use body::{Body, CapabilityManifest, ManifestError, MessageType};
 pub use contract::{BudgetPolicy, DelegationContract};
 pub use envelope::{Envelope, ParseError};
 pub use error::{ErrorCategory, ErrorSeverity, LdpError};

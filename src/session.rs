@@ -1,5 +1,6 @@
 //! Client sessions: the table of sessions the gateway issued, their per-skill upstream
-//! bindings, idle expiry.
+//! bindings, idle expiry. This is one process's table; the session store
+//! (`crate::state::sessions`) decides whether it is the truth or a copy of Redis'.
 
 use crate::ldp::NegotiatedPayload;
 use crate::registry::Delegate;

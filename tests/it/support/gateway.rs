@@ -2,8 +2,8 @@
 //! ports, in this process (`spawn`) or as the real binary (`spawn_process`, the way to give
 //! it environment variables: secrets are read from the environment).
 //!
-//! The proxy's accessors (sessions, registry, budgets, policies, tracked work) are reached
-//! through [`TestGateway`]'s methods only, so a change to them is fixed here.
+//! The gateway's and proxy's accessors (registry, sessions, budgets, policies, tracked work) are
+//! reached through [`TestGateway`]'s methods only, so a change to them is fixed here.
 
 use super::client::Client;
 use super::ledger;
@@ -302,12 +302,12 @@ impl TestGateway {
 
     /// A delegate of the registry, by name.
     pub fn delegate(&self, name: &str) -> Option<Arc<Delegate>> {
-        self.proxy().registry().get(name)
+        self.registry().get(name)
     }
 
     /// Delegates healthy now.
     pub fn healthy_count(&self) -> usize {
-        self.proxy().registry().healthy_count()
+        self.registry().healthy_count()
     }
 
     /// Client sessions open now.

@@ -11,12 +11,12 @@ mod fleet;
 mod report;
 mod traffic;
 
-use crate::config::Config;
-use crate::routing::TierPrices;
-use crate::server::Gateway;
-use crate::upstream::UpstreamClient;
 use anyhow::Context as _;
 use fleet::Member;
+use ldp_gateway::config::Config;
+use ldp_gateway::routing::TierPrices;
+use ldp_gateway::server::Gateway;
+use ldp_gateway::upstream::UpstreamClient;
 use report::{LatencyRow, PolicyReport};
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -47,21 +47,24 @@ pub struct DemoArgs {
 }
 
 /// The demo's gateway config (see the file: ports and paths are replaced at run time).
-const DEMO_CONFIG: &str = include_str!("../config/demo.toml");
+const DEMO_CONFIG: &str = include_str!("../../config/demo.toml");
 
 /// The shipped policies, in the order their tables are printed.
 const POLICIES: [(&str, &str); 6] = [
-    ("balanced", include_str!("../policies/balanced.toml")),
-    ("cheapest", include_str!("../policies/cheapest.toml")),
+    ("balanced", include_str!("../../policies/balanced.toml")),
+    ("cheapest", include_str!("../../policies/cheapest.toml")),
     (
         "best-quality",
-        include_str!("../policies/best-quality.toml"),
+        include_str!("../../policies/best-quality.toml"),
     ),
-    ("low-latency", include_str!("../policies/low-latency.toml")),
-    ("eu-only", include_str!("../policies/eu-only.toml")),
+    (
+        "low-latency",
+        include_str!("../../policies/low-latency.toml"),
+    ),
+    ("eu-only", include_str!("../../policies/eu-only.toml")),
     (
         "internal-only",
-        include_str!("../policies/internal-only.toml"),
+        include_str!("../../policies/internal-only.toml"),
     ),
 ];
 
@@ -176,7 +179,7 @@ async fn demo(
     if !gateway.wait_healthy(fleet.len(), HEALTHY_WITHIN).await {
         anyhow::bail!(
             "only {} of {} simulated delegates became healthy",
-            gateway.proxy().registry().healthy_count(),
+            gateway.registry().healthy_count(),
             fleet.len()
         );
     }
@@ -202,7 +205,7 @@ async fn demo(
     let traffic = drive_all(gateway, fleet, &tasks, usize::from(args.concurrency));
     let results = tokio::select! {
         results = traffic => results?,
-        () = crate::server::wait_for_signal() => {
+        () = super::serve::wait_for_signal() => {
             say("interrupted; shutting down")?;
             return Ok(());
         }
@@ -251,7 +254,7 @@ async fn demo(
         elapsed.as_secs_f64()
     ))?;
     if !args.exit {
-        crate::server::wait_for_signal().await;
+        super::serve::wait_for_signal().await;
         say("shutting down")?;
     }
     Ok(())
@@ -347,7 +350,7 @@ async fn drive_all(
 
 /// Declared p50 range and observed EWMA per delegate, in fleet order.
 fn latency_rows(gateway: &Gateway, fleet: &[Member]) -> Vec<LatencyRow> {
-    let registry = gateway.proxy().registry();
+    let registry = gateway.registry();
     fleet
         .iter()
         .map(|m| {

@@ -1,10 +1,10 @@
 //! The demo fleet: the example cards (embedded), one delegate whose declared latency is a lie,
 //! and the simulated delegates that serve them on free loopback ports.
 
-use crate::ldp::IdentityCard;
-use crate::routing::TierPrices;
-use crate::sim::{SimHandle, SimOptions};
 use anyhow::Context as _;
+use ldp_gateway::ldp::IdentityCard;
+use ldp_gateway::routing::TierPrices;
+use ldp_gateway::sim::{SimHandle, SimOptions};
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -12,31 +12,31 @@ use tokio::net::TcpListener;
 const CARDS: [(&str, &str); 7] = [
     (
         "claude-sonnet-eu",
-        include_str!("../../config/delegates/claude-sonnet-eu.json"),
+        include_str!("../../../config/delegates/claude-sonnet-eu.json"),
     ),
     (
         "echo-fast-us",
-        include_str!("../../config/delegates/echo-fast-us.json"),
+        include_str!("../../../config/delegates/echo-fast-us.json"),
     ),
     (
         "gemini-pro-us-west",
-        include_str!("../../config/delegates/gemini-pro-us-west.json"),
+        include_str!("../../../config/delegates/gemini-pro-us-west.json"),
     ),
     (
         "gpt-mini-us",
-        include_str!("../../config/delegates/gpt-mini-us.json"),
+        include_str!("../../../config/delegates/gpt-mini-us.json"),
     ),
     (
         "llama-research-eu",
-        include_str!("../../config/delegates/llama-research-eu.json"),
+        include_str!("../../../config/delegates/llama-research-eu.json"),
     ),
     (
         "mistral-sovereign-eu",
-        include_str!("../../config/delegates/mistral-sovereign-eu.json"),
+        include_str!("../../../config/delegates/mistral-sovereign-eu.json"),
     ),
     (
         "qwen-translate-apac",
-        include_str!("../../config/delegates/qwen-translate-apac.json"),
+        include_str!("../../../config/delegates/qwen-translate-apac.json"),
     ),
 ];
 
@@ -154,7 +154,7 @@ pub async fn start() -> anyhow::Result<Vec<Member>> {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .with_context(|| format!("binding a port for delegate '{name}'"))?;
-        let handle = crate::sim::spawn(listener, options(name, card.clone()))
+        let handle = ldp_gateway::sim::spawn(listener, options(name, card.clone()))
             .await
             .with_context(|| format!("starting delegate '{name}'"))?;
         fleet.push(Member { name, card, handle });

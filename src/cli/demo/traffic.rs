@@ -2,8 +2,8 @@
 //! policy, or straight to the top-quality delegate of each skill ("blind" routing), with
 //! bounded concurrency. Every task's outcome is recorded for the report.
 
-use crate::ldp::{Body, Envelope, IdentityCard, PayloadMode, SessionConfig};
-use crate::upstream::{UpstreamClient, UpstreamSession};
+use ldp_gateway::ldp::{Body, Envelope, IdentityCard, PayloadMode, SessionConfig};
+use ldp_gateway::upstream::{UpstreamClient, UpstreamSession};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -230,7 +230,7 @@ async fn submit(
         client.from_id(),
         session.delegate_id.as_str(),
         Body::TaskSubmit {
-            task_id: crate::ldp::new_id(),
+            task_id: ldp_gateway::ldp::new_id(),
             skill: task.skill.to_owned(),
             input: task.input(mode).into(),
             contract: None,

@@ -325,7 +325,7 @@ pub fn before_and_after_first_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::traffic::tasks;
+    use crate::cli::demo::traffic::tasks;
 
     fn served(d: &str, cost: f64, ms: f64) -> Outcome {
         Outcome::Served {
