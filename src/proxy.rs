@@ -19,6 +19,7 @@ pub use retries::RetryBudget;
 use crate::config::Config;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, Envelope, LdpError, PayloadMode};
+use crate::ldp::{SessionId, TaskId};
 use crate::limits::{BudgetBook, Scope};
 use crate::policy::{PolicyProblem, PolicySet};
 use crate::provenance::LedgerHandle;
@@ -76,7 +77,7 @@ pub struct RequestIds {
     /// The envelope's `message_id`.
     pub message_id: String,
     /// The envelope's `session_id`.
-    pub session_id: String,
+    pub session_id: SessionId,
 }
 
 /// What the transport knows about a request beyond its envelope.
@@ -397,11 +398,11 @@ impl Proxy {
         }
     }
 
-    fn task_failed(&self, env: &Envelope, task_id: &str, error: LdpError) -> Envelope {
+    fn task_failed(&self, env: &Envelope, task_id: &TaskId, error: LdpError) -> Envelope {
         env.reply(
             self.id(),
             Body::TaskFailed {
-                task_id: task_id.to_owned(),
+                task_id: task_id.clone(),
                 error: error.emittable(),
             },
             env.payload_mode,

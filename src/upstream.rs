@@ -4,7 +4,8 @@
 //! base URL the operator configured or registered.
 
 use crate::ldp::{
-    negotiate, Body, Envelope, IdentityCard, NegotiatedPayload, PayloadMode, SessionConfig,
+    negotiate, Body, DelegateId, Envelope, IdentityCard, NegotiatedPayload, PayloadMode,
+    SessionConfig, SessionId,
 };
 use std::time::Duration;
 
@@ -21,11 +22,11 @@ use error::{classify, unanswered};
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct UpstreamSession {
     /// The delegate-issued session id.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// What was agreed with the delegate.
     pub payload: NegotiatedPayload,
     /// The `to` the gateway addresses (the delegate's id).
-    pub delegate_id: String,
+    pub delegate_id: DelegateId,
 }
 
 /// HTTP client to delegates, with a connection pool, no redirects and deadlines. Task
@@ -258,9 +259,9 @@ impl UpstreamClient {
                     session_id
                 };
                 Ok(UpstreamSession {
-                    session_id,
+                    session_id: session_id.into(),
                     payload,
-                    delegate_id: card.delegate_id.clone(),
+                    delegate_id: card.delegate_id.as_str().into(),
                 })
             }
             Body::SessionReject { reason, error } => Err(UpstreamError::Rejected { reason, error }),

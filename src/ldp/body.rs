@@ -4,6 +4,7 @@
 use super::contract::DelegationContract;
 use super::error::LdpError;
 use super::identity::Capability;
+use super::ids::TaskId;
 use super::json::Json;
 use super::payload::{lenient_modes_opt, ser_mode, PayloadMode};
 use super::provenance::Provenance;
@@ -144,7 +145,7 @@ pub enum Body {
     /// A task.
     TaskSubmit {
         /// Task id.
-        task_id: String,
+        task_id: TaskId,
         /// Skill to use.
         skill: String,
         /// Input, as sent (carried as JSON text, see [`Json`]).
@@ -156,7 +157,7 @@ pub enum Body {
     /// Progress.
     TaskUpdate {
         /// Task id.
-        task_id: String,
+        task_id: TaskId,
         /// 0..1.
         progress: Option<f64>,
         /// Status text.
@@ -165,7 +166,7 @@ pub enum Body {
     /// Success.
     TaskResult {
         /// Task id.
-        task_id: String,
+        task_id: TaskId,
         /// Output, as produced (carried as JSON text, see [`Json`]).
         output: Json,
         /// Who produced it (RFC: MUST be present; the gateway always fills it).
@@ -174,14 +175,14 @@ pub enum Body {
     /// Failure.
     TaskFailed {
         /// Task id.
-        task_id: String,
+        task_id: TaskId,
         /// Why.
         error: LdpError,
     },
     /// Cancel a running task.
     TaskCancel {
         /// Task id.
-        task_id: String,
+        task_id: TaskId,
     },
     /// Trust attestation.
     Attestation {
@@ -336,7 +337,7 @@ pub(super) struct RawBody {
     #[serde(default)]
     error: Option<serde_json::Value>,
     #[serde(default)]
-    task_id: Option<String>,
+    task_id: Option<TaskId>,
     #[serde(default)]
     skill: Option<String>,
     #[serde(default)]

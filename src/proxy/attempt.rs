@@ -254,7 +254,7 @@ impl Proxy {
                 self.id(),
                 binding.upstream.delegate_id.as_str(),
                 Body::TaskSubmit {
-                    task_id: t.task.task_id.to_owned(),
+                    task_id: t.task.task_id.clone(),
                     skill: skill.to_owned(),
                     input,
                     contract: t.task.contract.cloned(),
@@ -357,10 +357,10 @@ impl Proxy {
             let card = binding.delegate.card();
             let (id, version) = card
                 .map(|c| (c.delegate_id.clone(), c.model_version.clone()))
-                .unwrap_or_else(|| (binding.upstream.delegate_id.clone(), String::new()));
+                .unwrap_or_else(|| (binding.upstream.delegate_id.to_string(), String::new()));
             Provenance::new(id, version, mode)
         });
-        p.session_id = Some(t.session.id.clone());
+        p.session_id = Some(t.session.id.to_string());
         p.lineage.insert(
             0,
             LineageEntry {

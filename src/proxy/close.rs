@@ -3,6 +3,7 @@
 
 use super::{owner, Proxy, Refusal, RequestCtx};
 use crate::ldp::{Body, Envelope, PayloadMode};
+use crate::ldp::{SessionId, TaskId};
 use crate::session::Binding;
 use crate::state::SessionStore;
 use crate::upstream::UpstreamClient;
@@ -19,9 +20,9 @@ impl Proxy {
     /// stream). Returns whether a TASK_CANCEL reached the delegate.
     pub async fn cancel_for_disconnect(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         owner: &str,
-        task_id: &str,
+        task_id: &TaskId,
     ) -> bool {
         let Ok(Some(session)) = self.session(session_id, owner).await else {
             return false;
@@ -37,7 +38,7 @@ impl Proxy {
             self.id(),
             b.upstream.delegate_id.as_str(),
             Body::TaskCancel {
-                task_id: task_id.to_owned(),
+                task_id: task_id.clone(),
             },
             PayloadMode::Text,
         );
@@ -49,11 +50,16 @@ impl Proxy {
                 self.cfg.upstream.handshake_timeout,
             )
             .await;
-        tracing::info!(task_id, delegate = %b.delegate.name, ok = sent.is_ok(), "client went away; task cancelled upstream");
+        tracing::info!(task_id = %task_id, delegate = %b.delegate.name, ok = sent.is_ok(), "client went away; task cancelled upstream");
         sent.is_ok()
     }
 
-    pub(super) async fn cancel(&self, env: &Envelope, ctx: &RequestCtx, task_id: &str) -> Envelope {
+    pub(super) async fn cancel(
+        &self,
+        env: &Envelope,
+        ctx: &RequestCtx,
+        task_id: &TaskId,
+    ) -> Envelope {
         let session = match self.session(&env.session_id, &owner(ctx, env)).await {
             Ok(Some(s)) => s,
             Ok(None) => return self.task_failed(env, task_id, self.session_not_found(env)),
@@ -69,7 +75,7 @@ impl Proxy {
                     self.id(),
                     b.upstream.delegate_id.as_str(),
                     Body::TaskCancel {
-                        task_id: task_id.to_owned(),
+                        task_id: task_id.clone(),
                     },
                     PayloadMode::Text,
                 );

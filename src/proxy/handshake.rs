@@ -121,7 +121,7 @@ impl Proxy {
         let mut reply = env.reply(
             self.id(),
             Body::SessionAccept {
-                session_id: session.id.clone(),
+                session_id: session.id.to_string(),
                 negotiated_mode: payload.mode,
                 fallback_chain: payload.fallback_chain,
             },

@@ -39,9 +39,12 @@ impl Proxy {
             }))
         });
         LedgerRow {
-            task_id: task.task_id.to_owned(),
-            session_id: session.id.clone(),
-            upstream_session_id: run.binding.as_ref().map(|b| b.upstream.session_id.clone()),
+            task_id: task.task_id.to_string(),
+            session_id: session.id.to_string(),
+            upstream_session_id: run
+                .binding
+                .as_ref()
+                .map(|b| b.upstream.session_id.to_string()),
             tenant: session.tenant.clone(),
             skill: task.skill.to_owned(),
             policy: Some(policy.name.0.clone()),

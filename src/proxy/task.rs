@@ -4,6 +4,7 @@
 use super::bind::RouteInfo;
 use super::{Proxy, Refusal, RequestCtx};
 use crate::ldp::error::GatewayCode;
+use crate::ldp::TaskId;
 use crate::ldp::{Body, DelegationContract, Envelope, LdpError, PayloadMode, Provenance};
 use crate::policy::Policy;
 use crate::routing::Need;
@@ -62,7 +63,7 @@ impl TaskCtx<'_> {
             let update = self.env.reply(
                 from,
                 Body::TaskUpdate {
-                    task_id: self.task.task_id.to_owned(),
+                    task_id: self.task.task_id.clone(),
                     progress,
                     message: Some(message),
                 },
@@ -100,7 +101,7 @@ pub(super) enum Answer {
 
 /// The task as the client sent it.
 pub(super) struct TaskIn<'a> {
-    pub task_id: &'a str,
+    pub task_id: &'a TaskId,
     pub skill: &'a str,
     pub input: &'a crate::ldp::Json,
     pub contract: Option<&'a DelegationContract>,
@@ -122,7 +123,7 @@ impl Proxy {
         let span = tracing::info_span!(
             "task",
             session_id = %env.session_id,
-            task_id = task.task_id,
+            task_id = %task.task_id,
             policy = tracing::field::Empty,
             delegate = tracing::field::Empty,
         );
@@ -190,7 +191,7 @@ impl Proxy {
             (Answer::Result { output, provenance }, Ok(())) => env.reply(
                 self.id(),
                 Body::TaskResult {
-                    task_id: task_id.to_owned(),
+                    task_id: task_id.clone(),
                     output,
                     provenance: Some(provenance),
                 },

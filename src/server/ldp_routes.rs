@@ -3,6 +3,7 @@
 use super::{ApiError, AppState, ErrorKind};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, Envelope};
+use crate::ldp::{SessionId, TaskId};
 use crate::proxy::{RequestCtx, GATEWAY_MODES};
 use axum::body::Body as HttpBody;
 use axum::extract::{DefaultBodyLimit, State};
@@ -290,20 +291,20 @@ const HEARTBEAT: Duration = Duration::from_millis(400);
 /// Cancels the task upstream if its request is dropped (client gone) before the answer.
 struct CancelOnDrop {
     proxy: std::sync::Arc<crate::proxy::Proxy>,
-    session_id: String,
+    session_id: SessionId,
     owner: String,
-    task_id: String,
+    task_id: TaskId,
     done: bool,
 }
 
 impl CancelOnDrop {
-    fn new(s: &AppState, ctx: &RequestCtx, env: &Envelope, task_id: &str) -> CancelOnDrop {
+    fn new(s: &AppState, ctx: &RequestCtx, env: &Envelope, task_id: &TaskId) -> CancelOnDrop {
         CancelOnDrop {
             proxy: s.proxy.clone(),
             session_id: env.session_id.clone(),
             // The same owner key the session table uses (tenant + `from`).
             owner: crate::proxy::owner(ctx, env),
-            task_id: task_id.to_owned(),
+            task_id: task_id.clone(),
             done: false,
         }
     }

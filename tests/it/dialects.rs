@@ -1202,7 +1202,7 @@ fn same_body(ours: &Body, theirs: &RfBody) {
                 contract: c,
             },
         ) => {
-            assert_eq!((task_id, skill), (t, s));
+            assert_eq!((task_id.as_str(), skill), (t.as_str(), s));
             assert_eq!(input, i);
             assert_eq!(contract.is_some(), c.is_some());
             if let (Some(o), Some(t)) = (contract, c) {

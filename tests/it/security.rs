@@ -1005,7 +1005,7 @@ async fn signatures_are_checked_and_replays_refused() {
         secret,
         Algorithm::Reference,
     );
-    session_changed.session_id = uuid::Uuid::new_v4().to_string();
+    session_changed.session_id = uuid::Uuid::new_v4().to_string().into();
     refused(&api.send_env(&session_changed).await, "session id changed");
     attack("signed TASK_SUBMIT with `skill` (or session id) changed after signing → HTTP 401");
 

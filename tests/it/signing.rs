@@ -161,7 +161,7 @@ fn changing_a_signed_field_fails() {
     let tampers: [(&str, Tamper); 9] = [
         ("task_id", |e| {
             if let Body::TaskSubmit { task_id, .. } = &mut e.body {
-                task_id.push('x');
+                *task_id = format!("{task_id}x").into();
             }
         }),
         ("skill", |e| {

@@ -230,7 +230,7 @@ async fn submit(
         client.from_id(),
         session.delegate_id.as_str(),
         Body::TaskSubmit {
-            task_id: ldp_gateway::ldp::new_id(),
+            task_id: ldp_gateway::ldp::new_id().into(),
             skill: task.skill.to_owned(),
             input: task.input(mode).into(),
             contract: None,

@@ -423,7 +423,7 @@ pub fn hello_body(from: &str) -> Body {
 /// A TASK_SUBMIT body with a fresh task id.
 pub fn submit_body(skill: &str, input: Value) -> Body {
     Body::TaskSubmit {
-        task_id: uuid::Uuid::new_v4().to_string(),
+        task_id: uuid::Uuid::new_v4().to_string().into(),
         skill: skill.to_owned(),
         input: input.into(),
         contract: None,
