@@ -181,7 +181,7 @@ impl Proxy {
             // No policy applies: the row names the set's default, for the record.
             Err(reason) => Err((
                 set.default_policy().clone(),
-                LdpError::gateway(GatewayCode::UnknownPolicy, reason),
+                LdpError::gateway(GatewayCode::UnknownPolicy, reason.to_string()),
             )),
         };
         // A task that has gone round gateways too often is refused before it takes a token.

@@ -22,9 +22,9 @@ pub struct ExplainQuery<'a> {
 /// Why no explanation could be given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExplainError {
-    /// Policy selection refused (an unknown policy named): its reason.
-    #[error("{0}")]
-    Policy(String),
+    /// Policy selection refused: an unknown policy named.
+    #[error(transparent)]
+    Policy(#[from] crate::policy::UnknownPolicy),
 }
 
 /// Explains the decision for `q` over `registry`'s current cards and health, under the
