@@ -18,8 +18,7 @@ pub use retries::RetryBudget;
 
 use crate::config::Config;
 use crate::ldp::error::GatewayCode;
-use crate::ldp::{Body, Envelope, LdpError, PayloadMode};
-use crate::ldp::{SessionId, TaskId};
+use crate::ldp::{Body, Envelope, LdpError, PayloadMode, SessionId, TaskId};
 use crate::limits::{BudgetBook, Scope};
 use crate::policy::{PolicyProblem, PolicySet};
 use crate::provenance::LedgerHandle;

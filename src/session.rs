@@ -2,8 +2,7 @@
 //! bindings, idle expiry. This is one process's table; the session store
 //! (`crate::state::sessions`) decides whether it is the truth or a copy of Redis'.
 
-use crate::ldp::NegotiatedPayload;
-use crate::ldp::{SessionId, TaskId};
+use crate::ldp::{NegotiatedPayload, SessionId, TaskId};
 use crate::registry::Delegate;
 use crate::upstream::UpstreamSession;
 use dashmap::DashMap;

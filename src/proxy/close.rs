@@ -2,11 +2,10 @@
 //! upstream sessions involved.
 
 use super::{owner, Proxy, Refusal, RequestCtx};
-use crate::ldp::{Body, Envelope, PayloadMode};
-use crate::ldp::{SessionId, TaskId};
+use crate::ldp::{Body, Envelope, PayloadMode, SessionId, TaskId};
 use crate::session::Binding;
 use crate::state::SessionStore;
-use crate::upstream::UpstreamClient;
+use crate::upstream::{UpstreamClient, UpstreamError};
 
 async fn close_all(upstream: &UpstreamClient, bindings: Vec<Binding>) {
     let closes = bindings
@@ -16,6 +15,27 @@ async fn close_all(upstream: &UpstreamClient, bindings: Vec<Binding>) {
 }
 
 impl Proxy {
+    /// Sends TASK_CANCEL for `task_id` to the upstream session of binding `b`, within the
+    /// handshake deadline.
+    async fn send_cancel(&self, b: &Binding, task_id: &TaskId) -> Result<Envelope, UpstreamError> {
+        let cancel = Envelope::new(
+            b.upstream.session_id.as_str(),
+            self.id(),
+            b.upstream.delegate_id.as_str(),
+            Body::TaskCancel {
+                task_id: task_id.clone(),
+            },
+            PayloadMode::Text,
+        );
+        self.upstream
+            .send(
+                &b.delegate.base_url,
+                &cancel,
+                self.cfg.upstream.handshake_timeout,
+            )
+            .await
+    }
+
     /// Cancels a running task upstream on behalf of a client that went away (a dropped
     /// stream). Returns whether a TASK_CANCEL reached the delegate.
     pub async fn cancel_for_disconnect(
@@ -33,23 +53,7 @@ impl Proxy {
         else {
             return false;
         };
-        let cancel = Envelope::new(
-            b.upstream.session_id.as_str(),
-            self.id(),
-            b.upstream.delegate_id.as_str(),
-            Body::TaskCancel {
-                task_id: task_id.clone(),
-            },
-            PayloadMode::Text,
-        );
-        let sent = self
-            .upstream
-            .send(
-                &b.delegate.base_url,
-                &cancel,
-                self.cfg.upstream.handshake_timeout,
-            )
-            .await;
+        let sent = self.send_cancel(&b, task_id).await;
         tracing::info!(task_id = %task_id, delegate = %b.delegate.name, ok = sent.is_ok(), "client went away; task cancelled upstream");
         sent.is_ok()
     }
@@ -69,29 +73,10 @@ impl Proxy {
             .running_skill(task_id)
             .and_then(|skill| session.binding(&skill));
         let message = match binding {
-            Some(b) => {
-                let cancel = Envelope::new(
-                    b.upstream.session_id.as_str(),
-                    self.id(),
-                    b.upstream.delegate_id.as_str(),
-                    Body::TaskCancel {
-                        task_id: task_id.clone(),
-                    },
-                    PayloadMode::Text,
-                );
-                match self
-                    .upstream
-                    .send(
-                        &b.delegate.base_url,
-                        &cancel,
-                        self.cfg.upstream.handshake_timeout,
-                    )
-                    .await
-                {
-                    Ok(_) => "cancelled".to_owned(),
-                    Err(e) => format!("cancel could not reach the delegate: {e}"),
-                }
-            }
+            Some(b) => match self.send_cancel(&b, task_id).await {
+                Ok(_) => "cancelled".to_owned(),
+                Err(e) => format!("cancel could not reach the delegate: {e}"),
+            },
             None => format!("task '{task_id}' is not running"),
         };
         env.reply(

@@ -4,8 +4,7 @@
 use super::bind::RouteInfo;
 use super::{Proxy, Refusal, RequestCtx};
 use crate::ldp::error::GatewayCode;
-use crate::ldp::TaskId;
-use crate::ldp::{Body, DelegationContract, Envelope, LdpError, PayloadMode, Provenance};
+use crate::ldp::{Body, DelegationContract, Envelope, LdpError, PayloadMode, Provenance, TaskId};
 use crate::policy::Policy;
 use crate::routing::Need;
 use crate::session::{Binding, ClientSession};

@@ -2,8 +2,7 @@
 
 use super::{ApiError, AppState, ErrorKind};
 use crate::ldp::error::GatewayCode;
-use crate::ldp::{Body, Envelope};
-use crate::ldp::{SessionId, TaskId};
+use crate::ldp::{Body, Envelope, SessionId, TaskId};
 use crate::proxy::{RequestCtx, GATEWAY_MODES};
 use axum::body::Body as HttpBody;
 use axum::extract::{DefaultBodyLimit, State};
