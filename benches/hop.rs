@@ -46,7 +46,7 @@ async fn run(http: &reqwest::Client, base: &str, tasks: usize) -> anyhow::Result
             "ldp:client:bench",
             "x",
             Body::TaskSubmit {
-                task_id: format!("t{i}"),
+                task_id: format!("t{i}").into(),
                 skill: "echo".into(),
                 input: serde_json::json!("hello").into(),
                 contract: None,

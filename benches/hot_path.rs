@@ -112,7 +112,7 @@ fn bench_sessions(c: &mut Criterion) {
         (0..10_000)
             .map(|i| {
                 let s = table.open(new_session(i));
-                (s.id.clone(), s.owner.clone())
+                (s.id.to_string(), s.owner.clone())
             })
             .collect(),
     );

@@ -216,7 +216,7 @@ impl Lane {
                 "ldp:client:bench",
                 "x",
                 Body::TaskSubmit {
-                    task_id: format!("t{}", self.next),
+                    task_id: format!("t{}", self.next).into(),
                     skill: "echo".into(),
                     input: serde_json::json!("hello").into(),
                     contract: None,

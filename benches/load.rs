@@ -179,7 +179,7 @@ fn task(sid: &str, i: u64) -> Envelope {
         "ldp:client:load",
         "x",
         Body::TaskSubmit {
-            task_id: format!("t{i}"),
+            task_id: format!("t{i}").into(),
             skill: "echo".into(),
             input: serde_json::json!("hello").into(),
             contract: None,

@@ -8,7 +8,6 @@
 
 pub mod cluster;
 pub mod config;
-pub mod demo;
 pub mod ldp;
 pub mod limits;
 pub mod policy;
@@ -20,6 +19,7 @@ pub mod secret;
 pub mod server;
 pub mod session;
 pub mod sim;
+pub mod state;
 pub mod telemetry;
 pub mod tenant;
 pub mod translate;

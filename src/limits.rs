@@ -1,5 +1,6 @@
 //! Rate limits (governor: a GCRA per tenant, tenant × skill, policy and delegate) and budgets
-//! (reserve at admission, settle after, so concurrent tasks cannot overshoot).
+//! (reserve at admission, settle after, so concurrent tasks cannot overshoot), in this
+//! process; sharing them across replicas is the stores' business (`crate::state`).
 
 pub mod budget;
 

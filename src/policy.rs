@@ -161,6 +161,11 @@ pub struct Policy {
     pub source: PathBuf,
 }
 
+/// A request named a policy the set does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy '{0}'")]
+pub struct UnknownPolicy(pub String);
+
 /// A complete, valid set of policies: what the gateway swaps in on reload.
 #[derive(Debug, Clone)]
 pub struct PolicySet {
@@ -204,12 +209,12 @@ impl PolicySet {
         tenant_default: Option<&str>,
         skill: &str,
         tenant: &str,
-    ) -> Result<(&Arc<Policy>, Chosen), String> {
+    ) -> Result<(&Arc<Policy>, Chosen), UnknownPolicy> {
         if let Some(n) = named {
             return self
                 .get(n)
                 .map(|p| (p, Chosen::Named))
-                .ok_or_else(|| format!("unknown policy '{n}'"));
+                .ok_or_else(|| UnknownPolicy(n.to_owned()));
         }
         if let Some(p) = tenant_default.and_then(|n| self.get(n)) {
             return Ok((p, Chosen::TenantDefault));
@@ -298,8 +303,9 @@ mod tests {
             ],
             default: PolicyName("balanced".into()),
         };
-        let name =
-            |r: Result<(&Arc<Policy>, Chosen), String>| r.map(|(p, c)| (p.name.0.clone(), c));
+        let name = |r: Result<(&Arc<Policy>, Chosen), UnknownPolicy>| {
+            r.map(|(p, c)| (p.name.0.clone(), c))
+        };
         assert_eq!(
             name(set.select(Some("b"), None, "x", "t")),
             Ok(("b".into(), Chosen::Named))

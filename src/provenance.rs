@@ -146,7 +146,7 @@ pub trait Reader: Send + Sync + 'static {
 }
 
 /// How long opening a Postgres ledger may take to connect.
-const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Opens the backend a store URL names: `sqlite://relative/path.db`, `sqlite:///abs/path.db`,
 /// `sqlite::memory:`, or `postgres://user@host:port/db` (also `postgresql://`).
@@ -163,47 +163,4 @@ pub fn open_backend(store: &str, durability: Durability) -> Result<Box<dyn Backe
         )?));
     }
     Err(LedgerError::BadStore(redact_url(store)))
-}
-
-/// `ldp-gateway provenance`: query the ledger (the SQLite file `db` read-only, else the
-/// config's store, SQLite or Postgres) and render the rows as `json` or `csv`.
-pub fn print_from_file(
-    db: Option<&std::path::Path>,
-    config: &std::path::Path,
-    mut q: Query,
-    since: Option<&str>,
-    format: &str,
-) -> anyhow::Result<String> {
-    if let Some(s) = since {
-        q.since_ms = Some(
-            query::parse_since(s, chrono::Utc::now().timestamp_millis())
-                .map_err(anyhow::Error::msg)?,
-        );
-    }
-    let store = match db {
-        Some(p) => format!("sqlite://{}", p.display()),
-        None => crate::config::Config::load(config)?.provenance.store,
-    };
-    let mut backend: Box<dyn Backend> = if is_postgres(&store) {
-        Box::new(PostgresBackend::open(
-            &store,
-            Durability::Commit,
-            CONNECT_TIMEOUT,
-        )?)
-    } else {
-        let rest = store
-            .strip_prefix("sqlite:")
-            .ok_or_else(|| LedgerError::BadStore(store.clone()))?;
-        let path = rest.strip_prefix("//").unwrap_or(rest);
-        if !std::path::Path::new(path).exists() {
-            anyhow::bail!("no provenance database at {path}");
-        }
-        Box::new(SqliteBackend::open_read_only(path)?)
-    };
-    let rows = backend.query(&q)?;
-    Ok(match format {
-        "csv" => query::to_csv(&rows),
-        "json" => format!("{}\n", serde_json::to_string_pretty(&rows)?),
-        other => anyhow::bail!("--format must be json or csv, got '{other}'"),
-    })
 }

@@ -1,7 +1,7 @@
 //! The delegates the gateway knows: their cards (fetched, re-fetched with backoff), health,
 //! observed latency, and an index of who offers which skill, so routing never scans the fleet.
 
-use crate::config::{normalize_url, DelegateConfig};
+use crate::config::{normalize_url, DelegateConfig, UrlError};
 use crate::ldp::{CapabilityHints, IdentityCard};
 use crate::policy::Policy;
 use crate::routing::{self, Load, Offer, RoutingParams, Static};
@@ -12,8 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod explain;
 mod health;
 
+pub use explain::{explain, ExplainError, ExplainQuery};
 pub use health::{Availability, InFlight, Observed, OutlierConfig, Phase, Snapshot};
 
 /// Fetches `d`'s card and records it (or the failure); whether its offers changed. A card
@@ -78,7 +80,7 @@ pub struct Delegate {
 
 impl Delegate {
     /// A delegate with no card yet (so not healthy), judged by `outlier`.
-    pub fn from_config(cfg: &DelegateConfig, outlier: OutlierConfig) -> Result<Delegate, String> {
+    pub fn from_config(cfg: &DelegateConfig, outlier: OutlierConfig) -> Result<Delegate, UrlError> {
         let base_url = normalize_url(&cfg.url)?;
         Ok(Delegate {
             name: cfg.name.clone().unwrap_or_else(|| cfg.url.clone()),
@@ -371,8 +373,8 @@ impl SkillIndex {
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     /// The URL is unusable.
-    #[error("{0}")]
-    BadUrl(String),
+    #[error(transparent)]
+    BadUrl(#[from] UrlError),
     /// The name is taken.
     #[error("a delegate named '{0}' is already registered")]
     Duplicate(String),
@@ -398,7 +400,7 @@ impl Registry {
     pub fn from_config(
         cfgs: &[DelegateConfig],
         outlier: OutlierConfig,
-    ) -> Result<Registry, String> {
+    ) -> Result<Registry, RegistryError> {
         let list = cfgs
             .iter()
             .map(|c| Delegate::from_config(c, outlier).map(Arc::new))
@@ -446,7 +448,7 @@ impl Registry {
 
     /// Adds a delegate at run time (its card is fetched by the caller or the next poll).
     pub fn add(&self, cfg: &DelegateConfig) -> Result<Arc<Delegate>, RegistryError> {
-        let d = Arc::new(Delegate::from_config(cfg, self.outlier).map_err(RegistryError::BadUrl)?);
+        let d = Arc::new(Delegate::from_config(cfg, self.outlier)?);
         let _w = self
             .writer
             .lock()

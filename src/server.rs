@@ -7,19 +7,15 @@
 
 mod admin;
 mod conn;
+mod error;
 mod ldp_routes;
 mod reload;
 
 use crate::config::{Config, ConfigError};
-use crate::ldp::error::GatewayCode;
-use crate::ldp::LdpError;
 use crate::provenance::Ledger;
 use crate::proxy::Proxy;
 use crate::registry::Registry;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -28,6 +24,7 @@ use tokio::task::JoinHandle;
 
 pub use admin::admin_router;
 pub use conn::{OpenConnections, WriteDeadline};
+pub use error::{telling, ApiError, ErrorKind, Telling};
 pub use ldp_routes::router;
 pub use reload::Hangup;
 
@@ -36,6 +33,14 @@ pub use reload::Hangup;
 pub struct AppState {
     /// The gateway core.
     pub proxy: Arc<Proxy>,
+    /// The delegates (registration, cards, health).
+    pub registry: Arc<Registry>,
+    /// The ledger (queries, readiness).
+    pub ledger: crate::provenance::LedgerHandle,
+    /// The metrics.
+    pub metrics: Arc<crate::telemetry::Metrics>,
+    /// The client to delegates (card polls on registration).
+    pub upstream: crate::upstream::UpstreamClient,
     /// The configuration it runs with.
     pub config: Arc<Config>,
     /// This listener's URL, written into the identity card's `endpoint`.
@@ -59,7 +64,7 @@ pub enum ServerError {
     Metrics(#[from] prometheus::Error),
     /// Cluster mode could not be set up (a bad `redis_url`).
     #[error("cluster: {0}")]
-    Cluster(#[from] crate::cluster::ClusterError),
+    Cluster(#[from] crate::state::StoreError),
     /// A listener could not bind.
     #[error("cannot listen on {addr}")]
     Bind {
@@ -70,81 +75,15 @@ pub enum ServerError {
     },
 }
 
-/// A client error answered as `{"error": LdpError}` with a 4xx status.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    error: LdpError,
-    retry_after: Option<u64>,
-}
-
-impl ApiError {
-    /// An error with one of the gateway's codes; the status follows from the code.
-    pub fn new(code: GatewayCode, message: impl Into<String>) -> Self {
-        let status = match code {
-            GatewayCode::BadRequest => StatusCode::BAD_REQUEST,
-            GatewayCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            GatewayCode::Unauthenticated => StatusCode::UNAUTHORIZED,
-            GatewayCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-            GatewayCode::SessionNotFound | GatewayCode::NoEligibleDelegate => StatusCode::NOT_FOUND,
-            GatewayCode::TrustViolation
-            | GatewayCode::BudgetExceeded
-            | GatewayCode::UnknownPolicy => StatusCode::FORBIDDEN,
-            GatewayCode::SessionLimit | GatewayCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            GatewayCode::UpstreamFailed => StatusCode::BAD_GATEWAY,
-            GatewayCode::LoopDetected => StatusCode::LOOP_DETECTED,
-            GatewayCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        ApiError {
-            status,
-            error: LdpError::gateway(code, message),
-            retry_after: None,
-        }
-    }
-}
-
-impl ApiError {
-    /// HTTP 429 `RATE_LIMITED` with a `Retry-After` of at least one second.
-    pub fn rate_limited(scope: crate::limits::Scope, retry_after: Duration) -> Self {
-        let mut e = ApiError::new(
-            GatewayCode::RateLimited,
-            format!(
-                "{} rate limit reached; retry after {:.3} s",
-                scope.as_str(),
-                retry_after.as_secs_f64()
-            ),
-        );
-        e.retry_after = Some(retry_after.as_secs_f64().ceil().max(1.0) as u64);
-        e
-    }
-
-    /// The LDP error this answers with.
-    pub fn error(&self) -> &LdpError {
-        &self.error
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = axum::Json(serde_json::json!({ "error": self.error }));
-        match self.retry_after {
-            Some(secs) => (
-                self.status,
-                [(axum::http::header::RETRY_AFTER, secs.to_string())],
-                body,
-            )
-                .into_response(),
-            None => (self.status, body).into_response(),
-        }
-    }
-}
-
 /// A running gateway: both listeners, the card poller and the session sweeper.
 pub struct Gateway {
     ldp_addr: SocketAddr,
     admin_addr: SocketAddr,
     ldp_connections: OpenConnections,
     proxy: Arc<Proxy>,
+    registry: Arc<Registry>,
+    upstream: crate::upstream::UpstreamClient,
+    metrics: Arc<crate::telemetry::Metrics>,
     ledger: Ledger,
     grace: Duration,
     shutdown: watch::Sender<bool>,
@@ -182,7 +121,7 @@ impl Gateway {
             })?;
         let registry = Arc::new(
             Registry::from_config(&config.delegates, config.outlier)
-                .map_err(|e| ConfigError::Invalid(vec![e]))?,
+                .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?,
         );
         let policies = crate::policy::load_dir(&config.policies.dir, &config.policies.default)
             .map_err(ServerError::Policies)?;
@@ -199,19 +138,25 @@ impl Gateway {
         })??;
         let ledger = Ledger::start(backend, p.durability, p.queue_capacity, metrics.clone());
         let tenants = crate::tenant::Tenants::from_config(&config.tenants)
-            .map_err(|e| ConfigError::Invalid(vec![e]))?;
-        let cluster = crate::cluster::Cluster::from_config(&config.cluster, metrics.clone())?;
-        let proxy = Arc::new(
-            Proxy::new(
-                config.clone(),
-                registry.clone(),
-                policies,
-                metrics,
-                ledger.handle(),
-                tenants,
-            )
-            .with_cluster(cluster),
-        );
+            .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?;
+        let upstream = crate::proxy::upstream_client(&config);
+        let proxy = Proxy::new(crate::proxy::Parts {
+            cfg: config.clone(),
+            registry: registry.clone(),
+            policies,
+            metrics: metrics.clone(),
+            ledger: ledger.handle(),
+            tenants,
+            upstream: upstream.clone(),
+        });
+        // Chosen once: this process's state, or Redis shared with the other replicas.
+        let stores = crate::state::Stores::from_config(
+            &config,
+            registry.clone(),
+            metrics.clone(),
+            proxy.tasks().clone(),
+        )?;
+        let proxy = Arc::new(proxy.with_stores(stores));
         proxy.restore_spend().await;
         for d in &config.delegates {
             if let Some(var) = &d.signing_secret_env {
@@ -222,22 +167,26 @@ impl Gateway {
                     )])
                 })?;
                 let base = crate::config::normalize_url(&d.url)
-                    .map_err(|e| ConfigError::Invalid(vec![e]))?;
-                proxy.upstream().sign_for(&base, secret);
+                    .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?;
+                upstream.sign_for(&base, secret);
             }
         }
         registry
-            .poll_all(proxy.upstream(), config.discovery.fetch_timeout, true)
+            .poll_all(&upstream, config.discovery.fetch_timeout, true)
             .await;
 
         let (shutdown, rx) = watch::channel(false);
         let state = AppState {
             proxy: proxy.clone(),
+            registry: registry.clone(),
+            ledger: ledger.handle(),
+            metrics: metrics.clone(),
+            upstream: upstream.clone(),
             config: config.clone(),
             public_url: format!("http://{ldp_addr}").into(),
         };
         let mut tasks = vec![registry.clone().spawn_poller(
-            proxy.upstream().clone(),
+            upstream.clone(),
             config.discovery.poll_interval,
             config.discovery.fetch_timeout,
             rx.clone(),
@@ -282,6 +231,9 @@ impl Gateway {
             admin_addr,
             ldp_connections,
             proxy,
+            registry,
+            upstream,
+            metrics,
             ledger,
             grace: config.server.shutdown_grace,
             shutdown,
@@ -304,25 +256,37 @@ impl Gateway {
         self.ldp_connections.get()
     }
 
-    /// The gateway core (tests inspect sessions and the registry through it).
+    /// The gateway core (tests inspect sessions, budgets and limiters through it).
     pub fn proxy(&self) -> &Arc<Proxy> {
         &self.proxy
+    }
+
+    /// The delegates.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<crate::telemetry::Metrics> {
+        &self.metrics
+    }
+
+    /// A handle on the ledger.
+    pub fn ledger(&self) -> crate::provenance::LedgerHandle {
+        self.ledger.handle()
     }
 
     /// Re-fetches every card now, instead of waiting for the next poll.
     pub async fn refresh_cards(&self) {
         let timeout = Duration::from_secs(2);
-        self.proxy
-            .registry()
-            .poll_all(self.proxy.upstream(), timeout, true)
-            .await;
+        self.registry.poll_all(&self.upstream, timeout, true).await;
     }
 
     /// Waits until at least `n` delegates are healthy, re-polling cards; false on timeout.
     pub async fn wait_healthy(&self, n: usize, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            if self.proxy.registry().healthy_count() >= n {
+            if self.registry.healthy_count() >= n {
                 return true;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -390,77 +354,4 @@ fn spawn_sweeper(
             }
         }
     })
-}
-
-/// `ldp-gateway serve`: load the config, run until Ctrl-C or SIGTERM.
-pub async fn serve_from_file(path: &Path) -> anyhow::Result<()> {
-    // Before anything slow (config, ledger, first card poll): SIGHUP's default action is to
-    // end the process, and an operator may send it at any time.
-    let hangup = Hangup::listen();
-    let config = Config::load(path)?;
-    let gateway = Gateway::start_with_hangup(config, hangup).await?;
-    println!("LDP endpoint: {}", gateway.ldp_url());
-    println!("admin:        {}", gateway.admin_url());
-    wait_for_signal().await;
-    tracing::info!("shutting down");
-    gateway.shutdown().await;
-    Ok(())
-}
-
-/// `ldp-gateway route`: load the config and policies, fetch every card once, explain.
-pub async fn explain_from_file(
-    path: &Path,
-    skill: &str,
-    policy: Option<&str>,
-    tenant: Option<&str>,
-    client_domain: Option<&str>,
-) -> anyhow::Result<crate::routing::Explanation> {
-    let config = Arc::new(Config::load(path)?);
-    let policies = crate::policy::load_dir(&config.policies.dir, &config.policies.default)
-        .map_err(ServerError::Policies)?;
-    let registry = Arc::new(
-        Registry::from_config(&config.delegates, config.outlier).map_err(anyhow::Error::msg)?,
-    );
-    let metrics = Arc::new(crate::telemetry::Metrics::new()?);
-    // Explaining records nothing: an in-memory ledger stands in.
-    let backend = crate::provenance::open_backend("sqlite::memory:", Default::default())?;
-    let ledger = Ledger::start(backend, Default::default(), 1, metrics.clone());
-    let tenants =
-        crate::tenant::Tenants::from_config(&config.tenants).map_err(anyhow::Error::msg)?;
-    let proxy = Proxy::new(
-        config.clone(),
-        registry.clone(),
-        policies,
-        metrics,
-        ledger.handle(),
-        tenants,
-    );
-    registry
-        .poll_all(proxy.upstream(), config.discovery.fetch_timeout, true)
-        .await;
-    proxy
-        .explain(skill, policy, tenant, client_domain)
-        .map_err(anyhow::Error::msg)
-}
-
-/// Resolves on Ctrl-C or (on Unix) SIGTERM.
-pub async fn wait_for_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
 }

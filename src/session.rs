@@ -1,7 +1,8 @@
 //! Client sessions: the table of sessions the gateway issued, their per-skill upstream
-//! bindings, idle expiry.
+//! bindings, idle expiry. This is one process's table; the session store
+//! (`crate::state::sessions`) decides whether it is the truth or a copy of Redis'.
 
-use crate::ldp::NegotiatedPayload;
+use crate::ldp::{NegotiatedPayload, SessionId, TaskId};
 use crate::registry::Delegate;
 use crate::upstream::UpstreamSession;
 use dashmap::DashMap;
@@ -24,7 +25,7 @@ pub struct Binding {
 #[derive(Debug)]
 pub struct ClientSession {
     /// Gateway-issued id.
-    pub id: String,
+    pub id: SessionId,
     /// Who opened it (tenant and envelope `from`); other callers cannot use it.
     pub owner: String,
     /// Its tenant.
@@ -48,7 +49,7 @@ pub struct ClientSession {
     /// open two.
     pub handshake: tokio::sync::Mutex<()>,
     /// Tasks in flight: task id → skill, for TASK_CANCEL.
-    running: Mutex<HashMap<String, String>>,
+    running: Mutex<HashMap<TaskId, String>>,
 }
 
 impl ClientSession {
@@ -63,11 +64,11 @@ impl ClientSession {
     }
 
     /// Removes the binding for `skill` if it is still the upstream session `upstream_id`.
-    pub fn unbind(&self, skill: &str, upstream_id: &str) -> Option<Binding> {
+    pub fn unbind(&self, skill: &str, upstream_id: &SessionId) -> Option<Binding> {
         let mut map = self.bindings.lock().ok()?;
         if map
             .get(skill)
-            .is_some_and(|b| b.upstream.session_id == upstream_id)
+            .is_some_and(|b| &b.upstream.session_id == upstream_id)
         {
             map.remove(skill)
         } else {
@@ -121,21 +122,21 @@ impl ClientSession {
     }
 
     /// Marks a task as running.
-    pub fn task_started(&self, task_id: &str, skill: &str) {
+    pub fn task_started(&self, task_id: &TaskId, skill: &str) {
         if let Ok(mut m) = self.running.lock() {
-            m.insert(task_id.to_owned(), skill.to_owned());
+            m.insert(task_id.clone(), skill.to_owned());
         }
     }
 
     /// Marks a task as done.
-    pub fn task_finished(&self, task_id: &str) {
+    pub fn task_finished(&self, task_id: &TaskId) {
         if let Ok(mut m) = self.running.lock() {
             m.remove(task_id);
         }
     }
 
     /// The skill of a running task.
-    pub fn running_skill(&self, task_id: &str) -> Option<String> {
+    pub fn running_skill(&self, task_id: &TaskId) -> Option<String> {
         self.running.lock().ok()?.get(task_id).cloned()
     }
 }
@@ -161,7 +162,7 @@ pub struct NewSession {
 
 /// All client sessions.
 pub struct SessionTable {
-    map: DashMap<String, Arc<ClientSession>>,
+    map: DashMap<SessionId, Arc<ClientSession>>,
     per_tenant: DashMap<String, usize>,
     epoch: Instant,
 }
@@ -249,7 +250,7 @@ impl SessionTable {
     fn insert(&self, id: String, new: NewSession) -> Arc<ClientSession> {
         *self.per_tenant.entry(new.tenant.clone()).or_insert(0) += 1;
         let session = Arc::new(ClientSession {
-            id,
+            id: id.into(),
             owner: new.owner,
             tenant: new.tenant,
             spend: Default::default(),
@@ -293,7 +294,7 @@ impl SessionTable {
     /// Removes and returns every session idle past its TTL.
     pub fn take_expired(&self) -> Vec<Arc<ClientSession>> {
         let now = self.now_ms();
-        let expired: Vec<String> = self
+        let expired: Vec<SessionId> = self
             .map
             .iter()
             .filter(|e| {
@@ -314,7 +315,7 @@ impl SessionTable {
 
     /// Removes and returns every session (shutdown).
     pub fn take_all(&self) -> Vec<Arc<ClientSession>> {
-        let ids: Vec<String> = self.map.iter().map(|e| e.key().clone()).collect();
+        let ids: Vec<SessionId> = self.map.iter().map(|e| e.key().clone()).collect();
         let gone: Vec<Arc<ClientSession>> = ids
             .into_iter()
             .filter_map(|id| self.map.remove(&id).map(|(_, s)| s))

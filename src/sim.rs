@@ -27,7 +27,6 @@ mod task;
 
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{CapabilityManifest, Envelope, IdentityCard, LdpError, ParseError, PayloadMode};
-use anyhow::Context as _;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -37,7 +36,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -49,30 +47,6 @@ use tokio::task::JoinHandle;
 
 /// How long [`SimHandle::shutdown`] waits for open connections before aborting them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-/// `ldp-gateway delegate`: run one simulated delegate until Ctrl-C.
-#[derive(clap::Args, Debug, Clone)]
-pub struct DelegateArgs {
-    /// Identity card (JSON, RFC or reference dialect).
-    #[arg(long)]
-    pub card: PathBuf,
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub listen: String,
-    /// Latency of every task in ms. Absent: each skill's declared p50 latency from the card
-    /// (capability hint, else the card's `latency_profile`), 0 if it declares none.
-    #[arg(long)]
-    pub latency_ms: Option<u64>,
-    /// Uniform jitter in ms, added to or taken from the latency.
-    #[arg(long, default_value_t = 0)]
-    pub jitter_ms: u64,
-    /// Probability (0..=1) that a task fails with the retryable `SIMULATED_FAILURE`.
-    #[arg(long, default_value_t = 0.0)]
-    pub fail_rate: f64,
-    /// Payload modes whose tasks always fail validation (repeat or comma-separate).
-    #[arg(long, value_delimiter = ',')]
-    pub fail_mode: Vec<String>,
-}
 
 /// Everything a simulated delegate is configured with.
 #[derive(Clone, Debug)]
@@ -394,50 +368,38 @@ pub fn router(state: SimState) -> Router {
         .with_state(state)
 }
 
-/// Reads an identity card (either dialect) from a JSON file.
-pub fn load_card(path: &Path) -> anyhow::Result<IdentityCard> {
-    let raw = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_slice(&raw)
-        .with_context(|| format!("{}: not an identity card", path.display()))
+/// Why a card file could not be used. The cause is part of the message rather than a
+/// `source`, so that one `{}` tells the whole story.
+#[derive(Debug, thiserror::Error)]
+pub enum CardFileError {
+    /// The file could not be read.
+    #[error("reading {}: {error}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// It is not an identity card in either dialect.
+    #[error("{}: not an identity card: {error}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: serde_json::Error,
+    },
 }
 
-/// `ldp-gateway delegate`: bind, print `listening on URL` (the readiness line), serve until
-/// Ctrl-C.
-pub async fn run(args: DelegateArgs) -> anyhow::Result<()> {
-    let card = load_card(&args.card)?;
-    let mut opts = SimOptions::new(card);
-    match args.latency_ms {
-        Some(ms) => opts.latency = Duration::from_millis(ms),
-        None => opts.card_latency = true,
-    }
-    opts.jitter = Duration::from_millis(args.jitter_ms);
-    if !(0.0..=1.0).contains(&args.fail_rate) {
-        anyhow::bail!(
-            "--fail-rate must be between 0 and 1, got {}",
-            args.fail_rate
-        );
-    }
-    opts.fail_rate = args.fail_rate;
-    for mode in &args.fail_mode {
-        let parsed = PayloadMode::parse(mode.trim())
-            .with_context(|| format!("--fail-mode: unknown payload mode `{mode}`"))?;
-        opts.fail_modes.push(parsed);
-    }
-    let listener = TcpListener::bind(&args.listen)
-        .await
-        .with_context(|| format!("binding {}", args.listen))?;
-    let handle = spawn(listener, opts).await?;
-    {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "listening on {}", handle.url())?;
-        out.flush()?;
-    }
-    tracing::info!(delegate = %handle.state.card().delegate_id, url = %handle.url(), "simulated delegate up");
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
-    handle.shutdown().await;
-    Ok(())
+/// Reads an identity card (either dialect) from a JSON file.
+pub fn load_card(path: &Path) -> Result<IdentityCard, CardFileError> {
+    let raw = std::fs::read(path).map_err(|error| CardFileError::Read {
+        path: path.to_owned(),
+        error,
+    })?;
+    serde_json::from_slice(&raw).map_err(|error| CardFileError::Parse {
+        path: path.to_owned(),
+        error,
+    })
 }
 
 async fn identity(State(state): State<SimState>) -> Json<IdentityCard> {

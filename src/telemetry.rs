@@ -84,6 +84,9 @@ pub struct Metrics {
     pub sessions_active: IntGauge,
     /// `ldp_gateway_http_requests_total{route,status}`.
     pub http_requests: IntCounterVec,
+    /// `ldp_gateway_errors_total{code}`: error answers (`{"error": …}`) by the low-cardinality
+    /// code of `server::telling`.
+    pub errors: IntCounterVec,
     /// `ldp_gateway_overhead_seconds`: task time minus upstream time.
     pub overhead: Histogram,
     /// `ldp_gateway_cost_discrepancies_total{delegate}`: reported and declared cost disagree.
@@ -218,6 +221,12 @@ impl Metrics {
             "HTTP requests on the LDP listener by route and status",
             &["route", "status"],
         )?;
+        let errors = counter_vec(
+            &r,
+            "ldp_gateway_errors_total",
+            "Error answers on the LDP and admin listeners by code",
+            &["code"],
+        )?;
         let overhead = Histogram::with_opts(
             HistogramOpts::new(
                 "ldp_gateway_overhead_seconds",
@@ -319,6 +328,7 @@ impl Metrics {
             delegate_declared_latency,
             sessions_active,
             http_requests,
+            errors,
             overhead,
             cost_discrepancies,
             ledger_dropped,

@@ -67,6 +67,19 @@ pub enum AuthError {
     Unknown,
 }
 
+/// Why the tenants cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TenantError {
+    /// The variable holding a tenant's signing secret is not set.
+    #[error("tenant '{tenant}': signing secret variable {var} is not set")]
+    SigningSecretUnset {
+        /// The tenant.
+        tenant: String,
+        /// The variable.
+        var: String,
+    },
+}
+
 /// Every tenant, found by the hash of its key.
 #[derive(Debug)]
 pub struct Tenants {
@@ -77,7 +90,7 @@ pub struct Tenants {
 
 impl Tenants {
     /// Builds the tenants; no `[[tenants]]` means one built-in keyless `anonymous`.
-    pub fn from_config(cfg: &[TenantConfig]) -> Result<Tenants, String> {
+    pub fn from_config(cfg: &[TenantConfig]) -> Result<Tenants, TenantError> {
         if cfg.is_empty() {
             let anon = Arc::new(Tenant::builtin_anonymous());
             return Ok(Tenants {
@@ -93,10 +106,10 @@ impl Tenants {
             let signing = match &t.signing {
                 Some(s) => Some((
                     Secret::from_env(&s.secret_env).ok_or_else(|| {
-                        format!(
-                            "tenant '{}': signing secret variable {} is not set",
-                            t.name, s.secret_env
-                        )
+                        TenantError::SigningSecretUnset {
+                            tenant: t.name.clone(),
+                            var: s.secret_env.clone(),
+                        }
                     })?,
                     s.required,
                 )),

@@ -4,139 +4,29 @@
 //! base URL the operator configured or registered.
 
 use crate::ldp::{
-    negotiate, Body, Envelope, IdentityCard, LdpError, NegotiatedPayload, PayloadMode,
-    SessionConfig,
+    negotiate, Body, DelegateId, Envelope, IdentityCard, NegotiatedPayload, PayloadMode,
+    SessionConfig, SessionId,
 };
 use std::time::Duration;
 
+mod card;
+mod error;
 mod pool;
+mod stream;
 
-/// Why a call to a delegate failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum UpstreamError {
-    /// Could not connect (refused, reset before sending, DNS).
-    #[error("cannot connect to {url}: {reason}")]
-    Connect {
-        /// Where.
-        url: String,
-        /// Why.
-        reason: String,
-    },
-    /// No answer within the deadline.
-    #[error("{url} did not answer within {after:?}")]
-    Timeout {
-        /// Where.
-        url: String,
-        /// The deadline.
-        after: Duration,
-    },
-    /// A non-2xx answer.
-    #[error("{url} answered HTTP {status}")]
-    Status {
-        /// Where.
-        url: String,
-        /// HTTP status.
-        status: u16,
-    },
-    /// The answer was not a usable LDP message.
-    #[error("{url} sent an unreadable answer: {reason}")]
-    Malformed {
-        /// Where.
-        url: String,
-        /// Why.
-        reason: String,
-    },
-    /// The delegate refused the session.
-    #[error("session rejected: {reason}")]
-    Rejected {
-        /// The delegate's reason.
-        reason: String,
-        /// Its structured error, if any.
-        error: Option<LdpError>,
-    },
-    /// The connection failed after the request was sent: the delegate may have started work.
-    #[error("connection to {url} broke: {reason}")]
-    Broken {
-        /// Where.
-        url: String,
-        /// Why.
-        reason: String,
-    },
-    /// The connection closed (or reset) before any answer began: the delegate never answered —
-    /// typically a pooled keep-alive connection it closed as it went down.
-    #[error("{url} closed the connection without answering: {reason}")]
-    Unanswered {
-        /// Where.
-        url: String,
-        /// Why.
-        reason: String,
-    },
-    /// A stream ended before its final message.
-    #[error("the stream from {url} ended before its final message")]
-    StreamBroken {
-        /// Where.
-        url: String,
-    },
-    /// The delegate answered with a message type that makes no sense here.
-    #[error("unexpected {got} from {url}")]
-    Unexpected {
-        /// Where.
-        url: String,
-        /// What came back.
-        got: &'static str,
-    },
-}
-
-impl UpstreamError {
-    /// Whether trying another delegate is safe and may help: nothing was started (connect),
-    /// or the delegate gave up, never answered or answered nonsense (timeout, unanswered, 5xx,
-    /// malformed, rejected, a broken stream). A connection that broke once the answer had
-    /// begun is not: the delegate did the work.
-    pub fn retryable(&self) -> bool {
-        match self {
-            UpstreamError::Connect { .. }
-            | UpstreamError::Timeout { .. }
-            | UpstreamError::Malformed { .. }
-            | UpstreamError::Rejected { .. }
-            | UpstreamError::Unanswered { .. }
-            | UpstreamError::StreamBroken { .. }
-            | UpstreamError::Unexpected { .. } => true,
-            UpstreamError::Status { status, .. } => *status >= 500,
-            UpstreamError::Broken { .. } => false,
-        }
-    }
-
-    /// Whether this says something about the delegate's health (a refused session does not).
-    pub fn is_delegate_fault(&self) -> bool {
-        !matches!(self, UpstreamError::Rejected { .. })
-            && !matches!(self, UpstreamError::Status { status, .. } if *status < 500)
-    }
-
-    /// Low-cardinality reason for metrics and the ledger.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            UpstreamError::Connect { .. } => "connect",
-            UpstreamError::Timeout { .. } => "timeout",
-            UpstreamError::Status { status, .. } if *status >= 500 => "http_5xx",
-            UpstreamError::Status { .. } => "http_4xx",
-            UpstreamError::Malformed { .. } | UpstreamError::Unexpected { .. } => "malformed",
-            UpstreamError::Rejected { .. } => "session_rejected",
-            UpstreamError::Broken { .. } => "broken",
-            UpstreamError::Unanswered { .. } => "unanswered",
-            UpstreamError::StreamBroken { .. } => "stream_broken",
-        }
-    }
-}
+pub use card::CardLimits;
+pub use error::UpstreamError;
+use error::{classify, unanswered};
 
 /// An upstream session the gateway opened with a delegate.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct UpstreamSession {
     /// The delegate-issued session id.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// What was agreed with the delegate.
     pub payload: NegotiatedPayload,
     /// The `to` the gateway addresses (the delegate's id).
-    pub delegate_id: String,
+    pub delegate_id: DelegateId,
 }
 
 /// HTTP client to delegates, with a connection pool, no redirects and deadlines. Task
@@ -156,28 +46,6 @@ pub struct UpstreamClient {
     cards: CardLimits,
     /// One permit per card fetch in flight (`cards.concurrency`).
     card_permits: std::sync::Arc<tokio::sync::Semaphore>,
-}
-
-/// Bounds on card fetches (`[discovery]`): a delegate cannot make the gateway read, store or
-/// serve an unbounded card, nor a large fleet open every fetch at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CardLimits {
-    /// Largest card read, bytes.
-    pub max_bytes: usize,
-    /// Most capabilities a card may list.
-    pub max_capabilities: usize,
-    /// Most fetches in flight at once.
-    pub concurrency: usize,
-}
-
-impl Default for CardLimits {
-    fn default() -> Self {
-        CardLimits {
-            max_bytes: 1024 * 1024,
-            max_capabilities: 1024,
-            concurrency: 16,
-        }
-    }
 }
 
 /// The header counting the gateways a task has passed through: a gateway sends its own
@@ -218,104 +86,9 @@ impl UpstreamClient {
         }
     }
 
-    /// Sets the bounds on card fetches.
-    pub fn set_card_limits(&mut self, limits: CardLimits) {
-        let limits = CardLimits {
-            concurrency: limits.concurrency.max(1),
-            ..limits
-        };
-        self.card_permits = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.concurrency));
-        self.cards = limits;
-    }
-
-    /// The bounds on card fetches.
-    pub fn card_limits(&self) -> CardLimits {
-        self.cards
-    }
-
     /// The id the gateway sends as `from`.
     pub fn from_id(&self) -> &str {
         &self.from
-    }
-
-    /// GETs `url` and reads at most `max` bytes of its answer, all within `timeout`.
-    async fn get_json(
-        &self,
-        url: &str,
-        timeout: Duration,
-        max: usize,
-    ) -> Result<Vec<u8>, UpstreamError> {
-        let too_large = || UpstreamError::Malformed {
-            url: url.to_owned(),
-            reason: format!("answer larger than {max} bytes"),
-        };
-        let mut resp = self
-            .http
-            .get(url)
-            .timeout(timeout)
-            .send()
-            .await
-            .map_err(|e| classify(url, timeout, e))?;
-        if !resp.status().is_success() {
-            return Err(UpstreamError::Status {
-                url: url.to_owned(),
-                status: resp.status().as_u16(),
-            });
-        }
-        if resp.content_length().is_some_and(|n| n > max as u64) {
-            return Err(too_large());
-        }
-        let mut bytes = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| classify(url, timeout, e))? {
-            if bytes.len() + chunk.len() > max {
-                return Err(too_large());
-            }
-            bytes.extend_from_slice(&chunk);
-        }
-        Ok(bytes)
-    }
-
-    /// Fetches a delegate's card: `/.well-known/ldp-identity` first (RFC), `/ldp/identity`
-    /// second (reference SDK). At most [`CardLimits`] `max_bytes` are read, a card listing
-    /// more than `max_capabilities` is refused, and at most `concurrency` fetches run at once.
-    pub async fn fetch_card(
-        &self,
-        base: &str,
-        timeout: Duration,
-    ) -> Result<IdentityCard, UpstreamError> {
-        // The deadline starts once a permit is held: a large fleet polls more slowly, it
-        // does not time its delegates out. (The semaphore is never closed.)
-        let _permit = self.card_permits.acquire().await.ok();
-        let mut last = None;
-        for path in ["/.well-known/ldp-identity", "/ldp/identity"] {
-            let url = format!("{base}{path}");
-            match self.get_json(&url, timeout, self.cards.max_bytes).await {
-                Ok(bytes) => {
-                    let card = serde_json::from_slice::<IdentityCard>(&bytes).map_err(|e| {
-                        UpstreamError::Malformed {
-                            url: url.clone(),
-                            reason: format!("identity card: {e}"),
-                        }
-                    })?;
-                    let n = card.capabilities.len();
-                    if n > self.cards.max_capabilities {
-                        return Err(UpstreamError::Malformed {
-                            url,
-                            reason: format!(
-                                "identity card lists {n} capabilities; at most {} are accepted",
-                                self.cards.max_capabilities
-                            ),
-                        });
-                    }
-                    return Ok(card);
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or(UpstreamError::Malformed {
-            url: base.to_owned(),
-            reason: "no identity card".into(),
-        }))
     }
 
     /// Signs every message to the delegate at `base` with `secret` (the reference HMAC, which
@@ -430,75 +203,6 @@ impl UpstreamClient {
         Ok((status, bytes.into()))
     }
 
-    /// Sends one envelope to `base/ldp/stream` and reads Server-Sent Events: every TASK_UPDATE
-    /// goes to `on_update`, the final TASK_RESULT/TASK_FAILED is returned. A stream that ends
-    /// without a final message is [`UpstreamError::StreamBroken`], never a success.
-    pub async fn send_stream(
-        &self,
-        base: &str,
-        envelope: &Envelope,
-        timeout: Duration,
-        hops: Option<u32>,
-        mut on_update: impl FnMut(Envelope),
-    ) -> Result<Envelope, UpstreamError> {
-        let url = format!("{base}/ldp/stream");
-        let body = self.encode(base, "/ldp/stream", envelope)?;
-        let cap = self.max_response_bytes;
-        let work = async {
-            let mut req = self.http.post(&url);
-            if let Some(n) = hops {
-                req = req.header(HOPS_HEADER, n);
-            }
-            let mut resp = req
-                .header("content-type", "application/json")
-                .header("accept", "text/event-stream")
-                .body(body)
-                .send()
-                .await
-                .map_err(|e| unanswered(classify(&url, timeout, e)))?;
-            if !resp.status().is_success() {
-                return Err(UpstreamError::Status {
-                    url: url.clone(),
-                    status: resp.status().as_u16(),
-                });
-            }
-            let mut buf = String::new();
-            loop {
-                let chunk = match resp.chunk().await {
-                    Ok(Some(c)) => c,
-                    Ok(None) => return Err(UpstreamError::StreamBroken { url: url.clone() }),
-                    Err(_) => return Err(UpstreamError::StreamBroken { url: url.clone() }),
-                };
-                buf.push_str(&String::from_utf8_lossy(&chunk));
-                if buf.len() > cap {
-                    return Err(UpstreamError::Malformed {
-                        url: url.clone(),
-                        reason: format!("stream event larger than {cap} bytes"),
-                    });
-                }
-                for data in take_events(&mut buf) {
-                    let env = Envelope::from_slice(data.as_bytes()).map_err(|e| {
-                        UpstreamError::Malformed {
-                            url: url.clone(),
-                            reason: e.to_string(),
-                        }
-                    })?;
-                    match env.body {
-                        Body::TaskUpdate { .. } => on_update(env),
-                        _ => return Ok(env),
-                    }
-                }
-            }
-        };
-        match tokio::time::timeout(timeout, work).await {
-            Ok(r) => r,
-            Err(_) => Err(UpstreamError::Timeout {
-                url,
-                after: timeout,
-            }),
-        }
-    }
-
     /// HELLO → CAPABILITY_MANIFEST → SESSION_PROPOSE → SESSION_ACCEPT with the delegate at
     /// `base`, whose card is `card`.
     pub async fn open_session(
@@ -555,9 +259,9 @@ impl UpstreamClient {
                     session_id
                 };
                 Ok(UpstreamSession {
-                    session_id,
+                    session_id: session_id.into(),
                     payload,
-                    delegate_id: card.delegate_id.clone(),
+                    delegate_id: card.delegate_id.as_str().into(),
                 })
             }
             Body::SessionReject { reason, error } => Err(UpstreamError::Rejected { reason, error }),
@@ -583,62 +287,4 @@ impl UpstreamClient {
             tracing::debug!(delegate = %base, error = %e, "upstream SESSION_CLOSE failed");
         }
     }
-}
-
-fn classify(url: &str, timeout: Duration, e: reqwest::Error) -> UpstreamError {
-    if e.is_timeout() {
-        return UpstreamError::Timeout {
-            url: url.to_owned(),
-            after: timeout,
-        };
-    }
-    // The source chain carries the useful part ("Connection refused").
-    let mut reason = e.to_string();
-    let mut src = std::error::Error::source(&e);
-    while let Some(s) = src {
-        reason = s.to_string();
-        src = s.source();
-    }
-    if e.is_connect() {
-        UpstreamError::Connect {
-            url: url.to_owned(),
-            reason,
-        }
-    } else {
-        UpstreamError::Broken {
-            url: url.to_owned(),
-            reason,
-        }
-    }
-}
-
-/// A transport failure before the answer's head arrived: the delegate never answered, so the
-/// task may go to another (HTTP/1.1 keep-alive races a closing delegate on every request).
-fn unanswered(e: UpstreamError) -> UpstreamError {
-    match e {
-        UpstreamError::Broken { url, reason } => UpstreamError::Unanswered { url, reason },
-        other => other,
-    }
-}
-
-/// Splits complete SSE events off the front of `buf`, returning each event's `data` text.
-fn take_events(buf: &mut String) -> Vec<String> {
-    let mut out = Vec::new();
-    loop {
-        let normalized = buf.replace("\r\n", "\n");
-        if normalized.len() != buf.len() {
-            *buf = normalized;
-        }
-        let Some(end) = buf.find("\n\n") else { break };
-        let event: String = buf.drain(..end + 2).collect();
-        let data: Vec<&str> = event
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .map(|d| d.strip_prefix(' ').unwrap_or(d))
-            .collect();
-        if !data.is_empty() {
-            out.push(data.join("\n"));
-        }
-    }
-    out
 }

@@ -2,7 +2,7 @@
 //! result must keep.
 //!
 //! Shared by the libFuzzer targets (`fuzz_targets/*.rs`) and by the stable replay of the
-//! committed corpora (`tests/fuzz_corpus.rs` includes this file as a module), so CI checks
+//! committed corpora (`tests/it/fuzz_corpus.rs` includes this file as a module), so CI checks
 //! exactly what the fuzzer checked. A panic is a finding: either a reader panicked, or an
 //! `assert!` below caught a result that breaks its contract. Each function returns whether the
 //! input was accepted, so the replay can also pin that the `valid-` seeds stay valid.

@@ -4,6 +4,7 @@
 use super::contract::DelegationContract;
 use super::error::LdpError;
 use super::identity::Capability;
+use super::ids::TaskId;
 use super::json::Json;
 use super::payload::{lenient_modes_opt, ser_mode, PayloadMode};
 use super::provenance::Provenance;
@@ -34,17 +35,31 @@ impl Serialize for CapabilityManifest {
     }
 }
 
+/// Why a capability manifest cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// A listed capability is neither a name nor a capability object.
+    #[error("capability: {0}")]
+    Capability(serde_json::Error),
+    /// An object without a list of skills.
+    #[error("manifest has neither `capabilities` nor `skills`")]
+    NoList,
+    /// Neither a list nor an object.
+    #[error("manifest must be a list or an object")]
+    Shape,
+}
+
 impl CapabilityManifest {
     /// Reads the three shapes in the wild: `{capabilities, supported_modes}` (Rust reference),
     /// a bare list (Python reference) and `{skills, supported_modes}` (RFC example). Skills may
     /// be capability objects or bare names.
-    pub fn from_value(v: &serde_json::Value) -> Result<CapabilityManifest, String> {
-        fn caps(list: &[serde_json::Value]) -> Result<Vec<Capability>, String> {
+    pub fn from_value(v: &serde_json::Value) -> Result<CapabilityManifest, ManifestError> {
+        fn caps(list: &[serde_json::Value]) -> Result<Vec<Capability>, ManifestError> {
             list.iter()
                 .map(|c| match c {
                     serde_json::Value::String(name) => Ok(Capability::named(name.clone())),
                     other => serde_json::from_value::<Capability>(other.clone())
-                        .map_err(|e| format!("capability: {e}")),
+                        .map_err(ManifestError::Capability),
                 })
                 .collect()
         }
@@ -67,13 +82,13 @@ impl CapabilityManifest {
                     .get("capabilities")
                     .or_else(|| o.get("skills"))
                     .and_then(|l| l.as_array())
-                    .ok_or_else(|| "manifest has neither `capabilities` nor `skills`".to_owned())?;
+                    .ok_or(ManifestError::NoList)?;
                 Ok(CapabilityManifest {
                     capabilities: caps(list)?,
                     supported_modes: modes(o.get("supported_modes")),
                 })
             }
-            _ => Err("manifest must be a list or an object".to_owned()),
+            _ => Err(ManifestError::Shape),
         }
     }
 }
@@ -130,7 +145,7 @@ pub enum Body {
     /// A task.
     TaskSubmit {
         /// Task id.
-        task_id: String,
+        task_id: TaskId,
         /// Skill to use.
         skill: String,
         /// Input, as sent (carried as JSON text, see [`Json`]).
@@ -142,7 +157,7 @@ pub enum Body {
     /// Progress.
     TaskUpdate {
         /// Task id.
-        task_id: String,
+        task_id: TaskId,
         /// 0..1.
         progress: Option<f64>,
         /// Status text.
@@ -151,7 +166,7 @@ pub enum Body {
     /// Success.
     TaskResult {
         /// Task id.
-        task_id: String,
+        task_id: TaskId,
         /// Output, as produced (carried as JSON text, see [`Json`]).
         output: Json,
         /// Who produced it (RFC: MUST be present; the gateway always fills it).
@@ -160,14 +175,14 @@ pub enum Body {
     /// Failure.
     TaskFailed {
         /// Task id.
-        task_id: String,
+        task_id: TaskId,
         /// Why.
         error: LdpError,
     },
     /// Cancel a running task.
     TaskCancel {
         /// Task id.
-        task_id: String,
+        task_id: TaskId,
     },
     /// Trust attestation.
     Attestation {
@@ -322,7 +337,7 @@ pub(super) struct RawBody {
     #[serde(default)]
     error: Option<serde_json::Value>,
     #[serde(default)]
-    task_id: Option<String>,
+    task_id: Option<TaskId>,
     #[serde(default)]
     skill: Option<String>,
     #[serde(default)]
@@ -390,13 +405,12 @@ impl RawBody {
                     .capabilities
                     .or(self.skills.map(|s| serde_json::json!({ "skills": s })))
                     .ok_or_else(|| need("capabilities"))?;
-                let mut manifest = CapabilityManifest::from_value(&raw).map_err(|reason| {
-                    BodyError::InvalidField {
+                let mut manifest =
+                    CapabilityManifest::from_value(&raw).map_err(|e| BodyError::InvalidField {
                         kind: name,
                         field: "capabilities",
-                        reason,
-                    }
-                })?;
+                        reason: e.to_string(),
+                    })?;
                 if manifest.supported_modes.is_empty() {
                     manifest.supported_modes = self.supported_modes.unwrap_or_default();
                 }
@@ -421,11 +435,11 @@ impl RawBody {
                 fallback_chain: self.fallback_chain.unwrap_or_default(),
             },
             MessageType::SessionReject => {
-                let error = self.error.map(read_error).transpose().map_err(|reason| {
+                let error = self.error.map(read_error).transpose().map_err(|e| {
                     BodyError::InvalidField {
                         kind: name,
                         field: "error",
-                        reason,
+                        reason: e.to_string(),
                     }
                 })?;
                 let reason = self
@@ -452,10 +466,10 @@ impl RawBody {
             },
             MessageType::TaskFailed => {
                 let error = match self.error {
-                    Some(v) => read_error(v).map_err(|reason| BodyError::InvalidField {
+                    Some(v) => read_error(v).map_err(|e| BodyError::InvalidField {
                         kind: name,
                         field: "error",
-                        reason,
+                        reason: e.to_string(),
                     })?,
                     None => LdpError::from_text(
                         self.reason
@@ -483,9 +497,9 @@ impl RawBody {
 }
 
 /// An error is an `LdpError` object or, from older peers, a bare string.
-fn read_error(v: serde_json::Value) -> Result<LdpError, String> {
+fn read_error(v: serde_json::Value) -> Result<LdpError, serde_json::Error> {
     match v {
         serde_json::Value::String(s) => Ok(LdpError::from_text(s)),
-        other => serde_json::from_value(other).map_err(|e| e.to_string()),
+        other => serde_json::from_value(other),
     }
 }

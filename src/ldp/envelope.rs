@@ -1,6 +1,7 @@
 //! The message envelope (RFC §3.1), with the reference SDK's signature fields.
 
 use super::body::{Body, BodyError, RawBody};
+use super::ids::SessionId;
 use super::payload::{ser_mode, PayloadMode};
 use super::provenance::Provenance;
 use serde::{Deserialize, Serialize};
@@ -11,7 +12,7 @@ pub struct Envelope {
     /// Unique message id.
     pub message_id: String,
     /// Session id (`""` before a session exists).
-    pub session_id: String,
+    pub session_id: SessionId,
     /// Sender id.
     pub from: String,
     /// Recipient id.
@@ -80,7 +81,7 @@ impl Envelope {
         let raw: RawEnvelope = serde_json::from_slice(bytes)?;
         Ok(Envelope {
             message_id: raw.message_id.unwrap_or_default(),
-            session_id: raw.session_id.unwrap_or_default(),
+            session_id: raw.session_id.unwrap_or_default().into(),
             from: raw.from.unwrap_or_default(),
             to: raw.to.unwrap_or_default(),
             body: raw.body.into_body()?,
@@ -95,7 +96,7 @@ impl Envelope {
 
     /// A new message with a fresh id and the current time.
     pub fn new(
-        session_id: impl Into<String>,
+        session_id: impl Into<SessionId>,
         from: impl Into<String>,
         to: impl Into<String>,
         body: Body,

@@ -87,6 +87,19 @@ impl LdpError {
         )
     }
 
+    /// `UPSTREAM_FAILED` for one delegate's failure, retryable as its cause is (a delegate
+    /// that refused the request outright is not worth retrying; one that timed out is).
+    pub fn upstream_failed(message: impl Into<String>, retryable: bool) -> Self {
+        let code = GatewayCode::UpstreamFailed;
+        LdpError::new(
+            code.as_str(),
+            code.category(),
+            code.severity(),
+            retryable,
+            message,
+        )
+    }
+
     /// The form of a bare-string error some peers send (`"error": "boom"`): a runtime failure.
     pub fn from_text(message: impl Into<String>) -> Self {
         LdpError::new(

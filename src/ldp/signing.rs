@@ -204,7 +204,7 @@ fn reference_input(env: &Envelope) -> Vec<u8> {
     for (i, part) in [
         &env.from,
         &env.to,
-        &env.session_id,
+        env.session_id.as_str(),
         &env.timestamp,
         &env.message_id,
     ]

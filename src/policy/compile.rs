@@ -73,7 +73,7 @@ pub fn load_dir(dir: &Path, default: &str) -> Result<PolicySet, Vec<PolicyProble
     };
     let files = match policy_files(dir) {
         Ok(files) => files,
-        Err(reason) => return Err(vec![set_problem("policies.dir", reason)]),
+        Err(e) => return Err(vec![set_problem("policies.dir", e.to_string())]),
     };
     if files.is_empty() {
         return Err(vec![set_problem(
@@ -149,18 +149,25 @@ pub fn load_dir(dir: &Path, default: &str) -> Result<PolicySet, Vec<PolicyProble
     }
 }
 
+/// Why the policy directory cannot be listed.
+#[derive(Debug, thiserror::Error)]
+enum DirError {
+    #[error("directory does not exist")]
+    Missing,
+    #[error("cannot read directory: {0}")]
+    Unreadable(std::io::Error),
+}
+
 /// The policy files in `dir`, sorted by file name, or why the directory cannot be read.
-fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, DirError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err("directory does not exist".into())
-        }
-        Err(e) => return Err(format!("cannot read directory: {e}")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(DirError::Missing),
+        Err(e) => return Err(DirError::Unreadable(e)),
     };
     let mut files = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| format!("cannot read directory: {e}"))?;
+        let entry = entry.map_err(DirError::Unreadable)?;
         let name = entry.file_name();
         let path = entry.path();
         let is_toml = path.extension().is_some_and(|e| e == "toml");

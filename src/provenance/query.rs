@@ -51,14 +51,19 @@ impl Query {
     }
 }
 
+/// A `since` value that is neither a duration nor an RFC 3339 time (the value given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`since` must be a duration like 1h or an RFC 3339 time, got '{0}'")]
+pub struct SinceError(pub String);
+
 /// Parses a `since` value: a duration back from now (`1h`, `30m`) or an RFC 3339 time.
-pub fn parse_since(s: &str, now_ms: i64) -> Result<i64, String> {
+pub fn parse_since(s: &str, now_ms: i64) -> Result<i64, SinceError> {
     if let Ok(d) = humantime::parse_duration(s) {
         return Ok(now_ms - d.as_millis() as i64);
     }
     chrono::DateTime::parse_from_rfc3339(s)
         .map(|t| t.timestamp_millis())
-        .map_err(|_| format!("`since` must be a duration like 1h or an RFC 3339 time, got '{s}'"))
+        .map_err(|_| SinceError(s.to_owned()))
 }
 
 /// Output format.

@@ -1,27 +1,15 @@
 //! Recording a finished task: its ledger row and its metrics.
 
-use super::task::{Answer, TaskIn, TaskRun};
+use super::task::{Answer, TaskCtx, TaskRun};
 use super::Proxy;
-use crate::policy::Policy;
 use crate::provenance::{digest, redact_preview, JsonText, LedgerRow, Outcome};
 use crate::routing::Constraint;
-use crate::session::ClientSession;
 use std::time::Duration;
-use tokio::time::Instant;
 
 impl Proxy {
     /// The ledger row for a finished task.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn ledger_row(
-        &self,
-        session: &ClientSession,
-        policy: &Policy,
-        task: &TaskIn<'_>,
-        run: &TaskRun,
-        answer: &Answer,
-        started: Instant,
-        started_at: String,
-    ) -> LedgerRow {
+    pub(super) fn ledger_row(&self, t: &TaskCtx<'_>, run: &TaskRun, answer: &Answer) -> LedgerRow {
+        let (session, policy, task) = (t.session, &t.policy, &t.task);
         let now = chrono::Utc::now();
         let delegate = run.binding.as_ref().map(|b| &b.delegate);
         let card = delegate.and_then(|d| d.card());
@@ -51,9 +39,12 @@ impl Proxy {
             }))
         });
         LedgerRow {
-            task_id: task.task_id.to_owned(),
-            session_id: session.id.clone(),
-            upstream_session_id: run.binding.as_ref().map(|b| b.upstream.session_id.clone()),
+            task_id: task.task_id.to_string(),
+            session_id: session.id.to_string(),
+            upstream_session_id: run
+                .binding
+                .as_ref()
+                .map(|b| b.upstream.session_id.to_string()),
             tenant: session.tenant.clone(),
             skill: task.skill.to_owned(),
             policy: Some(policy.name.0.clone()),
@@ -70,7 +61,7 @@ impl Proxy {
             attempts: run.attempts,
             fallbacks: run.fallbacks.iter().map(|s| (*s).to_owned()).collect(),
             payload_mode: run.mode.map(|m| m.as_str().to_owned()),
-            latency_ms: started.elapsed().as_secs_f64() * 1000.0,
+            latency_ms: t.started.elapsed().as_secs_f64() * 1000.0,
             upstream_ms: run.upstream.as_secs_f64() * 1000.0,
             cost_usd: reported.or(if outcome == Outcome::Result {
                 declared
@@ -82,7 +73,7 @@ impl Proxy {
             tokens: provenance.and_then(|p| p.tokens_used),
             confidence: provenance.and_then(|p| p.confidence),
             verification_status: provenance.map(|p| p.verification_status.as_str().to_owned()),
-            started_at,
+            started_at: t.started_at.clone(),
             finished_at: now.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
             finished_ms: now.timestamp_millis(),
             output_sha256: output.map(digest),

@@ -1,9 +1,11 @@
 //! Explaining a decision: every delegate, every constraint with the value it compared, the
 //! score components, the band of near-equals and the pick.
 
-use super::{decide, scores, Components, Constraint, Figures, Need, Offer, RoutingParams};
+use super::{
+    decide, scores, Components, Constraint, Figures, Need, NoEligible, Offer, RoutingParams,
+};
 use crate::policy::Policy;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 /// One constraint's verdict for one delegate.
 #[derive(Debug, Clone, Serialize)]
@@ -37,6 +39,22 @@ pub struct RowView {
     pub in_band: bool,
 }
 
+/// What a decision picked now. Serialized as `{"Ok": name}` or `{"Err": reason}`, the shape
+/// the admin API and `ldp-gateway route --json` have always printed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Picked {
+    /// The delegate's registry name (random within the band).
+    #[serde(rename = "Ok")]
+    Delegate(String),
+    /// No delegate is eligible, and why.
+    #[serde(rename = "Err")]
+    NoneEligible(#[serde(serialize_with = "as_text")] NoEligible),
+}
+
+fn as_text<S: Serializer>(e: &NoEligible, ser: S) -> Result<S::Ok, S::Error> {
+    ser.collect_str(e)
+}
+
 /// A full explanation.
 #[derive(Debug, Clone, Serialize)]
 pub struct Explanation {
@@ -53,7 +71,7 @@ pub struct Explanation {
     /// Names within tolerance of the best score.
     pub band: Vec<String>,
     /// The delegate a decision picked now (random within the band), or why none.
-    pub pick: Result<String, String>,
+    pub pick: Picked,
 }
 
 fn fmt_opt(v: Option<f64>, unit: &str) -> String {
@@ -230,9 +248,10 @@ pub fn explain<O: Offer>(
         });
     }
     let mut rng = fastrand::Rng::new();
-    let pick = decide(offers, policy, need, params, &mut rng)
-        .map(|p| offers[p.index].name().to_owned())
-        .map_err(|e| e.to_string());
+    let pick = match decide(offers, policy, need, params, &mut rng) {
+        Ok(p) => Picked::Delegate(offers[p.index].name().to_owned()),
+        Err(e) => Picked::NoneEligible(e),
+    };
     let w = policy.weights;
     Explanation {
         skill: need.skill.to_owned(),
@@ -289,10 +308,10 @@ impl Explanation {
         }
         let _ = writeln!(out, "\nband: [{}]", self.band.join(", "));
         match &self.pick {
-            Ok(p) => {
+            Picked::Delegate(p) => {
                 let _ = writeln!(out, "pick: {p}");
             }
-            Err(e) => {
+            Picked::NoneEligible(e) => {
                 let _ = writeln!(out, "pick: none — {e}");
             }
         }

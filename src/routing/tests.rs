@@ -362,7 +362,7 @@ fn explain_shows_values_compared() {
         &need(),
         &RoutingParams::default(),
     );
-    assert_eq!(x.pick, Ok("a".into()));
+    assert_eq!(x.pick, Picked::Delegate("a".into()));
     assert_eq!(x.band, vec!["a".to_string()]);
     let b = &x.delegates[1];
     let row = b

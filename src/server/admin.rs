@@ -4,7 +4,7 @@
 //! `/admin/*` needs `Authorization: Bearer <token>` when the token variable is set; without
 //! it the admin API answers only on a loopback listener.
 
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, ErrorKind};
 use crate::config::DelegateConfig;
 use crate::ldp::error::GatewayCode;
 use crate::registry::RegistryError;
@@ -34,7 +34,15 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .merge(admin)
+        .layer(middleware::from_fn_with_state(state.clone(), report_errors))
         .with_state(state)
+}
+
+/// Reports error answers (counted and logged by [`super::error::report`]).
+async fn report_errors(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    super::error::report(&s.metrics, "admin", &resp);
+    resp
 }
 
 async fn require_token(State(s): State<AppState>, req: Request, next: Next) -> Response {
@@ -59,16 +67,38 @@ async fn require_token(State(s): State<AppState>, req: Request, next: Next) -> R
 
 use crate::secret::constant_time_eq;
 
+/// Why `POST /admin/delegates` refuses a URL before trying it.
+#[derive(Debug, thiserror::Error)]
+enum RegistrationError {
+    /// Not a delegate URL.
+    #[error(transparent)]
+    Url(#[from] crate::config::UrlError),
+    /// The HTTP client cannot parse it.
+    #[error("'{url}': {reason}")]
+    Parse {
+        /// The URL as given.
+        url: String,
+        /// The parser's reason (its error type is not exported by reqwest).
+        reason: String,
+    },
+    /// Its host is not on `security.registration_allow`.
+    #[error("host '{0}' is not in security.registration_allow")]
+    NotAllowed(String),
+}
+
 /// Whether `url`'s host may be registered: with an allowlist, its host must be a listed name
 /// (exact, case-insensitive; no DNS lookup, so no rebinding) or an IP inside a listed CIDR.
-fn registration_allowed(url: &str, allow: &[String]) -> Result<(), String> {
+fn registration_allowed(url: &str, allow: &[String]) -> Result<(), RegistrationError> {
     if allow.is_empty() {
         return Ok(());
     }
     let base = crate::config::normalize_url(url)?;
     // The host the HTTP client will connect to, parsed by the client's own URL parser:
     // splitting the string by hand read `http://127.0.0.1:80@169.254.169.254/` as 127.0.0.1.
-    let parsed = reqwest::Url::parse(&base).map_err(|e| format!("'{url}': {e}"))?;
+    let parsed = reqwest::Url::parse(&base).map_err(|e| RegistrationError::Parse {
+        url: url.to_owned(),
+        reason: e.to_string(),
+    })?;
     let host = parsed.host_str().unwrap_or("");
     let host = host
         .strip_prefix('[')
@@ -83,9 +113,7 @@ fn registration_allowed(url: &str, allow: &[String]) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "host '{host}' is not in security.registration_allow"
-        ))
+        Err(RegistrationError::NotAllowed(host.to_owned()))
     }
 }
 
@@ -137,12 +165,9 @@ mod tests {
 /// writer: a full disk or deleted files read as `"ledger": false`) and, in cluster mode,
 /// Redis answers.
 async fn readyz(State(s): State<AppState>) -> Response {
-    let healthy = s.proxy.registry().healthy_count();
-    let ledger = s.proxy.ledger().healthy(READY_DEADLINE).await;
-    let redis = match s.proxy.cluster() {
-        Some(c) => Some(c.ping().await),
-        None => None,
-    };
+    let healthy = s.registry.healthy_count();
+    let ledger = s.ledger.healthy(READY_DEADLINE).await;
+    let redis = s.proxy.shared_state_ready().await;
     let body = Json(json!({
         "config": "loaded",
         "healthy_delegates": healthy,
@@ -160,13 +185,13 @@ async fn readyz(State(s): State<AppState>) -> Response {
 const READY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
 async fn metrics(State(s): State<AppState>) -> Response {
-    let body = s.proxy.metrics().render_with(|m| refresh_gauges(&s, m));
+    let body = s.metrics.render_with(|m| refresh_gauges(&s, m));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
 /// Sets the per-delegate gauges (cleared by the caller) for the delegates registered now.
 fn refresh_gauges(s: &AppState, m: &crate::telemetry::Metrics) {
-    for d in s.proxy.registry().snapshot().iter() {
+    for d in s.registry.snapshot().iter() {
         let name = d.name.as_str();
         m.delegate_up
             .with_label_values(&[name])
@@ -213,8 +238,7 @@ fn delegate_json(d: &crate::registry::Delegate) -> serde_json::Value {
 
 async fn delegates(State(s): State<AppState>) -> Json<serde_json::Value> {
     let list: Vec<_> = s
-        .proxy
-        .registry()
+        .registry
         .snapshot()
         .iter()
         .map(|d| delegate_json(d))
@@ -255,42 +279,36 @@ async fn register(State(s): State<AppState>, body: axum::body::Bytes) -> Respons
         signing_secret_env: None,
     };
     if let Err(why) = registration_allowed(&cfg.url, &s.config.security.registration_allow) {
-        return (
-            StatusCode::FORBIDDEN,
-            Json(json!({"error": crate::ldp::LdpError::gateway(GatewayCode::BadRequest, why)})),
-        )
-            .into_response();
+        let error = crate::ldp::LdpError::gateway(GatewayCode::BadRequest, why.to_string());
+        return (StatusCode::FORBIDDEN, Json(json!({ "error": error }))).into_response();
     }
-    let registry = s.proxy.registry();
+    let registry = s.registry;
     match registry.add(&cfg) {
         Ok(d) => {
             let polled = registry
-                .poll_one(&d, s.proxy.upstream(), s.config.discovery.fetch_timeout)
+                .poll_one(&d, &s.upstream, s.config.discovery.fetch_timeout)
                 .await;
             if let Err(e) = polled {
                 // The gateway itself (directly, or under another URL): refused, not kept.
                 let _ = registry.remove(&d.name);
-                s.proxy.metrics().forget_delegate(&d.name);
+                s.metrics.forget_delegate(&d.name);
                 return ApiError::new(GatewayCode::BadRequest, e.to_string()).into_response();
             }
             (StatusCode::CREATED, Json(delegate_json(&d))).into_response()
         }
-        Err(RegistryError::Duplicate(n)) => (
-            StatusCode::CONFLICT,
-            Json(
-                json!({"error": crate::ldp::LdpError::gateway(GatewayCode::BadRequest,
-                format!("a delegate named '{n}' is already registered"))}),
-            ),
+        Err(RegistryError::Duplicate(n)) => ApiError::of(
+            ErrorKind::Conflict,
+            format!("a delegate named '{n}' is already registered"),
         )
-            .into_response(),
+        .into_response(),
         Err(e) => ApiError::new(GatewayCode::BadRequest, e.to_string()).into_response(),
     }
 }
 
 async fn deregister(State(s): State<AppState>, Path(name): Path<String>) -> Response {
-    match s.proxy.registry().remove(&name) {
+    match s.registry.remove(&name) {
         Ok(_) => {
-            s.proxy.metrics().forget_delegate(&name);
+            s.metrics.forget_delegate(&name);
             StatusCode::NO_CONTENT.into_response()
         }
         Err(e) => (
@@ -372,7 +390,7 @@ async fn route(
     ) {
         Ok(x) if q.format.as_deref() == Some("text") => x.to_table().into_response(),
         Ok(x) => Json(x).into_response(),
-        Err(e) => ApiError::new(GatewayCode::UnknownPolicy, e).into_response(),
+        Err(e) => ApiError::new(GatewayCode::UnknownPolicy, e.to_string()).into_response(),
     }
 }
 
@@ -412,7 +430,7 @@ async fn provenance(
         let now = chrono::Utc::now().timestamp_millis();
         match crate::provenance::query::parse_since(since, now) {
             Ok(ms) => filter.since_ms = Some(ms),
-            Err(e) => return ApiError::new(GatewayCode::BadRequest, e).into_response(),
+            Err(e) => return ApiError::new(GatewayCode::BadRequest, e.to_string()).into_response(),
         }
     }
     let csv = match q.format.as_deref() {
@@ -428,7 +446,7 @@ async fn provenance(
     };
     let page = filter.page();
     let offset = filter.offset.unwrap_or(0);
-    match s.proxy.ledger().query(filter).await {
+    match s.ledger.query(filter).await {
         Ok(rows) if csv => (
             [(header::CONTENT_TYPE, "text/csv; charset=utf-8")],
             crate::provenance::query::to_csv(&rows),

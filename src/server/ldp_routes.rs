@@ -1,9 +1,9 @@
 //! The LDP listener's routes: identity card, capabilities, messages, stream, healthz.
 
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, ErrorKind};
 use crate::ldp::error::GatewayCode;
-use crate::ldp::{Body, Envelope};
-use crate::proxy::{Refusal, RequestCtx, GATEWAY_MODES};
+use crate::ldp::{Body, Envelope, SessionId, TaskId};
+use crate::proxy::{RequestCtx, GATEWAY_MODES};
 use axum::body::Body as HttpBody;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -52,23 +52,17 @@ async fn count_requests(
                 _ => "other",
             });
     let resp = next.run(req).await;
-    s.proxy
-        .metrics()
+    let metrics = &s.metrics;
+    metrics
         .http_requests
         .with_label_values(&[route, resp.status().as_str()])
         .inc();
+    super::error::report(metrics, route, &resp);
     resp
 }
 
 async fn not_found() -> ApiError {
-    ApiError::new(GatewayCode::BadRequest, "no such route").with_status(StatusCode::NOT_FOUND)
-}
-
-impl ApiError {
-    fn with_status(mut self, status: StatusCode) -> Self {
-        self.status = status;
-        self
-    }
+    ApiError::of(ErrorKind::NoRoute, "no such route")
 }
 
 fn json_bytes(status: StatusCode, bytes: Vec<u8>) -> Response {
@@ -130,11 +124,10 @@ async fn read_envelope(
     let collect = http_body_util::Limited::new(&mut body, limit).collect();
     let bytes = match tokio::time::timeout_at(deadline, collect).await {
         Err(_) => {
-            return Err(ApiError::new(
-                GatewayCode::BadRequest,
+            return Err(ApiError::of(
+                ErrorKind::BodyTimeout,
                 "request body was not received in time",
-            )
-            .with_status(StatusCode::REQUEST_TIMEOUT))
+            ))
         }
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
             s.proxy.spawn_tracked(linger(body, deadline));
@@ -185,7 +178,7 @@ fn expects_continue(headers: &HeaderMap) -> bool {
 /// The response for a refused request. After an oversized body the connection is closed once
 /// the rest of the body has been discarded: its input is not worth reading further.
 fn refuse(e: ApiError) -> Response {
-    let too_large = e.status == StatusCode::PAYLOAD_TOO_LARGE;
+    let too_large = e.telling().status == StatusCode::PAYLOAD_TOO_LARGE;
     let mut resp = e.into_response();
     if too_large {
         resp.headers_mut().insert(
@@ -253,19 +246,6 @@ fn request_ctx(s: &AppState, headers: &HeaderMap) -> Result<RequestCtx, ApiError
     })
 }
 
-impl From<Refusal> for ApiError {
-    fn from(r: Refusal) -> ApiError {
-        match r {
-            Refusal::BadRequest(m) => ApiError::new(GatewayCode::BadRequest, m),
-            Refusal::Unauthenticated(m) => ApiError::new(GatewayCode::Unauthenticated, m),
-            Refusal::RateLimited { scope, retry_after } => {
-                ApiError::rate_limited(scope, retry_after)
-            }
-            Refusal::Unavailable(m) => ApiError::new(GatewayCode::Unavailable, m),
-        }
-    }
-}
-
 async fn answer(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Envelope, ApiError> {
     let ctx = request_ctx(s, headers)?;
     let env = read_envelope(s, headers, body).await?;
@@ -310,20 +290,20 @@ const HEARTBEAT: Duration = Duration::from_millis(400);
 /// Cancels the task upstream if its request is dropped (client gone) before the answer.
 struct CancelOnDrop {
     proxy: std::sync::Arc<crate::proxy::Proxy>,
-    session_id: String,
+    session_id: SessionId,
     owner: String,
-    task_id: String,
+    task_id: TaskId,
     done: bool,
 }
 
 impl CancelOnDrop {
-    fn new(s: &AppState, ctx: &RequestCtx, env: &Envelope, task_id: &str) -> CancelOnDrop {
+    fn new(s: &AppState, ctx: &RequestCtx, env: &Envelope, task_id: &TaskId) -> CancelOnDrop {
         CancelOnDrop {
             proxy: s.proxy.clone(),
             session_id: env.session_id.clone(),
             // The same owner key the session table uses (tenant + `from`).
             owner: crate::proxy::owner(ctx, env),
-            task_id: task_id.to_owned(),
+            task_id: task_id.clone(),
             done: false,
         }
     }

@@ -112,7 +112,14 @@ pub(super) async fn handle(
             let why = format!("a delegate does not accept {kind} messages");
             let error = failure("UNSUPPORTED_MESSAGE", ErrorCategory::Session, false, why);
             let task_id = env.body.task_id().unwrap_or_default().to_owned();
-            env.reply(me, Body::TaskFailed { task_id, error }, PayloadMode::Text)
+            env.reply(
+                me,
+                Body::TaskFailed {
+                    task_id: task_id.into(),
+                    error,
+                },
+                PayloadMode::Text,
+            )
         }
     }
 }
@@ -166,7 +173,7 @@ fn propose(state: &SimState, env: &Envelope, config: &SessionConfig) -> Envelope
         fallback_chain: negotiated.fallback_chain,
     };
     let mut reply = env.reply(&card.delegate_id, body, PayloadMode::Text);
-    reply.session_id = session_id;
+    reply.session_id = session_id.into();
     reply
 }
 
@@ -232,7 +239,7 @@ impl Task<'_> {
         let provenance =
             task::provenance(card, self.skill, mode, session_id, tokens, self.contract);
         Ok(Body::TaskResult {
-            task_id: self.task_id.to_owned(),
+            task_id: self.task_id.into(),
             output: output.into(),
             provenance: Some(provenance),
         })
@@ -242,7 +249,7 @@ impl Task<'_> {
     async fn update(&self, progress: Option<&Progress>, fraction: f64, message: &str) {
         if let Some(tx) = progress {
             let body = Body::TaskUpdate {
-                task_id: self.task_id.to_owned(),
+                task_id: self.task_id.into(),
                 progress: Some(fraction),
                 message: Some(message.to_owned()),
             };

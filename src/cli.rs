@@ -1,0 +1,107 @@
+//! The command line: one subcommand per file of `cli/`, each glue between flags and the
+//! library. Only the binary sees this module, so `clap` and `anyhow` stay out of the library.
+
+mod delegate;
+mod demo;
+mod provenance;
+mod route;
+mod serve;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+/// `ldp-gateway`.
+#[derive(Parser)]
+#[command(
+    name = "ldp-gateway",
+    version,
+    about = "One LDP endpoint in front of many LLM delegates"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve {
+        /// Config file (TOML); environment `LDP_GATEWAY_…` (`__` nests) overrides it.
+        #[arg(long, default_value = "config/gateway.toml")]
+        config: PathBuf,
+    },
+    /// Start simulated delegates and a gateway on loopback, drive sample traffic, keep serving.
+    Demo(demo::DemoArgs),
+    /// Run one simulated LDP delegate.
+    Delegate(delegate::DelegateArgs),
+    /// Explain the routing decision for a skill from the config and the delegates' live cards.
+    Route(route::RouteArgs),
+    /// Print provenance rows from the ledger database.
+    Provenance(provenance::ProvenanceArgs),
+    /// Print the SHA-256 of an API key for `[[tenants]] api_key_sha256` (the key is read from
+    /// standard input, or generated when `--generate` is given).
+    HashKey {
+        /// Generate a new random key, print it and its hash.
+        #[arg(long)]
+        generate: bool,
+    },
+    /// Validate a config file and its policy directory; exit 1 on any problem.
+    Check {
+        /// Config file (TOML).
+        #[arg(long, default_value = "config/gateway.toml")]
+        config: PathBuf,
+    },
+}
+
+impl Cli {
+    /// Runs the subcommand on a multi-threaded runtime.
+    pub fn run(self) -> anyhow::Result<()> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        match self.command {
+            Command::Serve { config } => runtime.block_on(serve::run(&config)),
+            Command::Demo(args) => runtime.block_on(demo::run(args)),
+            Command::Delegate(args) => runtime.block_on(delegate::run(args)),
+            Command::Route(args) => runtime.block_on(route::run(args)),
+            Command::Provenance(args) => provenance::run(args),
+            Command::HashKey { generate } => hash_key(generate),
+            Command::Check { config } => check(&config),
+        }
+    }
+}
+
+/// `ldp-gateway hash-key`.
+fn hash_key(generate: bool) -> anyhow::Result<()> {
+    if generate {
+        let key = format!(
+            "ldpk-{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        println!("key:    {key}");
+        println!("sha256: {}", ldp_gateway::secret::hash_key(&key));
+    } else {
+        let mut key = String::new();
+        std::io::stdin().read_line(&mut key)?;
+        if key.trim().is_empty() {
+            anyhow::bail!("no key on standard input (or use --generate)");
+        }
+        println!("{}", ldp_gateway::secret::hash_key(&key));
+    }
+    Ok(())
+}
+
+/// `ldp-gateway check`: every problem on its own line, exit 1 if there is any.
+fn check(config: &std::path::Path) -> anyhow::Result<()> {
+    let problems = ldp_gateway::config::check_file(config);
+    for p in &problems {
+        println!("{p}");
+    }
+    if problems.is_empty() {
+        println!("{}: ok", config.display());
+        Ok(())
+    } else {
+        std::process::exit(1)
+    }
+}

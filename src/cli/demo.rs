@@ -1,0 +1,461 @@
+//! `ldp-gateway demo`: a fleet of simulated delegates and a gateway on loopback, sample
+//! traffic under every shipped policy and under blind routing, a cost/latency summary, then
+//! the gateway keeps serving until Ctrl-C.
+//!
+//! Everything runs offline on free ports (unless pinned by flags), with its files (policies,
+//! provenance) in a fresh temporary directory removed at exit, so two demos, or a demo and a
+//! test, never collide. The first line printed is `LDP endpoint: http://…`, as soon as the
+//! gateway answers, so scripts can connect while the sample traffic runs.
+
+mod fleet;
+mod report;
+mod traffic;
+
+use anyhow::Context as _;
+use fleet::Member;
+use ldp_gateway::config::Config;
+use ldp_gateway::routing::TierPrices;
+use ldp_gateway::server::Gateway;
+use ldp_gateway::upstream::UpstreamClient;
+use report::{LatencyRow, PolicyReport};
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use traffic::{Outcome, Target};
+
+/// `ldp-gateway demo` flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DemoArgs {
+    /// Address of the gateway's LDP listener (default: a free loopback port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub ldp_listen: SocketAddr,
+    /// Address of the admin listener: /metrics, /admin/* (default: a free loopback port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub admin_listen: SocketAddr,
+    /// Sample tasks per policy (the same list for every policy and for blind routing).
+    #[arg(long, default_value_t = 50)]
+    pub tasks: usize,
+    /// Tasks in flight per policy.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub concurrency: u16,
+    /// Exit after printing the summary instead of serving until Ctrl-C.
+    #[arg(long)]
+    pub exit: bool,
+}
+
+/// The demo's gateway config (see the file: ports and paths are replaced at run time).
+const DEMO_CONFIG: &str = include_str!("../../config/demo.toml");
+
+/// The shipped policies, in the order their tables are printed.
+const POLICIES: [(&str, &str); 6] = [
+    ("balanced", include_str!("../../policies/balanced.toml")),
+    ("cheapest", include_str!("../../policies/cheapest.toml")),
+    (
+        "best-quality",
+        include_str!("../../policies/best-quality.toml"),
+    ),
+    (
+        "low-latency",
+        include_str!("../../policies/low-latency.toml"),
+    ),
+    ("eu-only", include_str!("../../policies/eu-only.toml")),
+    (
+        "internal-only",
+        include_str!("../../policies/internal-only.toml"),
+    ),
+];
+
+/// The policy whose table shows the lying delegate being caught.
+const LATENCY_POLICY: &str = "low-latency";
+
+/// How long the fleet may take to come up.
+const HEALTHY_WITHIN: Duration = Duration::from_secs(15);
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct WorkDir(PathBuf);
+
+impl WorkDir {
+    fn create() -> anyhow::Result<WorkDir> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let path =
+            std::env::temp_dir().join(format!("ldp-gateway-demo-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(WorkDir(path))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            tracing::warn!(dir = %self.0.display(), error = %e, "could not remove the demo's temporary directory");
+        }
+    }
+}
+
+/// Writes `text` to stdout and flushes, so a reader sees each line at once.
+fn say(text: impl AsRef<str>) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_ref().as_bytes())?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// `ldp-gateway demo`.
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let work = WorkDir::create()?;
+    let policy_dir = work.path().join("policies");
+    std::fs::create_dir_all(&policy_dir)?;
+    for (name, text) in POLICIES {
+        let file = policy_dir.join(format!("{name}.toml"));
+        std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+    }
+    let fleet = fleet::start().await?;
+    let outcome = match demo_config(&args, work.path(), &fleet) {
+        Ok(config) => with_gateway(&args, config, work.path(), &fleet).await,
+        Err(e) => Err(e),
+    };
+    fleet::stop(fleet).await;
+    outcome
+}
+
+/// The embedded demo config with this run's ports and paths.
+fn demo_config(args: &DemoArgs, work: &Path, fleet: &[Member]) -> anyhow::Result<Config> {
+    use figment::providers::{Format, Serialized, Toml};
+    let mut config: Config = figment::Figment::from(Serialized::defaults(Config::default()))
+        .merge(Toml::string(DEMO_CONFIG))
+        .extract()
+        .context("config/demo.toml")?;
+    config.server.listen = args.ldp_listen;
+    config.admin.listen = args.admin_listen;
+    config.policies.dir = work.join("policies");
+    config.provenance.store = format!("sqlite://{}", work.join("provenance.db").display());
+    for d in &mut config.delegates {
+        let name = d.name.as_deref().unwrap_or_default();
+        let member = fleet.iter().find(|m| m.name == name).with_context(|| {
+            format!("config/demo.toml names delegate '{name}', which the demo fleet does not have")
+        })?;
+        d.url = member.handle.url();
+    }
+    Ok(config)
+}
+
+/// Starts the gateway, runs the demo, and shuts the gateway down whatever happened.
+async fn with_gateway(
+    args: &DemoArgs,
+    config: Config,
+    work: &Path,
+    fleet: &[Member],
+) -> anyhow::Result<()> {
+    let token_env = config.admin.token_env.clone();
+    let tiers = config.routing.tier_prices;
+    let gateway = Gateway::start(config)
+        .await
+        .context("starting the gateway")?;
+    let outcome = demo(args, &gateway, work, fleet, &tiers, &token_env).await;
+    gateway.shutdown().await;
+    outcome
+}
+
+async fn demo(
+    args: &DemoArgs,
+    gateway: &Gateway,
+    work: &Path,
+    fleet: &[Member],
+    tiers: &TierPrices,
+    token_env: &str,
+) -> anyhow::Result<()> {
+    let ldp = gateway.ldp_url();
+    let admin = gateway.admin_url();
+    if !gateway.wait_healthy(fleet.len(), HEALTHY_WITHIN).await {
+        anyhow::bail!(
+            "only {} of {} simulated delegates became healthy",
+            gateway.registry().healthy_count(),
+            fleet.len()
+        );
+    }
+    say(format!("LDP endpoint: {ldp}"))?;
+    say(format!("admin:        {admin}"))?;
+    say(format!(
+        "data:         {} (removed at exit)",
+        work.display()
+    ))?;
+    say("")?;
+    say(fleet_table(fleet, tiers))?;
+
+    let started = Instant::now();
+    let tasks = Arc::new(traffic::tasks(args.tasks));
+    say(format!(
+        "driving {} tasks per policy ({}) through the gateway, and the same {} straight to the \
+         top-quality delegate of each skill (blind routing), {} in flight each…",
+        tasks.len(),
+        traffic::SKILLS.join(", "),
+        tasks.len(),
+        args.concurrency,
+    ))?;
+    let traffic = drive_all(gateway, fleet, &tasks, usize::from(args.concurrency));
+    let results = tokio::select! {
+        results = traffic => results?,
+        () = super::serve::wait_for_signal() => {
+            say("interrupted; shutting down")?;
+            return Ok(());
+        }
+    };
+    let elapsed = started.elapsed();
+    say("")?;
+
+    let (blind, _) = results.get("blind").context("blind routing did not run")?;
+    let policies = gateway.proxy().policies();
+    for (name, _) in POLICIES {
+        let Some((outcomes, took)) = results.get(name) else {
+            continue;
+        };
+        let report = PolicyReport::new(name, &tasks, outcomes, blind);
+        let title = match policies.get(name) {
+            Some(p) => format!(
+                "policy {name} — {}\n  weights: quality {}, cost {}, latency {}; {} tasks in {:.1} s",
+                p.description.trim(),
+                p.weights.quality,
+                p.weights.cost,
+                p.weights.latency,
+                outcomes.len(),
+                took.as_secs_f64()
+            ),
+            None => format!("policy {name}"),
+        };
+        say(report.render(&title))?;
+    }
+
+    say(
+        "declared vs observed latency (the gateway's EWMA replaces a card's claim once measured):",
+    )?;
+    say(report::render_latency(&latency_rows(gateway, fleet)))?;
+    if let Some((outcomes, _)) = results.get(LATENCY_POLICY) {
+        say(liar_story(&tasks, outcomes))?;
+    }
+
+    say(urls(&ldp, &admin, token_env))?;
+    let next = if args.exit {
+        "exiting (--exit)"
+    } else {
+        "serving until Ctrl-C"
+    };
+    say(format!(
+        "demo traffic done in {:.1} s; {next}",
+        elapsed.as_secs_f64()
+    ))?;
+    if !args.exit {
+        super::serve::wait_for_signal().await;
+        say("shutting down")?;
+    }
+    Ok(())
+}
+
+/// One line per delegate: who it is, where it is, what it offers at what price.
+fn fleet_table(fleet: &[Member], tiers: &TierPrices) -> String {
+    let mut out = format!(
+        "fleet: {} simulated delegates (each answers after its declared p50, except {})\n",
+        fleet.len(),
+        fleet::LIAR
+    );
+    let row = |name: &str, family: &str, place: &str, domain: &str, price: &str, skills: &str| {
+        format!("  {name:<22} {family:<8} {place:<13} {domain:<18} {price:<14} {skills}\n")
+    };
+    out.push_str(&row(
+        "delegate",
+        "family",
+        "jurisdiction",
+        "trust domain",
+        "USD per call",
+        "skills",
+    ));
+    for m in fleet {
+        let c = &m.card;
+        let skills: Vec<&str> = c.capabilities.iter().map(|c| c.name.as_str()).collect();
+        let price = match m.price_range(tiers) {
+            Some((lo, hi)) if lo == hi => format!("{lo}"),
+            Some((lo, hi)) => format!("{lo}–{hi}"),
+            None => "-".into(),
+        };
+        out.push_str(&row(
+            m.name,
+            &c.model_family,
+            c.jurisdiction.as_deref().unwrap_or("-"),
+            &c.trust_domain.name,
+            &price,
+            &skills.join(", "),
+        ));
+    }
+    out
+}
+
+/// Runs every policy and blind routing at once; per target name, the outcomes in task order
+/// and how long it took.
+async fn drive_all(
+    gateway: &Gateway,
+    fleet: &[Member],
+    tasks: &Arc<Vec<traffic::Task>>,
+    concurrency: usize,
+) -> anyhow::Result<HashMap<String, (Vec<Outcome>, Duration)>> {
+    let client = UpstreamClient::new(
+        "ldp:client:demo",
+        Duration::from_secs(2),
+        Duration::from_secs(10),
+    );
+    let card = Arc::new(gateway.proxy().identity_card(Some(gateway.ldp_url())));
+    let mut targets: Vec<(String, Target)> = POLICIES
+        .iter()
+        .map(|(name, _)| {
+            let target = Target::Gateway {
+                url: gateway.ldp_url(),
+                card: card.clone(),
+                policy: (*name).to_owned(),
+            };
+            ((*name).to_owned(), target)
+        })
+        .collect();
+    let mut blind = HashMap::new();
+    for skill in traffic::SKILLS {
+        if let Some(m) = fleet::top_quality(fleet, skill) {
+            blind.insert(skill, (m.name.to_owned(), m.handle.url(), m.card.clone()));
+        }
+    }
+    targets.push(("blind".to_owned(), Target::Blind(Arc::new(blind))));
+
+    let mut runs = tokio::task::JoinSet::new();
+    for (name, target) in targets {
+        let (client, tasks) = (client.clone(), tasks.clone());
+        runs.spawn(async move {
+            let started = Instant::now();
+            let outcomes = traffic::drive(&client, &target, &tasks, concurrency).await;
+            (name, outcomes, started.elapsed())
+        });
+    }
+    let mut results = HashMap::new();
+    while let Some(run) = runs.join_next().await {
+        let (name, outcomes, took) = run.context("a traffic run stopped")?;
+        results.insert(name, (outcomes, took));
+    }
+    Ok(results)
+}
+
+/// Declared p50 range and observed EWMA per delegate, in fleet order.
+fn latency_rows(gateway: &Gateway, fleet: &[Member]) -> Vec<LatencyRow> {
+    let registry = gateway.registry();
+    fleet
+        .iter()
+        .map(|m| {
+            let d = registry.get(m.name);
+            LatencyRow {
+                delegate: m.name.to_owned(),
+                declared_ms: m.declared_p50_range(),
+                observed_ms: d.as_ref().and_then(|d| d.observed_latency_ms()),
+                samples: d.as_ref().map_or(0, |d| d.samples()),
+            }
+        })
+        .collect()
+}
+
+/// How the lying delegate fared under the latency policy: before its first answer came back
+/// (routing had only its card to go by) and after (the gateway had measured it).
+fn liar_story(tasks: &[traffic::Task], outcomes: &[Outcome]) -> String {
+    let skills = ["reasoning", "code-review"];
+    let liar = fleet::LIAR;
+    let head = format!(
+        "{LATENCY_POLICY}: {liar} declares {} ms but answers in about {} ms.",
+        fleet::LIAR_DECLARED_MS,
+        fleet::LIAR_ACTUAL.as_millis()
+    );
+    match report::before_and_after_first_answer(outcomes, tasks, &skills, liar) {
+        Some(((b, bn), (a, an))) => format!(
+            "{head} Until its first answer came back it got {b} of {bn} reasoning/code-review \
+             tasks (routing had only its card to go by); once the gateway had measured it, {a} \
+             of {an}.\n"
+        ),
+        None => format!("{head} It served none of the reasoning/code-review tasks.\n"),
+    }
+}
+
+/// Where to look next.
+fn urls(ldp: &str, admin: &str, token_env: &str) -> String {
+    let auth = if std::env::var(token_env).is_ok_and(|t| !t.is_empty()) {
+        format!(" -H \"Authorization: Bearer ${token_env}\"")
+    } else {
+        String::new()
+    };
+    format!(
+        "the gateway keeps serving:\n\
+         \x20 LDP endpoint   {ldp}  (POST {ldp}/ldp/messages, identity at {ldp}/.well-known/ldp-identity)\n\
+         \x20 metrics        curl {admin}/metrics\n\
+         \x20 delegates      curl{auth} {admin}/admin/delegates\n\
+         \x20 policies       curl{auth} {admin}/admin/policies\n\
+         \x20 explain        curl{auth} '{admin}/admin/route?skill=summarize&policy=cheapest&format=text'\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demo_config_names_exactly_the_fleet() {
+        let cards = fleet::cards().unwrap();
+        let config: Config = {
+            use figment::providers::{Format, Serialized, Toml};
+            figment::Figment::from(Serialized::defaults(Config::default()))
+                .merge(Toml::string(DEMO_CONFIG))
+                .extract()
+                .unwrap()
+        };
+        assert!(config.problems("demo.toml").is_empty());
+        let mut in_config: Vec<String> = config
+            .delegates
+            .iter()
+            .map(|d| d.name.clone().unwrap())
+            .collect();
+        let mut in_fleet: Vec<String> = cards.iter().map(|(n, _)| (*n).to_owned()).collect();
+        in_config.sort();
+        in_fleet.sort();
+        assert_eq!(in_config, in_fleet);
+        let ports: Vec<&str> = config.delegates.iter().map(|d| d.url.as_str()).collect();
+        assert_eq!(ports[0], "http://127.0.0.1:9101");
+        assert_eq!(ports[7], "http://127.0.0.1:9108");
+    }
+
+    #[test]
+    fn every_shipped_policy_is_embedded() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/policies");
+        let mut shipped: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let p = e.unwrap().path();
+                (p.extension()? == "toml")
+                    .then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+            })
+            .collect();
+        shipped.sort();
+        let mut embedded: Vec<String> = POLICIES.iter().map(|(n, _)| (*n).to_owned()).collect();
+        embedded.sort();
+        assert_eq!(embedded, shipped);
+    }
+
+    #[test]
+    fn work_dir_is_unique_and_removed() {
+        let a = WorkDir::create().unwrap();
+        let b = WorkDir::create().unwrap();
+        assert_ne!(a.path(), b.path());
+        let path = a.path().to_owned();
+        std::fs::write(path.join("x"), "y").unwrap();
+        drop(a);
+        assert!(!path.exists());
+    }
+}

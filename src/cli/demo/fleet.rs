@@ -1,0 +1,211 @@
+//! The demo fleet: the example cards (embedded), one delegate whose declared latency is a lie,
+//! and the simulated delegates that serve them on free loopback ports.
+
+use anyhow::Context as _;
+use ldp_gateway::ldp::IdentityCard;
+use ldp_gateway::routing::TierPrices;
+use ldp_gateway::sim::{SimHandle, SimOptions};
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// The example cards shipped in `config/delegates/`, by registry name (the file stem).
+const CARDS: [(&str, &str); 7] = [
+    (
+        "claude-sonnet-eu",
+        include_str!("../../../config/delegates/claude-sonnet-eu.json"),
+    ),
+    (
+        "echo-fast-us",
+        include_str!("../../../config/delegates/echo-fast-us.json"),
+    ),
+    (
+        "gemini-pro-us-west",
+        include_str!("../../../config/delegates/gemini-pro-us-west.json"),
+    ),
+    (
+        "gpt-mini-us",
+        include_str!("../../../config/delegates/gpt-mini-us.json"),
+    ),
+    (
+        "llama-research-eu",
+        include_str!("../../../config/delegates/llama-research-eu.json"),
+    ),
+    (
+        "mistral-sovereign-eu",
+        include_str!("../../../config/delegates/mistral-sovereign-eu.json"),
+    ),
+    (
+        "qwen-translate-apac",
+        include_str!("../../../config/delegates/qwen-translate-apac.json"),
+    ),
+];
+
+/// Registry name of the delegate whose card under-states its latency.
+pub const LIAR: &str = "phi-turbo-us";
+
+/// What the liar's card declares (p50, ms) and what it really takes.
+pub const LIAR_DECLARED_MS: u64 = 120;
+/// The liar's real latency: 15× its claim, slower than the honest reasoning delegates.
+pub const LIAR_ACTUAL: Duration = Duration::from_millis(1800);
+
+/// The liar's card: fast on paper for the slow skills (reasoning, code review), mid-priced,
+/// mid-quality, so only a latency-minded policy is tempted by it.
+const LIAR_CARD: &str = r#"{
+  "delegate_id": "ldp:delegate:phi-turbo-us",
+  "name": "Phi Turbo (US East)",
+  "description": "Claims 120 ms for reasoning and review; in the demo it really takes about 1.8 s.",
+  "model_family": "phi",
+  "model_version": "phi-4-mini-flash",
+  "trust_domain": { "name": "default", "allow_cross_domain": false, "trusted_peers": [] },
+  "context_window": 65536,
+  "reasoning_profile": "fast-practical",
+  "cost_profile": "medium",
+  "latency_profile": "p50:120ms,p99:300ms",
+  "jurisdiction": "us-east",
+  "capabilities": [
+    { "name": "reasoning", "quality_hint": 0.8 },
+    { "name": "code-review", "quality_hint": 0.78 }
+  ],
+  "supported_payload_modes": ["semantic_frame", "text"],
+  "endpoint": "",
+  "metadata": { "note": "declared latency is a lie" }
+}"#;
+
+/// One member of the fleet.
+pub struct Member {
+    /// Registry name (what `provenance.lineage[0].routed_to` says).
+    pub name: &'static str,
+    /// The card it serves.
+    pub card: IdentityCard,
+    /// The running delegate.
+    pub handle: SimHandle,
+}
+
+impl Member {
+    /// Declared p50 latencies over its skills, `(min, max)` in ms, if it declares any.
+    pub fn declared_p50_range(&self) -> Option<(u64, u64)> {
+        let all: Vec<u64> = self
+            .card
+            .capabilities
+            .iter()
+            .filter_map(|c| self.card.effective_hints(&c.name)?.latency_p50_ms)
+            .collect();
+        Some((*all.iter().min()?, *all.iter().max()?))
+    }
+
+    /// Price per call over its skills, `(min, max)` in USD: the declared price, else the
+    /// cost tier's price.
+    pub fn price_range(&self, tiers: &TierPrices) -> Option<(f64, f64)> {
+        let all: Vec<f64> = self
+            .card
+            .capabilities
+            .iter()
+            .filter_map(|c| {
+                let h = self.card.effective_hints(&c.name)?;
+                h.cost_per_call_usd
+                    .or_else(|| h.cost_tier.map(|t| tiers.of(t)))
+            })
+            .collect();
+        let min = all.iter().copied().reduce(f64::min)?;
+        let max = all.iter().copied().reduce(f64::max)?;
+        Some((min, max))
+    }
+}
+
+/// The parsed cards, in a fixed order: the seven examples, then the liar.
+pub fn cards() -> anyhow::Result<Vec<(&'static str, IdentityCard)>> {
+    CARDS
+        .iter()
+        .copied()
+        .chain(std::iter::once((LIAR, LIAR_CARD)))
+        .map(|(name, json)| {
+            let card: IdentityCard = serde_json::from_str(json)
+                .with_context(|| format!("embedded card '{name}' does not parse"))?;
+            Ok((name, card))
+        })
+        .collect()
+}
+
+/// How a member behaves: honest delegates sleep each skill's declared p50 (± 15 % jitter);
+/// the liar sleeps [`LIAR_ACTUAL`] whatever its card says.
+fn options(name: &str, card: IdentityCard) -> SimOptions {
+    let mut opts = SimOptions::new(card);
+    if name == LIAR {
+        opts.latency = LIAR_ACTUAL;
+        opts.jitter = LIAR_ACTUAL / 10;
+        return opts;
+    }
+    let fastest = opts
+        .card
+        .capabilities
+        .iter()
+        .filter_map(|c| opts.card.effective_hints(&c.name)?.latency_p50_ms)
+        .min()
+        .unwrap_or(0);
+    opts.card_latency = true;
+    opts.jitter = Duration::from_millis(fastest * 15 / 100);
+    opts
+}
+
+/// Starts every member on `127.0.0.1:0`.
+pub async fn start() -> anyhow::Result<Vec<Member>> {
+    let mut fleet = Vec::new();
+    for (name, card) in cards()? {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .with_context(|| format!("binding a port for delegate '{name}'"))?;
+        let handle = ldp_gateway::sim::spawn(listener, options(name, card.clone()))
+            .await
+            .with_context(|| format!("starting delegate '{name}'"))?;
+        fleet.push(Member { name, card, handle });
+    }
+    Ok(fleet)
+}
+
+/// Stops every member.
+pub async fn stop(fleet: Vec<Member>) {
+    for m in fleet {
+        m.handle.shutdown().await;
+    }
+}
+
+/// The member with the highest declared quality for `skill` (blind routing's choice).
+pub fn top_quality<'a>(fleet: &'a [Member], skill: &str) -> Option<&'a Member> {
+    fleet
+        .iter()
+        .filter_map(|m| Some((m, m.card.effective_hints(skill)?.quality?)))
+        .fold(None, |best: Option<(&Member, f64)>, (m, q)| match best {
+            Some((_, bq)) if bq >= q => best,
+            _ => Some((m, q)),
+        })
+        .map(|(m, _)| m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cards_parse_with_distinct_families() {
+        let cards = cards().unwrap();
+        assert_eq!(cards.len(), 8);
+        let mut families: Vec<&str> = cards.iter().map(|(_, c)| c.model_family.as_str()).collect();
+        families.sort_unstable();
+        families.dedup();
+        assert_eq!(families.len(), 8, "{families:?}");
+        let liar = &cards.iter().find(|(n, _)| *n == LIAR).unwrap().1;
+        assert_eq!(
+            liar.effective_hints("reasoning").unwrap().latency_p50_ms,
+            Some(LIAR_DECLARED_MS)
+        );
+        assert!(LIAR_ACTUAL > Duration::from_millis(LIAR_DECLARED_MS * 10));
+    }
+
+    #[test]
+    fn honest_members_sleep_their_card_and_the_liar_does_not() {
+        for (name, card) in cards().unwrap() {
+            let o = options(name, card);
+            assert_eq!(o.card_latency, name != LIAR, "{name}");
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! The demo's summary: per policy, each delegate's share, cost and latency, the same traffic
+//! under blind routing, and the savings. Pure: outcomes in, text out.
+
+use super::traffic::{Outcome, Task};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+/// Nearest-rank percentile (`q` in 0..=1) of `values`; 0 when empty.
+pub fn percentile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = (q * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+/// Aggregates of a set of served tasks.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Line {
+    /// Tasks served.
+    pub tasks: usize,
+    /// Sum of `cost_usd`.
+    pub cost_usd: f64,
+    /// Round-trip latencies, ms.
+    pub latencies_ms: Vec<f64>,
+    /// Skills among them.
+    pub skills: BTreeSet<&'static str>,
+    /// Delegates among them.
+    pub delegates: BTreeSet<String>,
+}
+
+impl Line {
+    fn add(&mut self, task: &Task, delegate: &str, cost_usd: f64, latency_ms: f64) {
+        self.tasks += 1;
+        self.cost_usd += cost_usd;
+        self.latencies_ms.push(latency_ms);
+        self.skills.insert(task.skill);
+        self.delegates.insert(delegate.to_owned());
+    }
+
+    /// Median latency, ms.
+    pub fn p50(&self) -> f64 {
+        percentile(&self.latencies_ms, 0.5)
+    }
+
+    /// 95th percentile latency, ms.
+    pub fn p95(&self) -> f64 {
+        percentile(&self.latencies_ms, 0.95)
+    }
+}
+
+/// One policy's traffic, summarised.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PolicyReport {
+    /// The policy.
+    pub policy: String,
+    /// Per delegate, by name.
+    pub delegates: BTreeMap<String, Line>,
+    /// Everything the policy served.
+    pub total: Line,
+    /// Unroutable tasks per skill, with the gateway's first reason.
+    pub unroutable: BTreeMap<&'static str, (usize, String)>,
+    /// Other failures: count and the first reason.
+    pub failed: (usize, Option<String>),
+    /// Blind routing over the tasks this policy served.
+    pub blind: Line,
+    /// Tasks the policy served that blind routing failed.
+    pub blind_failed: usize,
+}
+
+impl PolicyReport {
+    /// Summarises `outcomes` (one per task) against `blind` (the same tasks, blind routing).
+    pub fn new(policy: &str, tasks: &[Task], outcomes: &[Outcome], blind: &[Outcome]) -> Self {
+        let mut r = PolicyReport {
+            policy: policy.to_owned(),
+            ..PolicyReport::default()
+        };
+        for (i, (task, outcome)) in tasks.iter().zip(outcomes).enumerate() {
+            match outcome {
+                Outcome::Served {
+                    delegate,
+                    cost_usd,
+                    latency_ms,
+                    ..
+                } => {
+                    r.delegates.entry(delegate.clone()).or_default().add(
+                        task,
+                        delegate,
+                        *cost_usd,
+                        *latency_ms,
+                    );
+                    r.total.add(task, delegate, *cost_usd, *latency_ms);
+                    match blind.get(i) {
+                        Some(Outcome::Served {
+                            delegate,
+                            cost_usd,
+                            latency_ms,
+                            ..
+                        }) => r.blind.add(task, delegate, *cost_usd, *latency_ms),
+                        _ => r.blind_failed += 1,
+                    }
+                }
+                Outcome::Unroutable(reason) => {
+                    r.unroutable
+                        .entry(task.skill)
+                        .or_insert_with(|| (0, reason.clone()))
+                        .0 += 1;
+                }
+                Outcome::Failed(reason) => {
+                    r.failed.0 += 1;
+                    r.failed.1.get_or_insert_with(|| reason.clone());
+                }
+            }
+        }
+        r
+    }
+
+    /// Blind cost minus policy cost, USD, over the same served tasks.
+    pub fn savings_usd(&self) -> f64 {
+        self.blind.cost_usd - self.total.cost_usd
+    }
+
+    /// Savings as a percentage of the blind cost (0 when blind cost nothing).
+    pub fn savings_pct(&self) -> f64 {
+        if self.blind.cost_usd > 0.0 {
+            100.0 * self.savings_usd() / self.blind.cost_usd
+        } else {
+            0.0
+        }
+    }
+
+    /// The fixed-width table, headed by `title`.
+    pub fn render(&self, title: &str) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "{title}");
+        let _ = writeln!(
+            out,
+            "  {:<22} {:>7} {:>6} {:>11} {:>8} {:>8}  skills",
+            "delegate", "share", "tasks", "cost USD", "p50 ms", "p95 ms"
+        );
+        let served = self.total.tasks.max(1) as f64;
+        let mut rows: Vec<(&String, &Line)> = self.delegates.iter().collect();
+        rows.sort_by(|a, b| b.1.tasks.cmp(&a.1.tasks).then(a.0.cmp(b.0)));
+        for (name, line) in rows {
+            let _ = writeln!(
+                out,
+                "  {:<22} {:>6.1}% {:>6} {:>11.6} {:>8.0} {:>8.0}  {}",
+                name,
+                100.0 * line.tasks as f64 / served,
+                line.tasks,
+                line.cost_usd,
+                line.p50(),
+                line.p95(),
+                join(line.skills.iter().copied()),
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  {:<22} {:>7} {:>6} {:>11.6} {:>8.0} {:>8.0}",
+            "total",
+            if self.total.tasks > 0 { "100.0%" } else { "-" },
+            self.total.tasks,
+            self.total.cost_usd,
+            self.total.p50(),
+            self.total.p95(),
+        );
+        for (skill, (n, reason)) in &self.unroutable {
+            let _ = writeln!(
+                out,
+                "  {:<22} {:>7} {:>6}  NO_ELIGIBLE_DELEGATE for {skill}: {reason}",
+                "unroutable", "", n,
+            );
+        }
+        if self.failed.0 > 0 {
+            let _ = writeln!(
+                out,
+                "  {:<22} {:>7} {:>6}  first: {}",
+                "failed",
+                "",
+                self.failed.0,
+                self.failed.1.as_deref().unwrap_or("")
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  {:<22} {:>7} {:>6} {:>11.6} {:>8.0} {:>8.0}  {}",
+            "blind (top quality)",
+            "",
+            self.blind.tasks,
+            self.blind.cost_usd,
+            self.blind.p50(),
+            self.blind.p95(),
+            join(self.blind.delegates.iter().map(String::as_str)),
+        );
+        let _ = writeln!(
+            out,
+            "  {:<22} {:>7} {:>6} {:>11.6} {:>8} {:>8}  {:.1}% of the blind cost saved; p50 {}, p95 {}",
+            "savings",
+            "",
+            "",
+            self.savings_usd(),
+            "",
+            "",
+            self.savings_pct(),
+            faster(self.blind.p50() - self.total.p50()),
+            faster(self.blind.p95() - self.total.p95()),
+        );
+        out
+    }
+}
+
+/// `612 ms faster` / `51 ms slower` / `the same`, for a blind-minus-policy difference.
+fn faster(ms: f64) -> String {
+    if ms.round() == 0.0 {
+        "the same".into()
+    } else if ms > 0.0 {
+        format!("{ms:.0} ms faster")
+    } else {
+        format!("{:.0} ms slower", -ms)
+    }
+}
+
+fn join<'a>(items: impl Iterator<Item = impl Into<std::borrow::Cow<'a, str>>>) -> String {
+    items
+        .map(Into::into)
+        .collect::<Vec<std::borrow::Cow<'a, str>>>()
+        .join(", ")
+}
+
+/// One delegate's declared and observed latency, for the "observed wins" table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatencyRow {
+    /// Registry name.
+    pub delegate: String,
+    /// Declared p50 range over its skills, ms.
+    pub declared_ms: Option<(u64, u64)>,
+    /// The gateway's latency EWMA, ms.
+    pub observed_ms: Option<f64>,
+    /// Samples behind the EWMA.
+    pub samples: u64,
+}
+
+/// The declared-versus-observed table; rows whose observed latency is more than 3× the
+/// slowest declared figure are flagged.
+pub fn render_latency(rows: &[LatencyRow]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "  {:<22} {:>14} {:>12} {:>8}",
+        "delegate", "declared p50", "observed", "samples"
+    );
+    for r in rows {
+        let declared = match r.declared_ms {
+            Some((lo, hi)) if lo == hi => format!("{lo} ms"),
+            Some((lo, hi)) => format!("{lo}–{hi} ms"),
+            None => "-".into(),
+        };
+        let observed = r
+            .observed_ms
+            .map_or_else(|| "-".into(), |o| format!("{o:.0} ms"));
+        let lie = matches!((r.declared_ms, r.observed_ms), (Some((_, hi)), Some(o)) if o > 3.0 * hi as f64);
+        let _ = writeln!(
+            out,
+            "  {:<22} {:>14} {:>12} {:>8}{}",
+            r.delegate,
+            declared,
+            observed,
+            r.samples,
+            if lie {
+                "  ← slower than it declares"
+            } else {
+                ""
+            }
+        );
+    }
+    out
+}
+
+/// Tasks of `skills` served to `delegate`, split at the moment its first answer came back
+/// (before it, routing only had its card to go by): `((to it, of), (to it, of))` for tasks
+/// sent before and after. `None` if it served none of them.
+pub fn before_and_after_first_answer(
+    outcomes: &[Outcome],
+    tasks: &[Task],
+    skills: &[&str],
+    delegate: &str,
+) -> Option<((usize, usize), (usize, usize))> {
+    let served: Vec<(&str, Instant, f64)> = tasks
+        .iter()
+        .zip(outcomes)
+        .filter(|(t, _)| skills.contains(&t.skill))
+        .filter_map(|(_, o)| match o {
+            Outcome::Served {
+                delegate,
+                latency_ms,
+                sent,
+                ..
+            } => Some((delegate.as_str(), *sent, *latency_ms)),
+            _ => None,
+        })
+        .collect();
+    let first_answer = served
+        .iter()
+        .filter(|(d, ..)| *d == delegate)
+        .map(|(_, sent, ms)| *sent + Duration::from_secs_f64(ms / 1000.0))
+        .min()?;
+    let (mut before, mut after) = ((0, 0), (0, 0));
+    for (d, sent, _) in served {
+        let slot = if sent < first_answer {
+            &mut before
+        } else {
+            &mut after
+        };
+        slot.1 += 1;
+        if d == delegate {
+            slot.0 += 1;
+        }
+    }
+    Some((before, after))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::demo::traffic::tasks;
+
+    fn served(d: &str, cost: f64, ms: f64) -> Outcome {
+        Outcome::Served {
+            delegate: d.into(),
+            cost_usd: cost,
+            latency_ms: ms,
+            sent: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), 10.0);
+        assert_eq!(percentile(&v, 0.95), 19.0);
+        assert_eq!(percentile(&[7.0], 0.95), 7.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn blind_is_compared_on_the_tasks_the_policy_served() {
+        let t = tasks(4);
+        let policy = [
+            served("cheap", 0.001, 100.0),
+            served("cheap", 0.001, 300.0),
+            Outcome::Unroutable("no".into()),
+            Outcome::Failed("UPSTREAM_FAILED: x".into()),
+        ];
+        let blind = [
+            served("top", 0.010, 900.0),
+            served("top", 0.030, 1400.0),
+            served("top", 0.004, 450.0),
+            served("top", 0.020, 1200.0),
+        ];
+        let r = PolicyReport::new("cheapest", &t, &policy, &blind);
+        assert_eq!(r.total.tasks, 2);
+        assert_eq!(r.blind.tasks, 2, "unroutable and failed tasks are left out");
+        assert!((r.blind.cost_usd - 0.040).abs() < 1e-12);
+        assert!((r.savings_usd() - 0.038).abs() < 1e-12);
+        assert!((r.savings_pct() - 95.0).abs() < 1e-9);
+        assert_eq!(r.unroutable.get("translate"), Some(&(1, "no".to_owned())));
+        assert_eq!(r.failed.0, 1);
+        let table = r.render("cheapest");
+        assert!(
+            table.contains("NO_ELIGIBLE_DELEGATE for translate: no"),
+            "{table}"
+        );
+        assert!(
+            table.contains("95.0% of the blind cost saved; p50 800 ms faster, p95 1100 ms faster"),
+            "{table}"
+        );
+        let row = table.lines().find(|l| l.contains("cheap ")).unwrap();
+        assert!(row.contains("100.0%"), "{row}");
+    }
+
+    #[test]
+    fn traffic_is_split_at_the_first_answer() {
+        let t = tasks(8);
+        let t0 = Instant::now();
+        let at = |d: &str, sent_ms: u64, ms: f64| Outcome::Served {
+            delegate: d.into(),
+            cost_usd: 0.0,
+            latency_ms: ms,
+            sent: t0 + Duration::from_millis(sent_ms),
+        };
+        // reasoning and code-review are tasks 1, 3, 5, 7; the liar's first answer is at 1800.
+        let o = [
+            at("fast", 0, 40.0),
+            at("liar", 0, 1800.0),
+            at("fast", 10, 40.0),
+            at("liar", 10, 1800.0),
+            at("fast", 20, 40.0),
+            at("honest", 1900, 1000.0),
+            at("fast", 30, 40.0),
+            at("liar", 1700, 1800.0),
+        ];
+        let split = before_and_after_first_answer(&o, &t, &["reasoning", "code-review"], "liar");
+        assert_eq!(split, Some(((3, 3), (0, 1))));
+        let none = before_and_after_first_answer(&o, &t, &["summarize"], "liar");
+        assert_eq!(none, None);
+    }
+
+    #[test]
+    fn a_lie_is_flagged() {
+        let rows = [
+            LatencyRow {
+                delegate: "honest".into(),
+                declared_ms: Some((300, 350)),
+                observed_ms: Some(330.0),
+                samples: 9,
+            },
+            LatencyRow {
+                delegate: "liar".into(),
+                declared_ms: Some((120, 120)),
+                observed_ms: Some(1800.0),
+                samples: 3,
+            },
+        ];
+        let t = render_latency(&rows);
+        let flagged: Vec<&str> = t.lines().filter(|l| l.contains('←')).collect();
+        assert_eq!(flagged.len(), 1, "{t}");
+        assert!(flagged[0].contains("liar"), "{t}");
+        assert!(t.contains("300–350 ms"), "{t}");
+    }
+}

@@ -1,0 +1,105 @@
+//! `ldp-gateway provenance`: print ledger rows as JSON or CSV.
+
+use ldp_gateway::config::Config;
+use ldp_gateway::provenance::{
+    is_postgres, query, Backend, Durability, LedgerError, PostgresBackend, Query, SqliteBackend,
+    CONNECT_TIMEOUT,
+};
+use std::path::{Path, PathBuf};
+
+/// Flags of `ldp-gateway provenance`.
+#[derive(clap::Args)]
+pub struct ProvenanceArgs {
+    /// Rows of this client task id.
+    #[arg(long)]
+    task: Option<String>,
+    /// Rows of this client session id.
+    #[arg(long)]
+    session: Option<String>,
+    /// Rows of this delegate (registry name).
+    #[arg(long)]
+    delegate: Option<String>,
+    /// Rows of this tenant.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Rows since a duration ago (`1h`) or an RFC 3339 time.
+    #[arg(long)]
+    since: Option<String>,
+    /// Most rows to print.
+    #[arg(long, default_value_t = 100)]
+    limit: u32,
+    /// `json` or `csv`.
+    #[arg(long, default_value = "json")]
+    format: String,
+    /// The SQLite file (default: `provenance.store` of the config).
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// Config file (TOML).
+    #[arg(long, default_value = "config/gateway.toml")]
+    config: PathBuf,
+}
+
+/// Queries the ledger and prints the rows.
+pub fn run(args: ProvenanceArgs) -> anyhow::Result<()> {
+    let q = Query {
+        session_id: args.session,
+        task_id: args.task,
+        delegate: args.delegate,
+        tenant: args.tenant,
+        since_ms: None,
+        limit: Some(args.limit),
+        offset: None,
+    };
+    let out = print_from_file(
+        args.db.as_deref(),
+        &args.config,
+        q,
+        args.since.as_deref(),
+        &args.format,
+    )?;
+    print!("{out}");
+    Ok(())
+}
+
+/// Queries the ledger (the SQLite file `db` read-only, else the config's store, SQLite or
+/// Postgres) and renders the rows as `json` or `csv`.
+fn print_from_file(
+    db: Option<&Path>,
+    config: &Path,
+    mut q: Query,
+    since: Option<&str>,
+    format: &str,
+) -> anyhow::Result<String> {
+    if let Some(s) = since {
+        q.since_ms = Some(query::parse_since(
+            s,
+            chrono::Utc::now().timestamp_millis(),
+        )?);
+    }
+    let store = match db {
+        Some(p) => format!("sqlite://{}", p.display()),
+        None => Config::load(config)?.provenance.store,
+    };
+    let mut backend: Box<dyn Backend> = if is_postgres(&store) {
+        Box::new(PostgresBackend::open(
+            &store,
+            Durability::Commit,
+            CONNECT_TIMEOUT,
+        )?)
+    } else {
+        let rest = store
+            .strip_prefix("sqlite:")
+            .ok_or_else(|| LedgerError::BadStore(store.clone()))?;
+        let path = rest.strip_prefix("//").unwrap_or(rest);
+        if !Path::new(path).exists() {
+            anyhow::bail!("no provenance database at {path}");
+        }
+        Box::new(SqliteBackend::open_read_only(path)?)
+    };
+    let rows = backend.query(&q)?;
+    Ok(match format {
+        "csv" => query::to_csv(&rows),
+        "json" => format!("{}\n", serde_json::to_string_pretty(&rows)?),
+        other => anyhow::bail!("--format must be json or csv, got '{other}'"),
+    })
+}

@@ -1,0 +1,389 @@
+//! One attempt: one delegate's handling of the task (payload-mode fallback along the chain and
+//! one silent re-handshake stay on the delegate), ending in a typed outcome. Each exchange
+//! with the delegate is classified once ([`Exchange::of`]); what it says of the delegate's
+//! health is applied in one place ([`Proxy::judge`]).
+
+use super::task::{Answer, TaskCtx, TaskRun};
+use super::{upstream_failed, Proxy, MAX_TRIES};
+use crate::ldp::error::GatewayCode;
+use crate::ldp::{
+    Body, Envelope, LdpError, LineageEntry, PayloadMode, Provenance, VerificationStatus,
+};
+use crate::policy::Policy;
+use crate::registry::Delegate;
+use crate::session::Binding;
+use crate::state::SessionStore;
+use crate::translate::{is_mode_failure, translate_input};
+use crate::upstream::UpstreamError;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How one delegate's handling of the task ended.
+pub(super) enum Attempt {
+    /// A final answer for the client.
+    Done(Answer),
+    /// The delegate failed; the run decides whether another is tried.
+    Failed(Failure),
+}
+
+/// A delegate's failure at a task.
+pub(super) struct Failure {
+    /// What the client gets if no other delegate is tried.
+    pub(super) error: LdpError,
+    /// The reason code for the row and `ldp_gateway_fallbacks_total` (`timeout`, …).
+    pub(super) reason: &'static str,
+    /// Whether another delegate may be tried.
+    pub(super) retryable: bool,
+}
+
+impl Failure {
+    /// The delegate could not be reached, timed out, or answered outside the protocol.
+    pub(super) fn upstream(delegate: &Delegate, e: &UpstreamError) -> Failure {
+        Failure {
+            error: upstream_failed(delegate, e),
+            reason: e.reason(),
+            retryable: e.retryable(),
+        }
+    }
+}
+
+/// What one exchange says about the delegate's health.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Health {
+    /// It answered within the protocol (a result, or the task's own failure) after this long.
+    Answered(Duration),
+    /// It is at fault (unreachable, an error status, a retryable failure, an answer outside
+    /// the protocol); how long it took when it timed out.
+    Faulted(Option<Duration>),
+    /// Nothing learnt (a lost upstream session; a failure on the gateway's side).
+    Unknown,
+}
+
+impl Health {
+    /// What a transport error after `took` says about the delegate.
+    pub(super) fn of_error(e: &UpstreamError, took: Option<Duration>) -> Health {
+        if !e.is_delegate_fault() {
+            return Health::Unknown;
+        }
+        let timed_out = matches!(e, UpstreamError::Timeout { .. });
+        Health::Faulted(took.filter(|_| timed_out))
+    }
+}
+
+/// How one upstream exchange ended.
+enum Exchange {
+    /// A result.
+    Result {
+        output: crate::ldp::Json,
+        provenance: Option<Provenance>,
+    },
+    /// The delegate no longer knows the upstream session (its TTL ran out): re-handshake.
+    SessionLost,
+    /// The payload mode failed upstream: the next mode on the chain.
+    ModeFailed(LdpError),
+    /// The task's own failure, answered properly: the client's answer.
+    Refused(LdpError),
+    /// The delegate failed.
+    Failed(Failure),
+}
+
+impl Exchange {
+    /// Classifies the delegate's answer to a TASK_SUBMIT sent in `mode` after `took`.
+    fn of(
+        answer: Result<Envelope, UpstreamError>,
+        delegate: &Delegate,
+        mode: PayloadMode,
+        may_rehandshake: bool,
+        took: Duration,
+    ) -> (Exchange, Health) {
+        let answer = match answer {
+            Ok(a) => a,
+            Err(e) => {
+                let health = Health::of_error(&e, Some(took));
+                return (Exchange::Failed(Failure::upstream(delegate, &e)), health);
+            }
+        };
+        match answer.body {
+            Body::TaskResult {
+                output, provenance, ..
+            } => (
+                Exchange::Result { output, provenance },
+                Health::Answered(took),
+            ),
+            Body::TaskFailed { error, .. }
+                if error.code == "SESSION_NOT_FOUND" && may_rehandshake =>
+            {
+                (Exchange::SessionLost, Health::Unknown)
+            }
+            Body::TaskFailed { error, .. } if is_mode_failure(&error, mode) => {
+                (Exchange::ModeFailed(error), Health::Answered(took))
+            }
+            Body::TaskFailed { error, .. } if error.retryable => {
+                let failure = Failure {
+                    error,
+                    reason: "task_failed",
+                    retryable: true,
+                };
+                (Exchange::Failed(failure), Health::Faulted(Some(took)))
+            }
+            Body::TaskFailed { error, .. } => (Exchange::Refused(error), Health::Answered(took)),
+            other => {
+                let e = UpstreamError::Unexpected {
+                    url: delegate.base_url.clone(),
+                    got: other.message_type().as_str(),
+                };
+                let failure = Failure {
+                    retryable: true,
+                    ..Failure::upstream(delegate, &e)
+                };
+                (Exchange::Failed(failure), Health::Faulted(None))
+            }
+        }
+    }
+}
+
+impl Proxy {
+    /// Applies what an exchange says to the delegate's health (the EWMA of observed latency,
+    /// the failure count behind ejection): the one place that judges a delegate.
+    pub(super) fn judge(&self, delegate: &Delegate, health: Health) {
+        match health {
+            Health::Answered(took) => delegate.record_success(took),
+            Health::Faulted(timed_out) => {
+                delegate.record_failure(timed_out);
+            }
+            Health::Unknown => {}
+        }
+    }
+
+    /// One delegate's handling of the task, with its budget held while it runs and settled
+    /// with what it cost.
+    pub(super) async fn attempt(
+        &self,
+        t: &TaskCtx<'_>,
+        run: &mut TaskRun,
+        binding: Binding,
+        deadline: Instant,
+    ) -> Attempt {
+        let delegate = binding.delegate.clone();
+        tracing::Span::current().record("delegate", delegate.name.as_str());
+        let _in_flight = delegate.start_task();
+        let reservation = match self
+            .reserve(t.session, t.tenant, &delegate, t.task.skill)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return Attempt::Done(Answer::Failed(e)),
+        };
+        let mut charged = 0.0;
+        let outcome = self
+            .exchanges(t, run, binding, deadline, &mut charged)
+            .await;
+        if let Some(hold) = reservation {
+            self.settle(hold, t.session, charged).await;
+        }
+        outcome
+    }
+
+    /// How long one delegate may take: the policy's `max_latency_ms`, within what is left of
+    /// the task's deadline.
+    fn attempt_timeout(policy: &Policy, left: Duration) -> Duration {
+        policy
+            .require
+            .max_latency_ms
+            .map_or(left, |ms| left.min(Duration::from_millis(ms)))
+    }
+
+    /// The exchanges with one delegate: payload-mode fallback along the chain and one silent
+    /// re-handshake stay here; anything else ends the attempt. `charged` gets the cost.
+    async fn exchanges(
+        &self,
+        t: &TaskCtx<'_>,
+        run: &mut TaskRun,
+        mut binding: Binding,
+        deadline: Instant,
+        charged: &mut f64,
+    ) -> Attempt {
+        let (env, skill) = (t.env, t.task.skill);
+        let delegate = binding.delegate.clone();
+        let mut mode = binding.upstream.payload.mode;
+        let mut rehandshaken = false;
+        let streams = t.progress.is_some()
+            && delegate
+                .card()
+                .and_then(|c| {
+                    c.capability(skill)
+                        .and_then(|cap| cap.hints.supports_streaming)
+                })
+                .unwrap_or(false);
+        t.tell(self.id(), Some(0.0), format!("routed to {}", delegate.name));
+        loop {
+            run.attempts += 1;
+            run.mode = Some(mode);
+            run.binding = Some(binding.clone());
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let e = UpstreamError::Timeout {
+                    url: delegate.base_url.clone(),
+                    after: Duration::ZERO,
+                };
+                return Attempt::Failed(Failure {
+                    reason: "timeout",
+                    retryable: false,
+                    ..Failure::upstream(&delegate, &e)
+                });
+            }
+            if run.attempts > MAX_TRIES {
+                let e =
+                    LdpError::gateway(GatewayCode::UpstreamFailed, "too many upstream attempts");
+                return Attempt::Done(Answer::Failed(e));
+            }
+            let input = match translate_input(t.task.input, env.payload_mode, mode) {
+                Ok(i) => i,
+                Err(e) => {
+                    let reason = format!(
+                        "the task input cannot be translated from {} to {mode}: {e}",
+                        env.payload_mode
+                    );
+                    let error = LdpError::gateway(GatewayCode::BadRequest, reason);
+                    return Attempt::Done(Answer::Failed(error));
+                }
+            };
+            let upstream_env = Envelope::new(
+                binding.upstream.session_id.as_str(),
+                self.id(),
+                binding.upstream.delegate_id.as_str(),
+                Body::TaskSubmit {
+                    task_id: t.task.task_id.clone(),
+                    skill: skill.to_owned(),
+                    input,
+                    contract: t.task.contract.cloned(),
+                },
+                mode,
+            );
+            let limit = Self::attempt_timeout(&t.policy, left);
+            let hops = Some(t.hops.saturating_add(1));
+            let sent = Instant::now();
+            let answer = if streams {
+                let relay = |update: Envelope| {
+                    if let (Some(tx), Body::TaskUpdate { .. }) = (t.progress, &update.body) {
+                        let mut update = update;
+                        update.session_id = env.session_id.clone();
+                        update.from = self.id().to_owned();
+                        update.to = env.from.clone();
+                        let _ = tx.try_send(update);
+                    }
+                };
+                self.upstream
+                    .send_stream(&delegate.base_url, &upstream_env, limit, hops, relay)
+                    .await
+            } else {
+                self.upstream
+                    .send_hops(&delegate.base_url, &upstream_env, limit, hops)
+                    .await
+            };
+            let took = sent.elapsed();
+            run.upstream += took;
+            let (exchange, health) = Exchange::of(answer, &delegate, mode, !rehandshaken, took);
+            self.judge(&delegate, health);
+            match exchange {
+                Exchange::Result { output, provenance } => {
+                    let provenance = self.route_provenance(t, &binding, mode, provenance, run);
+                    *charged = provenance
+                        .cost_usd
+                        .or_else(|| self.declared_cost(&delegate, skill))
+                        .unwrap_or(0.0);
+                    return Attempt::Done(Answer::Result { output, provenance });
+                }
+                Exchange::SessionLost => {
+                    rehandshaken = true;
+                    if session_unbound(t, skill, &binding) {
+                        self.sessions.unshare_binding(t.session, skill).await;
+                    }
+                    // Someone already replaced it (another task here, or a replica that won
+                    // the first binding): use theirs rather than open and replace again.
+                    let current = t
+                        .session
+                        .binding(skill)
+                        .filter(|b| Arc::ptr_eq(&b.delegate, &delegate));
+                    binding = match current {
+                        Some(b) => b,
+                        None => match self.open_binding(t.session, skill, delegate.clone()).await {
+                            Ok(b) => b,
+                            Err(error) => {
+                                return Attempt::Failed(Failure::upstream(&delegate, &error))
+                            }
+                        },
+                    };
+                    mode = binding.upstream.payload.mode;
+                    run.fallbacks.push("session_lost");
+                    run.notes.push("upstream session expired; re-opened".into());
+                }
+                Exchange::ModeFailed(error) => {
+                    let Some(next) = binding.upstream.payload.next_after(mode) else {
+                        return Attempt::Done(Answer::Failed(error));
+                    };
+                    run.fallbacks.push("payload_mode");
+                    run.notes.push(format!(
+                        "{mode} failed upstream ({}); fell back to {next}",
+                        error.code
+                    ));
+                    tracing::debug!(from = %mode, to = %next, "payload mode fallback");
+                    mode = next;
+                    // RFC §4.3: the session continues at the lower mode.
+                    binding.upstream.payload.mode = next;
+                    t.session.bind(skill, binding.clone());
+                    self.sessions
+                        .share_binding(t.session, skill, &binding)
+                        .await;
+                }
+                Exchange::Refused(error) => return Attempt::Done(Answer::Failed(error)),
+                Exchange::Failed(failure) => return Attempt::Failed(failure),
+            }
+        }
+    }
+
+    /// The delegate's provenance as the client sees it: the client's session id, and a first
+    /// lineage entry for the gateway's routing step.
+    pub(super) fn route_provenance(
+        &self,
+        t: &TaskCtx<'_>,
+        binding: &Binding,
+        mode: PayloadMode,
+        provenance: Option<Provenance>,
+        run: &TaskRun,
+    ) -> Provenance {
+        let mut p = provenance.unwrap_or_else(|| {
+            let card = binding.delegate.card();
+            let (id, version) = card
+                .map(|c| (c.delegate_id.clone(), c.model_version.clone()))
+                .unwrap_or_else(|| (binding.upstream.delegate_id.to_string(), String::new()));
+            Provenance::new(id, version, mode)
+        });
+        p.session_id = Some(t.session.id.to_string());
+        p.lineage.insert(
+            0,
+            LineageEntry {
+                delegate_id: self.id().to_owned(),
+                model_version: self.version.clone(),
+                step: "route".into(),
+                timestamp: Some(crate::ldp::now_rfc3339()),
+                verification_status: VerificationStatus::Unverified,
+                policy: Some(t.policy.name.0.clone()),
+                routed_to: Some(binding.delegate.name.clone()),
+                attempts: Some(run.attempts),
+                note: (!run.notes.is_empty()).then(|| run.notes.join("; ")),
+            },
+        );
+        p.normalize();
+        p
+    }
+}
+
+/// Drops the session's binding for `skill` if it is still `binding`'s upstream session;
+/// whether it was.
+fn session_unbound(t: &TaskCtx<'_>, skill: &str, binding: &Binding) -> bool {
+    t.session
+        .unbind(skill, &binding.upstream.session_id)
+        .is_some()
+}

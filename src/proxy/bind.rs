@@ -1,0 +1,247 @@
+//! Bindings: reuse the session's upstream session for a skill while its delegate still fits,
+//! else ask the router for a delegate and open a new upstream session with it.
+
+use super::task::{TaskCtx, TaskRun};
+use super::Proxy;
+use crate::ldp::error::GatewayCode;
+use crate::ldp::{LdpError, SessionConfig};
+use crate::policy::Policy;
+use crate::registry::Delegate;
+use crate::routing::{self, Need, Offer};
+use crate::session::{Binding, ClientSession};
+use crate::state::SessionStore;
+use crate::upstream::UpstreamError;
+use std::sync::Arc;
+
+/// The routing decision behind a new binding (absent when the session's binding was reused).
+#[derive(Debug, Clone)]
+pub(super) struct RouteInfo {
+    pub(super) score: f64,
+    pub(super) eligible: usize,
+    pub(super) band: usize,
+    pub(super) excluded: Vec<(routing::Constraint, usize)>,
+}
+
+/// Why no binding could be had.
+pub(super) enum NoBinding {
+    /// Routing found no candidate (left).
+    None(LdpError),
+    /// The chosen delegate refused or failed the handshake.
+    Open {
+        delegate: Arc<Delegate>,
+        error: UpstreamError,
+    },
+}
+
+/// The delegate the router chose, and why.
+pub(super) struct Chosen {
+    pub(super) delegate: Arc<Delegate>,
+    pub(super) route: RouteInfo,
+}
+
+impl Proxy {
+    /// The upstream binding for the task's skill: the existing one while its delegate stays
+    /// healthy, in service and passes the policy (session affinity), else a newly picked
+    /// delegate with a new upstream session.
+    pub(super) async fn binding_for(
+        &self,
+        t: &TaskCtx<'_>,
+        need: &Need<'_>,
+        run: &mut TaskRun,
+    ) -> Result<Binding, NoBinding> {
+        let (session, policy) = (t.session, &t.policy);
+        if let Some(b) = self.reusable(session, policy, need).await {
+            return Ok(b);
+        }
+        let _guard = session.handshake.lock().await;
+        if let Some(b) = self.reusable(session, policy, need).await {
+            return Ok(b);
+        }
+        // The bound delegate, if any, no longer fits or is at its own rate limit: choose
+        // afresh without it.
+        let exclude: Vec<String> = need
+            .exclude
+            .iter()
+            .cloned()
+            .chain(session.binding(need.skill).map(|b| b.delegate.name.clone()))
+            .collect();
+        let need = Need {
+            exclude: &exclude,
+            ..*need
+        };
+        let picked = self.decide(policy, &need).map_err(NoBinding::None)?;
+        self.bind_picked(t, &need, run, picked).await
+    }
+
+    /// The session's binding for the skill if its delegate still fits the policy and its own
+    /// rate limit admits one more task (affinity must not let a session past that limit).
+    async fn reusable(
+        &self,
+        session: &ClientSession,
+        policy: &Policy,
+        need: &Need<'_>,
+    ) -> Option<Binding> {
+        let b = session.binding(need.skill)?;
+        (self.still_fits(&b, policy, need) && self.admits(&b.delegate).await).then_some(b)
+    }
+
+    /// Takes a token from the delegate's own rate limit, if it has one; a refusal is counted
+    /// (`ldp_gateway_rate_limited_total{scope="delegate"}`) and the caller skips the delegate.
+    async fn admits(&self, delegate: &Delegate) -> bool {
+        match &delegate.limit {
+            Some(limit) => self
+                .admit(
+                    crate::limits::Scope::Delegate,
+                    &delegate.name,
+                    &limit.rate,
+                    || limit.check(),
+                )
+                .await
+                .is_ok(),
+            None => true,
+        }
+    }
+
+    /// Binds the delegate the router chose for a failover (skipping `need.exclude`).
+    pub(super) async fn rebind(
+        &self,
+        t: &TaskCtx<'_>,
+        need: &Need<'_>,
+        run: &mut TaskRun,
+        picked: Chosen,
+    ) -> Result<Binding, NoBinding> {
+        let _guard = t.session.handshake.lock().await;
+        self.bind_picked(t, need, run, picked).await
+    }
+
+    /// Claims `picked` (its own rate limit) and opens an upstream session with it; the
+    /// caller holds the session's handshake lock.
+    async fn bind_picked(
+        &self,
+        t: &TaskCtx<'_>,
+        need: &Need<'_>,
+        run: &mut TaskRun,
+        picked: Chosen,
+    ) -> Result<Binding, NoBinding> {
+        let Chosen { delegate, route } = self
+            .claim(&t.policy, need, picked)
+            .await
+            .map_err(NoBinding::None)?;
+        run.route = Some(route);
+        self.open_binding(t.session, need.skill, delegate.clone())
+            .await
+            .map_err(|error| NoBinding::Open { delegate, error })
+    }
+
+    fn still_fits(&self, b: &Binding, policy: &Policy, need: &Need<'_>) -> bool {
+        let index = self.registry.index();
+        index
+            .offers(need.skill)
+            .iter()
+            .find(|o| Arc::ptr_eq(&o.delegate, &b.delegate))
+            .is_some_and(|o| {
+                routing::evaluate(o, policy, need, &self.cfg.routing).eligible()
+                    && !o.load().ejected
+            })
+    }
+
+    /// Asks the router for a delegate (pure: nothing is taken or counted).
+    pub(super) fn decide(&self, policy: &Arc<Policy>, need: &Need<'_>) -> Result<Chosen, LdpError> {
+        let index = self.registry.index();
+        let (offers, statics) = index.offers_with_statics(need.skill, policy, &self.cfg.routing);
+        let mut rng = fastrand::Rng::new();
+        let p = routing::decide_with(offers, &statics, policy, need, &self.cfg.routing, &mut rng)
+            .map_err(|e| LdpError::gateway(GatewayCode::NoEligibleDelegate, e.to_string()))?;
+        let chosen = &offers[p.index];
+        Ok(Chosen {
+            delegate: chosen.delegate.clone(),
+            route: RouteInfo {
+                score: p.score,
+                eligible: p.eligible,
+                band: p.band,
+                excluded: p.excluded,
+            },
+        })
+    }
+
+    /// Takes the chosen delegate's own rate-limit token; a delegate at its limit is skipped,
+    /// not failed, and the router asked again without it.
+    async fn claim(
+        &self,
+        policy: &Arc<Policy>,
+        need: &Need<'_>,
+        mut picked: Chosen,
+    ) -> Result<Chosen, LdpError> {
+        let mut limited: Vec<String> = Vec::new();
+        while !self.admits(&picked.delegate).await {
+            limited.push(picked.delegate.name.clone());
+            let exclude: Vec<String> = need.exclude.iter().chain(&limited).cloned().collect();
+            let need = Need {
+                exclude: &exclude,
+                ..*need
+            };
+            picked = self.decide(policy, &need)?;
+        }
+        let name = picked.delegate.name.as_str();
+        self.metrics
+            .routing_decisions
+            .with_label_values(&[policy.name.0.as_str(), name])
+            .inc();
+        tracing::debug!(
+            skill = need.skill,
+            delegate = name,
+            score = picked.route.score,
+            eligible = picked.route.eligible,
+            band = picked.route.band,
+            "routed"
+        );
+        Ok(picked)
+    }
+
+    pub(super) async fn open_binding(
+        &self,
+        session: &ClientSession,
+        skill: &str,
+        delegate: Arc<Delegate>,
+    ) -> Result<Binding, UpstreamError> {
+        let card = delegate.card().ok_or_else(|| UpstreamError::Malformed {
+            url: delegate.base_url.clone(),
+            reason: "no identity card".into(),
+        })?;
+        let mut prefs = vec![session.payload.mode];
+        prefs.extend(session.payload.fallback_chain.iter().copied());
+        let config = SessionConfig {
+            preferred_payload_modes: Some(prefs),
+            payload_mode: Some(session.payload.mode),
+            ttl_secs: Some(session.ttl.as_secs().max(1)),
+            required_trust_domain: None,
+            trust_domain: Some(session.client_domain.clone()),
+            policy: None,
+        };
+        let upstream = self
+            .upstream
+            .open_session(&delegate.base_url, &card, config)
+            .await?;
+        let mut binding = Binding { delegate, upstream };
+        match session.bind(skill, binding.clone()) {
+            Some(old) => {
+                self.close_later(vec![old]);
+                self.sessions.share_binding(session, skill, &binding).await;
+            }
+            None => {
+                // The session's first binding for the skill: another replica may have opened
+                // one at the same moment. The first to publish wins; the other closes its
+                // own (nobody else knows it) and uses the winner's.
+                if let Some(winner) = self
+                    .sessions
+                    .share_first_binding(session, skill, &binding)
+                    .await
+                {
+                    session.bind(skill, winner.clone());
+                    self.close_later(vec![std::mem::replace(&mut binding, winner)]);
+                }
+            }
+        }
+        Ok(binding)
+    }
+}

@@ -1,0 +1,137 @@
+//! Holds: money reserved against budgets while a task runs, settled with what it cost; spend
+//! restored from the ledger at start. Where the money is kept (this process or Redis) is the
+//! budget store's business (`crate::state::budgets`).
+
+use super::Proxy;
+use crate::ldp::error::GatewayCode;
+use crate::ldp::LdpError;
+use crate::provenance::LedgerError;
+use crate::registry::Delegate;
+use crate::session::ClientSession;
+use crate::state::{BudgetStore, Hold, Reserved, StoreError};
+use crate::tenant::Tenant;
+
+/// Why a tenant's spend could not be seeded from the ledger.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SeedError {
+    /// The ledger could not be read.
+    #[error("past spend not read from the ledger: {0}")]
+    Ledger(#[from] LedgerError),
+    /// The budget store did not take it.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Proxy {
+    /// Reserves the delegate's declared cost against the tenant's and the session's budgets
+    /// (refused, retryable, when the shared state does not answer: a budget is never
+    /// guessed). An account the store has lost is seeded from the ledger, once.
+    pub(super) async fn reserve(
+        &self,
+        session: &ClientSession,
+        tenant: &Tenant,
+        delegate: &Delegate,
+        skill: &str,
+    ) -> Result<Option<Hold>, LdpError> {
+        let b = &tenant.budget;
+        if b.usd_per_day.is_none() && b.usd_per_month.is_none() && b.usd_per_session.is_none() {
+            return Ok(None);
+        }
+        let declared = self.declared_cost(delegate, skill).unwrap_or(0.0);
+        let amount = declared * self.cfg.routing.budget_reserve_factor;
+        let unavailable = |e: &dyn std::fmt::Display| {
+            LdpError::gateway(GatewayCode::Unavailable, format!("budget not checked: {e}"))
+        };
+        for seeded in [false, true] {
+            let reserved = self
+                .budgets
+                .reserve(&tenant.name, b, session, amount)
+                .await
+                .map_err(|e| unavailable(&e))?;
+            match reserved {
+                Reserved::Held(h) => return Ok(Some(h)),
+                Reserved::Exceeded(e) => {
+                    return Err(LdpError::gateway(
+                        GatewayCode::BudgetExceeded,
+                        e.to_string(),
+                    ))
+                }
+                Reserved::Unseeded if !seeded => {
+                    self.seed_spend(&tenant.name)
+                        .await
+                        .map_err(|e| unavailable(&e))?;
+                }
+                Reserved::Unseeded => break,
+            }
+        }
+        Err(unavailable(&"the tenant's spend could not be seeded"))
+    }
+
+    /// Releases `hold` and charges `charged` (what cannot be recorded now is retried in the
+    /// background, as tracked work).
+    pub(super) async fn settle(&self, hold: Hold, session: &ClientSession, charged: f64) {
+        self.budgets.settle(hold, session, charged).await;
+    }
+
+    /// The card's price for `skill`: the declared price, else its cost tier's price.
+    pub(super) fn declared_cost(&self, delegate: &Delegate, skill: &str) -> Option<f64> {
+        let h = delegate.card()?.effective_hints(skill)?;
+        h.cost_per_call_usd
+            .or_else(|| h.cost_tier.map(|t| self.cfg.routing.tier_prices.of(t)))
+    }
+}
+
+impl Proxy {
+    /// Restores each budgeted tenant's spend for the current UTC day and month from the
+    /// ledger, so budgets survive a restart. In cluster mode every replica reads the same
+    /// shared ledger; the first one seeds Redis.
+    pub async fn restore_spend(&self) {
+        let budgeted = self
+            .tenants
+            .all()
+            .iter()
+            .any(|t| t.budget.usd_per_day.is_some() || t.budget.usd_per_month.is_some());
+        if !budgeted {
+            return;
+        }
+        let (day, month) = crate::limits::budget::period_starts(chrono::Utc::now());
+        let (Ok(d), Ok(m)) = (
+            self.ledger.spend_since(day).await,
+            self.ledger.spend_since(month).await,
+        ) else {
+            tracing::warn!("could not read past spend from the ledger; budgets start from zero");
+            return;
+        };
+        for t in self.tenants.all() {
+            if let Err(e) = self
+                .budgets
+                .seed(&t.name, spend_of(&d, &t.name), spend_of(&m, &t.name))
+                .await
+            {
+                tracing::warn!(tenant = %t.name, error = %e, "spend not restored into the shared state");
+            }
+        }
+    }
+
+    /// Seeds `tenant`'s day and month accounts from the ledger (cluster mode: Redis lost
+    /// them, or was away when the replicas started). Replicas racing here write the same
+    /// sums; the first wins.
+    pub(crate) async fn seed_spend(&self, tenant: &str) -> Result<(), SeedError> {
+        let (day, month) = crate::limits::budget::period_starts(chrono::Utc::now());
+        let d = self.ledger.spend_since(day).await?;
+        let m = self.ledger.spend_since(month).await?;
+        tracing::info!(tenant, "seeding shared budget accounts from the ledger");
+        self.budgets
+            .seed(tenant, spend_of(&d, tenant), spend_of(&m, tenant))
+            .await?;
+        Ok(())
+    }
+}
+
+/// `tenant`'s sum in a ledger spend list (0 if it spent nothing).
+fn spend_of(spend: &[(String, f64)], tenant: &str) -> f64 {
+    spend
+        .iter()
+        .find(|(n, _)| n == tenant)
+        .map_or(0.0, |(_, s)| *s)
+}

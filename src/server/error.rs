@@ -1,0 +1,276 @@
+//! Errors told once: every kind of error the gateway answers maps, in one exhaustive table
+//! ([`telling`]), to its HTTP status, log level and a low-cardinality metric code. Answers
+//! are built purely ([`ApiError`]'s `IntoResponse`); one layer ([`report`]) logs server
+//! faults with the request's ids and counts every error by code.
+
+use crate::ldp::error::GatewayCode;
+use crate::ldp::LdpError;
+use crate::proxy::{Refusal, Refused, RequestIds};
+use crate::telemetry::Metrics;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use std::time::Duration;
+use tracing::Level;
+
+/// Every kind of error the HTTP layer answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// No route has this path (HTTP 404 with the `BAD_REQUEST` code).
+    NoRoute,
+    /// The request body did not arrive within the body deadline (HTTP 408, `BAD_REQUEST`).
+    BodyTimeout,
+    /// Admin: the name is taken (HTTP 409, `BAD_REQUEST`).
+    Conflict,
+    /// One of the gateway's LDP error codes.
+    Code(GatewayCode),
+}
+
+/// How one kind of error is told.
+#[derive(Debug, Clone, Copy)]
+pub struct Telling {
+    /// The HTTP status of a `{"error": LdpError}` answer. (Protocol refusals inside an
+    /// envelope are HTTP 200 whatever their code.)
+    pub status: StatusCode,
+    /// The level it is logged at: client mistakes below `INFO`, server faults at `ERROR`.
+    pub level: Level,
+    /// The `code` label of `ldp_gateway_errors_total`.
+    pub code: &'static str,
+}
+
+/// The one table. Exhaustive: a new code must be given a status, a level and a metric code.
+pub fn telling(kind: ErrorKind) -> Telling {
+    use GatewayCode as C;
+    use StatusCode as S;
+    let (status, level, code) = match kind {
+        ErrorKind::NoRoute => (S::NOT_FOUND, Level::DEBUG, "no_route"),
+        ErrorKind::BodyTimeout => (S::REQUEST_TIMEOUT, Level::DEBUG, "body_timeout"),
+        ErrorKind::Conflict => (S::CONFLICT, Level::DEBUG, "conflict"),
+        ErrorKind::Code(c) => match c {
+            C::BadRequest => (S::BAD_REQUEST, Level::DEBUG, "bad_request"),
+            C::PayloadTooLarge => (S::PAYLOAD_TOO_LARGE, Level::DEBUG, "payload_too_large"),
+            C::Unauthenticated => (S::UNAUTHORIZED, Level::DEBUG, "unauthenticated"),
+            C::RateLimited => (S::TOO_MANY_REQUESTS, Level::DEBUG, "rate_limited"),
+            C::SessionNotFound => (S::NOT_FOUND, Level::DEBUG, "session_not_found"),
+            C::NoEligibleDelegate => (S::NOT_FOUND, Level::INFO, "no_eligible_delegate"),
+            C::TrustViolation => (S::FORBIDDEN, Level::DEBUG, "trust_violation"),
+            C::BudgetExceeded => (S::FORBIDDEN, Level::DEBUG, "budget_exceeded"),
+            C::UnknownPolicy => (S::FORBIDDEN, Level::DEBUG, "unknown_policy"),
+            C::SessionLimit => (S::SERVICE_UNAVAILABLE, Level::INFO, "session_limit"),
+            C::LoopDetected => (S::LOOP_DETECTED, Level::WARN, "loop_detected"),
+            C::UpstreamFailed => (S::BAD_GATEWAY, Level::WARN, "upstream_failed"),
+            C::Unavailable => (
+                S::SERVICE_UNAVAILABLE,
+                Level::WARN,
+                "shared_state_unavailable",
+            ),
+            C::Internal => (S::INTERNAL_SERVER_ERROR, Level::ERROR, "internal"),
+        },
+    };
+    Telling {
+        status,
+        level,
+        code,
+    }
+}
+
+/// An error answered as `{"error": LdpError}` with the status its kind is told with.
+#[derive(Debug)]
+pub struct ApiError {
+    kind: ErrorKind,
+    error: LdpError,
+    retry_after: Option<u64>,
+    ids: Option<Box<RequestIds>>,
+}
+
+impl ApiError {
+    /// An error with one of the gateway's codes.
+    pub fn new(code: GatewayCode, message: impl Into<String>) -> Self {
+        ApiError {
+            kind: ErrorKind::Code(code),
+            error: LdpError::gateway(code, message),
+            retry_after: None,
+            ids: None,
+        }
+    }
+
+    /// An error of a kind the HTTP layer adds to the gateway's codes, answered with the
+    /// LDP code `BAD_REQUEST`.
+    pub fn of(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ApiError {
+            kind,
+            error: LdpError::gateway(GatewayCode::BadRequest, message),
+            retry_after: None,
+            ids: None,
+        }
+    }
+
+    /// HTTP 429 `RATE_LIMITED` with a `Retry-After` of at least one second.
+    pub fn rate_limited(scope: crate::limits::Scope, retry_after: Duration) -> Self {
+        let mut e = ApiError::new(
+            GatewayCode::RateLimited,
+            format!(
+                "{} rate limit reached; retry after {:.3} s",
+                scope.as_str(),
+                retry_after.as_secs_f64()
+            ),
+        );
+        e.retry_after = Some(retry_after.as_secs_f64().ceil().max(1.0) as u64);
+        e
+    }
+
+    /// The LDP error this answers with.
+    pub fn error(&self) -> &LdpError {
+        &self.error
+    }
+
+    /// How it is told.
+    pub fn telling(&self) -> Telling {
+        telling(self.kind)
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> ApiError {
+        match r {
+            Refusal::BadRequest(m) => ApiError::new(GatewayCode::BadRequest, m),
+            Refusal::Unauthenticated(m) => ApiError::new(GatewayCode::Unauthenticated, m),
+            Refusal::RateLimited { scope, retry_after } => {
+                ApiError::rate_limited(scope, retry_after)
+            }
+            Refusal::Unavailable(m) => ApiError::new(GatewayCode::Unavailable, m),
+        }
+    }
+}
+
+impl From<Refused> for ApiError {
+    fn from(r: Refused) -> ApiError {
+        ApiError {
+            ids: Some(Box::new(r.ids)),
+            ..ApiError::from(r.refusal)
+        }
+    }
+}
+
+/// What [`report`] needs of an error answer, left in the response's extensions.
+#[derive(Debug, Clone)]
+struct Told {
+    telling: Telling,
+    message: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let telling = telling(self.kind);
+        let body = axum::Json(serde_json::json!({ "error": self.error }));
+        let mut resp = match self.retry_after {
+            Some(secs) => (
+                telling.status,
+                [(axum::http::header::RETRY_AFTER, secs.to_string())],
+                body,
+            )
+                .into_response(),
+            None => (telling.status, body).into_response(),
+        };
+        // Server faults keep their message for the log line; a client's mistake needs none.
+        let message = if telling.level <= Level::WARN {
+            self.error.message
+        } else {
+            String::new()
+        };
+        resp.extensions_mut().insert(Told { telling, message });
+        if let Some(ids) = self.ids {
+            resp.extensions_mut().insert(*ids);
+        }
+        resp
+    }
+}
+
+/// The one layer that reports errors: counts every error answer by code and logs it at its
+/// level, with the route and, when the envelope was read, its ids.
+pub(super) fn report(metrics: &Metrics, route: &str, resp: &Response) {
+    let Some(told) = resp.extensions().get::<Told>() else {
+        return;
+    };
+    let t = told.telling;
+    metrics.errors.with_label_values(&[t.code]).inc();
+    let ids = resp
+        .extensions()
+        .get::<RequestIds>()
+        .cloned()
+        .unwrap_or_default();
+    let (mid, sid, msg) = (
+        ids.message_id.as_str(),
+        ids.session_id.as_str(),
+        told.message.as_str(),
+    );
+    match t.level {
+        Level::ERROR => tracing::error!(
+            route,
+            code = t.code,
+            message_id = mid,
+            session_id = sid,
+            error = msg,
+            "request failed"
+        ),
+        Level::WARN => tracing::warn!(
+            route,
+            code = t.code,
+            message_id = mid,
+            session_id = sid,
+            error = msg,
+            "request failed"
+        ),
+        Level::INFO => tracing::info!(
+            route,
+            code = t.code,
+            message_id = mid,
+            session_id = sid,
+            "request refused"
+        ),
+        _ => tracing::debug!(
+            route,
+            code = t.code,
+            message_id = mid,
+            session_id = sid,
+            "request refused"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_gateways_own_faults_are_5xx_and_logged_at_error() {
+        let all = [
+            GatewayCode::BadRequest,
+            GatewayCode::PayloadTooLarge,
+            GatewayCode::Unauthenticated,
+            GatewayCode::RateLimited,
+            GatewayCode::SessionNotFound,
+            GatewayCode::NoEligibleDelegate,
+            GatewayCode::TrustViolation,
+            GatewayCode::BudgetExceeded,
+            GatewayCode::UnknownPolicy,
+            GatewayCode::SessionLimit,
+            GatewayCode::LoopDetected,
+            GatewayCode::UpstreamFailed,
+            GatewayCode::Unavailable,
+            GatewayCode::Internal,
+        ];
+        for c in all {
+            let t = telling(ErrorKind::Code(c));
+            // Metric codes are the wire codes, lower-cased (bounded, stable).
+            assert_eq!(t.code.to_uppercase(), c.as_str(), "{c:?}");
+            if t.status.is_client_error() {
+                assert!(
+                    t.level > Level::WARN,
+                    "{c:?}: a client mistake is not a warning"
+                );
+            }
+            assert_eq!(t.level == Level::ERROR, c == GatewayCode::Internal, "{c:?}");
+        }
+        assert_eq!(telling(ErrorKind::NoRoute).status, StatusCode::NOT_FOUND);
+    }
+}

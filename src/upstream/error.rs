@@ -1,0 +1,158 @@
+//! Why a call to a delegate failed, and what that says (retryable, the delegate's fault, the
+//! reason code).
+
+use crate::ldp::LdpError;
+use std::time::Duration;
+
+/// Why a call to a delegate failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UpstreamError {
+    /// Could not connect (refused, reset before sending, DNS).
+    #[error("cannot connect to {url}: {reason}")]
+    Connect {
+        /// Where.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// No answer within the deadline.
+    #[error("{url} did not answer within {after:?}")]
+    Timeout {
+        /// Where.
+        url: String,
+        /// The deadline.
+        after: Duration,
+    },
+    /// A non-2xx answer.
+    #[error("{url} answered HTTP {status}")]
+    Status {
+        /// Where.
+        url: String,
+        /// HTTP status.
+        status: u16,
+    },
+    /// The answer was not a usable LDP message.
+    #[error("{url} sent an unreadable answer: {reason}")]
+    Malformed {
+        /// Where.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The delegate refused the session.
+    #[error("session rejected: {reason}")]
+    Rejected {
+        /// The delegate's reason.
+        reason: String,
+        /// Its structured error, if any.
+        error: Option<LdpError>,
+    },
+    /// The connection failed after the request was sent: the delegate may have started work.
+    #[error("connection to {url} broke: {reason}")]
+    Broken {
+        /// Where.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The connection closed (or reset) before any answer began: the delegate never answered —
+    /// typically a pooled keep-alive connection it closed as it went down.
+    #[error("{url} closed the connection without answering: {reason}")]
+    Unanswered {
+        /// Where.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// A stream ended before its final message.
+    #[error("the stream from {url} ended before its final message")]
+    StreamBroken {
+        /// Where.
+        url: String,
+    },
+    /// The delegate answered with a message type that makes no sense here.
+    #[error("unexpected {got} from {url}")]
+    Unexpected {
+        /// Where.
+        url: String,
+        /// What came back.
+        got: &'static str,
+    },
+}
+
+impl UpstreamError {
+    /// Whether trying another delegate is safe and may help: nothing was started (connect),
+    /// or the delegate gave up, never answered or answered nonsense (timeout, unanswered, 5xx,
+    /// malformed, rejected, a broken stream). A connection that broke once the answer had
+    /// begun is not: the delegate did the work.
+    pub fn retryable(&self) -> bool {
+        match self {
+            UpstreamError::Connect { .. }
+            | UpstreamError::Timeout { .. }
+            | UpstreamError::Malformed { .. }
+            | UpstreamError::Rejected { .. }
+            | UpstreamError::Unanswered { .. }
+            | UpstreamError::StreamBroken { .. }
+            | UpstreamError::Unexpected { .. } => true,
+            UpstreamError::Status { status, .. } => *status >= 500,
+            UpstreamError::Broken { .. } => false,
+        }
+    }
+
+    /// Whether this says something about the delegate's health (a refused session does not).
+    pub fn is_delegate_fault(&self) -> bool {
+        !matches!(self, UpstreamError::Rejected { .. })
+            && !matches!(self, UpstreamError::Status { status, .. } if *status < 500)
+    }
+
+    /// Low-cardinality reason for metrics and the ledger.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            UpstreamError::Connect { .. } => "connect",
+            UpstreamError::Timeout { .. } => "timeout",
+            UpstreamError::Status { status, .. } if *status >= 500 => "http_5xx",
+            UpstreamError::Status { .. } => "http_4xx",
+            UpstreamError::Malformed { .. } | UpstreamError::Unexpected { .. } => "malformed",
+            UpstreamError::Rejected { .. } => "session_rejected",
+            UpstreamError::Broken { .. } => "broken",
+            UpstreamError::Unanswered { .. } => "unanswered",
+            UpstreamError::StreamBroken { .. } => "stream_broken",
+        }
+    }
+}
+
+pub(super) fn classify(url: &str, timeout: Duration, e: reqwest::Error) -> UpstreamError {
+    if e.is_timeout() {
+        return UpstreamError::Timeout {
+            url: url.to_owned(),
+            after: timeout,
+        };
+    }
+    // The source chain carries the useful part ("Connection refused").
+    let mut reason = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        reason = s.to_string();
+        src = s.source();
+    }
+    if e.is_connect() {
+        UpstreamError::Connect {
+            url: url.to_owned(),
+            reason,
+        }
+    } else {
+        UpstreamError::Broken {
+            url: url.to_owned(),
+            reason,
+        }
+    }
+}
+
+/// A transport failure before the answer's head arrived: the delegate never answered, so the
+/// task may go to another (HTTP/1.1 keep-alive races a closing delegate on every request).
+pub(super) fn unanswered(e: UpstreamError) -> UpstreamError {
+    match e {
+        UpstreamError::Broken { url, reason } => UpstreamError::Unanswered { url, reason },
+        other => other,
+    }
+}

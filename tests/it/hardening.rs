@@ -1,0 +1,8 @@
+//! Regression tests for the hardening issue: one test per hole an adversarial run of the
+//! release binary found, each named after what it guards, on real sockets against
+//! `Gateway::start` or the real binary. Bounds are generous ceilings, never timings.
+
+mod bounds;
+mod checks;
+mod conn;
+mod ledger;

@@ -1,0 +1,29 @@
+//! The integration tests, in one binary: linking the whole crate once instead of once per
+//! file is most of `cargo test`'s time on a small machine.
+//!
+//! Each module is one area (and was once a binary of its own), so a failure reads as
+//! `security::signatures_are_checked_and_replays_refused`; `cargo test --test it security::`
+//! runs one area. Every test goes through the harness in [`support`]: a gateway from
+//! `TestGateway::builder()`, simulated delegates, one client, one child-process helper. No
+//! test changes the process environment (secrets reach a gateway process through its own),
+//! time bounds are generous ceilings only, and temporary files live in removed directories.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+mod support;
+
+mod cli;
+mod cluster;
+mod dashboards;
+mod dialects;
+mod durability;
+mod fuzz_corpus;
+mod gateway;
+mod hardening;
+mod interop;
+mod ledger;
+mod resilience;
+mod routing;
+mod security;
+mod signing;
+mod sim;
+mod streaming;
