@@ -522,7 +522,7 @@ impl<'m> Writer<'m> {
                 // Rows are queuing (more than one was waiting): yield once for the next few,
                 // so that one commit carries them all.
                 let n = self.rows.len();
-                if lingered || stopping || n < 2 || n >= LINGER_BELOW {
+                if lingered || stopping || !(2..LINGER_BELOW).contains(&n) {
                     break;
                 }
                 lingered = true;
