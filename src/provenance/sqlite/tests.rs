@@ -1,0 +1,366 @@
+//! The SQLite backend's tests: migrations, the session index, the probe, files deleted or
+//! replaced under it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+use super::*;
+use crate::provenance::Outcome;
+use serde_json::json;
+
+/// A plausible row for `task` in `session`, finished at `finished_ms`.
+pub(in crate::provenance) fn row(task: &str, session: &str, finished_ms: i64) -> LedgerRow {
+    LedgerRow {
+        task_id: task.into(),
+        session_id: session.into(),
+        upstream_session_id: Some(format!("up-{session}")),
+        tenant: "anonymous".into(),
+        skill: "echo".into(),
+        policy: Some("balanced".into()),
+        delegate: Some("d0".into()),
+        delegate_id: Some("ldp:delegate:a".into()),
+        model_version: Some("a-1".into()),
+        outcome: Outcome::Result,
+        error_code: None,
+        error_message: None,
+        score: Some(0.8),
+        candidates: Some(2),
+        attempts: 2,
+        fallbacks: vec!["payload_mode".into()],
+        payload_mode: Some("text".into()),
+        latency_ms: 12.5,
+        upstream_ms: 10.0,
+        cost_usd: Some(0.0021),
+        reported_cost_usd: Some(0.0021),
+        declared_cost_usd: Some(0.002),
+        tokens: Some(42),
+        confidence: Some(0.9),
+        verification_status: Some("self_verified".into()),
+        started_at: "2026-01-01T00:00:00.000000Z".into(),
+        finished_at: "2026-01-01T00:00:00.012500Z".into(),
+        finished_ms,
+        output_sha256: Some("ab".repeat(32)),
+        lineage: JsonText::of(&json!([{"delegate_id": "ldp:delegate:gateway", "step": "route"}])),
+        routing: JsonText::of(&json!({"policy": "balanced", "reused_binding": false})),
+        payload: None,
+    }
+}
+
+fn temp_path(dir: &tempfile::TempDir) -> String {
+    dir.path().join("nested/p.db").display().to_string()
+}
+
+fn columns(conn: &Connection) -> Vec<String> {
+    let mut stmt = conn
+        .prepare("SELECT name FROM pragma_table_info('ledger')")
+        .unwrap();
+    let names = stmt.query_map([], |r| r.get(0)).unwrap();
+    names.map(Result::unwrap).collect()
+}
+
+#[test]
+fn the_background_checkpointer_moves_pages_into_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_path(&dir);
+    let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    // Only the checkpointer can now grow the database file.
+    b.connection()
+        .pragma_update(None, "wal_autocheckpoint", 0)
+        .unwrap();
+    let before = std::fs::metadata(&path).unwrap().len();
+    let rows: Vec<LedgerRow> = (0..2_000)
+        .map(|i| row(&format!("t{i}"), "s", 1_000 + i))
+        .collect();
+    for chunk in rows.chunks(100) {
+        b.insert(chunk).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut after = before;
+    while after < before + 200 * 1024 && std::time::Instant::now() < deadline {
+        std::thread::sleep(checkpoint::CHECKPOINT_EVERY / 2);
+        after = std::fs::metadata(&path).unwrap().len();
+    }
+    assert!(
+        after >= before + 200 * 1024,
+        "database file {before} → {after} bytes: no background checkpoint"
+    );
+}
+
+#[test]
+fn an_empty_file_migrates_to_the_current_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_path(&dir);
+    let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    assert_eq!(b.schema_version().unwrap(), MIGRATIONS.len() as i64);
+    let mode: String = b
+        .connection()
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    for col in [
+        "routing",
+        "payload",
+        "reported_cost_usd",
+        "declared_cost_usd",
+    ] {
+        assert!(columns(b.connection()).contains(&col.to_owned()), "{col}");
+    }
+    let r = row("t1", "s1", 1_000);
+    b.insert(std::slice::from_ref(&r)).unwrap();
+    drop(b);
+    // Re-opening an up-to-date file runs nothing and keeps the rows.
+    let mut b = SqliteBackend::open(&path, Durability::Fsync).unwrap();
+    assert_eq!(b.schema_version().unwrap(), MIGRATIONS.len() as i64);
+    assert_eq!(b.query(&Query::default()).unwrap(), vec![r]);
+}
+
+#[test]
+fn migrating_step_by_step_reaches_the_same_schema() {
+    let mut b = SqliteBackend::wrap(Connection::open_in_memory().unwrap());
+    b.migrate(1).unwrap();
+    assert_eq!(b.schema_version().unwrap(), 1);
+    assert!(!columns(&b.conn).contains(&"routing".to_owned()));
+    b.migrate(MIGRATIONS.len()).unwrap();
+    assert_eq!(b.schema_version().unwrap(), MIGRATIONS.len() as i64);
+    let fresh = SqliteBackend::open(":memory:", Durability::Commit).unwrap();
+    assert_eq!(columns(&b.conn), columns(&fresh.conn));
+}
+
+#[test]
+fn a_first_schema_file_migrates_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_path(&dir);
+    std::fs::create_dir_all(dir.path().join("nested")).unwrap();
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.execute(
+            "INSERT INTO ledger (task_id, session_id, upstream_session_id, tenant, skill,
+                policy, delegate, delegate_id, model_version, outcome, error_code,
+                error_message, score, candidates, attempts, fallbacks, payload_mode,
+                latency_ms, upstream_ms, cost_usd, tokens, confidence, verification_status,
+                started_at, finished_at, finished_ms, output_sha256, lineage)
+             VALUES ('old-task', 'old-session', NULL, 'anonymous', 'echo', 'balanced', 'd0',
+                'ldp:delegate:a', 'a-1', 'failed', 'SIMULATED_FAILURE', 'boom', NULL, 1, 1,
+                '[]', 'text', 3.5, 3.0, NULL, NULL, NULL, NULL, '2025-01-01T00:00:00Z',
+                '2025-01-01T00:00:01Z', 1735689601000, NULL, '[]')",
+            [],
+        )
+        .unwrap();
+    }
+    let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    assert_eq!(b.schema_version().unwrap(), MIGRATIONS.len() as i64);
+    let rows = b.query(&Query::default()).unwrap();
+    assert_eq!(rows.len(), 1);
+    let old = &rows[0];
+    assert_eq!(
+        (old.task_id.as_str(), old.outcome, old.error_code.as_deref()),
+        ("old-task", Outcome::Failed, Some("SIMULATED_FAILURE"))
+    );
+    assert_eq!((old.finished_ms, old.latency_ms), (1_735_689_601_000, 3.5));
+    // The columns the second migration added read back empty.
+    assert_eq!(old.reported_cost_usd, None);
+    assert_eq!(old.declared_cost_usd, None);
+    assert_eq!(old.routing.to_value(), json!({}));
+    assert_eq!(old.payload, None);
+    // New rows go in next to it.
+    let new = row("new-task", "new-session", 1_735_689_602_000);
+    b.insert(std::slice::from_ref(&new)).unwrap();
+    let rows = b.query(&Query::default()).unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0], new);
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_path(&dir);
+    drop(SqliteBackend::open(&path, Durability::Commit).unwrap());
+    let future = MIGRATIONS.len() as i64 + 1;
+    Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", future)
+        .unwrap();
+    match SqliteBackend::open(&path, Durability::Commit) {
+        Err(LedgerError::SchemaTooNew { found, known }) => {
+            assert_eq!((found, known), (future, MIGRATIONS.len() as i64));
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a newer schema was accepted"),
+    }
+}
+
+fn ids(b: &mut SqliteBackend, q: Query) -> Vec<String> {
+    b.query(&q)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.task_id)
+        .collect()
+}
+
+fn index_entries(b: &SqliteBackend) -> (i64, i64) {
+    let c = b.connection();
+    let n = c
+        .query_row("SELECT count(*) FROM ledger_session_index", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let to = c
+        .query_row("SELECT indexed_to FROM ledger_index_state", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    (n, to)
+}
+
+#[test]
+fn session_queries_see_merged_and_unmerged_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_path(&dir);
+    let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    let by_session = |b: &mut SqliteBackend, s: &str| {
+        let q = Query {
+            session_id: Some(s.into()),
+            limit: Some(10_000),
+            ..Query::default()
+        };
+        ids(b, q).len()
+    };
+    // Fewer rows than a merge takes, right after one: they stay in the tail.
+    b.insert(&[row("a1", "A", 1), row("b1", "B", 2)]).unwrap();
+    assert_eq!(index_entries(&b), (0, 0), "merged too early");
+    assert_eq!((by_session(&mut b, "A"), by_session(&mut b, "B")), (1, 1));
+    // A batch that reaches MERGE_ROWS merges everything so far, in the same commit.
+    let big: Vec<LedgerRow> = (0..MERGE_ROWS)
+        .map(|i| {
+            row(
+                &format!("t{i}"),
+                if i % 2 == 0 { "A" } else { "B" },
+                10 + i as i64,
+            )
+        })
+        .collect();
+    b.insert(&big).unwrap();
+    let merged = MERGE_ROWS as i64 + 2;
+    assert_eq!(index_entries(&b), (merged, merged));
+    b.insert(&[row("a2", "A", 5_000)]).unwrap();
+    let half = MERGE_ROWS as usize / 2;
+    assert_eq!(by_session(&mut b, "A"), half + 2, "index + tail");
+    assert_eq!(by_session(&mut b, "B"), half + 1);
+    // Reopening merges what a crash would have left in the tail.
+    drop(b);
+    let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    assert_eq!(index_entries(&b), (merged + 1, merged + 1));
+    assert_eq!(by_session(&mut b, "A"), half + 2);
+    // Pruning removes index entries with their rows.
+    let pruned = b.prune(10 + 100).unwrap();
+    assert_eq!(pruned, 102);
+    assert_eq!(index_entries(&b).0, merged + 1 - 102);
+    assert_eq!(by_session(&mut b, "A"), half + 2 - 51);
+    // A reader of an old file (read-only, not migrated) still filters by session.
+    let old = temp_path(&dir).replace(".db", "-old.db");
+    {
+        let mut v2 = SqliteBackend::open(&old, Durability::Commit).unwrap();
+        v2.insert(&[row("x", "X", 1)]).unwrap();
+        v2.connection()
+            .pragma_update(None, "user_version", 2)
+            .unwrap();
+    }
+    let mut ro = SqliteBackend::open_read_only(&old).unwrap();
+    assert_eq!(by_session(&mut ro, "X"), 1);
+}
+
+fn count(path: &str) -> i64 {
+    Connection::open(path)
+        .unwrap()
+        .query_row("SELECT count(*) FROM ledger", [], |r| r.get(0))
+        .unwrap()
+}
+
+fn remove_files(path: &str) {
+    for suffix in ["", "-wal", "-shm"] {
+        std::fs::remove_file(format!("{path}{suffix}")).unwrap();
+    }
+}
+
+#[test]
+fn the_probe_commits_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_path(&dir);
+    let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    let other = Connection::open(&path).unwrap();
+    let version = || -> i64 {
+        other
+            .pragma_query_value(None, "data_version", |r| r.get(0))
+            .unwrap()
+    };
+    let before = version();
+    b.probe().unwrap();
+    assert_ne!(version(), before, "another connection sees a commit");
+    b.connection()
+        .pragma_update(None, "query_only", true)
+        .unwrap();
+    assert!(b.probe().is_err(), "a store that takes no writes fails it");
+}
+
+#[test]
+fn rows_survive_their_files_and_folder_being_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_path(&dir);
+    let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    b.insert(&[row("t1", "s", 1), row("t2", "s", 2)]).unwrap();
+    remove_files(&path);
+    b.insert(&[row("t3", "s", 3)]).unwrap();
+    assert_eq!(count(&path), 3, "the file is back with every row");
+    // Again, with the folder: the new files are the ones watched now.
+    std::fs::remove_dir_all(dir.path().join("nested")).unwrap();
+    b.probe().unwrap();
+    assert_eq!(count(&path), 3);
+    b.insert(&[row("t4", "s", 4)]).unwrap();
+    drop(b);
+    let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    assert_eq!(ids(&mut b, Query::default()), ["t4", "t3", "t2", "t1"]);
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("nested"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().contains("rescued"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn a_foreign_file_at_the_path_is_left_alone_and_rows_wait_for_it_to_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_path(&dir);
+    let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    b.insert(&[row("t1", "s", 1)]).unwrap();
+    remove_files(&path);
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE theirs (x); INSERT INTO theirs VALUES (1);")
+        .unwrap();
+    // The batch that finds the files gone commits to the old files before the check: it
+    // is refused but kept (like any withheld result's row).
+    assert!(matches!(
+        b.insert(&[row("t2", "s", 2)]),
+        Err(LedgerError::Detached { .. })
+    ));
+    assert!(b.probe().is_err(), "not ready");
+    assert!(matches!(
+        b.insert(&[row("t3", "s", 3)]),
+        Err(LedgerError::Detached { .. })
+    ));
+    let theirs: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT count(*) FROM theirs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(theirs, 1, "the foreign file is untouched");
+    // Once it is gone, a later try puts the rows back at the path.
+    std::fs::remove_file(&path).unwrap();
+    let deadline = Instant::now() + 10 * RETRY_REHOME;
+    while b.insert(&[row("t4", "s", 4)]).is_err() {
+        assert!(Instant::now() < deadline, "the rows never came back");
+        std::thread::sleep(RETRY_REHOME / 10);
+    }
+    assert_eq!(ids(&mut b, Query::default()), ["t4", "t2", "t1"]);
+}
