@@ -216,7 +216,11 @@ impl Proxy {
                         .and_then(|cap| cap.hints.supports_streaming)
                 })
                 .unwrap_or(false);
-        t.tell(self.id(), Some(0.0), format!("routed to {}", delegate.name));
+        t.tell(
+            self.id(),
+            Some(0.0),
+            format_args!("routed to {}", delegate.name),
+        );
         loop {
             run.attempts += 1;
             run.mode = Some(mode);

@@ -91,7 +91,7 @@ impl Proxy {
             t.tell(
                 self.id(),
                 None,
-                format!(
+                format_args!(
                     "delegate {} failed ({reason}); retrying on another delegate",
                     delegate.name
                 ),

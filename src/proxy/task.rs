@@ -56,9 +56,11 @@ impl TaskCtx<'_> {
         }
     }
 
-    /// Sends a TASK_UPDATE to a streaming client (dropped if it is not keeping up).
-    pub(super) fn tell(&self, from: &str, progress: Option<f64>, message: String) {
+    /// Sends a TASK_UPDATE to a streaming client (dropped if it is not keeping up). The
+    /// message is formatted only then: most clients do not stream.
+    pub(super) fn tell(&self, from: &str, progress: Option<f64>, message: std::fmt::Arguments<'_>) {
         if let Some(tx) = self.progress {
+            let message = message.to_string();
             let update = self.env.reply(
                 from,
                 Body::TaskUpdate {
