@@ -3,14 +3,14 @@
 //! (limits, budgets, sessions, nonces, each with its Redis implementation there).
 
 use crate::config::ClusterConfig;
-use crate::state::budgets::RedisBudgets;
+use crate::state::budget_store::RedisBudgets;
 use crate::state::redis::Redis;
 use crate::state::BudgetStore;
 use crate::telemetry::Metrics;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use crate::state::budgets::SharedReservation;
+pub use crate::state::budget_store::SharedReservation;
 pub use crate::state::StoreError as ClusterError;
 
 /// The outcome of a reservation in Redis.

@@ -1,6 +1,6 @@
 //! Rate limits (governor: a GCRA per tenant, tenant × skill, policy and delegate) and budgets
 //! (reserve at admission, settle after, so concurrent tasks cannot overshoot), in this
-//! process; sharing them across replicas is the stores' business (`crate::state`).
+//! process; sharing them across replicas is decided by the layer above, which knows this one.
 
 pub mod budget;
 

@@ -6,8 +6,8 @@
 //! `{"error": LdpError}`.
 
 mod admin;
+mod api_error;
 mod conn;
-mod error;
 mod ldp_routes;
 mod reload;
 
@@ -23,8 +23,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use admin::admin_router;
+pub use api_error::{telling, ApiError, ErrorKind, Telling};
 pub use conn::{OpenConnections, WriteDeadline};
-pub use error::{telling, ApiError, ErrorKind, Telling};
 pub use ldp_routes::router;
 pub use reload::Hangup;
 

@@ -1,6 +1,6 @@
 //! Client sessions: the table of sessions the gateway issued, their per-skill upstream
-//! bindings, idle expiry. This is one process's table; the session store
-//! (`crate::state::sessions`) decides whether it is the truth or a copy of Redis'.
+//! bindings, idle expiry. This is one process's table: whether it is the truth or a copy of
+//! state shared with other replicas is decided by the layer above it, which knows this one.
 
 use crate::ldp::{NegotiatedPayload, SessionId, TaskId};
 use crate::registry::Delegate;

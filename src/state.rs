@@ -9,9 +9,9 @@
 //! | client sessions | [`SessionStore`] → [`Sessions`] | the `SessionTable` (`crate::session`) | `{p}:session:{id}`, `{p}:session:{id}:bindings` | refused, retryable |
 //! | replay nonces | [`NonceStore`] → [`Nonces`] | the `ReplayGuard` (`crate::ldp::replay`) | `{p}:nonce:{hash}` | refused, retryable (503) |
 //!
-//! Each concern is a file (`limits.rs`, `budgets.rs`, `sessions.rs`, `nonces.rs`: the trait,
+//! Each concern is a file (`limit_store.rs`, `budget_store.rs`, `session_store.rs`, `nonce_store.rs`: the trait,
 //! the enum, the local implementation) and a folder holding its Redis implementation
-//! (`budgets/redis.rs`, …): how budgets are shared is changed in `budgets/redis.rs`. Each Redis
+//! (`budget_store/redis.rs`, …): how budgets are shared is changed in `budget_store/redis.rs`. Each Redis
 //! operation is one atomic round trip (a Lua script or a single command) on Redis' own clock,
 //! every key has a TTL, every call has a deadline (`[cluster] redis_timeout`), and the
 //! connection (`redis.rs`, shared by the four) is made lazily and re-made after a failure.
@@ -20,16 +20,16 @@
 //! a future per call, and admission runs on every request. The enum matches once per call and
 //! a single node's answers are ready futures, so its hot path stays allocation-free.
 
-pub mod budgets;
-pub mod limits;
-pub mod nonces;
+pub mod budget_store;
+pub mod limit_store;
+pub mod nonce_store;
 pub mod redis;
-pub mod sessions;
+pub mod session_store;
 
-pub use budgets::{BudgetStore, Budgets, Hold, Reserved};
-pub use limits::{LimitStore, Limits};
-pub use nonces::{NonceRefusal, NonceStore, Nonces};
-pub use sessions::{Found, OpenError, SessionStore, Sessions};
+pub use budget_store::{BudgetStore, Budgets, Hold, Reserved};
+pub use limit_store::{LimitStore, Limits};
+pub use nonce_store::{NonceRefusal, NonceStore, Nonces};
+pub use session_store::{Found, OpenError, SessionStore, Sessions};
 
 use crate::config::Config;
 use crate::registry::Registry;
@@ -66,10 +66,10 @@ impl Stores {
     /// A single node's stores, all in this process.
     pub fn local(cfg: &Config) -> Stores {
         Stores {
-            limits: Limits::Local(limits::LocalLimits),
-            budgets: Budgets::Local(budgets::LocalBudgets::default()),
-            sessions: Sessions::Local(sessions::LocalSessions::default()),
-            nonces: Nonces::Local(nonces::LocalNonces::new(
+            limits: Limits::Local(limit_store::LocalLimits),
+            budgets: Budgets::Local(budget_store::LocalBudgets::default()),
+            sessions: Sessions::Local(session_store::LocalSessions::default()),
+            nonces: Nonces::Local(nonce_store::LocalNonces::new(
                 cfg.security.replay_window,
                 cfg.security.replay_capacity,
             )),
@@ -92,13 +92,13 @@ impl Stores {
         // Longer than any task may take: a reservation stranded by a lost reply lapses.
         let hold = cfg.upstream.task_timeout * 2 + Duration::from_secs(60);
         Ok(Stores {
-            limits: Limits::Shared(limits::RedisLimits::new(
+            limits: Limits::Shared(limit_store::RedisLimits::new(
                 redis.clone(),
                 cfg.cluster.replicas,
             )),
-            budgets: Budgets::Shared(budgets::RedisBudgets::new(redis.clone(), hold, tasks)),
-            sessions: Sessions::Shared(sessions::RedisSessions::new(redis.clone(), registry)),
-            nonces: Nonces::Shared(nonces::RedisNonces::new(
+            budgets: Budgets::Shared(budget_store::RedisBudgets::new(redis.clone(), hold, tasks)),
+            sessions: Sessions::Shared(session_store::RedisSessions::new(redis.clone(), registry)),
+            nonces: Nonces::Shared(nonce_store::RedisNonces::new(
                 redis.clone(),
                 cfg.security.replay_window,
             )),

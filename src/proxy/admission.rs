@@ -50,7 +50,7 @@ impl Proxy {
 
     /// One admission by the limit `rate` of `scope` at `key`, decided by the limit store:
     /// single node, `local` (this process's limiter for it); cluster mode, shared by every
-    /// replica (`crate::state::limits`).
+    /// replica (`crate::state::limit_store`).
     pub(super) async fn admit(
         &self,
         scope: Scope,

@@ -1,6 +1,6 @@
 //! Holds: money reserved against budgets while a task runs, settled with what it cost; spend
 //! restored from the ledger at start. Where the money is kept (this process or Redis) is the
-//! budget store's business (`crate::state::budgets`).
+//! budget store's business (`crate::state::budget_store`).
 
 use super::Proxy;
 use crate::ldp::error::GatewayCode;

@@ -38,10 +38,10 @@ pub fn admin_router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Reports error answers (counted and logged by [`super::error::report`]).
+/// Reports error answers (counted and logged by [`super::api_error::report`]).
 async fn report_errors(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
-    super::error::report(&s.metrics, "admin", &resp);
+    super::api_error::report(&s.metrics, "admin", &resp);
     resp
 }
 

@@ -57,7 +57,7 @@ async fn count_requests(
         .http_requests
         .with_label_values(&[route, resp.status().as_str()])
         .inc();
-    super::error::report(metrics, route, &resp);
+    super::api_error::report(metrics, route, &resp);
     resp
 }
 

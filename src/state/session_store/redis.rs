@@ -145,7 +145,7 @@ impl RedisSessions {
         let (key, bindings) = self.keys(id);
         let mut inv = TOUCH.key(key);
         inv.key(bindings)
-            .key(crate::state::budgets::session_account(&self.redis, id));
+            .key(crate::state::budget_store::session_account(&self.redis, id));
         let out: Option<(String, Vec<(String, String)>)> =
             self.redis.invoke("session_touch", &inv).await?;
         let Some((json, pairs)) = out else {
