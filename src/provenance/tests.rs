@@ -136,14 +136,28 @@ impl Reader for SlowReader {
     }
 }
 
-/// A file ledger whose reader is a [`SlowReader`].
-struct Slow {
-    inner: SqliteBackend,
-    reader: Arc<SlowReader>,
+/// A test ledger: SQLite with a hook run before each insert (a gate, a failure) and,
+/// optionally, a reader of its own; every other call goes to the SQLite ledger.
+pub(crate) struct Wrapped {
+    pub(crate) inner: SqliteBackend,
+    pub(crate) before_insert: Box<dyn FnMut(&[LedgerRow]) -> Result<(), LedgerError> + Send>,
+    pub(crate) reader: Option<Arc<dyn Reader>>,
 }
 
-impl Backend for Slow {
+impl Wrapped {
+    /// `inner` with no hook and reads through the writer.
+    pub(crate) fn new(inner: SqliteBackend) -> Wrapped {
+        Wrapped {
+            inner,
+            before_insert: Box::new(|_| Ok(())),
+            reader: None,
+        }
+    }
+}
+
+impl Backend for Wrapped {
     fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+        (self.before_insert)(rows)?;
         self.inner.insert(rows)
     }
     fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
@@ -162,7 +176,7 @@ impl Backend for Slow {
         self.inner.finish()
     }
     fn reader(&self) -> Option<Arc<dyn Reader>> {
-        Some(self.reader.clone())
+        self.reader.clone()
     }
 }
 
@@ -181,7 +195,10 @@ async fn a_slow_read_delays_no_commit() {
         hold: hold.clone(),
     });
     let ledger = Ledger::start(
-        Box::new(Slow { inner, reader }),
+        Box::new(Wrapped {
+            reader: Some(reader),
+            ..Wrapped::new(inner)
+        }),
         Durability::Commit,
         100,
         metrics(),

@@ -4,18 +4,10 @@
 
 use super::*;
 use crate::provenance::sqlite::tests::row;
+use crate::provenance::tests::Wrapped;
 use crate::provenance::SqliteBackend;
 use std::sync::mpsc as std_mpsc;
 use std::sync::Mutex;
-
-/// SQLite behind a gate: the first insert signals `entered` and waits until the gate's
-/// sender is used or dropped; every batch size is recorded.
-struct Gated {
-    inner: SqliteBackend,
-    entered: Option<std_mpsc::Sender<()>>,
-    gate: Option<std_mpsc::Receiver<()>>,
-    batches: Arc<Mutex<Vec<usize>>>,
-}
 
 struct Gate {
     entered: std_mpsc::Receiver<()>,
@@ -27,11 +19,19 @@ fn gated(path: &str) -> (Box<dyn Backend>, Gate) {
     let (entered_tx, entered) = std_mpsc::channel();
     let (open, gate) = std_mpsc::channel();
     let batches = Arc::new(Mutex::new(Vec::new()));
-    let backend = Gated {
-        inner: SqliteBackend::open(path, Durability::Commit).unwrap(),
-        entered: Some(entered_tx),
-        gate: Some(gate),
-        batches: batches.clone(),
+    // The first insert signals `entered` and waits until the gate's sender is used or
+    // dropped; every batch size is recorded.
+    let (mut entered_tx, mut gate, seen) = (Some(entered_tx), Some(gate), batches.clone());
+    let backend = Wrapped {
+        before_insert: Box::new(move |rows: &[LedgerRow]| {
+            if let (Some(entered), Some(gate)) = (entered_tx.take(), gate.take()) {
+                let _ = entered.send(());
+                let _ = gate.recv();
+            }
+            seen.lock().unwrap().push(rows.len());
+            Ok(())
+        }),
+        ..Wrapped::new(SqliteBackend::open(path, Durability::Commit).unwrap())
     };
     let g = Gate {
         entered,
@@ -41,62 +41,18 @@ fn gated(path: &str) -> (Box<dyn Backend>, Gate) {
     (Box::new(backend), g)
 }
 
-impl Backend for Gated {
-    fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
-        if let (Some(entered), Some(gate)) = (self.entered.take(), self.gate.take()) {
-            let _ = entered.send(());
-            let _ = gate.recv();
-        }
-        self.batches.lock().unwrap().push(rows.len());
-        self.inner.insert(rows)
-    }
-    fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
-        self.inner.query(q)
-    }
-    fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
-        self.inner.prune(before_ms)
-    }
-    fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
-        self.inner.spend_since(since_ms)
-    }
-    fn probe(&mut self) -> Result<(), LedgerError> {
-        self.inner.probe()
-    }
-}
-
-/// SQLite whose inserts fail while `fail` is set.
-struct Flaky {
-    inner: SqliteBackend,
-    fail: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Backend for Flaky {
-    fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
-        if self.fail.load(Ordering::SeqCst) {
-            return Err(LedgerError::Write("disk full".into()));
-        }
-        self.inner.insert(rows)
-    }
-    fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
-        self.inner.query(q)
-    }
-    fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
-        self.inner.prune(before_ms)
-    }
-    fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
-        self.inner.spend_since(since_ms)
-    }
-    fn probe(&mut self) -> Result<(), LedgerError> {
-        self.inner.probe()
-    }
-}
-
 #[tokio::test]
 async fn a_failed_batch_makes_the_ledger_not_ready_until_one_commits() {
     let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let backend = Flaky {
-        inner: SqliteBackend::open(":memory:", Durability::Commit).unwrap(),
-        fail: fail.clone(),
+    let failing = fail.clone();
+    let backend = Wrapped {
+        before_insert: Box::new(move |_: &[LedgerRow]| {
+            if failing.load(Ordering::SeqCst) {
+                return Err(LedgerError::Write("disk full".into()));
+            }
+            Ok(())
+        }),
+        ..Wrapped::new(SqliteBackend::open(":memory:", Durability::Commit).unwrap())
     };
     let ledger = Ledger::start(Box::new(backend), Durability::Commit, 100, metrics());
     let h = ledger.handle();
