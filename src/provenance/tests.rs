@@ -136,11 +136,14 @@ impl Reader for SlowReader {
     }
 }
 
+/// What a [`Wrapped`] ledger runs before each insert.
+pub(crate) type InsertHook = Box<dyn FnMut(&[LedgerRow]) -> Result<(), LedgerError> + Send>;
+
 /// A test ledger: SQLite with a hook run before each insert (a gate, a failure) and,
 /// optionally, a reader of its own; every other call goes to the SQLite ledger.
 pub(crate) struct Wrapped {
     pub(crate) inner: SqliteBackend,
-    pub(crate) before_insert: Box<dyn FnMut(&[LedgerRow]) -> Result<(), LedgerError> + Send>,
+    pub(crate) before_insert: InsertHook,
     pub(crate) reader: Option<Arc<dyn Reader>>,
 }
 
