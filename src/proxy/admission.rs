@@ -85,9 +85,8 @@ impl Proxy {
 
     /// Verifies the envelope's signature with the tenant's secret (refusing unsigned messages
     /// when the tenant requires signatures) and refuses replays of a signed message id + nonce
-    /// within the window.
-    /// Checks a signed message (signature, freshness, first use); the algorithm it was signed
-    /// with, or `None` for an unsigned message the tenant accepts.
+    /// within the window; the algorithm it was signed with, or `None` for an unsigned message
+    /// the tenant accepts.
     pub(super) async fn check_signature(
         &self,
         env: &Envelope,
