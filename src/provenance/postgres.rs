@@ -353,16 +353,9 @@ impl Backend for PostgresBackend {
 fn select(client: &mut Client, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
     let mut sql = format!("SELECT {COLUMNS} FROM ledger WHERE true");
     let mut text_args: Vec<String> = Vec::new();
-    for (col, v) in [
-        ("session_id", &q.session_id),
-        ("task_id", &q.task_id),
-        ("delegate", &q.delegate),
-        ("tenant", &q.tenant),
-    ] {
-        if let Some(v) = v {
-            text_args.push(v.clone());
-            sql.push_str(&format!(" AND {col} = ${}", text_args.len()));
-        }
+    for (col, v) in q.text_filters() {
+        text_args.push(v.to_owned());
+        sql.push_str(&format!(" AND {col} = ${}", text_args.len()));
     }
     let since = q.since_ms.unwrap_or(i64::MIN);
     sql.push_str(&format!(

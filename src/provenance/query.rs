@@ -25,6 +25,21 @@ pub struct Query {
     pub offset: Option<u32>,
 }
 
+impl Query {
+    /// The text filters present, each with the ledger column it must equal (both backends
+    /// build their `WHERE` from this).
+    pub fn text_filters(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            ("session_id", &self.session_id),
+            ("task_id", &self.task_id),
+            ("delegate", &self.delegate),
+            ("tenant", &self.tenant),
+        ]
+        .into_iter()
+        .filter_map(|(col, v)| v.as_deref().map(|v| (col, v)))
+    }
+}
+
 /// A number given as a number or as text. The admin API reads `Query` through
 /// `#[serde(flatten)]`, which hands query-string values over as strings only.
 fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {

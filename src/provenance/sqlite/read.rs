@@ -24,7 +24,7 @@ pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, Led
          FROM ledger WHERE 1 = 1",
     );
     let mut args: Vec<rusqlite::types::Value> = Vec::new();
-    let text = |s: &String| rusqlite::types::Value::Text(s.clone());
+    let text = |s: &str| rusqlite::types::Value::Text(s.to_owned());
     if let Some(session) = q
         .session_id
         .as_ref()
@@ -39,16 +39,9 @@ pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, Led
             n = args.len()
         ));
     }
-    for (col, v) in [
-        ("session_id", &q.session_id),
-        ("task_id", &q.task_id),
-        ("delegate", &q.delegate),
-        ("tenant", &q.tenant),
-    ] {
-        if let Some(v) = v {
-            args.push(text(v));
-            sql.push_str(&format!(" AND {col} = ?{}", args.len()));
-        }
+    for (col, v) in q.text_filters() {
+        args.push(text(v));
+        sql.push_str(&format!(" AND {col} = ?{}", args.len()));
     }
     if let Some(since) = q.since_ms {
         args.push(rusqlite::types::Value::Integer(since));
