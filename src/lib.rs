@@ -8,7 +8,8 @@
 
 pub mod cluster;
 pub mod config;
-pub mod ldp;
+/// The LDP wire types (the `ldp-wire` crate), under the name the gateway has always used.
+pub use ldp_wire as ldp;
 pub mod limits;
 pub mod policy;
 pub mod provenance;

@@ -1,8 +1,9 @@
 //! Streaming a task: TASK_UPDATE events relayed as they arrive (SSE), then the final answer.
 
-use super::error::{classify, unanswered};
-use super::{UpstreamClient, UpstreamError, HOPS_HEADER};
-use crate::ldp::{Body, Envelope};
+use super::{Transport, HOPS_HEADER};
+use crate::error::{classify, unanswered};
+use crate::Error;
+use ldp_wire::{Body, Envelope};
 use std::time::Duration;
 
 /// Splits complete SSE events off the front of `buf`, returning each event's `data` text.
@@ -27,10 +28,10 @@ fn take_events(buf: &mut String) -> Vec<String> {
     out
 }
 
-impl UpstreamClient {
+impl Transport {
     /// Sends one envelope to `base/ldp/stream` and reads Server-Sent Events: every TASK_UPDATE
     /// goes to `on_update`, the final TASK_RESULT/TASK_FAILED is returned. A stream that ends
-    /// without a final message is [`UpstreamError::StreamBroken`], never a success.
+    /// without a final message is [`Error::StreamBroken`], never a success.
     pub async fn send_stream(
         &self,
         base: &str,
@@ -38,7 +39,7 @@ impl UpstreamClient {
         timeout: Duration,
         hops: Option<u32>,
         mut on_update: impl FnMut(Envelope),
-    ) -> Result<Envelope, UpstreamError> {
+    ) -> Result<Envelope, Error> {
         let url = format!("{base}/ldp/stream");
         let body = self.encode(base, "/ldp/stream", envelope)?;
         let cap = self.max_response_bytes;
@@ -55,7 +56,7 @@ impl UpstreamClient {
                 .await
                 .map_err(|e| unanswered(classify(&url, timeout, e)))?;
             if !resp.status().is_success() {
-                return Err(UpstreamError::Status {
+                return Err(Error::Status {
                     url: url.clone(),
                     status: resp.status().as_u16(),
                 });
@@ -64,23 +65,22 @@ impl UpstreamClient {
             loop {
                 let chunk = match resp.chunk().await {
                     Ok(Some(c)) => c,
-                    Ok(None) => return Err(UpstreamError::StreamBroken { url: url.clone() }),
-                    Err(_) => return Err(UpstreamError::StreamBroken { url: url.clone() }),
+                    Ok(None) => return Err(Error::StreamBroken { url: url.clone() }),
+                    Err(_) => return Err(Error::StreamBroken { url: url.clone() }),
                 };
                 buf.push_str(&String::from_utf8_lossy(&chunk));
                 if buf.len() > cap {
-                    return Err(UpstreamError::Malformed {
+                    return Err(Error::Malformed {
                         url: url.clone(),
                         reason: format!("stream event larger than {cap} bytes"),
                     });
                 }
                 for data in take_events(&mut buf) {
-                    let env = Envelope::from_slice(data.as_bytes()).map_err(|e| {
-                        UpstreamError::Malformed {
+                    let env =
+                        Envelope::from_slice(data.as_bytes()).map_err(|e| Error::Malformed {
                             url: url.clone(),
                             reason: e.to_string(),
-                        }
-                    })?;
+                        })?;
                     match env.body {
                         Body::TaskUpdate { .. } => on_update(env),
                         _ => return Ok(env),
@@ -90,7 +90,7 @@ impl UpstreamClient {
         };
         match tokio::time::timeout(timeout, work).await {
             Ok(r) => r,
-            Err(_) => Err(UpstreamError::Timeout {
+            Err(_) => Err(Error::Timeout {
                 url,
                 after: timeout,
             }),

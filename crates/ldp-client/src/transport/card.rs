@@ -1,9 +1,10 @@
 //! Identity cards: fetched (well-known path, then `/ldp/identity`) within size and capability
 //! caps, at most `discovery.concurrency` at a time.
 
-use super::error::classify;
-use super::{UpstreamClient, UpstreamError};
-use crate::ldp::IdentityCard;
+use super::Transport;
+use crate::error::classify;
+use crate::Error;
+use ldp_wire::IdentityCard;
 use std::time::Duration;
 
 /// Bounds on card fetches (`[discovery]`): a delegate cannot make the gateway read, store or
@@ -28,7 +29,7 @@ impl Default for CardLimits {
     }
 }
 
-impl UpstreamClient {
+impl Transport {
     /// Sets the bounds on card fetches.
     pub fn set_card_limits(&mut self, limits: CardLimits) {
         let limits = CardLimits {
@@ -45,13 +46,8 @@ impl UpstreamClient {
     }
 
     /// GETs `url` and reads at most `max` bytes of its answer, all within `timeout`.
-    async fn get_json(
-        &self,
-        url: &str,
-        timeout: Duration,
-        max: usize,
-    ) -> Result<Vec<u8>, UpstreamError> {
-        let too_large = || UpstreamError::Malformed {
+    async fn get_json(&self, url: &str, timeout: Duration, max: usize) -> Result<Vec<u8>, Error> {
+        let too_large = || Error::Malformed {
             url: url.to_owned(),
             reason: format!("answer larger than {max} bytes"),
         };
@@ -63,7 +59,7 @@ impl UpstreamClient {
             .await
             .map_err(|e| classify(url, timeout, e))?;
         if !resp.status().is_success() {
-            return Err(UpstreamError::Status {
+            return Err(Error::Status {
                 url: url.to_owned(),
                 status: resp.status().as_u16(),
             });
@@ -84,11 +80,7 @@ impl UpstreamClient {
     /// Fetches a delegate's card: `/.well-known/ldp-identity` first (RFC), `/ldp/identity`
     /// second (reference SDK). At most [`CardLimits`] `max_bytes` are read, a card listing
     /// more than `max_capabilities` is refused, and at most `concurrency` fetches run at once.
-    pub async fn fetch_card(
-        &self,
-        base: &str,
-        timeout: Duration,
-    ) -> Result<IdentityCard, UpstreamError> {
+    pub async fn fetch_card(&self, base: &str, timeout: Duration) -> Result<IdentityCard, Error> {
         // The deadline starts once a permit is held: a large fleet polls more slowly, it
         // does not time its delegates out. (The semaphore is never closed.)
         let _permit = self.card_permits.acquire().await.ok();
@@ -98,14 +90,14 @@ impl UpstreamClient {
             match self.get_json(&url, timeout, self.cards.max_bytes).await {
                 Ok(bytes) => {
                     let card = serde_json::from_slice::<IdentityCard>(&bytes).map_err(|e| {
-                        UpstreamError::Malformed {
+                        Error::Malformed {
                             url: url.clone(),
                             reason: format!("identity card: {e}"),
                         }
                     })?;
                     let n = card.capabilities.len();
                     if n > self.cards.max_capabilities {
-                        return Err(UpstreamError::Malformed {
+                        return Err(Error::Malformed {
                             url,
                             reason: format!(
                                 "identity card lists {n} capabilities; at most {} are accepted",
@@ -118,7 +110,7 @@ impl UpstreamClient {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or(UpstreamError::Malformed {
+        Err(last.unwrap_or(Error::Malformed {
             url: base.to_owned(),
             reason: "no identity card".into(),
         }))

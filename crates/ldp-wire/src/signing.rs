@@ -269,11 +269,11 @@ fn body_input(env: &Envelope) -> Result<Vec<u8>, SignatureError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ldp::body::CapabilityManifest;
-    use crate::ldp::error::LdpError;
-    use crate::ldp::payload::PayloadMode;
-    use crate::ldp::provenance::Provenance;
-    use crate::ldp::session_config::SessionConfig;
+    use crate::body::CapabilityManifest;
+    use crate::error::LdpError;
+    use crate::payload::PayloadMode;
+    use crate::provenance::Provenance;
+    use crate::session_config::SessionConfig;
     use serde_json::json;
 
     const SECRET: &[u8] = b"test-secret";

@@ -2,7 +2,7 @@
 //!
 //! The RFC (seed `000_…`) and the reference SDK `ldp-protocol` 0.2.0 disagree on field names
 //! and paths. Readers here accept both; writers emit a shape every known peer parses (see
-//! `docs/ARCHITECTURE.md`, "Dialects"). This module imports nothing else of the crate.
+//! `docs/ARCHITECTURE.md`, "Dialects"). This crate depends on no other LDP crate.
 
 pub mod body;
 pub mod contract;

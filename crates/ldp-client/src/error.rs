@@ -1,12 +1,12 @@
 //! Why a call to a delegate failed, and what that says (retryable, the delegate's fault, the
 //! reason code).
 
-use crate::ldp::LdpError;
+use ldp_wire::LdpError;
 use std::time::Duration;
 
 /// Why a call to a delegate failed.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum UpstreamError {
+pub enum Error {
     /// Could not connect (refused, reset before sending, DNS).
     #[error("cannot connect to {url}: {reason}")]
     Connect {
@@ -80,50 +80,50 @@ pub enum UpstreamError {
     },
 }
 
-impl UpstreamError {
+impl Error {
     /// Whether trying another delegate is safe and may help: nothing was started (connect),
     /// or the delegate gave up, never answered or answered nonsense (timeout, unanswered, 5xx,
     /// malformed, rejected, a broken stream). A connection that broke once the answer had
     /// begun is not: the delegate did the work.
     pub fn retryable(&self) -> bool {
         match self {
-            UpstreamError::Connect { .. }
-            | UpstreamError::Timeout { .. }
-            | UpstreamError::Malformed { .. }
-            | UpstreamError::Rejected { .. }
-            | UpstreamError::Unanswered { .. }
-            | UpstreamError::StreamBroken { .. }
-            | UpstreamError::Unexpected { .. } => true,
-            UpstreamError::Status { status, .. } => *status >= 500,
-            UpstreamError::Broken { .. } => false,
+            Error::Connect { .. }
+            | Error::Timeout { .. }
+            | Error::Malformed { .. }
+            | Error::Rejected { .. }
+            | Error::Unanswered { .. }
+            | Error::StreamBroken { .. }
+            | Error::Unexpected { .. } => true,
+            Error::Status { status, .. } => *status >= 500,
+            Error::Broken { .. } => false,
         }
     }
 
     /// Whether this says something about the delegate's health (a refused session does not).
     pub fn is_delegate_fault(&self) -> bool {
-        !matches!(self, UpstreamError::Rejected { .. })
-            && !matches!(self, UpstreamError::Status { status, .. } if *status < 500)
+        !matches!(self, Error::Rejected { .. })
+            && !matches!(self, Error::Status { status, .. } if *status < 500)
     }
 
     /// Low-cardinality reason for metrics and the ledger.
     pub fn reason(&self) -> &'static str {
         match self {
-            UpstreamError::Connect { .. } => "connect",
-            UpstreamError::Timeout { .. } => "timeout",
-            UpstreamError::Status { status, .. } if *status >= 500 => "http_5xx",
-            UpstreamError::Status { .. } => "http_4xx",
-            UpstreamError::Malformed { .. } | UpstreamError::Unexpected { .. } => "malformed",
-            UpstreamError::Rejected { .. } => "session_rejected",
-            UpstreamError::Broken { .. } => "broken",
-            UpstreamError::Unanswered { .. } => "unanswered",
-            UpstreamError::StreamBroken { .. } => "stream_broken",
+            Error::Connect { .. } => "connect",
+            Error::Timeout { .. } => "timeout",
+            Error::Status { status, .. } if *status >= 500 => "http_5xx",
+            Error::Status { .. } => "http_4xx",
+            Error::Malformed { .. } | Error::Unexpected { .. } => "malformed",
+            Error::Rejected { .. } => "session_rejected",
+            Error::Broken { .. } => "broken",
+            Error::Unanswered { .. } => "unanswered",
+            Error::StreamBroken { .. } => "stream_broken",
         }
     }
 }
 
-pub(super) fn classify(url: &str, timeout: Duration, e: reqwest::Error) -> UpstreamError {
+pub(crate) fn classify(url: &str, timeout: Duration, e: reqwest::Error) -> Error {
     if e.is_timeout() {
-        return UpstreamError::Timeout {
+        return Error::Timeout {
             url: url.to_owned(),
             after: timeout,
         };
@@ -136,12 +136,12 @@ pub(super) fn classify(url: &str, timeout: Duration, e: reqwest::Error) -> Upstr
         src = s.source();
     }
     if e.is_connect() {
-        UpstreamError::Connect {
+        Error::Connect {
             url: url.to_owned(),
             reason,
         }
     } else {
-        UpstreamError::Broken {
+        Error::Broken {
             url: url.to_owned(),
             reason,
         }
@@ -150,9 +150,9 @@ pub(super) fn classify(url: &str, timeout: Duration, e: reqwest::Error) -> Upstr
 
 /// A transport failure before the answer's head arrived: the delegate never answered, so the
 /// task may go to another (HTTP/1.1 keep-alive races a closing delegate on every request).
-pub(super) fn unanswered(e: UpstreamError) -> UpstreamError {
+pub(crate) fn unanswered(e: Error) -> Error {
     match e {
-        UpstreamError::Broken { url, reason } => UpstreamError::Unanswered { url, reason },
+        Error::Broken { url, reason } => Error::Unanswered { url, reason },
         other => other,
     }
 }

@@ -370,8 +370,8 @@ mod tests {
 
     #[test]
     fn check_envelope_uses_id_nonce_and_timestamp() {
-        use crate::ldp::body::Body;
-        use crate::ldp::payload::PayloadMode;
+        use crate::body::Body;
+        use crate::payload::PayloadMode;
         let now = t0();
         let mut env = Envelope::new(
             "s",

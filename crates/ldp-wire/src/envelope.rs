@@ -138,8 +138,8 @@ impl Envelope {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ldp::body::MessageType;
-    use crate::ldp::provenance::VerificationStatus;
+    use crate::body::MessageType;
+    use crate::provenance::VerificationStatus;
 
     #[test]
     fn rfc_minimal_envelope_reads() {

@@ -3,7 +3,7 @@
 //! connections, so a request costs a pool pop, one write and one read — no URL parsing, no
 //! header map beyond two fixed headers, no DNS lookup (only a new connection resolves).
 
-use super::UpstreamError;
+use crate::Error;
 use bytes::Bytes;
 use dashmap::DashMap;
 use http_body_util::{BodyExt, Full, Limited};
@@ -117,7 +117,7 @@ impl Pool {
     }
 
     /// POSTs `body` (JSON) to `base` + `/ldp/messages` and reads the whole answer, at most
-    /// `max_bytes` of it, all within `timeout`. Errors follow [`UpstreamError`]'s contract:
+    /// `max_bytes` of it, all within `timeout`. Errors follow [`Error`]'s contract:
     /// `Connect` (no connection), `Unanswered` (the connection failed before the answer's
     /// head), `Broken` (it failed during the answer), `Timeout`, `Malformed` (too large).
     pub(super) async fn post_message(
@@ -127,10 +127,10 @@ impl Pool {
         timeout: Duration,
         max_bytes: usize,
         hops: Option<u32>,
-    ) -> Result<(StatusCode, Bytes), UpstreamError> {
+    ) -> Result<(StatusCode, Bytes), Error> {
         let url = || format!("{base}/ldp/messages");
         let Some(origin) = self.origin(base) else {
-            return Err(UpstreamError::Malformed {
+            return Err(Error::Malformed {
                 url: url(),
                 reason: "not an http://host:port[/path] URL".into(),
             });
@@ -145,7 +145,7 @@ impl Pool {
         }
         let req = req
             .body(Full::new(Bytes::from(body)))
-            .map_err(|e| UpstreamError::Malformed {
+            .map_err(|e| Error::Malformed {
                 url: url(),
                 reason: e.to_string(),
             })?;
@@ -154,10 +154,8 @@ impl Pool {
                 .send(&origin, req)
                 .await
                 .map_err(|reason| match reason {
-                    SendError::Connect(reason) => UpstreamError::Connect { url: url(), reason },
-                    SendError::Unanswered(reason) => {
-                        UpstreamError::Unanswered { url: url(), reason }
-                    }
+                    SendError::Connect(reason) => Error::Connect { url: url(), reason },
+                    SendError::Unanswered(reason) => Error::Unanswered { url: url(), reason },
                 })?;
             let status = resp.status();
             let body = Limited::new(resp.into_body(), max_bytes)
@@ -165,12 +163,12 @@ impl Pool {
                 .await
                 .map_err(|e| {
                     if e.is::<http_body_util::LengthLimitError>() {
-                        UpstreamError::Malformed {
+                        Error::Malformed {
                             url: url(),
                             reason: format!("answer larger than {max_bytes} bytes"),
                         }
                     } else {
-                        UpstreamError::Broken {
+                        Error::Broken {
                             url: url(),
                             reason: error_chain(&*e),
                         }
@@ -186,7 +184,7 @@ impl Pool {
         tokio::time::timeout(timeout, exchange)
             .await
             .unwrap_or_else(|_| {
-                Err(UpstreamError::Timeout {
+                Err(Error::Timeout {
                     url: url(),
                     after: timeout,
                 })
@@ -310,6 +308,6 @@ mod tests {
             .post_message(&base, b"{}".to_vec(), Duration::from_secs(2), 1024, None)
             .await
             .unwrap_err();
-        assert!(matches!(err, UpstreamError::Connect { .. }), "{err:?}");
+        assert!(matches!(err, Error::Connect { .. }), "{err:?}");
     }
 }

@@ -1,0 +1,284 @@
+//! The client side of the gateway: cards, messages and upstream sessions with delegates.
+//!
+//! Never follows redirects, never connects to a card's `endpoint` field: every call goes to the
+//! base URL the operator configured or registered.
+
+use ldp_wire::{
+    negotiate, Body, DelegateId, Envelope, IdentityCard, NegotiatedPayload, PayloadMode,
+    SessionConfig, SessionId,
+};
+use std::time::Duration;
+
+mod card;
+mod pool;
+mod stream;
+
+use crate::error::{classify, unanswered};
+use crate::Error;
+pub use card::CardLimits;
+
+/// An upstream session the gateway opened with a delegate.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Session {
+    /// The delegate-issued session id.
+    pub session_id: SessionId,
+    /// What was agreed with the delegate.
+    pub payload: NegotiatedPayload,
+    /// The `to` the gateway addresses (the delegate's id).
+    pub delegate_id: DelegateId,
+}
+
+/// HTTP client to delegates, with a connection pool, no redirects and deadlines. Task
+/// messages to plain-HTTP delegates go through [`pool::Pool`] (the hot path); card fetches,
+/// streams and HTTPS through reqwest.
+#[derive(Clone)]
+pub struct Transport {
+    http: reqwest::Client,
+    pool: std::sync::Arc<pool::Pool>,
+    from: String,
+    handshake_timeout: Duration,
+    /// Per-delegate signing secrets, by base URL.
+    signers: std::sync::Arc<dashmap::DashMap<String, crate::Secret>>,
+    /// Largest answer read from a delegate.
+    max_response_bytes: usize,
+    /// What a card may be, and how many are fetched at once.
+    cards: CardLimits,
+    /// One permit per card fetch in flight (`cards.concurrency`).
+    card_permits: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+/// The header counting the gateways a task has passed through: a gateway sends its own
+/// count plus one with every task it forwards and refuses a task past `upstream.max_hops`.
+pub const HOPS_HEADER: &str = "x-ldp-hops";
+
+/// How long an idle keep-alive connection to a delegate is kept.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Largest answer read from a delegate by default (a multiple of the request body limit).
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+
+impl Transport {
+    /// A client that signs messages as `from` (the gateway's delegate id).
+    pub fn new(
+        from: impl Into<String>,
+        connect_timeout: Duration,
+        handshake_timeout: Duration,
+    ) -> Self {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(connect_timeout)
+            .tcp_nodelay(true)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
+        Transport {
+            http,
+            pool: std::sync::Arc::new(pool::Pool::new(connect_timeout, POOL_IDLE_TIMEOUT)),
+            from: from.into(),
+            handshake_timeout,
+            signers: Default::default(),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            cards: CardLimits::default(),
+            card_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                CardLimits::default().concurrency,
+            )),
+        }
+    }
+
+    /// The id the gateway sends as `from`.
+    pub fn from_id(&self) -> &str {
+        &self.from
+    }
+
+    /// Signs every message to the delegate at `base` with `secret` (the reference HMAC, which
+    /// every SDK verifies).
+    pub fn sign_for(&self, base: &str, secret: crate::Secret) {
+        self.signers.insert(base.to_owned(), secret);
+    }
+
+    /// Caps how much of a delegate's answer is read.
+    pub fn set_max_response_bytes(&mut self, max: usize) {
+        self.max_response_bytes = max.max(1024);
+    }
+
+    /// The JSON bytes to send to `base`: signed when a secret is registered for it.
+    fn encode(&self, base: &str, path: &str, envelope: &Envelope) -> Result<Vec<u8>, Error> {
+        let malformed = |reason: String| Error::Malformed {
+            url: format!("{base}{path}"),
+            reason,
+        };
+        match self.signers.get(base) {
+            Some(secret) => {
+                let mut signed = envelope.clone();
+                ldp_wire::signing::apply(
+                    &mut signed,
+                    secret.expose(),
+                    ldp_wire::signing::Algorithm::Reference,
+                )
+                .map_err(|e| malformed(e.to_string()))?;
+                signed.to_vec().map_err(|e| malformed(e.to_string()))
+            }
+            None => envelope.to_vec().map_err(|e| malformed(e.to_string())),
+        }
+    }
+
+    /// Sends one envelope to `base/ldp/messages` and reads the answer (at most
+    /// `max_response_bytes` of it).
+    pub async fn send(
+        &self,
+        base: &str,
+        envelope: &Envelope,
+        timeout: Duration,
+    ) -> Result<Envelope, Error> {
+        self.send_hops(base, envelope, timeout, None).await
+    }
+
+    /// [`Transport::send`] for a forwarded task: `hops` goes in [`HOPS_HEADER`].
+    pub async fn send_hops(
+        &self,
+        base: &str,
+        envelope: &Envelope,
+        timeout: Duration,
+        hops: Option<u32>,
+    ) -> Result<Envelope, Error> {
+        let body = self.encode(base, "/ldp/messages", envelope)?;
+        let (status, bytes) = if pool::Pool::serves(base) {
+            self.pool
+                .post_message(base, body, timeout, self.max_response_bytes, hops)
+                .await?
+        } else {
+            self.post_reqwest(base, body, timeout, hops).await?
+        };
+        let url = || format!("{base}/ldp/messages");
+        if !status.is_success() {
+            return Err(Error::Status {
+                url: url(),
+                status: status.as_u16(),
+            });
+        }
+        Envelope::from_slice(&bytes).map_err(|e| Error::Malformed {
+            url: url(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// [`Transport::send`]'s exchange through reqwest (HTTPS delegates).
+    async fn post_reqwest(
+        &self,
+        base: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+        hops: Option<u32>,
+    ) -> Result<(reqwest::StatusCode, bytes::Bytes), Error> {
+        let url = format!("{base}/ldp/messages");
+        let mut req = self.http.post(&url);
+        if let Some(n) = hops {
+            req = req.header(HOPS_HEADER, n);
+        }
+        let resp = req
+            .header("content-type", "application/json")
+            .body(body)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| unanswered(classify(&url, timeout, e)))?;
+        let status = resp.status();
+        let mut resp = resp;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| classify(&url, timeout, e))? {
+            if bytes.len() + chunk.len() > self.max_response_bytes {
+                return Err(Error::Malformed {
+                    url,
+                    reason: format!("answer larger than {} bytes", self.max_response_bytes),
+                });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok((status, bytes.into()))
+    }
+
+    /// HELLO → CAPABILITY_MANIFEST → SESSION_PROPOSE → SESSION_ACCEPT with the delegate at
+    /// `base`, whose card is `card`.
+    pub async fn open_session(
+        &self,
+        base: &str,
+        card: &IdentityCard,
+        config: SessionConfig,
+    ) -> Result<Session, Error> {
+        let prefs = config.preferences();
+        let hello = Envelope::new(
+            "",
+            self.from.as_str(),
+            card.delegate_id.as_str(),
+            Body::Hello {
+                delegate_id: self.from.clone(),
+                supported_modes: prefs.clone(),
+            },
+            PayloadMode::Text,
+        );
+        self.send(base, &hello, self.handshake_timeout).await?;
+        let proposal_id = ldp_wire::new_id();
+        let propose = Envelope::new(
+            proposal_id.as_str(),
+            self.from.as_str(),
+            card.delegate_id.as_str(),
+            Body::SessionPropose { config },
+            PayloadMode::Text,
+        );
+        let answer = self.send(base, &propose, self.handshake_timeout).await?;
+        match answer.body {
+            Body::SessionAccept {
+                session_id,
+                negotiated_mode,
+                fallback_chain,
+            } => {
+                // Delegates that send no chain (the SDKs) get the RFC one computed here.
+                let mut payload = negotiate(&prefs, &card.supported_payload_modes);
+                payload.mode = negotiated_mode;
+                if !fallback_chain.is_empty() {
+                    payload.fallback_chain = fallback_chain;
+                } else {
+                    payload
+                        .fallback_chain
+                        .retain(|m| m.number() < negotiated_mode.number());
+                    if negotiated_mode != PayloadMode::Text
+                        && !payload.fallback_chain.contains(&PayloadMode::Text)
+                    {
+                        payload.fallback_chain.push(PayloadMode::Text);
+                    }
+                }
+                let session_id = if session_id.is_empty() {
+                    proposal_id
+                } else {
+                    session_id
+                };
+                Ok(Session {
+                    session_id: session_id.into(),
+                    payload,
+                    delegate_id: card.delegate_id.as_str().into(),
+                })
+            }
+            Body::SessionReject { reason, error } => Err(Error::Rejected { reason, error }),
+            other => Err(Error::Unexpected {
+                url: base.to_owned(),
+                got: other.message_type().as_str(),
+            }),
+        }
+    }
+
+    /// Sends SESSION_CLOSE for an upstream session; failures are only logged.
+    pub async fn close_session(&self, base: &str, session: &Session) {
+        let close = Envelope::new(
+            session.session_id.as_str(),
+            self.from.as_str(),
+            session.delegate_id.as_str(),
+            Body::SessionClose {
+                reason: Some("client session ended".into()),
+            },
+            PayloadMode::Text,
+        );
+        if let Err(e) = self.send(base, &close, self.handshake_timeout).await {
+            tracing::debug!(delegate = %base, error = %e, "upstream SESSION_CLOSE failed");
+        }
+    }
+}
