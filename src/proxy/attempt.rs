@@ -275,8 +275,11 @@ impl Proxy {
                         update.session_id = env.session_id.clone();
                         update.from = self.id().to_owned();
                         update.to = env.from.clone();
+                        // Dropped if the client is not keeping up: the delegate is never
+                        // held back by a slow client.
                         let _ = tx.try_send(update);
                     }
+                    std::future::ready(())
                 };
                 self.upstream
                     .send_stream(&delegate.base_url, &upstream_env, limit, hops, relay)

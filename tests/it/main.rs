@@ -11,6 +11,7 @@
 
 mod support;
 
+mod adapter;
 mod cli;
 mod cluster;
 mod dashboards;

@@ -1,7 +1,7 @@
-//! Why a call to a delegate failed, and what that says (retryable, the delegate's fault, the
-//! reason code).
+//! Why a call to an LDP endpoint failed, and what that says (retryable, the delegate's fault,
+//! the reason code, refusal or failure or transport).
 
-use ldp_wire::LdpError;
+use ldp_wire::{ErrorCategory, LdpError, TaskId, TrustViolation};
 use std::time::Duration;
 
 /// Why a call to a delegate failed.
@@ -24,12 +24,14 @@ pub enum Error {
         after: Duration,
     },
     /// A non-2xx answer.
-    #[error("{url} answered HTTP {status}")]
+    #[error("{url} answered HTTP {status}{}", error.as_ref().map(|e| format!(": {} {}", e.code, e.message)).unwrap_or_default())]
     Status {
         /// Where.
         url: String,
         /// HTTP status.
         status: u16,
+        /// The `{"error": …}` body a gateway sends with it, if that is what came.
+        error: Option<Box<LdpError>>,
     },
     /// The answer was not a usable LDP message.
     #[error("{url} sent an unreadable answer: {reason}")]
@@ -78,6 +80,61 @@ pub enum Error {
         /// What came back.
         got: &'static str,
     },
+    /// The client's own configuration cannot be used (an API key that is no header value).
+    #[error("unusable client configuration: {reason}")]
+    Config {
+        /// Why.
+        reason: String,
+    },
+    /// Not an `http(s)://` or `ldp(s)://` URL.
+    #[error("{url} is not an LDP endpoint URL: {reason}")]
+    Url {
+        /// What was given.
+        url: String,
+        /// Why not.
+        reason: String,
+    },
+    /// The delegate's trust domain does not satisfy the requirement; no session was opened.
+    #[error("{url} refused before any session: {violation}")]
+    Untrusted {
+        /// Where.
+        url: String,
+        /// Which check failed.
+        violation: TrustViolation,
+    },
+    /// The task ran and failed, or was refused: the delegate's (or gateway's) TASK_FAILED.
+    #[error("task failed: {} {}", error.code, error.message)]
+    Failed {
+        /// The delegate's error.
+        error: Box<LdpError>,
+    },
+    /// The task was cancelled through this client.
+    #[error("task {task_id} was cancelled")]
+    Cancelled {
+        /// Which.
+        task_id: TaskId,
+    },
+    /// This client has no record of the task (never submitted here, or forgotten).
+    #[error("no task {task_id} is known here")]
+    UnknownTask {
+        /// Which.
+        task_id: TaskId,
+    },
+}
+
+/// What kind of "no" an [`Error`] is, for callers that act on it (`ldp-gateway call`'s exit
+/// code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The endpoint or this client declined the work: a session rejected, a trust domain not
+    /// satisfied, a 4xx answer (unauthenticated, rate-limited), or a TASK_FAILED in the
+    /// identity, policy, capability, session or security categories.
+    Refused,
+    /// The task was taken and failed, or was cancelled.
+    Failed,
+    /// The exchange itself failed: no connection, no answer in time, a 5xx, an unreadable
+    /// answer, a bad URL.
+    Transport,
 }
 
 impl Error {
@@ -95,14 +152,58 @@ impl Error {
             | Error::StreamBroken { .. }
             | Error::Unexpected { .. } => true,
             Error::Status { status, .. } => *status >= 500,
-            Error::Broken { .. } => false,
+            Error::Failed { error } => error.retryable,
+            Error::Broken { .. }
+            | Error::Config { .. }
+            | Error::Url { .. }
+            | Error::Untrusted { .. }
+            | Error::Cancelled { .. }
+            | Error::UnknownTask { .. } => false,
+        }
+    }
+
+    /// Refusal, failure or transport.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Rejected { .. } | Error::Untrusted { .. } => ErrorKind::Refused,
+            Error::Status { status, .. } if *status < 500 => ErrorKind::Refused,
+            Error::Failed { error } => match error.category {
+                ErrorCategory::Identity
+                | ErrorCategory::Capability
+                | ErrorCategory::Policy
+                | ErrorCategory::Session
+                | ErrorCategory::Security => ErrorKind::Refused,
+                ErrorCategory::Runtime | ErrorCategory::Quality | ErrorCategory::Transport => {
+                    ErrorKind::Failed
+                }
+            },
+            Error::Cancelled { .. } | Error::UnknownTask { .. } => ErrorKind::Failed,
+            Error::Connect { .. }
+            | Error::Timeout { .. }
+            | Error::Status { .. }
+            | Error::Malformed { .. }
+            | Error::Broken { .. }
+            | Error::Unanswered { .. }
+            | Error::StreamBroken { .. }
+            | Error::Unexpected { .. }
+            | Error::Config { .. }
+            | Error::Url { .. } => ErrorKind::Transport,
         }
     }
 
     /// Whether this says something about the delegate's health (a refused session does not).
     pub fn is_delegate_fault(&self) -> bool {
-        !matches!(self, Error::Rejected { .. })
-            && !matches!(self, Error::Status { status, .. } if *status < 500)
+        match self {
+            Error::Status { status, .. } => *status >= 500,
+            Error::Rejected { .. }
+            | Error::Config { .. }
+            | Error::Url { .. }
+            | Error::Untrusted { .. }
+            | Error::Failed { .. }
+            | Error::Cancelled { .. }
+            | Error::UnknownTask { .. } => false,
+            _ => true,
+        }
     }
 
     /// Low-cardinality reason for metrics and the ledger.
@@ -117,6 +218,12 @@ impl Error {
             Error::Broken { .. } => "broken",
             Error::Unanswered { .. } => "unanswered",
             Error::StreamBroken { .. } => "stream_broken",
+            Error::Config { .. } => "config",
+            Error::Url { .. } => "bad_url",
+            Error::Untrusted { .. } => "untrusted",
+            Error::Failed { .. } => "task_failed",
+            Error::Cancelled { .. } => "cancelled",
+            Error::UnknownTask { .. } => "unknown_task",
         }
     }
 }

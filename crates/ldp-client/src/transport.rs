@@ -3,6 +3,7 @@
 //! Never follows redirects, never connects to a card's `endpoint` field: every call goes to the
 //! base URL the operator configured or registered.
 
+use hyper::header::{HeaderName, HeaderValue};
 use ldp_wire::{
     negotiate, Body, DelegateId, Envelope, IdentityCard, NegotiatedPayload, PayloadMode,
     SessionConfig, SessionId,
@@ -39,6 +40,10 @@ pub struct Transport {
     handshake_timeout: Duration,
     /// Per-delegate signing secrets, by base URL.
     signers: std::sync::Arc<dashmap::DashMap<String, crate::Secret>>,
+    /// The secret for every other base URL, if any.
+    default_signer: Option<crate::Secret>,
+    /// Headers sent with every request (a client's `Authorization`, `x-ldp-policy`).
+    headers: std::sync::Arc<[(HeaderName, HeaderValue)]>,
     /// Largest answer read from a delegate.
     max_response_bytes: usize,
     /// What a card may be, and how many are fetched at once.
@@ -77,6 +82,8 @@ impl Transport {
             from: from.into(),
             handshake_timeout,
             signers: Default::default(),
+            default_signer: None,
+            headers: std::sync::Arc::new([]),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             cards: CardLimits::default(),
             card_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(
@@ -96,6 +103,30 @@ impl Transport {
         self.signers.insert(base.to_owned(), secret);
     }
 
+    /// Signs every message to a base URL without its own secret ([`Transport::sign_for`])
+    /// with `secret`.
+    pub fn sign_all(&mut self, secret: crate::Secret) {
+        self.default_signer = Some(secret);
+    }
+
+    /// Sends `headers` with every request (cards, messages, streams).
+    pub fn set_headers(&mut self, headers: Vec<(HeaderName, HeaderValue)>) {
+        self.headers = headers.into();
+    }
+
+    /// The delegate's answer to a non-2xx request: its status and, when the body is the
+    /// `{"error": LdpError}` a gateway writes, that error.
+    fn status_error(url: String, status: u16, body: &[u8]) -> Error {
+        #[derive(serde::Deserialize)]
+        struct ErrorBody {
+            error: ldp_wire::LdpError,
+        }
+        let error = serde_json::from_slice::<ErrorBody>(body)
+            .ok()
+            .map(|b| Box::new(b.error));
+        Error::Status { url, status, error }
+    }
+
     /// Caps how much of a delegate's answer is read.
     pub fn set_max_response_bytes(&mut self, max: usize) {
         self.max_response_bytes = max.max(1024);
@@ -107,7 +138,8 @@ impl Transport {
             url: format!("{base}{path}"),
             reason,
         };
-        match self.signers.get(base) {
+        let own = self.signers.get(base);
+        match own.as_deref().or(self.default_signer.as_ref()) {
             Some(secret) => {
                 let mut signed = envelope.clone();
                 ldp_wire::signing::apply(
@@ -144,17 +176,21 @@ impl Transport {
         let body = self.encode(base, "/ldp/messages", envelope)?;
         let (status, bytes) = if pool::Pool::serves(base) {
             self.pool
-                .post_message(base, body, timeout, self.max_response_bytes, hops)
+                .post_message(
+                    base,
+                    body,
+                    timeout,
+                    self.max_response_bytes,
+                    hops,
+                    &self.headers,
+                )
                 .await?
         } else {
             self.post_reqwest(base, body, timeout, hops).await?
         };
         let url = || format!("{base}/ldp/messages");
         if !status.is_success() {
-            return Err(Error::Status {
-                url: url(),
-                status: status.as_u16(),
-            });
+            return Err(Self::status_error(url(), status.as_u16(), &bytes));
         }
         Envelope::from_slice(&bytes).map_err(|e| Error::Malformed {
             url: url(),
@@ -174,6 +210,9 @@ impl Transport {
         let mut req = self.http.post(&url);
         if let Some(n) = hops {
             req = req.header(HOPS_HEADER, n);
+        }
+        for (name, value) in self.headers.iter() {
+            req = req.header(name, value);
         }
         let resp = req
             .header("content-type", "application/json")

@@ -51,18 +51,19 @@ impl Transport {
             url: url.to_owned(),
             reason: format!("answer larger than {max} bytes"),
         };
-        let mut resp = self
-            .http
-            .get(url)
+        let mut req = self.http.get(url);
+        for (name, value) in self.headers.iter() {
+            req = req.header(name, value);
+        }
+        let mut resp = req
             .timeout(timeout)
             .send()
             .await
             .map_err(|e| classify(url, timeout, e))?;
         if !resp.status().is_success() {
-            return Err(Error::Status {
-                url: url.to_owned(),
-                status: resp.status().as_u16(),
-            });
+            let status = resp.status().as_u16();
+            let body = resp.bytes().await.unwrap_or_default();
+            return Err(Self::status_error(url.to_owned(), status, &body));
         }
         if resp.content_length().is_some_and(|n| n > max as u64) {
             return Err(too_large());

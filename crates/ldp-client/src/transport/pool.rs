@@ -8,7 +8,7 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{HeaderValue, CONTENT_TYPE, HOST};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, StatusCode, Uri};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -127,6 +127,7 @@ impl Pool {
         timeout: Duration,
         max_bytes: usize,
         hops: Option<u32>,
+        headers: &[(HeaderName, HeaderValue)],
     ) -> Result<(StatusCode, Bytes), Error> {
         let url = || format!("{base}/ldp/messages");
         let Some(origin) = self.origin(base) else {
@@ -142,6 +143,9 @@ impl Pool {
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(n) = hops {
             req = req.header(super::HOPS_HEADER, HeaderValue::from(n));
+        }
+        for (name, value) in headers {
+            req = req.header(name, value);
         }
         let req = req
             .body(Full::new(Bytes::from(body)))
@@ -305,7 +309,14 @@ mod tests {
         let pool = Pool::new(Duration::from_secs(1), Duration::from_secs(60));
         let base = format!("http://127.0.0.1:{port}");
         let err = pool
-            .post_message(&base, b"{}".to_vec(), Duration::from_secs(2), 1024, None)
+            .post_message(
+                &base,
+                b"{}".to_vec(),
+                Duration::from_secs(2),
+                1024,
+                None,
+                &[],
+            )
             .await
             .unwrap_err();
         assert!(matches!(err, Error::Connect { .. }), "{err:?}");

@@ -30,16 +30,20 @@ fn take_events(buf: &mut String) -> Vec<String> {
 
 impl Transport {
     /// Sends one envelope to `base/ldp/stream` and reads Server-Sent Events: every TASK_UPDATE
-    /// goes to `on_update`, the final TASK_RESULT/TASK_FAILED is returned. A stream that ends
+    /// goes to `on_update` (awaited: a slow consumer slows the read, so nothing piles up), the
+    /// final TASK_RESULT/TASK_FAILED is returned. A stream that ends
     /// without a final message is [`Error::StreamBroken`], never a success.
-    pub async fn send_stream(
+    pub async fn send_stream<F>(
         &self,
         base: &str,
         envelope: &Envelope,
         timeout: Duration,
         hops: Option<u32>,
-        mut on_update: impl FnMut(Envelope),
-    ) -> Result<Envelope, Error> {
+        mut on_update: impl FnMut(Envelope) -> F,
+    ) -> Result<Envelope, Error>
+    where
+        F: std::future::Future<Output = ()>,
+    {
         let url = format!("{base}/ldp/stream");
         let body = self.encode(base, "/ldp/stream", envelope)?;
         let cap = self.max_response_bytes;
@@ -47,6 +51,9 @@ impl Transport {
             let mut req = self.http.post(&url);
             if let Some(n) = hops {
                 req = req.header(HOPS_HEADER, n);
+            }
+            for (name, value) in self.headers.iter() {
+                req = req.header(name, value);
             }
             let mut resp = req
                 .header("content-type", "application/json")
@@ -56,10 +63,9 @@ impl Transport {
                 .await
                 .map_err(|e| unanswered(classify(&url, timeout, e)))?;
             if !resp.status().is_success() {
-                return Err(Error::Status {
-                    url: url.clone(),
-                    status: resp.status().as_u16(),
-                });
+                let status = resp.status().as_u16();
+                let body = resp.bytes().await.unwrap_or_default();
+                return Err(Self::status_error(url.clone(), status, &body));
             }
             let mut buf = String::new();
             loop {
@@ -82,7 +88,7 @@ impl Transport {
                             reason: e.to_string(),
                         })?;
                     match env.body {
-                        Body::TaskUpdate { .. } => on_update(env),
+                        Body::TaskUpdate { .. } => on_update(env).await,
                         _ => return Ok(env),
                     }
                 }
