@@ -87,64 +87,6 @@ pub(super) fn check_all(delegates: &[DelegateConfig], c: &mut Checks) {
     }
 }
 
-/// Why a delegate URL cannot be called.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UrlError {
-    /// `https://` in a build without the `tls` feature.
-    #[error("https:// needs the gateway built with `--features tls`")]
-    NeedsTls,
-    /// Not `http://`, `https://` or `ldp://` (the URL as given).
-    #[error("'{0}' must start with http://, https:// or ldp://")]
-    Scheme(String),
-    /// Nothing between the scheme and the path (the URL as given).
-    #[error("'{0}' has no host")]
-    NoHost(String),
-}
-
-/// Turns a delegate URL into the HTTP base URL the gateway calls: `ldp://` becomes `http://`
-/// (LDP's plain HTTP transport), the trailing slash goes.
-pub fn normalize_url(url: &str) -> Result<String, UrlError> {
-    let url = url.trim();
-    let rest = if let Some(r) = url.strip_prefix("ldp://") {
-        format!("http://{r}")
-    } else if url.starts_with("http://") {
-        url.to_owned()
-    } else if url.starts_with("https://") {
-        if !cfg!(feature = "tls") {
-            return Err(UrlError::NeedsTls);
-        }
-        url.to_owned()
-    } else {
-        return Err(UrlError::Scheme(url.to_owned()));
-    };
-    let host = rest.split("://").nth(1).unwrap_or("");
-    if host.is_empty() || host.starts_with('/') {
-        return Err(UrlError::NoHost(url.to_owned()));
-    }
-    Ok(rest.trim_end_matches('/').to_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ldp_scheme_becomes_http() {
-        assert_eq!(normalize_url("ldp://h:9/x/").unwrap(), "http://h:9/x");
-        assert_eq!(normalize_url("http://h:9").unwrap(), "http://h:9");
-        assert!(normalize_url("ftp://h").is_err());
-        assert!(normalize_url("ldp://").is_err());
-    }
-
-    #[test]
-    fn url_problems_keep_their_wording() {
-        assert_eq!(
-            normalize_url(" ftp://h ").unwrap_err().to_string(),
-            "'ftp://h' must start with http://, https:// or ldp://"
-        );
-        assert_eq!(
-            normalize_url("http:///x").unwrap_err().to_string(),
-            "'http:///x' has no host"
-        );
-    }
-}
+/// Delegate URLs are read as the client reads them: `ldp://` is `http://`, the trailing slash
+/// goes (see [`ldp_client::base_url`]).
+pub use ldp_client::{base_url as normalize_url, UrlError};

@@ -86,14 +86,9 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// Not an `http(s)://` or `ldp(s)://` URL.
-    #[error("{url} is not an LDP endpoint URL: {reason}")]
-    Url {
-        /// What was given.
-        url: String,
-        /// Why not.
-        reason: String,
-    },
+    /// Not an `http(s)://` or `ldp(s)://` URL this build can call.
+    #[error(transparent)]
+    Url(#[from] crate::UrlError),
     /// The delegate's trust domain does not satisfy the requirement; no session was opened.
     #[error("{url} refused before any session: {violation}")]
     Untrusted {
@@ -155,7 +150,7 @@ impl Error {
             Error::Failed { error } => error.retryable,
             Error::Broken { .. }
             | Error::Config { .. }
-            | Error::Url { .. }
+            | Error::Url(_)
             | Error::Untrusted { .. }
             | Error::Cancelled { .. }
             | Error::UnknownTask { .. } => false,
@@ -187,7 +182,7 @@ impl Error {
             | Error::StreamBroken { .. }
             | Error::Unexpected { .. }
             | Error::Config { .. }
-            | Error::Url { .. } => ErrorKind::Transport,
+            | Error::Url(_) => ErrorKind::Transport,
         }
     }
 
@@ -197,7 +192,7 @@ impl Error {
             Error::Status { status, .. } => *status >= 500,
             Error::Rejected { .. }
             | Error::Config { .. }
-            | Error::Url { .. }
+            | Error::Url(_)
             | Error::Untrusted { .. }
             | Error::Failed { .. }
             | Error::Cancelled { .. }
@@ -219,7 +214,7 @@ impl Error {
             Error::Unanswered { .. } => "unanswered",
             Error::StreamBroken { .. } => "stream_broken",
             Error::Config { .. } => "config",
-            Error::Url { .. } => "bad_url",
+            Error::Url(_) => "bad_url",
             Error::Untrusted { .. } => "untrusted",
             Error::Failed { .. } => "task_failed",
             Error::Cancelled { .. } => "cancelled",

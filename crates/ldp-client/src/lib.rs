@@ -26,4 +26,4 @@ pub use error::{Error, ErrorKind};
 pub use ldp_wire;
 pub use secret::Secret;
 pub use transport::{CardLimits, Session, Transport, DEFAULT_MAX_RESPONSE_BYTES, HOPS_HEADER};
-pub use url::base_url;
+pub use url::{base_url, UrlError};
