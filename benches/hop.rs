@@ -1,49 +1,41 @@
 //! One-task latency: direct to a zero-latency simulated delegate vs through the gateway, in one
 //! run, sequential requests over keep-alive. `cargo bench --bench hop [-- TASKS]`.
 
+use ldp_client::Transport;
 use ldp_gateway::config::{Config, DelegateConfig};
 use ldp_gateway::ldp::{Body, Envelope, IdentityCard, PayloadMode, SessionConfig};
 use ldp_gateway::server::Gateway;
 use ldp_gateway::sim::{self, SimOptions};
 use std::time::{Duration, Instant};
 
-async fn post(http: &reqwest::Client, base: &str, env: &Envelope) -> anyhow::Result<Envelope> {
-    let bytes = http
-        .post(format!("{base}/ldp/messages"))
-        .header("content-type", "application/json")
-        .body(env.to_vec()?)
-        .send()
-        .await?
-        .bytes()
-        .await?;
-    Ok(Envelope::from_slice(&bytes)?)
-}
+const TIMEOUT: Duration = Duration::from_secs(10);
 
-async fn open(http: &reqwest::Client, base: &str) -> anyhow::Result<String> {
+/// A session proposed (text) to `base`; its id.
+async fn open(client: &Transport, base: &str) -> anyhow::Result<String> {
     let config = SessionConfig {
         preferred_payload_modes: Some(vec![PayloadMode::Text]),
         ..SessionConfig::default()
     };
     let env = Envelope::new(
         "",
-        "ldp:client:bench",
+        client.from_id(),
         "x",
         Body::SessionPropose { config },
         PayloadMode::Text,
     );
-    match post(http, base, &env).await?.body {
+    match client.send(base, &env, TIMEOUT).await?.body {
         Body::SessionAccept { session_id, .. } => Ok(session_id),
         other => anyhow::bail!("no session: {other:?}"),
     }
 }
 
-async fn run(http: &reqwest::Client, base: &str, tasks: usize) -> anyhow::Result<Vec<Duration>> {
-    let sid = open(http, base).await?;
+async fn run(client: &Transport, base: &str, tasks: usize) -> anyhow::Result<Vec<Duration>> {
+    let sid = open(client, base).await?;
     let mut out = Vec::with_capacity(tasks);
     for i in 0..tasks + tasks / 10 {
         let env = Envelope::new(
             sid.as_str(),
-            "ldp:client:bench",
+            client.from_id(),
             "x",
             Body::TaskSubmit {
                 task_id: format!("t{i}").into(),
@@ -54,7 +46,7 @@ async fn run(http: &reqwest::Client, base: &str, tasks: usize) -> anyhow::Result
             PayloadMode::Text,
         );
         let t = Instant::now();
-        let reply = post(http, base, &env).await?;
+        let reply = client.send(base, &env, TIMEOUT).await?;
         let took = t.elapsed();
         if !matches!(reply.body, Body::TaskResult { .. }) {
             anyhow::bail!("task failed: {:?}", reply.body);
@@ -89,10 +81,10 @@ async fn main() -> anyhow::Result<()> {
     cfg.admin.listen = "127.0.0.1:0".parse()?;
     cfg.delegates = vec![DelegateConfig::new(delegate.url())];
     let gw = Gateway::start(cfg).await?;
-    let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    let client = Transport::new("ldp:client:bench", TIMEOUT, TIMEOUT);
 
-    let direct = run(&http, &delegate.url(), tasks).await?;
-    let via = run(&http, &gw.ldp_url(), tasks).await?;
+    let direct = run(&client, &delegate.url(), tasks).await?;
+    let via = run(&client, &gw.ldp_url(), tasks).await?;
     println!("one-task latency, {tasks} sequential tasks, 1 connection, zero-latency delegate");
     println!("{:<10} {:>10} {:>10} {:>10}", "path", "p50", "p99", "p99.9");
     for (name, v) in [("direct", &direct), ("gateway", &via)] {

@@ -7,6 +7,7 @@
 //! and Debian `nginx` (`apt-get install nginx-light`; the nginx row is skipped when missing),
 //! prints the table and ratios, and rewrites the results section of `benches/README.md`.
 
+use ldp_client::Transport;
 use ldp_gateway::ldp::{Body, Envelope, PayloadMode, SessionConfig};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -15,6 +16,8 @@ use std::time::{Duration, Instant};
 
 const CONNS: [usize; 3] = [1, 16, 64];
 const WARMUP: Duration = Duration::from_secs(1);
+/// Every call's deadline.
+const TIMEOUT: Duration = Duration::from_secs(10);
 /// Repetitions of each row; the table reports the median one.
 const REPS: usize = 3;
 const BEGIN: &str = "<!-- load:begin -->";
@@ -143,31 +146,32 @@ struct Target {
     key: Option<String>,
 }
 
-async fn post(http: &reqwest::Client, t: &Target, env: &Envelope) -> anyhow::Result<Envelope> {
-    let mut req = http
-        .post(format!("{}/ldp/messages", t.base))
-        .header("content-type", "application/json")
-        .body(env.to_vec()?);
+/// The client of one connection: `ldp-client`'s transport (one pooled keep-alive
+/// connection), with the target's API key.
+fn client(t: &Target) -> anyhow::Result<Transport> {
+    let mut client = Transport::new("ldp:client:load", TIMEOUT, TIMEOUT);
     if let Some(k) = &t.key {
-        req = req.header("authorization", format!("Bearer {k}"));
+        client.set_headers(vec![(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {k}").parse()?,
+        )]);
     }
-    let bytes = req.send().await?.bytes().await?;
-    Ok(Envelope::from_slice(&bytes)?)
+    Ok(client)
 }
 
-async fn open(http: &reqwest::Client, t: &Target) -> anyhow::Result<String> {
+async fn open(client: &Transport, t: &Target) -> anyhow::Result<String> {
     let config = SessionConfig {
         preferred_payload_modes: Some(vec![PayloadMode::Text]),
         ..SessionConfig::default()
     };
     let env = Envelope::new(
         "",
-        "ldp:client:load",
+        client.from_id(),
         "x",
         Body::SessionPropose { config },
         PayloadMode::Text,
     );
-    match post(http, t, &env).await?.body {
+    match client.send(&t.base, &env, TIMEOUT).await?.body {
         Body::SessionAccept { session_id, .. } => Ok(session_id),
         other => anyhow::bail!("no session from {}: {other:?}", t.base),
     }
@@ -191,12 +195,8 @@ fn task(sid: &str, i: u64) -> Envelope {
 /// One connection: its own client (one pooled keep-alive connection), one session, tasks
 /// until `end`; latencies (µs) of tasks sent at or after `from` and done by `end`.
 async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32>, u64)> {
-    let http = reqwest::Client::builder()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(1)
-        .timeout(Duration::from_secs(10))
-        .build()?;
-    let sid = open(&http, &t).await?;
+    let client = client(&t)?;
+    let sid = open(&client, &t).await?;
     let mut lat = Vec::with_capacity(100_000);
     let mut errors = 0u64;
     let mut i = 0u64;
@@ -207,7 +207,10 @@ async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32
         }
         i += 1;
         let ok = matches!(
-            post(&http, &t, &task(&sid, i)).await.map(|e| e.body),
+            client
+                .send(&t.base, &task(&sid, i), TIMEOUT)
+                .await
+                .map(|e| e.body),
             Ok(Body::TaskResult { .. })
         );
         let done = Instant::now();
@@ -593,12 +596,10 @@ async fn session_memory(
         .map(|_| {
             let t = t.clone();
             tokio::spawn(async move {
-                let http = reqwest::Client::builder()
-                    .pool_max_idle_per_host(1)
-                    .build()?;
+                let client = client(&t)?;
                 let mut ok = 0usize;
                 for _ in 0..SESSIONS / conns {
-                    ok += usize::from(open(&http, &t).await.is_ok());
+                    ok += usize::from(open(&client, &t).await.is_ok());
                 }
                 anyhow::Ok(ok)
             })

@@ -17,7 +17,7 @@
 //! `$__range` → `1m` (see [`concrete`]). Nothing else in an expression is changed.
 
 use crate::support::process::Running;
-use crate::support::{sim, Card, Client, TestGateway};
+use crate::support::{sim, Card, TestGateway};
 use ldp_gateway::ldp::IdentityCard;
 use ldp_gateway::sim::{SimHandle, SimOptions};
 use serde_json::{json, Value};
@@ -537,30 +537,22 @@ const SKILLS: [&str; 2] = ["summarize", "classify"];
 const ROUNDS: usize = 5;
 const TASKS_PER_SESSION: usize = 5;
 
-/// One worker's share of a round: a fresh session under `policy`, then tasks alternating
-/// between the two skills. Returns (results, failures).
+/// One worker's share of a round: a fresh session under `policy` (the `ldp-client` adapter
+/// opens it), then tasks alternating between the two skills. Returns (results, failures); an
+/// exchange that fails outright fails the test.
 async fn drive(ldp_url: String, policy: Option<&'static str>, round: usize) -> (usize, usize) {
-    let c = Client::new(&ldp_url);
-    let mut config = json!({"preferred_payload_modes": ["text"]});
-    if let Some(p) = policy {
-        config["policy"] = json!(p);
-    }
-    let (sid, _) = c.session(config).await;
+    let mut config = ldp_client::Config::default();
+    config.session.preferred_payload_modes = Some(vec![ldp_gateway::ldp::PayloadMode::Text]);
+    config.session.policy = policy.map(str::to_owned);
+    let adapter = ldp_client::Adapter::new(config).expect("adapter");
     let mut outcome = (0, 0);
     for i in 0..TASKS_PER_SESSION {
         let skill = SKILLS[(round + i) % SKILLS.len()];
-        let r = c
-            .task(
-                &sid,
-                skill,
-                json!(format!("round {round} task {i}: some text")),
-                "text",
-            )
-            .await;
-        if r["type"] == "TASK_RESULT" {
-            outcome.0 += 1;
-        } else {
-            outcome.1 += 1;
+        let input = json!(format!("round {round} task {i}: some text"));
+        match adapter.call(&ldp_url, ldp_client::Task::new(skill, input)).await {
+            Ok(_) => outcome.0 += 1,
+            Err(e) if e.kind() == ldp_client::ErrorKind::Transport => panic!("{e}"),
+            Err(_) => outcome.1 += 1,
         }
     }
     outcome
