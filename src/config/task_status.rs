@@ -38,3 +38,31 @@ impl TaskStatusConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unusable_values_are_named() {
+        let mut c = Checks::default();
+        TaskStatusConfig {
+            ttl: Duration::ZERO,
+            max_bytes: 1000,
+        }
+        .check(&mut c);
+        assert_eq!(
+            c.out,
+            [
+                ("task_status.ttl".into(), "must be longer than 0s".into()),
+                (
+                    "task_status.max_bytes".into(),
+                    "must be at least 65536, got 1000".into()
+                ),
+            ]
+        );
+        let mut c = Checks::default();
+        TaskStatusConfig::default().check(&mut c);
+        assert!(c.out.is_empty(), "{:?}", c.out);
+    }
+}
