@@ -93,11 +93,14 @@ pub(super) async fn handle(
         }
         Body::TaskCancel { task_id } => {
             // The reference Rust adapter cancels without a session: the task is the sender's.
-            let session = match inner.statuses.get(&status::Key::new(&env.from, task_id)) {
-                Some(TaskStatus::Running(s)) if env.session_id.is_empty() => s,
-                _ => env.session_id.to_string(),
-            };
-            state.signal_cancel(task_id, &session);
+            if env.session_id.is_empty() {
+                let key = status::Key::new(&env.from, task_id);
+                if let Some(TaskStatus::Running(session)) = inner.statuses.get(&key) {
+                    state.signal_cancel(task_id, &session);
+                }
+            } else {
+                state.signal_cancel(task_id, &env.session_id);
+            }
             // The Python reference answers every cancel this way, running or not.
             let body = Body::TaskUpdate {
                 task_id: task_id.clone(),

@@ -1,6 +1,6 @@
 //! Status queries to the simulated delegate (the reference Rust adapter's TASK_UPDATE
 //! `status_query`): each task's state, running or its answer, kept for the `from` that
-//! submitted it, bounded and expiring like the reference server's task table is not.
+//! submitted it, bounded and expiring (the reference server's task table is neither).
 
 use crate::ldp::{Envelope, TaskId};
 use moka::sync::Cache;
