@@ -18,6 +18,7 @@ mod routing;
 mod security;
 mod server;
 mod sessions;
+mod task_status;
 mod tenants;
 mod upstream;
 
@@ -34,6 +35,7 @@ pub use rate::RateConfig;
 pub use security::SecurityConfig;
 pub use server::ServerConfig;
 pub use sessions::SessionsConfig;
+pub use task_status::TaskStatusConfig;
 pub use tenants::{BudgetConfig, SigningConfig, TenantConfig};
 pub use upstream::UpstreamConfig;
 
@@ -57,6 +59,8 @@ pub struct Config {
     pub discovery: DiscoveryConfig,
     /// Client sessions.
     pub sessions: SessionsConfig,
+    /// Recent task outcomes kept for status queries.
+    pub task_status: TaskStatusConfig,
     /// Calls to delegates.
     pub upstream: UpstreamConfig,
     /// Delegates known at start.
@@ -139,6 +143,7 @@ impl Config {
         self.identity.check(&mut c);
         self.discovery.check(&mut c);
         self.sessions.check(&mut c);
+        self.task_status.check(&mut c);
         self.upstream.check(&mut c);
         self.provenance.check(&mut c);
         self.cluster.check(&mut c);

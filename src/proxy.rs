@@ -12,6 +12,7 @@ mod hold;
 mod record;
 mod retries;
 mod run;
+mod status;
 mod task;
 
 pub use retries::RetryBudget;
@@ -156,6 +157,8 @@ pub struct Proxy {
     policy_limits: crate::limits::LimiterMap,
     /// Replay nonces of signed messages.
     nonces: Nonces,
+    /// Recent task outcomes, for status queries (this replica's tasks).
+    statuses: status::TaskStatuses,
     /// Cluster mode: the Redis connection, which only `/readyz` asks directly.
     redis: Option<crate::state::redis::Redis>,
     version: String,
@@ -190,6 +193,7 @@ impl Proxy {
         } = Stores::local(&cfg);
         Proxy {
             retries: RetryBudget::new(cfg.fallback.clone()),
+            statuses: status::TaskStatuses::new(&cfg.task_status),
             cfg,
             registry,
             policies: ArcSwap::from_pointee(policies),
@@ -320,8 +324,9 @@ impl Proxy {
         &self.cfg.identity.delegate_id
     }
 
-    /// Answers one client envelope.
-    pub async fn handle(&self, env: Envelope, ctx: &RequestCtx) -> Result<Envelope, Refused> {
+    /// Answers one client envelope. The answer is shared: a task's is also kept for status
+    /// queries.
+    pub async fn handle(&self, env: Envelope, ctx: &RequestCtx) -> Result<Arc<Envelope>, Refused> {
         self.handle_with(env, ctx, None).await
     }
 
@@ -332,7 +337,7 @@ impl Proxy {
         mut env: Envelope,
         ctx: &RequestCtx,
         progress: Option<&tokio::sync::mpsc::Sender<Envelope>>,
-    ) -> Result<Envelope, Refused> {
+    ) -> Result<Arc<Envelope>, Refused> {
         match self.dispatch(&mut env, ctx, progress).await {
             Ok(reply) => Ok(reply),
             Err(refusal) => Err(Refused {
@@ -350,7 +355,7 @@ impl Proxy {
         env: &mut Envelope,
         ctx: &RequestCtx,
         progress: Option<&tokio::sync::mpsc::Sender<Envelope>>,
-    ) -> Result<Envelope, Refusal> {
+    ) -> Result<Arc<Envelope>, Refusal> {
         self.check_ids(env)?;
         if let Some(limit) = &ctx.tenant.limit {
             self.admit(Scope::Tenant, &ctx.tenant.name, &limit.rate, || {
@@ -366,9 +371,12 @@ impl Proxy {
                 .map_err(|e| Refusal::BadRequest(format!("task payload: {e}")))?;
         }
         let env = &*env;
+        if let Some(task_id) = env.body.status_query() {
+            return Ok(self.status_query(env, ctx, task_id));
+        }
         match &env.body {
-            Body::Hello { .. } => Ok(self.hello(env)),
-            Body::SessionPropose { config } => Ok(self.propose(env, config, ctx).await),
+            Body::Hello { .. } => Ok(Arc::new(self.hello(env))),
+            Body::SessionPropose { config } => Ok(Arc::new(self.propose(env, config, ctx).await)),
             Body::TaskSubmit {
                 task_id,
                 skill,
@@ -388,8 +396,8 @@ impl Proxy {
                 )
                 .await
             }
-            Body::TaskCancel { task_id } => Ok(self.cancel(env, ctx, task_id).await),
-            Body::SessionClose { .. } => self.close(env, ctx).await,
+            Body::TaskCancel { task_id } => Ok(Arc::new(self.cancel(env, ctx, task_id).await)),
+            Body::SessionClose { .. } => self.close(env, ctx).await.map(Arc::new),
             other => Err(Refusal::BadRequest(format!(
                 "the gateway does not accept {} from clients",
                 other.message_type().as_str()

@@ -19,10 +19,16 @@
 //!   `cost_hint`, else the card's `cost_profile`) with low/medium/high = 0.001/0.01/0.05 USD;
 //! - `cost_usd = p × (1 + tokens_used / 1000)`, rounded to 1e-9 USD; omitted if there is no `p`.
 //!
+//! A TASK_UPDATE `status_query` (the reference Rust adapter's polling) is answered with the
+//! task's answer as sent, or TASK_UPDATE `working` while it runs, for the `from` that submitted
+//! it (the last 10,000 tasks, for 10 minutes); otherwise TASK_FAILED `TASK_NOT_FOUND`. A
+//! TASK_CANCEL without a session id cancels that sender's running task of that id.
+//!
 //! Confidence is the skill's quality hint (0.5 if absent); verification is `self_verified`.
 
 mod handler;
 mod session;
+mod status;
 mod task;
 
 use crate::ldp::error::GatewayCode;
@@ -143,6 +149,8 @@ struct Inner {
     knobs: Mutex<Knobs>,
     sessions: Mutex<session::Sessions>,
     inflight: Mutex<HashMap<String, handler::InFlight>>,
+    /// Recent tasks, for status queries.
+    statuses: status::Statuses,
     serials: AtomicU64,
     /// Event counters; `active_sessions` and `in_flight` are filled in on read.
     counters: Mutex<SimStats>,
@@ -181,6 +189,7 @@ impl SimState {
             knobs: Mutex::new(knobs),
             sessions: Mutex::new(session::Sessions::default()),
             inflight: Mutex::new(HashMap::new()),
+            statuses: status::Statuses::default(),
             serials: AtomicU64::new(0),
             counters: Mutex::new(SimStats::default()),
             shutdown: watch::channel(false).0,

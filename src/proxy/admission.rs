@@ -35,7 +35,9 @@ impl Proxy {
                 check("body.task_id", Some(task_id))?;
                 check("body.skill", Some(skill))
             }
-            Body::TaskCancel { task_id } => check("body.task_id", Some(task_id)),
+            Body::TaskCancel { task_id } | Body::TaskUpdate { task_id, .. } => {
+                check("body.task_id", Some(task_id))
+            }
             Body::SessionPropose { config } => {
                 check("body.config.trust_domain", config.trust_domain.as_deref())?;
                 check(

@@ -1,6 +1,7 @@
 //! Ending things: TASK_CANCEL, SESSION_CLOSE, expiry sweeps and shutdown, each closing the
 //! upstream sessions involved.
 
+use super::status::{task_not_found, TaskStatus};
 use super::{owner, Proxy, Refusal, RequestCtx};
 use crate::ldp::{Body, Envelope, PayloadMode, SessionId, TaskId};
 use crate::session::Binding;
@@ -58,13 +59,24 @@ impl Proxy {
         sent.is_ok()
     }
 
+    /// TASK_CANCEL. Without a session id (the reference Rust adapter's cancel) the task is
+    /// found in the status store, among the asking client's tasks.
     pub(super) async fn cancel(
         &self,
         env: &Envelope,
         ctx: &RequestCtx,
         task_id: &TaskId,
     ) -> Envelope {
-        let session = match self.session(&env.session_id, &owner(ctx, env)).await {
+        let session_id = if env.session_id.is_empty() {
+            match self.task_status(env, ctx, task_id) {
+                Some(TaskStatus::Running(session_id)) => session_id,
+                Some(TaskStatus::Done(_)) => return self.not_running(env, task_id),
+                None => return self.task_failed(env, task_id, task_not_found(task_id)),
+            }
+        } else {
+            env.session_id.clone()
+        };
+        let session = match self.session(&session_id, &owner(ctx, env)).await {
             Ok(Some(s)) => s,
             Ok(None) => return self.task_failed(env, task_id, self.session_not_found(env)),
             Err(e) => return self.task_failed(env, task_id, e),
@@ -72,13 +84,21 @@ impl Proxy {
         let binding = session
             .running_skill(task_id)
             .and_then(|skill| session.binding(&skill));
-        let message = match binding {
-            Some(b) => match self.send_cancel(&b, task_id).await {
-                Ok(_) => "cancelled".to_owned(),
-                Err(e) => format!("cancel could not reach the delegate: {e}"),
-            },
-            None => format!("task '{task_id}' is not running"),
+        let Some(b) = binding else {
+            return self.not_running(env, task_id);
         };
+        let message = match self.send_cancel(&b, task_id).await {
+            Ok(_) => "cancelled".to_owned(),
+            Err(e) => format!("cancel could not reach the delegate: {e}"),
+        };
+        self.cancel_answer(env, task_id, message)
+    }
+
+    fn not_running(&self, env: &Envelope, task_id: &TaskId) -> Envelope {
+        self.cancel_answer(env, task_id, format!("task '{task_id}' is not running"))
+    }
+
+    fn cancel_answer(&self, env: &Envelope, task_id: &TaskId, message: String) -> Envelope {
         env.reply(
             self.id(),
             Body::TaskUpdate {

@@ -39,6 +39,11 @@ pub(super) struct TaskCtx<'a> {
 }
 
 impl TaskCtx<'_> {
+    /// The task's key in the status store: its client and id.
+    pub(super) fn status_key(&self) -> super::status::StatusKey {
+        super::status::StatusKey::new(&self.tenant.name, &self.env.from, self.task.task_id)
+    }
+
     /// What routing needs to know of the task (no delegate excluded yet).
     pub(super) fn need(&self) -> Need<'_> {
         let contract = self.task.contract;
@@ -120,7 +125,7 @@ impl Proxy {
         ctx: &RequestCtx,
         task: TaskIn<'_>,
         progress: Progress<'_>,
-    ) -> Result<Envelope, Refusal> {
+    ) -> Result<Arc<Envelope>, Refusal> {
         let span = tracing::info_span!(
             "task",
             session_id = %env.session_id,
@@ -139,13 +144,14 @@ impl Proxy {
         ctx: &RequestCtx,
         task: TaskIn<'_>,
         progress: Progress<'_>,
-    ) -> Result<Envelope, Refusal> {
+    ) -> Result<Arc<Envelope>, Refusal> {
         let session = match self.session(&env.session_id, &super::owner(ctx, env)).await {
             Ok(Some(s)) => s,
             Ok(None) => {
-                return Ok(self.task_failed(env, task.task_id, self.session_not_found(env)))
+                let error = self.session_not_found(env);
+                return Ok(Arc::new(self.task_failed(env, task.task_id, error)));
             }
-            Err(e) => return Ok(self.task_failed(env, task.task_id, e)),
+            Err(e) => return Ok(Arc::new(self.task_failed(env, task.task_id, e))),
         };
         self.admit_task_skill(ctx, task.skill).await?;
         let started = Instant::now();
@@ -173,6 +179,8 @@ impl Proxy {
                 .await);
         }
         self.check_policy_limit(&t.policy).await?;
+        self.statuses
+            .running(t.status_key(), env.session_id.clone());
         self.retries.task();
         session.task_started(t.task.task_id, t.task.skill);
         let mut run = TaskRun::default();
@@ -181,12 +189,24 @@ impl Proxy {
         Ok(self.finish(t, &run, answer).await)
     }
 
-    /// Records the task's ledger row and metrics, then answers: a result only once its
-    /// provenance is committed.
-    async fn finish(&self, t: TaskCtx<'_>, run: &TaskRun, answer: Answer) -> Envelope {
+    /// Records the task's ledger row and metrics, then answers (a result only once its
+    /// provenance is committed), keeping the answer for status queries.
+    async fn finish(&self, t: TaskCtx<'_>, run: &TaskRun, answer: Answer) -> Arc<Envelope> {
         let row = self.ledger_row(&t, run, &answer);
         self.count(&row, t.started.elapsed(), run.upstream);
         let recorded = self.ledger.record(row).await;
+        let reply = Arc::new(self.answer(&t, answer, recorded));
+        self.statuses.done(t.status_key(), Arc::clone(&reply));
+        reply
+    }
+
+    /// The envelope that answers the task.
+    fn answer(
+        &self,
+        t: &TaskCtx<'_>,
+        answer: Answer,
+        recorded: Result<(), crate::provenance::LedgerError>,
+    ) -> Envelope {
         let (env, task_id) = (t.env, t.task.task_id);
         match (answer, recorded) {
             (Answer::Result { output, provenance }, Ok(())) => env.reply(

@@ -246,7 +246,11 @@ fn request_ctx(s: &AppState, headers: &HeaderMap) -> Result<RequestCtx, ApiError
     })
 }
 
-async fn answer(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Envelope, ApiError> {
+async fn answer(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: HttpBody,
+) -> Result<std::sync::Arc<Envelope>, ApiError> {
     let ctx = request_ctx(s, headers)?;
     let env = read_envelope(s, headers, body).await?;
     let Body::TaskSubmit { task_id, .. } = &env.body else {

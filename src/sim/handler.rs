@@ -1,6 +1,7 @@
 //! One LDP message in, one reply out: the delegate's half of the session lifecycle.
 
 use super::session::Missing;
+use super::status::{self, TaskStatus};
 use super::task::failure;
 use super::{lock, task, SimState};
 use crate::ldp::error::GatewayCode;
@@ -50,6 +51,7 @@ pub(super) async fn handle(
             )
         }
         Body::SessionPropose { config } => propose(state, &env, config),
+        Body::TaskUpdate { .. } if env.body.status_query().is_some() => status_query(state, &env),
         Body::TaskSubmit {
             task_id,
             skill,
@@ -57,6 +59,9 @@ pub(super) async fn handle(
             contract,
         } => {
             state.count(|s| &mut s.tasks);
+            let key = status::Key::new(&env.from, task_id);
+            let running = TaskStatus::Running(env.session_id.to_string());
+            inner.statuses.set(key.clone(), running);
             let task = Task {
                 state,
                 env: &env,
@@ -80,10 +85,22 @@ pub(super) async fn handle(
                     }
                 }
             };
-            env.reply(me, body, reply_mode(&env))
+            let reply = env.reply(me, body, reply_mode(&env));
+            inner
+                .statuses
+                .set(key, TaskStatus::Done(Arc::new(reply.clone())));
+            reply
         }
         Body::TaskCancel { task_id } => {
-            state.signal_cancel(task_id, &env.session_id);
+            // The reference Rust adapter cancels without a session: the task is the sender's.
+            if env.session_id.is_empty() {
+                let key = status::Key::new(&env.from, task_id);
+                if let Some(TaskStatus::Running(session)) = inner.statuses.get(&key) {
+                    state.signal_cancel(task_id, &session);
+                }
+            } else {
+                state.signal_cancel(task_id, &env.session_id);
+            }
             // The Python reference answers every cancel this way, running or not.
             let body = Body::TaskUpdate {
                 task_id: task_id.clone(),
@@ -122,6 +139,29 @@ pub(super) async fn handle(
             )
         }
     }
+}
+
+/// A status query: the task's answer as sent, `working` while it runs, else `TASK_NOT_FOUND`
+/// (unknown, forgotten, or another sender's).
+fn status_query(state: &SimState, env: &Envelope) -> Envelope {
+    let me = state.0.card.delegate_id.as_str();
+    let task_id = env.body.task_id().unwrap_or_default();
+    let body = match state.0.statuses.get(&status::Key::new(&env.from, task_id)) {
+        Some(TaskStatus::Done(answer)) => return (*answer).clone(),
+        Some(TaskStatus::Running(_)) => Body::TaskUpdate {
+            task_id: task_id.into(),
+            progress: None,
+            message: Some("working".into()),
+        },
+        None => Body::TaskFailed {
+            task_id: task_id.into(),
+            error: LdpError::gateway(
+                GatewayCode::TaskNotFound,
+                format!("task '{task_id}' is unknown, expired or not yours"),
+            ),
+        },
+    };
+    env.reply(me, body, PayloadMode::Text)
 }
 
 /// The mode to answer a task message in: the task's own, unless no SDK could parse it.

@@ -22,6 +22,7 @@ mod gateway;
 mod hardening;
 mod interop;
 mod ledger;
+mod ref_adapter;
 mod resilience;
 mod routing;
 mod security;

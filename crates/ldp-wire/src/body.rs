@@ -268,6 +268,11 @@ impl MessageType {
     }
 }
 
+/// The `message` of a TASK_UPDATE that asks for a task's status (the reference Rust adapter's
+/// `status` and `stream` poll with it); answered with the stored outcome, or TASK_UPDATE
+/// `submitted`/`working` while the task runs.
+pub const STATUS_QUERY: &str = "status_query";
+
 impl Body {
     /// Rewrites a task's input or output in its canonical form ([`Json::canonical`]): what the
     /// whole-envelope signature covers, so that what is forwarded is what was verified.
@@ -293,6 +298,19 @@ impl Body {
             Body::TaskCancel { .. } => MessageType::TaskCancel,
             Body::Attestation { .. } => MessageType::Attestation,
             Body::SessionClose { .. } => MessageType::SessionClose,
+        }
+    }
+
+    /// The task asked about, if this is a status query (the reference Rust adapter's
+    /// TASK_UPDATE whose `message` is [`STATUS_QUERY`]).
+    pub fn status_query(&self) -> Option<&TaskId> {
+        match self {
+            Body::TaskUpdate {
+                task_id,
+                message: Some(m),
+                ..
+            } if m == STATUS_QUERY => Some(task_id),
+            _ => None,
         }
     }
 

@@ -142,6 +142,9 @@ pub enum GatewayCode {
     TrustViolation,
     /// Unknown, expired, closed or someone else's session.
     SessionNotFound,
+    /// A status query names a task that is unknown, expired from the store, or someone
+    /// else's.
+    TaskNotFound,
     /// No delegate passes the skill and the constraints.
     NoEligibleDelegate,
     /// A budget would be overshot.
@@ -171,6 +174,7 @@ impl GatewayCode {
             GatewayCode::RateLimited => "RATE_LIMITED",
             GatewayCode::TrustViolation => "TRUST_VIOLATION",
             GatewayCode::SessionNotFound => "SESSION_NOT_FOUND",
+            GatewayCode::TaskNotFound => "TASK_NOT_FOUND",
             GatewayCode::NoEligibleDelegate => "NO_ELIGIBLE_DELEGATE",
             GatewayCode::BudgetExceeded => "BUDGET_EXCEEDED",
             GatewayCode::UnknownPolicy => "UNKNOWN_POLICY",
@@ -193,7 +197,7 @@ impl GatewayCode {
             | GatewayCode::SessionLimit
             | GatewayCode::BudgetExceeded
             | GatewayCode::LoopDetected => ErrorCategory::Policy,
-            GatewayCode::SessionNotFound => ErrorCategory::Session,
+            GatewayCode::SessionNotFound | GatewayCode::TaskNotFound => ErrorCategory::Session,
             GatewayCode::NoEligibleDelegate => ErrorCategory::Capability,
             GatewayCode::UpstreamFailed | GatewayCode::Unavailable => ErrorCategory::Transport,
             GatewayCode::Internal => ErrorCategory::Runtime,
@@ -221,6 +225,7 @@ impl GatewayCode {
             | GatewayCode::Unauthenticated
             | GatewayCode::TrustViolation
             | GatewayCode::SessionNotFound
+            | GatewayCode::TaskNotFound
             | GatewayCode::NoEligibleDelegate
             | GatewayCode::UnknownPolicy
             | GatewayCode::BudgetExceeded
@@ -244,6 +249,11 @@ mod tests {
         assert_eq!(
             (e.category, e.severity, e.retryable),
             (ErrorCategory::Session, ErrorSeverity::Error, false)
+        );
+        let e = LdpError::gateway(GatewayCode::TaskNotFound, "gone");
+        assert_eq!(
+            (e.code.as_str(), e.category, e.retryable),
+            ("TASK_NOT_FOUND", ErrorCategory::Session, false)
         );
         let e = LdpError::gateway(GatewayCode::UpstreamFailed, "down");
         assert_eq!(e.category, ErrorCategory::Transport);
