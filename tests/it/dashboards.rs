@@ -549,7 +549,10 @@ async fn drive(ldp_url: String, policy: Option<&'static str>, round: usize) -> (
     for i in 0..TASKS_PER_SESSION {
         let skill = SKILLS[(round + i) % SKILLS.len()];
         let input = json!(format!("round {round} task {i}: some text"));
-        match adapter.call(&ldp_url, ldp_client::Task::new(skill, input)).await {
+        match adapter
+            .call(&ldp_url, ldp_client::Task::new(skill, input))
+            .await
+        {
             Ok(_) => outcome.0 += 1,
             Err(e) if e.kind() == ldp_client::ErrorKind::Transport => panic!("{e}"),
             Err(_) => outcome.1 += 1,
