@@ -1,6 +1,7 @@
 //! The command line: one subcommand per file of `cli/`, each glue between flags and the
 //! library. Only the binary sees this module, so `clap` and `anyhow` stay out of the library.
 
+mod call;
 mod delegate;
 mod demo;
 mod provenance;
@@ -9,6 +10,7 @@ mod serve;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 /// `ldp-gateway`.
 #[derive(Parser)]
@@ -38,6 +40,10 @@ enum Command {
     Route(route::RouteArgs),
     /// Print provenance rows from the ledger database.
     Provenance(provenance::ProvenanceArgs),
+    /// Run one task against an LDP endpoint (a delegate or a gateway) and print its output,
+    /// provenance and timing; or, with `--discover`, its card.
+    #[command(after_help = call::AFTER_HELP)]
+    Call(call::CallArgs),
     /// Print the SHA-256 of an API key for `[[tenants]] api_key_sha256` (the key is read from
     /// standard input, or generated when `--generate` is given).
     HashKey {
@@ -54,12 +60,14 @@ enum Command {
 }
 
 impl Cli {
-    /// Runs the subcommand on a multi-threaded runtime.
-    pub fn run(self) -> anyhow::Result<()> {
+    /// Runs the subcommand on a multi-threaded runtime; the exit code is `call`'s (every
+    /// other subcommand succeeds or fails with an error).
+    pub fn run(self) -> anyhow::Result<ExitCode> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?;
-        match self.command {
+        let done = match self.command {
+            Command::Call(args) => return runtime.block_on(call::run(args)),
             Command::Serve { config } => runtime.block_on(serve::run(&config)),
             Command::Demo(args) => runtime.block_on(demo::run(args)),
             Command::Delegate(args) => runtime.block_on(delegate::run(args)),
@@ -67,7 +75,8 @@ impl Cli {
             Command::Provenance(args) => provenance::run(args),
             Command::HashKey { generate } => hash_key(generate),
             Command::Check { config } => check(&config),
-        }
+        };
+        done.map(|()| ExitCode::SUCCESS)
     }
 }
 

@@ -7,7 +7,7 @@ mod cli;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<std::process::ExitCode> {
     let cli = <cli::Cli as clap::Parser>::parse();
     ldp_gateway::telemetry::init();
     cli.run()

@@ -60,3 +60,26 @@ async fn smoke_invoke_stream_status_against_a_sim_and_the_gateway() {
     assert!(matches!(last, Some(Event::Completed(_))), "{last:?}");
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn close_ends_every_cached_session_and_the_adapter_stays_usable() {
+    let d = sim(SimOptions::new(card(
+        "a",
+        "default",
+        &[("echo", 0.9)],
+        &["text"],
+    )))
+    .await;
+    let a = adapter();
+    a.call(&d.url(), Task::new("echo", json!({"text": "one"})))
+        .await
+        .expect("call");
+    assert_eq!(d.stats().active_sessions, 1);
+    a.close().await;
+    let stats = d.stats();
+    assert_eq!((stats.closes, stats.active_sessions), (1, 0), "{stats:?}");
+    a.call(&d.url(), Task::new("echo", json!({"text": "two"})))
+        .await
+        .expect("a new session after close");
+    assert_eq!(d.stats().accepted, 2);
+}

@@ -12,6 +12,7 @@
 mod support;
 
 mod adapter;
+mod call;
 mod cli;
 mod cluster;
 mod dashboards;

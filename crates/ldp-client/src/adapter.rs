@@ -2,7 +2,8 @@
 //! it reads the delegate's card, checks the trust domain requirement, opens the session
 //! (HELLO → SESSION_PROPOSE → SESSION_ACCEPT, payload mode negotiated), caches it per
 //! (endpoint, session config), re-establishes it once when the delegate has forgotten it, and
-//! closes it when idle or when the adapter is dropped.
+//! closes it when idle, on [`Adapter::close`], or (in the background) when the adapter is
+//! dropped.
 
 use crate::transport::Transport;
 use crate::{base_url, Error, Secret};
@@ -293,6 +294,18 @@ impl Adapter {
             .send(&target.base, &cancel, self.inner.config.deadline)
             .await
             .map(drop)
+    }
+
+    /// Closes every cached session (SESSION_CLOSE) and waits for the answers. A program about
+    /// to end calls it: the close on drop runs in the background and dies with the runtime.
+    /// The adapter stays usable; the next task opens a new session.
+    pub async fn close(&self) {
+        for open in self.inner.sessions.take_all() {
+            self.inner
+                .transport
+                .close_session(&open.base, &open.session)
+                .await;
+        }
     }
 
     /// The base URL, session config and open session for a task to `url`.
