@@ -10,7 +10,7 @@ use crate::{base_url, Error, Secret};
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION};
 use ldp_wire::{
     Body, DelegationContract, Envelope, IdentityCard, Json, PayloadMode, Provenance, SessionConfig,
-    TaskId, TrustViolation,
+    SessionId, TaskId, TrustViolation,
 };
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -206,7 +206,7 @@ impl Adapter {
             .await?;
         Ok(Discovery {
             labels: card.labels(),
-            untrusted: self.inner.trust(&card).err(),
+            untrusted: trust(&card, self.inner.config.required_trust_domain.as_deref()).err(),
             card,
             url: base,
         })
@@ -219,13 +219,14 @@ impl Adapter {
         let task_id = TaskId::from(ldp_wire::new_id());
         let inner = self.inner.clone();
         let id = task_id.clone();
-        self.inner.tasks.submitted(&task_id, &base, &open);
+        let stopped = self.inner.tasks.submitted(&task_id, &base, &open);
         let join = tokio::spawn(async move {
-            let result = inner.run(&base, &config, open, &id, task).await;
-            inner.tasks.finished(&id, &result);
-            result
+            let result = tokio::select! {
+                result = inner.run(&base, &config, open, &id, task, None) => result,
+                Ok(()) = stopped => Err(Error::Cancelled { task_id: id.clone() }),
+            };
+            inner.tasks.finished(&id, result)
         });
-        self.inner.tasks.set_abort(&task_id, join.abort_handle());
         Ok(TaskHandle { task_id, join })
     }
 
@@ -245,17 +246,18 @@ impl Adapter {
         let (tx, rx) = tokio::sync::mpsc::channel(self.inner.config.stream_buffer.max(1));
         let inner = self.inner.clone();
         let id = task_id.clone();
-        self.inner.tasks.submitted(&task_id, &base, &open);
-        let join = tokio::spawn(async move {
-            let result = inner.run_stream(&base, &config, open, &id, task, &tx).await;
-            inner.tasks.finished(&id, &result);
-            let last = match result {
+        let stopped = self.inner.tasks.submitted(&task_id, &base, &open);
+        tokio::spawn(async move {
+            let result = tokio::select! {
+                result = inner.run(&base, &config, open, &id, task, Some(&tx)) => result,
+                Ok(()) = stopped => Err(Error::Cancelled { task_id: id.clone() }),
+            };
+            let last = match inner.tasks.finished(&id, result) {
                 Ok(outcome) => Event::Completed(Box::new(outcome)),
                 Err(e) => Event::Failed(e),
             };
             let _ = tx.send(last).await;
         });
-        self.inner.tasks.set_abort(&task_id, join.abort_handle());
         Ok(TaskStream::new(task_id, rx))
     }
 
@@ -269,8 +271,11 @@ impl Adapter {
             })
     }
 
-    /// Cancels a task: it is marked cancelled, its wait ends, and TASK_CANCEL goes to the
-    /// delegate in the task's session. A task already finished stays as it was.
+    /// Cancels a task: it is marked cancelled, TASK_CANCEL goes to the delegate in the task's
+    /// session, then its wait ends ([`TaskHandle::result`] is [`Error::Cancelled`], a stream
+    /// ends with `Event::Failed(Error::Cancelled)`). The TASK_CANCEL goes first so that it
+    /// reaches the task while the delegate still runs it. A task already finished stays as
+    /// it was.
     pub async fn cancel(&self, task_id: &TaskId) -> Result<(), Error> {
         let Some(target) = self.inner.tasks.cancel(task_id) else {
             return match self.inner.tasks.state(task_id) {
@@ -289,11 +294,15 @@ impl Adapter {
             },
             PayloadMode::Text,
         );
-        self.inner
+        let sent = self
+            .inner
             .transport
             .send(&target.base, &cancel, self.inner.config.deadline)
             .await
-            .map(drop)
+            .map(drop);
+        // Dropped (here, or with this future), it ends the task's wait.
+        drop(target.stop);
+        sent
     }
 
     /// Closes every cached session (SESSION_CLOSE) and waits for the answers. A program about
@@ -316,7 +325,7 @@ impl Adapter {
     ) -> Result<(String, SessionConfig, Open), Error> {
         let base = base_url(url)?;
         let config = self.inner.session_config(task);
-        let open = self.inner.session(&base, &config).await?;
+        let open = self.inner.session(&base, &config, None).await?;
         Ok((base, config, open))
     }
 }
@@ -362,29 +371,27 @@ impl Inner {
         config
     }
 
-    /// The RFC §7.2 check 1 made before any session: the delegate is in the required domain.
-    /// (Checks 2 and 3 are the delegate's to make, on our proposal.)
-    fn trust(&self, card: &IdentityCard) -> Result<(), TrustViolation> {
-        match &self.config.required_trust_domain {
-            Some(required) if *required != card.trust_domain.name => {
-                Err(TrustViolation::RequiredDomainMismatch {
-                    required: required.clone(),
-                    actual: card.trust_domain.name.clone(),
-                })
-            }
-            _ => Ok(()),
-        }
-    }
-
     /// The cached session for (`base`, `config`), or a new one: card read, trust checked,
-    /// handshake done. Concurrent callers for the same key share one handshake.
-    async fn session(&self, base: &str, config: &SessionConfig) -> Result<Open, Error> {
+    /// handshake done. Concurrent callers for the same key share one handshake. A cached
+    /// session `stale` (the delegate has forgotten it) is dropped, not handed out.
+    async fn session(
+        &self,
+        base: &str,
+        config: &SessionConfig,
+        stale: Option<&SessionId>,
+    ) -> Result<Open, Error> {
         let idle = self.config.session_idle;
         let (slot, evicted) = self.sessions.slot(base, config);
         for old in evicted {
             self.transport.close_session(&old.base, &old.session).await;
         }
         let mut guard = slot.lock().await;
+        if guard
+            .as_ref()
+            .is_some_and(|open| Some(&open.session.session_id) == stale)
+        {
+            *guard = None;
+        }
         if let Some(open) = guard.as_mut() {
             if !open.expired(idle) {
                 open.last_used = Instant::now();
@@ -398,7 +405,8 @@ impl Inner {
             .transport
             .fetch_card(base, self.config.deadline)
             .await?;
-        self.trust(&card).map_err(|violation| Error::Untrusted {
+        let required = config.required_trust_domain.as_deref();
+        trust(&card, required).map_err(|violation| Error::Untrusted {
             url: base.to_owned(),
             violation,
         })?;
@@ -412,6 +420,8 @@ impl Inner {
     }
 
     /// TASK_SUBMIT in `open`, once more in a new session if the delegate forgot this one.
+    /// With `updates`, on the endpoint's stream, every TASK_UPDATE sent there (awaited:
+    /// backpressure); an endpoint without a stream route gets one plain exchange instead.
     async fn run(
         &self,
         base: &str,
@@ -419,68 +429,55 @@ impl Inner {
         open: Open,
         task_id: &TaskId,
         task: Task,
+        updates: Option<&tokio::sync::mpsc::Sender<Event>>,
     ) -> Result<Outcome, Error> {
         let started = Instant::now();
         let input = Json::from_value(&task.input);
         let mut open = open;
+        let mut updates = updates;
         let mut renewed = false;
         loop {
-            self.tasks.running(task_id);
+            self.tasks.running(task_id, &open);
             let submit = self.submit_envelope(&open, task_id, &task, input.clone());
-            let answer = self
-                .transport
-                .send(base, &submit, self.config.deadline)
-                .await?;
+            let answer = match updates {
+                Some(tx) => {
+                    let relay = |update: Envelope| async move {
+                        if let Body::TaskUpdate {
+                            progress, message, ..
+                        } = update.body
+                        {
+                            let _ = tx.send(Event::Progress { progress, message }).await;
+                        }
+                    };
+                    let streamed = self
+                        .transport
+                        .send_stream(base, &submit, self.config.deadline, None, relay)
+                        .await;
+                    match streamed {
+                        // No stream route here: the task was not taken; one plain exchange.
+                        Err(Error::Status {
+                            status: 404 | 405, ..
+                        }) => {
+                            updates = None;
+                            continue;
+                        }
+                        other => other?,
+                    }
+                }
+                None => {
+                    self.transport
+                        .send(base, &submit, self.config.deadline)
+                        .await?
+                }
+            };
             match self.settle(answer, task_id, started) {
                 Err(Error::Failed { error }) if !renewed && forgot_session(&error) => {
                     renewed = true;
-                    self.sessions.forget(base, config, &open.session.session_id);
-                    open = self.session(base, config).await?;
+                    let stale = open.session.session_id.clone();
+                    open = self.session(base, config, Some(&stale)).await?;
                 }
                 settled => return settled,
             }
-        }
-    }
-
-    /// [`Inner::run`] on `/ldp/stream`, every update sent to `updates` (awaited: backpressure).
-    async fn run_stream(
-        &self,
-        base: &str,
-        config: &SessionConfig,
-        open: Open,
-        task_id: &TaskId,
-        task: Task,
-        updates: &tokio::sync::mpsc::Sender<Event>,
-    ) -> Result<Outcome, Error> {
-        let started = Instant::now();
-        self.tasks.running(task_id);
-        let submit = self.submit_envelope(&open, task_id, &task, Json::from_value(&task.input));
-        let relay = |update: Envelope| async move {
-            if let Body::TaskUpdate {
-                progress, message, ..
-            } = update.body
-            {
-                let _ = updates.send(Event::Progress { progress, message }).await;
-            }
-        };
-        let answer = self
-            .transport
-            .send_stream(base, &submit, self.config.deadline, None, relay)
-            .await;
-        match answer {
-            Ok(answer) => match self.settle(answer, task_id, started) {
-                Err(Error::Failed { error }) if forgot_session(&error) => {
-                    self.sessions.forget(base, config, &open.session.session_id);
-                    let open = self.session(base, config).await?;
-                    self.run(base, config, open, task_id, task).await
-                }
-                settled => settled,
-            },
-            // No stream route here: one plain exchange instead.
-            Err(Error::Status {
-                status: 404 | 405, ..
-            }) => self.run(base, config, open, task_id, task).await,
-            Err(e) => Err(e),
         }
     }
 
@@ -531,6 +528,20 @@ impl Inner {
                 got: other.message_type().as_str(),
             }),
         }
+    }
+}
+
+/// The RFC §7.2 check 1 made before any session: the delegate is in the `required` domain.
+/// (Checks 2 and 3 are the delegate's to make, on our proposal.)
+fn trust(card: &IdentityCard, required: Option<&str>) -> Result<(), TrustViolation> {
+    match required {
+        Some(required) if required != card.trust_domain.name => {
+            Err(TrustViolation::RequiredDomainMismatch {
+                required: required.to_owned(),
+                actual: card.trust_domain.name.clone(),
+            })
+        }
+        _ => Ok(()),
     }
 }
 

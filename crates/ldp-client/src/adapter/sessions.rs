@@ -2,7 +2,7 @@
 //! closed past the bound.
 
 use crate::transport::Session;
-use ldp_wire::{SessionConfig, SessionId};
+use ldp_wire::SessionConfig;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -99,21 +99,6 @@ impl Sessions {
         let slot = Slot::default();
         slots.insert(key, (slot.clone(), now));
         (slot, evicted)
-    }
-
-    /// Drops the cached session for (`base`, `config`) if it is still `session_id`.
-    pub(super) fn forget(&self, base: &str, config: &SessionConfig, session_id: &SessionId) {
-        let slots = self.lock();
-        if let Some((slot, _)) = slots.get(&Self::key(base, config)) {
-            if let Ok(mut open) = slot.try_lock() {
-                if open
-                    .as_ref()
-                    .is_some_and(|o| o.session.session_id == *session_id)
-                {
-                    *open = None;
-                }
-            }
-        }
     }
 
     /// Takes out every session idle past its time.

@@ -7,7 +7,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 
-/// One event of a streamed task. The last is `Completed` or `Failed`.
+/// One event of a streamed task. The last is `Completed` or `Failed` (`Error::Cancelled` for
+/// a task cancelled through the adapter).
 #[derive(Debug)]
 pub enum Event {
     /// A TASK_UPDATE from the delegate.
@@ -41,7 +42,7 @@ impl TaskStream {
         &self.task_id
     }
 
-    /// The next event; `None` once the last has been read (or the task was cancelled).
+    /// The next event; `None` once the last has been read.
     pub async fn next(&mut self) -> Option<Event> {
         self.events.recv().await
     }

@@ -6,7 +6,7 @@ use crate::Error;
 use ldp_wire::{DelegateId, SessionId, TaskId};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
-use tokio::task::AbortHandle;
+use tokio::sync::oneshot;
 
 /// Where a task stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,11 +44,24 @@ impl TaskState {
     }
 }
 
-/// Where to send a TASK_CANCEL.
+/// Where to send a TASK_CANCEL, and what ends the task's local wait.
 pub(super) struct CancelTarget {
     pub(super) base: String,
     pub(super) session_id: SessionId,
     pub(super) delegate_id: DelegateId,
+    pub(super) stop: Stop,
+}
+
+/// Ends a task's local wait when fired or dropped (so a `cancel` whose future is dropped
+/// half-way still ends it).
+pub(super) struct Stop(Option<oneshot::Sender<()>>);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 struct Record {
@@ -56,7 +69,8 @@ struct Record {
     base: String,
     session_id: SessionId,
     delegate_id: DelegateId,
-    abort: Option<AbortHandle>,
+    /// Fired by `cancel`; the task's run stops waiting for the delegate.
+    stop: Option<oneshot::Sender<()>>,
 }
 
 #[derive(Default)]
@@ -86,8 +100,15 @@ impl Tasks {
     }
 
     /// Records a new task sent in `open`, dropping the oldest finished records (the oldest of
-    /// all when none has finished) to stay within the bound.
-    pub(super) fn submitted(&self, task_id: &TaskId, base: &str, open: &Open) {
+    /// all when none has finished) to stay within the bound. The receiver resolves when the
+    /// task is cancelled.
+    pub(super) fn submitted(
+        &self,
+        task_id: &TaskId,
+        base: &str,
+        open: &Open,
+    ) -> oneshot::Receiver<()> {
+        let (stop, stopped) = oneshot::channel();
         let mut book = self.lock();
         while book.records.len() >= self.max {
             let finished = book
@@ -106,46 +127,55 @@ impl Tasks {
                 base: base.to_owned(),
                 session_id: open.session.session_id.clone(),
                 delegate_id: open.session.delegate_id.clone(),
-                abort: None,
+                stop: Some(stop),
             },
         );
         book.order.push_back(task_id.clone());
+        stopped
     }
 
-    pub(super) fn set_abort(&self, task_id: &TaskId, abort: AbortHandle) {
-        if let Some(r) = self.lock().records.get_mut(task_id) {
-            r.abort = Some(abort);
-        }
-    }
-
-    /// The TASK_SUBMIT is on its way (again, after a re-handshake).
-    pub(super) fn running(&self, task_id: &TaskId) {
+    /// The TASK_SUBMIT is on its way in `open` (again, in a new session, after a
+    /// re-handshake: a TASK_CANCEL must name that one).
+    pub(super) fn running(&self, task_id: &TaskId, open: &Open) {
         if let Some(r) = self.lock().records.get_mut(task_id) {
             if !r.state.is_final() {
                 r.state = TaskState::Running;
+                r.session_id = open.session.session_id.clone();
+                r.delegate_id = open.session.delegate_id.clone();
             }
         }
     }
 
-    /// The task ended with `result` (a cancelled task stays cancelled).
-    pub(super) fn finished<T>(&self, task_id: &TaskId, result: &Result<T, Error>) {
-        if let Some(r) = self.lock().records.get_mut(task_id) {
-            if r.state != TaskState::Cancelled {
-                r.state = match result {
-                    Ok(_) => TaskState::Completed,
-                    Err(_) => TaskState::Failed,
-                };
-            }
-            r.abort = None;
+    /// The task ended with `result`, which is returned, or [`Error::Cancelled`] for a task
+    /// cancelled meanwhile (it stays cancelled, whatever the delegate answered).
+    pub(super) fn finished<T>(
+        &self,
+        task_id: &TaskId,
+        result: Result<T, Error>,
+    ) -> Result<T, Error> {
+        let mut book = self.lock();
+        let Some(r) = book.records.get_mut(task_id) else {
+            return result;
+        };
+        r.stop = None;
+        if r.state == TaskState::Cancelled {
+            return Err(Error::Cancelled {
+                task_id: task_id.clone(),
+            });
         }
+        r.state = match &result {
+            Ok(_) => TaskState::Completed,
+            Err(_) => TaskState::Failed,
+        };
+        result
     }
 
     pub(super) fn state(&self, task_id: &TaskId) -> Option<TaskState> {
         self.lock().records.get(task_id).map(|r| r.state)
     }
 
-    /// Marks a task that has not finished cancelled and stops waiting for it; where to send
-    /// its TASK_CANCEL. `None` if it is unknown or already over.
+    /// Marks a task that has not finished cancelled; where to send its TASK_CANCEL, and the
+    /// [`Stop`] that ends its wait. `None` if it is unknown or already over.
     pub(super) fn cancel(&self, task_id: &TaskId) -> Option<CancelTarget> {
         let mut book = self.lock();
         let r = book.records.get_mut(task_id)?;
@@ -153,13 +183,11 @@ impl Tasks {
             return None;
         }
         r.state = TaskState::Cancelled;
-        if let Some(abort) = r.abort.take() {
-            abort.abort();
-        }
         Some(CancelTarget {
             base: r.base.clone(),
             session_id: r.session_id.clone(),
             delegate_id: r.delegate_id.clone(),
+            stop: Stop(r.stop.take()),
         })
     }
 }
