@@ -78,7 +78,7 @@ enum RegistrationError {
     Parse {
         /// The URL as given.
         url: String,
-        /// The parser's reason (its error type is not exported by reqwest).
+        /// The parser's reason.
         reason: String,
     },
     /// Its host is not on `security.registration_allow`.
@@ -93,13 +93,15 @@ fn registration_allowed(url: &str, allow: &[String]) -> Result<(), RegistrationE
         return Ok(());
     }
     let base = crate::config::normalize_url(url)?;
-    // The host the HTTP client will connect to, parsed by the client's own URL parser:
+    // The host, parsed by the URI parser of the HTTP stack the client connects with:
     // splitting the string by hand read `http://127.0.0.1:80@169.254.169.254/` as 127.0.0.1.
-    let parsed = reqwest::Url::parse(&base).map_err(|e| RegistrationError::Parse {
-        url: url.to_owned(),
-        reason: e.to_string(),
-    })?;
-    let host = parsed.host_str().unwrap_or("");
+    let parsed = base
+        .parse::<hyper::Uri>()
+        .map_err(|e| RegistrationError::Parse {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        })?;
+    let host = parsed.host().unwrap_or("");
     let host = host
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))

@@ -222,39 +222,3 @@ impl Error {
         }
     }
 }
-
-pub(crate) fn classify(url: &str, timeout: Duration, e: reqwest::Error) -> Error {
-    if e.is_timeout() {
-        return Error::Timeout {
-            url: url.to_owned(),
-            after: timeout,
-        };
-    }
-    // The source chain carries the useful part ("Connection refused").
-    let mut reason = e.to_string();
-    let mut src = std::error::Error::source(&e);
-    while let Some(s) = src {
-        reason = s.to_string();
-        src = s.source();
-    }
-    if e.is_connect() {
-        Error::Connect {
-            url: url.to_owned(),
-            reason,
-        }
-    } else {
-        Error::Broken {
-            url: url.to_owned(),
-            reason,
-        }
-    }
-}
-
-/// A transport failure before the answer's head arrived: the delegate never answered, so the
-/// task may go to another (HTTP/1.1 keep-alive races a closing delegate on every request).
-pub(crate) fn unanswered(e: Error) -> Error {
-    match e {
-        Error::Broken { url, reason } => Error::Unanswered { url, reason },
-        other => other,
-    }
-}

@@ -13,10 +13,14 @@ use std::time::Duration;
 mod card;
 mod pool;
 mod stream;
+#[cfg(feature = "tls")]
+mod tls;
 
-use crate::error::{classify, unanswered};
 use crate::Error;
+use bytes::Bytes;
 pub use card::CardLimits;
+use hyper::StatusCode;
+use pool::Req;
 
 /// An upstream session the gateway opened with a delegate.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -29,13 +33,15 @@ pub struct Session {
     pub delegate_id: DelegateId,
 }
 
-/// HTTP client to delegates, with a connection pool, no redirects and deadlines. Task
-/// messages to plain-HTTP delegates go through [`pool::Pool`] (the hot path); card fetches,
-/// streams and HTTPS through reqwest.
+/// HTTP client to LDP endpoints, with one keep-alive connection pool, no redirects and
+/// deadlines. Every plain-HTTP request (messages, cards, streams) goes through its pool
+/// (`pool.rs`, hyper's connection API); HTTPS, with the `tls` feature, through reqwest
+/// (`tls.rs`).
 #[derive(Clone)]
 pub struct Transport {
-    http: reqwest::Client,
     pool: std::sync::Arc<pool::Pool>,
+    #[cfg(feature = "tls")]
+    tls: tls::Tls,
     from: String,
     handshake_timeout: Duration,
     /// Per-delegate signing secrets, by base URL.
@@ -69,15 +75,9 @@ impl Transport {
         connect_timeout: Duration,
         handshake_timeout: Duration,
     ) -> Self {
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(connect_timeout)
-            .tcp_nodelay(true)
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
         Transport {
-            http,
+            #[cfg(feature = "tls")]
+            tls: tls::Tls::new(connect_timeout, POOL_IDLE_TIMEOUT),
             pool: std::sync::Arc::new(pool::Pool::new(connect_timeout, POOL_IDLE_TIMEOUT)),
             from: from.into(),
             handshake_timeout,
@@ -133,7 +133,7 @@ impl Transport {
     }
 
     /// The JSON bytes to send to `base`: signed when a secret is registered for it.
-    fn encode(&self, base: &str, path: &str, envelope: &Envelope) -> Result<Vec<u8>, Error> {
+    fn encode(&self, base: &str, path: &str, envelope: &Envelope) -> Result<Bytes, Error> {
         let malformed = |reason: String| Error::Malformed {
             url: format!("{base}{path}"),
             reason,
@@ -148,9 +148,15 @@ impl Transport {
                     ldp_wire::signing::Algorithm::Reference,
                 )
                 .map_err(|e| malformed(e.to_string()))?;
-                signed.to_vec().map_err(|e| malformed(e.to_string()))
+                signed
+                    .to_vec()
+                    .map(Bytes::from)
+                    .map_err(|e| malformed(e.to_string()))
             }
-            None => envelope.to_vec().map_err(|e| malformed(e.to_string())),
+            None => envelope
+                .to_vec()
+                .map(Bytes::from)
+                .map_err(|e| malformed(e.to_string())),
         }
     }
 
@@ -173,21 +179,16 @@ impl Transport {
         timeout: Duration,
         hops: Option<u32>,
     ) -> Result<Envelope, Error> {
-        let body = self.encode(base, "/ldp/messages", envelope)?;
-        let (status, bytes) = if pool::Pool::serves(base) {
-            self.pool
-                .post_message(
-                    base,
-                    body,
-                    timeout,
-                    self.max_response_bytes,
-                    hops,
-                    &self.headers,
-                )
-                .await?
-        } else {
-            self.post_reqwest(base, body, timeout, hops).await?
+        let req = Req {
+            path: pool::MESSAGES,
+            body: Some(self.encode(base, pool::MESSAGES, envelope)?),
+            hops,
+            events: false,
+            headers: &self.headers,
         };
+        let (status, bytes) = self
+            .exchange(base, &req, timeout, self.max_response_bytes)
+            .await?;
         let url = || format!("{base}/ldp/messages");
         if !status.is_success() {
             return Err(Self::status_error(url(), status.as_u16(), &bytes));
@@ -198,42 +199,37 @@ impl Transport {
         })
     }
 
-    /// [`Transport::send`]'s exchange through reqwest (HTTPS delegates).
-    async fn post_reqwest(
+    /// Sends `req` to `base` and reads the whole answer (at most `max_bytes`) within
+    /// `timeout`: plain HTTP through the pool, HTTPS through `tls.rs`.
+    async fn exchange(
         &self,
         base: &str,
-        body: Vec<u8>,
+        req: &Req<'_>,
         timeout: Duration,
-        hops: Option<u32>,
-    ) -> Result<(reqwest::StatusCode, bytes::Bytes), Error> {
-        let url = format!("{base}/ldp/messages");
-        let mut req = self.http.post(&url);
-        if let Some(n) = hops {
-            req = req.header(HOPS_HEADER, n);
+        max_bytes: usize,
+    ) -> Result<(StatusCode, Bytes), Error> {
+        if pool::Pool::serves(base) {
+            return self.pool.exchange(base, req, timeout, max_bytes).await;
         }
-        for (name, value) in self.headers.iter() {
-            req = req.header(name, value);
+        #[cfg(feature = "tls")]
+        if base.starts_with("https://") {
+            return self.tls.exchange(base, req, timeout, max_bytes).await;
         }
-        let resp = req
-            .header("content-type", "application/json")
-            .body(body)
-            .timeout(timeout)
-            .send()
-            .await
-            .map_err(|e| unanswered(classify(&url, timeout, e)))?;
-        let status = resp.status();
-        let mut resp = resp;
-        let mut bytes = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| classify(&url, timeout, e))? {
-            if bytes.len() + chunk.len() > self.max_response_bytes {
-                return Err(Error::Malformed {
-                    url,
-                    reason: format!("answer larger than {} bytes", self.max_response_bytes),
-                });
-            }
-            bytes.extend_from_slice(&chunk);
+        Err(unsupported(base))
+    }
+
+    /// Sends `req` to `base` and returns the answer's status and its body to read as it comes.
+    async fn open(&self, base: &str, req: &Req<'_>) -> Result<(StatusCode, Answer), Error> {
+        if pool::Pool::serves(base) {
+            let (status, body) = self.pool.open(base, req).await?;
+            return Ok((status, Answer::Plain(body)));
         }
-        Ok((status, bytes.into()))
+        #[cfg(feature = "tls")]
+        if base.starts_with("https://") {
+            let (status, body) = self.tls.open(base, req).await?;
+            return Ok((status, Answer::Tls(body)));
+        }
+        Err(unsupported(base))
     }
 
     /// HELLO → CAPABILITY_MANIFEST → SESSION_PROPOSE → SESSION_ACCEPT with the delegate at
@@ -319,5 +315,32 @@ impl Transport {
         if let Err(e) = self.send(base, &close, self.handshake_timeout).await {
             tracing::debug!(delegate = %base, error = %e, "upstream SESSION_CLOSE failed");
         }
+    }
+}
+
+/// An answer's body read as it comes (a stream).
+enum Answer {
+    Plain(pool::Body),
+    #[cfg(feature = "tls")]
+    Tls(tls::Body),
+}
+
+impl Answer {
+    /// The next piece; `None` at the end.
+    async fn chunk(&mut self) -> Result<Option<Bytes>, String> {
+        match self {
+            Answer::Plain(b) => b.chunk().await,
+            #[cfg(feature = "tls")]
+            Answer::Tls(b) => b.chunk().await,
+        }
+    }
+}
+
+/// A base URL this build cannot call (HTTPS without the `tls` feature).
+fn unsupported(base: &str) -> Error {
+    if base.starts_with("https://") && !cfg!(feature = "tls") {
+        Error::Url(crate::UrlError::NeedsTls)
+    } else {
+        Error::Url(crate::UrlError::Scheme(base.to_owned()))
     }
 }

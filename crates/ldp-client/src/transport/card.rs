@@ -1,9 +1,9 @@
 //! Identity cards: fetched (well-known path, then `/ldp/identity`) within size and capability
 //! caps, at most `discovery.concurrency` at a time.
 
-use super::Transport;
-use crate::error::classify;
+use super::{Req, Transport};
 use crate::Error;
+use bytes::Bytes;
 use ldp_wire::IdentityCard;
 use std::time::Duration;
 
@@ -45,35 +45,28 @@ impl Transport {
         self.cards
     }
 
-    /// GETs `url` and reads at most `max` bytes of its answer, all within `timeout`.
-    async fn get_json(&self, url: &str, timeout: Duration, max: usize) -> Result<Vec<u8>, Error> {
-        let too_large = || Error::Malformed {
-            url: url.to_owned(),
-            reason: format!("answer larger than {max} bytes"),
+    /// GETs `base` + `path` and reads at most `max` bytes of its answer, all within `timeout`.
+    async fn get_json(
+        &self,
+        base: &str,
+        path: &'static str,
+        timeout: Duration,
+        max: usize,
+    ) -> Result<Bytes, Error> {
+        let req = Req {
+            path,
+            body: None,
+            hops: None,
+            events: false,
+            headers: &self.headers,
         };
-        let mut req = self.http.get(url);
-        for (name, value) in self.headers.iter() {
-            req = req.header(name, value);
-        }
-        let mut resp = req
-            .timeout(timeout)
-            .send()
-            .await
-            .map_err(|e| classify(url, timeout, e))?;
-        if !resp.status().is_success() {
-            let status = resp.status().as_u16();
-            let body = resp.bytes().await.unwrap_or_default();
-            return Err(Self::status_error(url.to_owned(), status, &body));
-        }
-        if resp.content_length().is_some_and(|n| n > max as u64) {
-            return Err(too_large());
-        }
-        let mut bytes = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| classify(url, timeout, e))? {
-            if bytes.len() + chunk.len() > max {
-                return Err(too_large());
-            }
-            bytes.extend_from_slice(&chunk);
+        let (status, bytes) = self.exchange(base, &req, timeout, max).await?;
+        if !status.is_success() {
+            return Err(Self::status_error(
+                format!("{base}{path}"),
+                status.as_u16(),
+                &bytes,
+            ));
         }
         Ok(bytes)
     }
@@ -88,7 +81,10 @@ impl Transport {
         let mut last = None;
         for path in ["/.well-known/ldp-identity", "/ldp/identity"] {
             let url = format!("{base}{path}");
-            match self.get_json(&url, timeout, self.cards.max_bytes).await {
+            match self
+                .get_json(base, path, timeout, self.cards.max_bytes)
+                .await
+            {
                 Ok(bytes) => {
                     let card = serde_json::from_slice::<IdentityCard>(&bytes).map_err(|e| {
                         Error::Malformed {

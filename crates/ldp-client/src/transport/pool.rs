@@ -7,8 +7,9 @@ use crate::Error;
 use bytes::Bytes;
 use dashmap::DashMap;
 use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, HOST};
+use hyper::header::{HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, StatusCode, Uri};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,16 +17,70 @@ use std::time::{Duration, Instant};
 /// Most idle connections kept per delegate.
 const MAX_IDLE: usize = 1024;
 
+/// The hot route, whose URI each origin parses once.
+pub(super) const MESSAGES: &str = "/ldp/messages";
+
+/// One side of a connection: where requests are written.
+type Conn = SendRequest<Full<Bytes>>;
+
+/// A request: a GET, or a POST of a JSON body; to a path below the base URL.
+pub(super) struct Req<'a> {
+    /// Below the base URL (`/ldp/messages`, `/ldp/stream`, `/ldp/identity`, …).
+    pub(super) path: &'static str,
+    /// The JSON to POST; `None` for a GET.
+    pub(super) body: Option<Bytes>,
+    /// `x-ldp-hops`, for a forwarded task.
+    pub(super) hops: Option<u32>,
+    /// Asks for Server-Sent Events.
+    pub(super) events: bool,
+    /// The transport's own headers (a client's `Authorization`, `x-ldp-policy`).
+    pub(super) headers: &'a [(HeaderName, HeaderValue)],
+}
+
+/// An answer's body being read (a stream), holding its connection until the end.
+pub(super) struct Body {
+    body: Incoming,
+    conn: Option<(Arc<Origin>, Conn)>,
+    idle_timeout: Duration,
+}
+
+impl Body {
+    /// The next piece of data; `None` at the end, when the connection is returned to the pool.
+    pub(super) async fn chunk(&mut self) -> Result<Option<Bytes>, String> {
+        loop {
+            match self.body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Ok(Some(data));
+                    }
+                }
+                Some(Err(e)) => return Err(error_chain(&e)),
+                None => {
+                    if let Some((origin, mut tx)) = self.conn.take() {
+                        if tx.ready().await.is_ok() {
+                            origin.checkin(tx, self.idle_timeout);
+                        }
+                    }
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
 /// A delegate's address, parsed once, and its idle connections (most recent last).
-struct Origin {
+pub(super) struct Origin {
     authority: String,
     host: HeaderValue,
+    /// The base URL's path, for routes other than the hot one.
+    prefix: String,
+    /// `prefix` + `/ldp/messages`, parsed once.
     messages: Uri,
     idle: Mutex<Vec<Idle>>,
 }
 
 struct Idle {
-    tx: SendRequest<Full<Bytes>>,
+    tx: Conn,
     since: Instant,
 }
 
@@ -43,9 +98,18 @@ impl Origin {
         Some(Origin {
             authority: authority.to_owned(),
             host: HeaderValue::from_str(authority).ok()?,
+            prefix: prefix.to_owned(),
             messages: Uri::try_from(format!("{prefix}/ldp/messages")).ok()?,
             idle: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Where `path` is on this origin.
+    fn uri(&self, path: &str) -> Option<Uri> {
+        if path == MESSAGES {
+            return Some(self.messages.clone());
+        }
+        Uri::try_from(format!("{}{path}", self.prefix)).ok()
     }
 
     /// The most recently used idle connection, if one is younger than `max_age`.
@@ -97,7 +161,7 @@ impl Pool {
         }
     }
 
-    /// Whether this pool serves `base` (plain `http://`; HTTPS goes through reqwest).
+    /// Whether this pool serves `base` (plain `http://`; HTTPS goes through `tls.rs`).
     pub(super) fn serves(base: &str) -> bool {
         base.starts_with("http://")
     }
@@ -116,51 +180,90 @@ impl Pool {
         )
     }
 
-    /// POSTs `body` (JSON) to `base` + `/ldp/messages` and reads the whole answer, at most
-    /// `max_bytes` of it, all within `timeout`. Errors follow [`Error`]'s contract:
-    /// `Connect` (no connection), `Unanswered` (the connection failed before the answer's
-    /// head), `Broken` (it failed during the answer), `Timeout`, `Malformed` (too large).
-    pub(super) async fn post_message(
+    /// `req` to `base` as an HTTP request on this origin.
+    fn request(
+        &self,
+        origin: &Origin,
+        req: &Req<'_>,
+        url: &str,
+    ) -> Result<Request<Full<Bytes>>, Error> {
+        let malformed = |reason: String| Error::Malformed {
+            url: url.to_owned(),
+            reason,
+        };
+        let uri = origin
+            .uri(req.path)
+            .ok_or_else(|| malformed("not a valid request path".into()))?;
+        let mut r = Request::builder()
+            .method(if req.body.is_some() {
+                Method::POST
+            } else {
+                Method::GET
+            })
+            .uri(uri)
+            .header(HOST, origin.host.clone());
+        if req.body.is_some() {
+            r = r.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        if req.events {
+            r = r.header(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        }
+        if let Some(n) = req.hops {
+            r = r.header(super::HOPS_HEADER, HeaderValue::from(n));
+        }
+        for (name, value) in req.headers {
+            r = r.header(name, value);
+        }
+        // A `Bytes` clone shares the buffer.
+        let body = req.body.clone().unwrap_or_default();
+        r.body(Full::new(body))
+            .map_err(|e| malformed(e.to_string()))
+    }
+
+    /// Sends `req` and waits for the answer's head.
+    async fn start(
         &self,
         base: &str,
-        body: Vec<u8>,
-        timeout: Duration,
-        max_bytes: usize,
-        hops: Option<u32>,
-        headers: &[(HeaderName, HeaderValue)],
-    ) -> Result<(StatusCode, Bytes), Error> {
-        let url = || format!("{base}/ldp/messages");
+        req: &Req<'_>,
+        url: &str,
+    ) -> Result<(Arc<Origin>, Conn, hyper::Response<Incoming>), Error> {
         let Some(origin) = self.origin(base) else {
             return Err(Error::Malformed {
-                url: url(),
+                url: url.to_owned(),
                 reason: "not an http://host:port[/path] URL".into(),
             });
         };
-        let mut req = Request::builder()
-            .method(Method::POST)
-            .uri(origin.messages.clone())
-            .header(HOST, origin.host.clone())
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(n) = hops {
-            req = req.header(super::HOPS_HEADER, HeaderValue::from(n));
-        }
-        for (name, value) in headers {
-            req = req.header(name, value);
-        }
-        let req = req
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| Error::Malformed {
-                url: url(),
-                reason: e.to_string(),
+        let request = self.request(&origin, req, url)?;
+        let (tx, resp) = self
+            .send(&origin, request)
+            .await
+            .map_err(|reason| match reason {
+                SendError::Connect(reason) => Error::Connect {
+                    url: url.to_owned(),
+                    reason,
+                },
+                SendError::Unanswered(reason) => Error::Unanswered {
+                    url: url.to_owned(),
+                    reason,
+                },
             })?;
+        Ok((origin, tx, resp))
+    }
+
+    /// Sends `req` to `base` and reads the whole answer, at most `max_bytes` of it, all within
+    /// `timeout`. Errors follow [`Error`]'s contract: `Connect` (no connection), `Unanswered`
+    /// (the connection failed before the answer's head), `Broken` (it failed during the
+    /// answer), `Timeout`, `Malformed` (too large).
+    pub(super) async fn exchange(
+        &self,
+        base: &str,
+        req: &Req<'_>,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Result<(StatusCode, Bytes), Error> {
+        let url = || format!("{base}{}", req.path);
         let exchange = async {
-            let (mut tx, resp) = self
-                .send(&origin, req)
-                .await
-                .map_err(|reason| match reason {
-                    SendError::Connect(reason) => Error::Connect { url: url(), reason },
-                    SendError::Unanswered(reason) => Error::Unanswered { url: url(), reason },
-                })?;
+            let (origin, mut tx, resp) = self.start(base, req, &url()).await?;
             let status = resp.status();
             let body = Limited::new(resp.into_body(), max_bytes)
                 .collect()
@@ -193,6 +296,26 @@ impl Pool {
                     after: timeout,
                 })
             })
+    }
+
+    /// Sends `req` to `base` and returns the answer's status and its body to read piece by
+    /// piece (a stream); the connection goes back to the pool once the body is read to its end.
+    pub(super) async fn open(
+        &self,
+        base: &str,
+        req: &Req<'_>,
+    ) -> Result<(StatusCode, Body), Error> {
+        let url = format!("{base}{}", req.path);
+        let (origin, tx, resp) = self.start(base, req, &url).await?;
+        let status = resp.status();
+        Ok((
+            status,
+            Body {
+                body: resp.into_body(),
+                conn: Some((origin, tx)),
+                idle_timeout: self.idle_timeout,
+            },
+        ))
     }
 
     /// Sends on an idle connection, or a new one if there is none or the idle one turns out
@@ -308,15 +431,15 @@ mod tests {
             .port();
         let pool = Pool::new(Duration::from_secs(1), Duration::from_secs(60));
         let base = format!("http://127.0.0.1:{port}");
+        let req = Req {
+            path: MESSAGES,
+            body: Some(Bytes::from_static(b"{}")),
+            hops: None,
+            events: false,
+            headers: &[],
+        };
         let err = pool
-            .post_message(
-                &base,
-                b"{}".to_vec(),
-                Duration::from_secs(2),
-                1024,
-                None,
-                &[],
-            )
+            .exchange(&base, &req, Duration::from_secs(2), 1024)
             .await
             .unwrap_err();
         assert!(matches!(err, Error::Connect { .. }), "{err:?}");

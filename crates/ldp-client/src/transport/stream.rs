@@ -1,7 +1,6 @@
 //! Streaming a task: TASK_UPDATE events relayed as they arrive (SSE), then the final answer.
 
-use super::{Transport, HOPS_HEADER};
-use crate::error::{classify, unanswered};
+use super::{Req, Transport};
 use crate::Error;
 use ldp_wire::{Body, Envelope};
 use std::time::Duration;
@@ -44,35 +43,33 @@ impl Transport {
     where
         F: std::future::Future<Output = ()>,
     {
-        let url = format!("{base}/ldp/stream");
-        let body = self.encode(base, "/ldp/stream", envelope)?;
+        const STREAM: &str = "/ldp/stream";
+        let url = format!("{base}{STREAM}");
+        let req = Req {
+            path: STREAM,
+            body: Some(self.encode(base, STREAM, envelope)?),
+            hops,
+            events: true,
+            headers: &self.headers,
+        };
         let cap = self.max_response_bytes;
         let work = async {
-            let mut req = self.http.post(&url);
-            if let Some(n) = hops {
-                req = req.header(HOPS_HEADER, n);
-            }
-            for (name, value) in self.headers.iter() {
-                req = req.header(name, value);
-            }
-            let mut resp = req
-                .header("content-type", "application/json")
-                .header("accept", "text/event-stream")
-                .body(body)
-                .send()
-                .await
-                .map_err(|e| unanswered(classify(&url, timeout, e)))?;
-            if !resp.status().is_success() {
-                let status = resp.status().as_u16();
-                let body = resp.bytes().await.unwrap_or_default();
-                return Err(Self::status_error(url.clone(), status, &body));
+            let (status, mut body) = self.open(base, &req).await?;
+            if !status.is_success() {
+                let mut answer = Vec::new();
+                while let Ok(Some(chunk)) = body.chunk().await {
+                    if answer.len() + chunk.len() > cap {
+                        break;
+                    }
+                    answer.extend_from_slice(&chunk);
+                }
+                return Err(Self::status_error(url.clone(), status.as_u16(), &answer));
             }
             let mut buf = String::new();
             loop {
-                let chunk = match resp.chunk().await {
+                let chunk = match body.chunk().await {
                     Ok(Some(c)) => c,
-                    Ok(None) => return Err(Error::StreamBroken { url: url.clone() }),
-                    Err(_) => return Err(Error::StreamBroken { url: url.clone() }),
+                    Ok(None) | Err(_) => return Err(Error::StreamBroken { url: url.clone() }),
                 };
                 buf.push_str(&String::from_utf8_lossy(&chunk));
                 if buf.len() > cap {
