@@ -1,6 +1,7 @@
 //! Criterion micro-benches of the per-task steps outside routing and the ledger (those have
 //! `benches/routing.rs` and `benches/ledger.rs`): envelope parse and serialise in both
-//! dialects, session table lookups under contention, rate-limiter checks.
+//! dialects, session table lookups under contention, rate-limiter checks, the status store's
+//! two writes per task.
 //!
 //! `cargo bench --bench hot_path` (quick: `cargo bench --bench hot_path -- --warm-up-time 1
 //! --measurement-time 3`).
@@ -161,5 +162,43 @@ fn bench_limits(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_envelopes, bench_sessions, bench_limits);
+/// What a task costs the status store: `running` at admission and `done` with its answer,
+/// into a store already full (so each write also evicts).
+fn bench_status_store(c: &mut Criterion) {
+    use ldp_gateway::ldp::{Body, Json, PayloadMode, TaskId};
+    use ldp_gateway::recent::RecentTasks;
+    let store = RecentTasks::new(Duration::from_secs(600), 4 * 1024 * 1024);
+    let answer = Arc::new(Envelope::new(
+        "6f0c1f7e-8a55-4b9e-9f5e-1d2c3b4a5e6f",
+        "ldp:delegate:gateway",
+        "ldp:delegate:client",
+        Body::TaskResult {
+            task_id: "t".into(),
+            output: Json::from_value(&serde_json::json!("hello")),
+            provenance: None,
+        },
+        PayloadMode::Text,
+    ));
+    let ids: Vec<TaskId> = (0..100_000)
+        .map(|i| format!("5f0c1f7e-8a55-4b9e-9f5e-{i:012}").into())
+        .collect();
+    let session = "6f0c1f7e-8a55-4b9e-9f5e-1d2c3b4a5e6f";
+    let mut i = 0;
+    c.bench_function("status_store/running+done", |b| {
+        b.iter(|| {
+            let id = &ids[i % ids.len()];
+            i += 1;
+            store.running("acme", "ldp:delegate:client", id, session.into());
+            store.done("acme", "ldp:delegate:client", id, Arc::clone(&answer));
+        })
+    });
+}
+
+criterion_group!(
+    benches,
+    bench_envelopes,
+    bench_sessions,
+    bench_limits,
+    bench_status_store
+);
 criterion_main!(benches);

@@ -14,6 +14,7 @@ pub mod limits;
 pub mod policy;
 pub mod provenance;
 pub mod proxy;
+pub mod recent;
 pub mod registry;
 pub mod routing;
 pub mod secret;

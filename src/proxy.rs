@@ -158,7 +158,7 @@ pub struct Proxy {
     /// Replay nonces of signed messages.
     nonces: Nonces,
     /// Recent task outcomes, for status queries (this replica's tasks).
-    statuses: status::TaskStatuses,
+    statuses: status::RecentTasks,
     /// Cluster mode: the Redis connection, which only `/readyz` asks directly.
     redis: Option<crate::state::redis::Redis>,
     version: String,
@@ -193,7 +193,7 @@ impl Proxy {
         } = Stores::local(&cfg);
         Proxy {
             retries: RetryBudget::new(cfg.fallback.clone()),
-            statuses: status::TaskStatuses::new(&cfg.task_status),
+            statuses: status::RecentTasks::new(cfg.task_status.ttl, cfg.task_status.max_bytes),
             cfg,
             registry,
             policies: ArcSwap::from_pointee(policies),

@@ -26,9 +26,14 @@
 //!
 //! Confidence is the skill's quality hint (0.5 if absent); verification is `self_verified`.
 
+/// How long the simulated delegate remembers a task after its last change.
+const STATUS_TTL: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How much of its recent tasks it remembers.
+const STATUS_BYTES: u64 = 16 * 1024 * 1024;
+
 mod handler;
 mod session;
-mod status;
 mod task;
 
 use crate::ldp::error::GatewayCode;
@@ -149,8 +154,8 @@ struct Inner {
     knobs: Mutex<Knobs>,
     sessions: Mutex<session::Sessions>,
     inflight: Mutex<HashMap<String, handler::InFlight>>,
-    /// Recent tasks, for status queries.
-    statuses: status::Statuses,
+    /// Recent tasks of each sender, for status queries and sessionless cancels.
+    statuses: crate::recent::RecentTasks,
     serials: AtomicU64,
     /// Event counters; `active_sessions` and `in_flight` are filled in on read.
     counters: Mutex<SimStats>,
@@ -189,7 +194,7 @@ impl SimState {
             knobs: Mutex::new(knobs),
             sessions: Mutex::new(session::Sessions::default()),
             inflight: Mutex::new(HashMap::new()),
-            statuses: status::Statuses::default(),
+            statuses: crate::recent::RecentTasks::new(STATUS_TTL, STATUS_BYTES),
             serials: AtomicU64::new(0),
             counters: Mutex::new(SimStats::default()),
             shutdown: watch::channel(false).0,

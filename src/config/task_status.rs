@@ -13,7 +13,7 @@ pub struct TaskStatusConfig {
     #[serde(with = "humantime_serde")]
     pub ttl: Duration,
     /// Most bytes the entries may weigh together (answers counted by their output's size);
-    /// the least recently used go first.
+    /// the least recently changed go first.
     pub max_bytes: u64,
 }
 

@@ -39,11 +39,6 @@ pub(super) struct TaskCtx<'a> {
 }
 
 impl TaskCtx<'_> {
-    /// The task's key in the status store: its client and id.
-    pub(super) fn status_key(&self) -> super::status::StatusKey {
-        super::status::StatusKey::new(&self.tenant.name, &self.env.from, self.task.task_id)
-    }
-
     /// What routing needs to know of the task (no delegate excluded yet).
     pub(super) fn need(&self) -> Need<'_> {
         let contract = self.task.contract;
@@ -179,8 +174,12 @@ impl Proxy {
                 .await);
         }
         self.check_policy_limit(&t.policy).await?;
-        self.statuses
-            .running(t.status_key(), env.session_id.clone());
+        self.statuses.running(
+            &t.tenant.name,
+            &env.from,
+            t.task.task_id,
+            env.session_id.clone(),
+        );
         self.retries.task();
         session.task_started(t.task.task_id, t.task.skill);
         let mut run = TaskRun::default();
@@ -196,7 +195,9 @@ impl Proxy {
         self.count(&row, t.started.elapsed(), run.upstream);
         let recorded = self.ledger.record(row).await;
         let reply = Arc::new(self.answer(&t, answer, recorded));
-        self.statuses.done(t.status_key(), Arc::clone(&reply));
+        let (tenant, from) = (&t.tenant.name, &t.env.from);
+        self.statuses
+            .done(tenant, from, t.task.task_id, Arc::clone(&reply));
         reply
     }
 

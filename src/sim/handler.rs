@@ -1,7 +1,6 @@
 //! One LDP message in, one reply out: the delegate's half of the session lifecycle.
 
 use super::session::Missing;
-use super::status::{self, TaskStatus};
 use super::task::failure;
 use super::{lock, task, SimState};
 use crate::ldp::error::GatewayCode;
@@ -10,6 +9,7 @@ use crate::ldp::{
     self, Body, CapabilityManifest, DelegationContract, Envelope, ErrorCategory, LdpError,
     PayloadMode, SessionConfig,
 };
+use crate::recent::{StatusKey, TaskStatus};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -59,9 +59,9 @@ pub(super) async fn handle(
             contract,
         } => {
             state.count(|s| &mut s.tasks);
-            let key = status::Key::new(&env.from, task_id);
-            let running = TaskStatus::Running(env.session_id.to_string());
-            inner.statuses.set(key.clone(), running);
+            inner
+                .statuses
+                .running("", &env.from, task_id, env.session_id.clone());
             let task = Task {
                 state,
                 env: &env,
@@ -88,13 +88,13 @@ pub(super) async fn handle(
             let reply = env.reply(me, body, reply_mode(&env));
             inner
                 .statuses
-                .set(key, TaskStatus::Done(Arc::new(reply.clone())));
+                .done("", &env.from, task_id, Arc::new(reply.clone()));
             reply
         }
         Body::TaskCancel { task_id } => {
             // The reference Rust adapter cancels without a session: the task is the sender's.
             if env.session_id.is_empty() {
-                let key = status::Key::new(&env.from, task_id);
+                let key = StatusKey::new("", &env.from, task_id);
                 if let Some(TaskStatus::Running(session)) = inner.statuses.get(&key) {
                     state.signal_cancel(task_id, &session);
                 }
@@ -146,7 +146,8 @@ pub(super) async fn handle(
 fn status_query(state: &SimState, env: &Envelope) -> Envelope {
     let me = state.0.card.delegate_id.as_str();
     let task_id = env.body.task_id().unwrap_or_default();
-    let body = match state.0.statuses.get(&status::Key::new(&env.from, task_id)) {
+    let task: crate::ldp::TaskId = task_id.into();
+    let body = match state.0.statuses.get(&StatusKey::new("", &env.from, &task)) {
         Some(TaskStatus::Done(answer)) => return (*answer).clone(),
         Some(TaskStatus::Running(_)) => Body::TaskUpdate {
             task_id: task_id.into(),
