@@ -284,7 +284,7 @@ async fn register(State(s): State<AppState>, body: axum::body::Bytes) -> Respons
         let error = crate::ldp::LdpError::gateway(GatewayCode::BadRequest, why.to_string());
         return (StatusCode::FORBIDDEN, Json(json!({ "error": error }))).into_response();
     }
-    let registry = s.registry;
+    let registry = &s.registry;
     match registry.add(&cfg) {
         Ok(d) => {
             let polled = registry

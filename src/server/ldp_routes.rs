@@ -254,8 +254,10 @@ async fn answer(
     let ctx = request_ctx(s, headers)?;
     let env = read_envelope(s, headers, body).await?;
     let Body::TaskSubmit { task_id, .. } = &env.body else {
-        // Short exchanges: run in the request.
-        return Ok(s.proxy.handle(env, &ctx).await?);
+        // Short exchanges: run in the request, boxed: inline, `handle`'s future (the task path
+        // included) would make every request's handler future as large and copy it at each
+        // layer it passes through.
+        return Ok(Box::pin(s.proxy.handle(env, &ctx)).await?);
     };
     // A task runs on as its own (tracked) task, as on `/ldp/stream`: if the client goes away
     // this future is dropped, and the task must still settle its budget reservation and write

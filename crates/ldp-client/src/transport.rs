@@ -42,7 +42,7 @@ pub struct Transport {
     pool: std::sync::Arc<pool::Pool>,
     #[cfg(feature = "tls")]
     tls: tls::Tls,
-    from: String,
+    from: std::sync::Arc<str>,
     handshake_timeout: Duration,
     /// Per-delegate signing secrets, by base URL.
     signers: std::sync::Arc<dashmap::DashMap<String, crate::Secret>>,
@@ -79,7 +79,7 @@ impl Transport {
             #[cfg(feature = "tls")]
             tls: tls::Tls::new(connect_timeout, POOL_IDLE_TIMEOUT),
             pool: std::sync::Arc::new(pool::Pool::new(connect_timeout, POOL_IDLE_TIMEOUT)),
-            from: from.into(),
+            from: std::sync::Arc::from(from.into()),
             handshake_timeout,
             signers: Default::default(),
             default_signer: None,
@@ -243,10 +243,10 @@ impl Transport {
         let prefs = config.preferences();
         let hello = Envelope::new(
             "",
-            self.from.as_str(),
+            &*self.from,
             card.delegate_id.as_str(),
             Body::Hello {
-                delegate_id: self.from.clone(),
+                delegate_id: self.from.to_string(),
                 supported_modes: prefs.clone(),
             },
             PayloadMode::Text,
@@ -255,7 +255,7 @@ impl Transport {
         let proposal_id = ldp_wire::new_id();
         let propose = Envelope::new(
             proposal_id.as_str(),
-            self.from.as_str(),
+            &*self.from,
             card.delegate_id.as_str(),
             Body::SessionPropose { config },
             PayloadMode::Text,
@@ -305,7 +305,7 @@ impl Transport {
     pub async fn close_session(&self, base: &str, session: &Session) {
         let close = Envelope::new(
             session.session_id.as_str(),
-            self.from.as_str(),
+            &*self.from,
             session.delegate_id.as_str(),
             Body::SessionClose {
                 reason: Some("client session ended".into()),
