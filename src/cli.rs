@@ -34,7 +34,7 @@ enum Command {
     },
     /// Start simulated delegates and a gateway on loopback, drive sample traffic, keep serving.
     Demo(demo::DemoArgs),
-    /// Run one simulated LDP delegate.
+    /// Run one simulated LDP delegate, or (`--openai`) a simulated OpenAI-compatible server.
     Delegate(delegate::DelegateArgs),
     /// Explain the routing decision for a skill from the config and the delegates' live cards.
     Route(route::RouteArgs),

@@ -25,6 +25,8 @@
 //! TASK_CANCEL without a session id cancels that sender's running task of that id.
 //!
 //! Confidence is the skill's quality hint (0.5 if absent); verification is `self_verified`.
+//!
+//! [`openai`] is its OpenAI-compatible counterpart (`/v1/models`, `/v1/chat/completions`).
 
 /// How long the simulated delegate remembers a task after its last change.
 const STATUS_TTL: std::time::Duration = std::time::Duration::from_secs(600);
@@ -33,6 +35,7 @@ const STATUS_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 const STATUS_BYTES: u64 = 16 * 1024 * 1024;
 
 mod handler;
+pub mod openai;
 mod session;
 mod task;
 

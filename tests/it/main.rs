@@ -23,6 +23,7 @@ mod gateway;
 mod hardening;
 mod interop;
 mod ledger;
+mod openai_sim;
 mod ref_adapter;
 mod resilience;
 mod routing;
