@@ -3,7 +3,8 @@
 
 use anyhow::Context as _;
 use ldp_gateway::ldp::PayloadMode;
-use ldp_gateway::sim::openai::{self, ApiKey, OpenAiOptions};
+use ldp_gateway::secret::Secret;
+use ldp_gateway::sim::openai::{self, OpenAiOptions};
 use ldp_gateway::sim::{load_card, spawn, SimOptions};
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -103,7 +104,7 @@ async fn run_openai(args: DelegateArgs) -> anyhow::Result<()> {
         let key =
             std::env::var(var).with_context(|| format!("--api-key-env: ${var} is not set"))?;
         anyhow::ensure!(!key.is_empty(), "--api-key-env: ${var} is empty");
-        opts.api_key = Some(ApiKey(key));
+        opts.api_key = Some(Secret::new(key));
     }
     let listener = TcpListener::bind(&args.listen)
         .await

@@ -42,6 +42,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::{clamp_rate, lock, url_of, SHUTDOWN_GRACE};
+use ldp_client::Secret;
 
 /// How many content deltas a stream splits its answer into (fewer for short answers).
 pub const STREAM_PIECES: usize = 4;
@@ -52,16 +53,6 @@ const MODEL_CREATED: u64 = 1_700_000_000;
 /// The request record's bound in bytes (of the bodies as received), besides its count.
 const RECORD_BYTES: usize = 8 * 1024 * 1024;
 
-/// An API key the server requires; `Debug` does not show it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(pub String);
-
-impl std::fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiKey([redacted])")
-    }
-}
-
 /// Everything a simulated OpenAI server is configured with.
 #[derive(Clone, Debug)]
 pub struct OpenAiOptions {
@@ -70,7 +61,7 @@ pub struct OpenAiOptions {
     /// `owned_by` of the models list.
     pub owned_by: String,
     /// `Authorization: Bearer` key required on every route; `None` accepts any or none.
-    pub api_key: Option<ApiKey>,
+    pub api_key: Option<Secret>,
     /// Latency before every chat completion is answered (before its first byte when streamed).
     pub latency: Duration,
     /// Probability (0..=1) of a 500.
@@ -155,7 +146,7 @@ pub struct OpenAiState(Arc<Inner>);
 struct Inner {
     models: Vec<String>,
     owned_by: String,
-    api_key: Option<ApiKey>,
+    api_key: Option<Secret>,
     record_len: usize,
     knobs: Mutex<Knobs>,
     counters: Mutex<OpenAiStats>,
@@ -388,14 +379,14 @@ impl IntoResponse for ApiError {
 
 /// 401 unless the `Authorization: Bearer` key matches the required one (if any).
 fn authorize(state: &OpenAiState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(ApiKey(want)) = &state.0.api_key else {
+    let Some(want) = &state.0.api_key else {
         return Ok(());
     };
     let got = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    if got == Some(want.as_str()) {
+    if got.is_some_and(|k| k.as_bytes() == want.expose()) {
         return Ok(());
     }
     state.count(|s| &mut s.unauthorized);

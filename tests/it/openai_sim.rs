@@ -8,7 +8,8 @@
 
 use crate::support::process::{bin, output_within, py_code, py_script, python, text, Running, Sdk};
 use crate::support::{Client, Resp};
-use ldp_gateway::sim::openai::{spawn, ApiKey, OpenAiHandle, OpenAiOptions, OpenAiStats};
+use ldp_gateway::secret::Secret;
+use ldp_gateway::sim::openai::{spawn, OpenAiHandle, OpenAiOptions, OpenAiStats};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -201,7 +202,7 @@ async fn stream_sends_role_deltas_finish_usage_and_done() {
 #[tokio::test]
 async fn refusals_use_openai_error_shapes_and_statuses() {
     let mut opts = OpenAiOptions::new(MODEL);
-    opts.api_key = Some(ApiKey(KEY.into()));
+    opts.api_key = Some(Secret::new(KEY));
     opts.context_window = Some(10);
     let sim = start(opts).await;
     let c = client(&sim, Some(KEY));
@@ -420,7 +421,7 @@ async fn the_openai_sdk_reads_the_sim() {
         return;
     };
     let mut opts = OpenAiOptions::new(MODEL);
-    opts.api_key = Some(ApiKey(KEY.into()));
+    opts.api_key = Some(Secret::new(KEY));
     let sim = start(opts).await;
     let url = sim.url();
 
