@@ -324,6 +324,32 @@ fn url_of(addr: SocketAddr) -> String {
     format!("http://{addr}")
 }
 
+/// Serves `app` on `listener` (no Nagle) in a background task until `down` turns true.
+fn serve(
+    listener: TcpListener,
+    app: Router,
+    mut down: tokio::sync::watch::Receiver<bool>,
+    what: &'static str,
+) -> tokio::task::JoinHandle<()> {
+    let listener = {
+        use axum::serve::ListenerExt;
+        listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        })
+    };
+    tokio::spawn(async move {
+        let stop = async move {
+            let _ = down.wait_for(|d| *d).await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .await
+        {
+            tracing::error!(error = %e, "{what} stopped serving");
+        }
+    })
+}
+
 /// Serves a delegate on `listener` in a background task. An empty card `endpoint` becomes the
 /// listen URL.
 pub async fn spawn(listener: TcpListener, mut opts: SimOptions) -> std::io::Result<SimHandle> {
@@ -332,25 +358,12 @@ pub async fn spawn(listener: TcpListener, mut opts: SimOptions) -> std::io::Resu
         opts.card.endpoint = Some(url_of(addr));
     }
     let state = SimState::new(opts);
-    let mut down = state.0.shutdown.subscribe();
-    let app = router(state.clone());
-    let listener = {
-        use axum::serve::ListenerExt;
-        listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        })
-    };
-    let server = tokio::spawn(async move {
-        let stop = async move {
-            let _ = down.wait_for(|d| *d).await;
-        };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(stop)
-            .await
-        {
-            tracing::error!(error = %e, "simulated delegate stopped serving");
-        }
-    });
+    let server = serve(
+        listener,
+        router(state.clone()),
+        state.0.shutdown.subscribe(),
+        "simulated delegate",
+    );
     let sweeper = tokio::spawn(sweep_loop(state.clone()));
     Ok(SimHandle {
         addr,

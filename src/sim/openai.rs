@@ -302,25 +302,12 @@ impl Drop for OpenAiHandle {
 pub async fn spawn(listener: TcpListener, opts: OpenAiOptions) -> std::io::Result<OpenAiHandle> {
     let addr = listener.local_addr()?;
     let state = OpenAiState::new(opts);
-    let mut down = state.0.shutdown.subscribe();
-    let app = router(state.clone());
-    let listener = {
-        use axum::serve::ListenerExt;
-        listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        })
-    };
-    let server = tokio::spawn(async move {
-        let stop = async move {
-            let _ = down.wait_for(|d| *d).await;
-        };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(stop)
-            .await
-        {
-            tracing::error!(error = %e, "simulated OpenAI server stopped serving");
-        }
-    });
+    let server = super::serve(
+        listener,
+        router(state.clone()),
+        state.0.shutdown.subscribe(),
+        "simulated OpenAI server",
+    );
     Ok(OpenAiHandle {
         addr,
         state,
