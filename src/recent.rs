@@ -3,7 +3,8 @@
 //! in bytes and expiring. The gateway answers status queries and sessionless cancels from it
 //! (`proxy/status.rs`), and so does the simulated delegate.
 
-use crate::ldp::{Body, Envelope, SessionId, TaskId};
+use crate::ldp::error::GatewayCode;
+use crate::ldp::{Body, Envelope, LdpError, PayloadMode, SessionId, TaskId};
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
@@ -187,6 +188,25 @@ impl RecentTasks {
         self.set(scope, from, task, TaskStatus::Done(answer));
     }
 
+    /// The answer, sent as `me`, to `query`, a status query for `key`'s task: the stored answer
+    /// as its client received it, TASK_UPDATE `working` while it runs, or TASK_FAILED
+    /// `TASK_NOT_FOUND` (unknown, expired, or another client's: the same answer for all three).
+    pub fn answer_query(&self, key: &StatusKey, query: &Envelope, me: &str) -> Arc<Envelope> {
+        let body = match self.get(key) {
+            Some(TaskStatus::Done(answer)) => return answer,
+            Some(TaskStatus::Running(_)) => Body::TaskUpdate {
+                task_id: key.task.clone(),
+                progress: None,
+                message: Some("working".into()),
+            },
+            None => Body::TaskFailed {
+                task_id: key.task.clone(),
+                error: task_not_found(&key.task),
+            },
+        };
+        Arc::new(query.reply(me, body, PayloadMode::Text))
+    }
+
     /// The task's state, if this client submitted it and it has not expired.
     pub fn get(&self, key: &StatusKey) -> Option<TaskStatus> {
         let hash = self.hash(&key.scope, &key.from, &key.task);
@@ -194,6 +214,14 @@ impl RecentTasks {
         let e = shard.entries.get(&hash)?;
         (e.key == *key && e.changed.elapsed() < self.ttl).then(|| e.status.clone())
     }
+}
+
+/// `TASK_NOT_FOUND` for `task_id`.
+pub fn task_not_found(task_id: &TaskId) -> LdpError {
+    LdpError::gateway(
+        GatewayCode::TaskNotFound,
+        format!("task '{task_id}' is unknown, expired or not yours"),
+    )
 }
 
 /// An entry's weight in bytes, about: its ids, its output or error text, and an overhead.

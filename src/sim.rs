@@ -295,14 +295,8 @@ impl SimHandle {
     /// (up to a grace period) for open connections, and stops the sweeper.
     pub async fn shutdown(mut self) {
         self.state.0.shutdown.send_replace(true);
-        if let Some(mut server) = self.server.take() {
-            if tokio::time::timeout(SHUTDOWN_GRACE, &mut server)
-                .await
-                .is_err()
-            {
-                server.abort();
-                let _ = server.await;
-            }
+        if let Some(server) = self.server.take() {
+            stop(server).await;
         }
         if let Some(sweeper) = self.sweeper.take() {
             let _ = sweeper.await;
@@ -322,6 +316,17 @@ fn url_of(addr: SocketAddr) -> String {
         addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
     format!("http://{addr}")
+}
+
+/// Waits up to [`SHUTDOWN_GRACE`] for a server told to stop, then aborts it.
+async fn stop(mut server: tokio::task::JoinHandle<()>) {
+    if tokio::time::timeout(SHUTDOWN_GRACE, &mut server)
+        .await
+        .is_err()
+    {
+        server.abort();
+        let _ = server.await;
+    }
 }
 
 /// Serves `app` on `listener` (no Nagle) in a background task until `down` turns true.

@@ -141,28 +141,13 @@ pub(super) async fn handle(
     }
 }
 
-/// A status query: the task's answer as sent, `working` while it runs, else `TASK_NOT_FOUND`
-/// (unknown, forgotten, or another sender's).
+/// A status query, answered from the sender's recent tasks (see
+/// [`crate::recent::RecentTasks::answer_query`]).
 fn status_query(state: &SimState, env: &Envelope) -> Envelope {
+    let task: crate::ldp::TaskId = env.body.task_id().unwrap_or_default().into();
+    let key = StatusKey::new("", &env.from, &task);
     let me = state.0.card.delegate_id.as_str();
-    let task_id = env.body.task_id().unwrap_or_default();
-    let task: crate::ldp::TaskId = task_id.into();
-    let body = match state.0.statuses.get(&StatusKey::new("", &env.from, &task)) {
-        Some(TaskStatus::Done(answer)) => return (*answer).clone(),
-        Some(TaskStatus::Running(_)) => Body::TaskUpdate {
-            task_id: task_id.into(),
-            progress: None,
-            message: Some("working".into()),
-        },
-        None => Body::TaskFailed {
-            task_id: task_id.into(),
-            error: LdpError::gateway(
-                GatewayCode::TaskNotFound,
-                format!("task '{task_id}' is unknown, expired or not yours"),
-            ),
-        },
-    };
-    env.reply(me, body, PayloadMode::Text)
+    (*state.0.statuses.answer_query(&key, env, me)).clone()
 }
 
 /// The mode to answer a task message in: the task's own, unless no SDK could parse it.

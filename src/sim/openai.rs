@@ -41,7 +41,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{clamp_rate, lock, url_of, SHUTDOWN_GRACE};
+use super::{clamp_rate, lock, url_of};
 use ldp_client::Secret;
 
 /// How many content deltas a stream splits its answer into (fewer for short answers).
@@ -280,14 +280,8 @@ impl OpenAiHandle {
     /// Stops accepting connections and waits (up to a grace period) for open ones.
     pub async fn shutdown(mut self) {
         self.state.0.shutdown.send_replace(true);
-        if let Some(mut server) = self.server.take() {
-            if tokio::time::timeout(SHUTDOWN_GRACE, &mut server)
-                .await
-                .is_err()
-            {
-                server.abort();
-                let _ = server.await;
-            }
+        if let Some(server) = self.server.take() {
+            super::stop(server).await;
         }
     }
 }
