@@ -10,6 +10,7 @@ mod delegates;
 mod discovery;
 mod fallback;
 mod identity;
+mod openai;
 mod outlier;
 mod policies;
 mod provenance;
@@ -24,10 +25,11 @@ mod upstream;
 
 pub use admin::AdminConfig;
 pub use cluster::ClusterConfig;
-pub use delegates::{normalize_url, DelegateConfig, UrlError};
+pub use delegates::{normalize_url, DeclaredCard, DelegateConfig, DelegateKind, UrlError};
 pub use discovery::DiscoveryConfig;
 pub use fallback::FallbackConfig;
 pub use identity::IdentityConfig;
+pub use openai::OpenAiConfig;
 pub use outlier::OutlierConfig;
 pub use policies::PoliciesConfig;
 pub use provenance::{is_postgres, Durability, ProvenanceConfig};
@@ -65,6 +67,8 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     /// Delegates known at start.
     pub delegates: Vec<DelegateConfig>,
+    /// OpenAI-backed delegates and the OpenAI-compatible ingress.
+    pub openai: OpenAiConfig,
     /// Policy files.
     pub policies: PoliciesConfig,
     /// How routing treats prices, missing hints and unknown values.
@@ -145,6 +149,7 @@ impl Config {
         self.sessions.check(&mut c);
         self.task_status.check(&mut c);
         self.upstream.check(&mut c);
+        self.openai.check(&mut c);
         self.provenance.check(&mut c);
         self.cluster.check(&mut c);
         // Beside `cluster.redis_url` (both name where shared state lives): `check` has always

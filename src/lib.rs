@@ -11,6 +11,7 @@ pub mod config;
 /// The LDP wire types (the `ldp-wire` crate), under the name the gateway has always used.
 pub use ldp_wire as ldp;
 pub mod limits;
+pub mod openai;
 pub mod policy;
 pub mod provenance;
 pub mod proxy;

@@ -6,15 +6,18 @@ mod admission;
 mod attempt;
 mod bind;
 mod card;
+mod chat;
 mod close;
 mod handshake;
 mod hold;
+mod openai;
 mod record;
 mod retries;
 mod run;
 mod status;
 mod task;
 
+pub use chat::{ChatDelta, ChatOutcome, ChatRefusal, ChatReply};
 pub use retries::RetryBudget;
 
 use crate::config::Config;
@@ -159,6 +162,8 @@ pub struct Proxy {
     nonces: Nonces,
     /// Recent task outcomes, for status queries (this replica's tasks).
     statuses: status::RecentTasks,
+    /// The OpenAI ingress's session per tenant (one entry per configured tenant at most).
+    ingress_sessions: dashmap::DashMap<String, crate::ldp::SessionId>,
     /// Cluster mode: the Redis connection, which only `/readyz` asks directly.
     redis: Option<crate::state::redis::Redis>,
     version: String,
@@ -194,6 +199,7 @@ impl Proxy {
         Proxy {
             retries: RetryBudget::new(cfg.fallback.clone()),
             statuses: status::RecentTasks::new(cfg.task_status.ttl, cfg.task_status.max_bytes),
+            ingress_sessions: dashmap::DashMap::new(),
             cfg,
             registry,
             policies: ArcSwap::from_pointee(policies),
@@ -338,6 +344,7 @@ impl Proxy {
         ctx: &RequestCtx,
         progress: Option<&tokio::sync::mpsc::Sender<Envelope>>,
     ) -> Result<Arc<Envelope>, Refused> {
+        let progress = progress.map_or(task::Progress::Quiet, task::Progress::Updates);
         match self.dispatch(&mut env, ctx, progress).await {
             Ok(reply) => Ok(reply),
             Err(refusal) => Err(Refused {
@@ -354,15 +361,10 @@ impl Proxy {
         &self,
         env: &mut Envelope,
         ctx: &RequestCtx,
-        progress: Option<&tokio::sync::mpsc::Sender<Envelope>>,
+        progress: task::Progress<'_>,
     ) -> Result<Arc<Envelope>, Refusal> {
         self.check_ids(env)?;
-        if let Some(limit) = &ctx.tenant.limit {
-            self.admit(Scope::Tenant, &ctx.tenant.name, &limit.rate, || {
-                limit.check()
-            })
-            .await?;
-        }
+        self.admit_tenant(ctx).await?;
         if self.check_signature(env, ctx).await? == Some(crate::ldp::signing::Algorithm::Body) {
             // Forward what was verified: the payload's parsed form, not its original text
             // (which could, say, repeat a key that a delegate reads differently).
@@ -382,8 +384,8 @@ impl Proxy {
                 skill,
                 input,
                 contract,
-            } => {
-                self.submit(
+            } => self
+                .submit(
                     env,
                     ctx,
                     task::TaskIn {
@@ -391,11 +393,12 @@ impl Proxy {
                         skill,
                         input,
                         contract: contract.as_ref(),
+                        chat: None,
                     },
                     progress,
                 )
                 .await
-            }
+                .map(|trip| trip.reply),
             Body::TaskCancel { task_id } => Ok(Arc::new(self.cancel(env, ctx, task_id).await)),
             Body::SessionClose { .. } => self.close(env, ctx).await.map(Arc::new),
             other => Err(Refusal::BadRequest(format!(
@@ -403,6 +406,17 @@ impl Proxy {
                 other.message_type().as_str()
             ))),
         }
+    }
+
+    /// The tenant's own rate limit (429 when reached).
+    async fn admit_tenant(&self, ctx: &RequestCtx) -> Result<(), Refusal> {
+        if let Some(limit) = &ctx.tenant.limit {
+            self.admit(Scope::Tenant, &ctx.tenant.name, &limit.rate, || {
+                limit.check()
+            })
+            .await?;
+        }
+        Ok(())
     }
 
     fn task_failed(&self, env: &Envelope, task_id: &TaskId, error: LdpError) -> Envelope {

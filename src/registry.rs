@@ -3,12 +3,13 @@
 
 use crate::config::{normalize_url, DelegateConfig, UrlError};
 use crate::ldp::{CapabilityHints, IdentityCard};
+use crate::openai::{Backend, BackendError};
 use crate::policy::Policy;
 use crate::routing::{self, Load, Offer, RoutingParams, Static};
 use crate::upstream::UpstreamClient;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,6 +23,21 @@ pub use health::{Availability, InFlight, Observed, OutlierConfig, Phase, Snapsho
 /// with the gateway's own delegate id is refused: routing to it would send every task back
 /// to this gateway.
 async fn fetch(d: &Delegate, client: &UpstreamClient, timeout: Duration) -> Fetched {
+    if let Some(openai) = &d.openai {
+        // No card to fetch: the declared one, while `GET {url}/models` answers.
+        let changed = match openai
+            .backend
+            .check_models(client, &d.base_url, timeout)
+            .await
+        {
+            Ok(()) => d.record_card((*openai.card).clone()),
+            Err(e) => d.record_fetch_failure(e.to_string()),
+        };
+        return Fetched {
+            changed,
+            own: false,
+        };
+    }
     match client.fetch_card(&d.base_url, timeout).await {
         Ok(card) if card.delegate_id == client.from_id() => {
             let why = RegistryError::OwnCard(d.base_url.clone());
@@ -76,14 +92,47 @@ pub struct Delegate {
     /// Rate limit protecting the delegate (routing skips it when reached).
     pub limit: Option<crate::limits::RateLimit>,
     outlier: OutlierConfig,
+    /// An OpenAI-backed delegate's backend and declared card (`None`: an LDP delegate).
+    pub openai: Option<OpenAiDelegate>,
+    /// Until when (ms on the registry's clock) it is skipped: it answered 429.
+    paused_until_ms: AtomicU64,
+}
+
+/// What makes a delegate OpenAI-backed: how it is called, and the card declared for it.
+#[derive(Debug)]
+pub struct OpenAiDelegate {
+    /// How it is called.
+    pub backend: Backend,
+    /// The card built from `[delegates.card]`.
+    pub card: Arc<IdentityCard>,
+}
+
+/// Milliseconds since the first reading of the registry's clock (for pauses).
+fn clock_ms() -> u64 {
+    static START: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(tokio::time::Instant::now);
+    start.elapsed().as_millis() as u64
 }
 
 impl Delegate {
     /// A delegate with no card yet (so not healthy), judged by `outlier`.
-    pub fn from_config(cfg: &DelegateConfig, outlier: OutlierConfig) -> Result<Delegate, UrlError> {
+    pub fn from_config(
+        cfg: &DelegateConfig,
+        outlier: OutlierConfig,
+    ) -> Result<Delegate, RegistryError> {
         let base_url = normalize_url(&cfg.url)?;
+        let name = cfg.name.clone().unwrap_or_else(|| cfg.url.clone());
+        let openai = Backend::from_config(cfg, &name)?.map(|backend| OpenAiDelegate {
+            card: Arc::new(crate::openai::card::build(
+                &name,
+                &base_url,
+                &backend.model,
+                cfg.card.as_ref().unwrap_or(&EMPTY_CARD),
+            )),
+            backend,
+        });
         Ok(Delegate {
-            name: cfg.name.clone().unwrap_or_else(|| cfg.url.clone()),
+            name,
             base_url,
             weight: cfg.weight.unwrap_or(1.0),
             labels: cfg.labels.clone(),
@@ -96,7 +145,22 @@ impl Delegate {
             observed: Observed::default(),
             limit: cfg.limits.as_ref().and_then(crate::limits::RateLimit::new),
             outlier,
+            openai,
+            paused_until_ms: AtomicU64::new(0),
         })
+    }
+
+    /// Skips the delegate for `d` (it answered 429 with that `Retry-After`).
+    pub fn pause(&self, d: Duration) {
+        let until = clock_ms().saturating_add(d.as_millis() as u64);
+        self.paused_until_ms.fetch_max(until, Ordering::AcqRel);
+        tracing::info!(delegate = %self.name, pause = ?d, "delegate rate-limited us; skipped until it asked");
+    }
+
+    /// Whether it is paused by a 429 now.
+    pub fn is_paused(&self) -> bool {
+        let until = self.paused_until_ms.load(Ordering::Acquire);
+        until != 0 && clock_ms() < until
     }
 
     /// The last card fetched, if any.
@@ -171,7 +235,8 @@ impl Delegate {
         Load {
             in_flight: self.observed.in_flight(),
             max_in_flight: self.max_in_flight(),
-            ejected: a.ejected,
+            // A paused delegate (429) is out like an ejected one, until its pause ends.
+            ejected: a.ejected || self.is_paused(),
             probing: a.probing,
             weight_factor: a.weight_factor,
         }
@@ -384,7 +449,24 @@ pub enum RegistryError {
     /// The URL serves this gateway's own card.
     #[error("the card at {0} is this gateway's own: routing to it would loop")]
     OwnCard(String),
+    /// An OpenAI-backed delegate cannot be set up (its API key).
+    #[error(transparent)]
+    Backend(#[from] BackendError),
 }
+
+/// The card of an `openai` entry without `[delegates.card]` (`check` refuses one; a
+/// registration through the API has none).
+static EMPTY_CARD: crate::config::DeclaredCard = crate::config::DeclaredCard {
+    skills: Vec::new(),
+    quality: None,
+    price_per_mtok_input: None,
+    price_per_mtok_output: None,
+    latency_p50_ms: None,
+    jurisdiction: None,
+    trust_domain: None,
+    context_window: None,
+    model_family: None,
+};
 
 /// All delegates, swapped as a whole so readers never lock.
 pub struct Registry {

@@ -9,6 +9,7 @@ mod admin;
 mod api_error;
 mod conn;
 mod ldp_routes;
+mod openai_routes;
 mod reload;
 
 use crate::config::{Config, ConfigError};

@@ -118,6 +118,9 @@ pub struct Metrics {
     /// `ldp_gateway_rate_limit_local_fallbacks_total{scope}`: limits decided locally (limit ÷
     /// replicas) because the shared state did not answer.
     pub rate_limit_fallbacks: IntCounterVec,
+    /// `ldp_gateway_openai_turns_dropped_total{reason}`: conversation turns forgotten for
+    /// OpenAI-backed delegates (`context_window`, `memory_cap`).
+    pub openai_turns_dropped: IntCounterVec,
 }
 
 fn counter_vec(
@@ -314,6 +317,15 @@ impl Metrics {
             "Rate-limit decisions made locally (limit divided by replicas) while Redis was unreachable",
             &["scope"],
         )?;
+        let openai_turns_dropped = counter_vec(
+            &r,
+            "ldp_gateway_openai_turns_dropped_total",
+            "Conversation turns forgotten for OpenAI-backed delegates (oldest first), by reason",
+            &["reason"],
+        )?;
+        for reason in ["context_window", "memory_cap"] {
+            openai_turns_dropped.with_label_values(&[reason]);
+        }
         Ok(Metrics {
             registry: r,
             tasks,
@@ -344,6 +356,7 @@ impl Metrics {
             redis_calls,
             redis_errors,
             rate_limit_fallbacks,
+            openai_turns_dropped,
             scrape: std::sync::Mutex::new(()),
         })
     }

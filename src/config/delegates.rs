@@ -3,8 +3,54 @@
 
 use super::checks::Checks;
 use super::RateConfig;
+use crate::ldp::TrustDomain;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
+
+/// What a delegate speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DelegateKind {
+    /// LDP: it serves its own identity card and sessions.
+    #[default]
+    Ldp,
+    /// An OpenAI-compatible chat-completions server; its identity is declared in
+    /// `[delegates.card]`.
+    OpenAi,
+}
+
+/// `[delegates.card]`: the identity an operator declares for an OpenAI-backed delegate, which
+/// has no card of its own. The gateway builds a full LDP identity card from it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeclaredCard {
+    /// The skills it offers (at least one).
+    pub skills: Vec<String>,
+    /// Quality 0..1.
+    #[serde(default)]
+    pub quality: Option<f64>,
+    /// USD per million input (prompt) tokens.
+    #[serde(default)]
+    pub price_per_mtok_input: Option<f64>,
+    /// USD per million output (completion) tokens.
+    #[serde(default)]
+    pub price_per_mtok_output: Option<f64>,
+    /// Median latency, ms.
+    #[serde(default)]
+    pub latency_p50_ms: Option<u64>,
+    /// Jurisdiction (`us-east`, …).
+    #[serde(default)]
+    pub jurisdiction: Option<String>,
+    /// Its trust domain (default: the gateway's own).
+    #[serde(default)]
+    pub trust_domain: Option<TrustDomain>,
+    /// Context window in tokens (bounds the conversation sent with each task).
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    /// Model family (default: the `model`).
+    #[serde(default)]
+    pub model_family: Option<String>,
+}
 
 /// One `[[delegates]]` entry.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -31,6 +77,19 @@ pub struct DelegateConfig {
     /// Environment variable holding the secret that signs messages to this delegate.
     #[serde(default)]
     pub signing_secret_env: Option<String>,
+    /// `"ldp"` (default) or `"openai"`.
+    #[serde(default)]
+    pub kind: DelegateKind,
+    /// OpenAI-backed: the upstream model name sent with every request.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// OpenAI-backed: the environment variable holding the API key (sent as
+    /// `Authorization: Bearer`).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// OpenAI-backed: the declared identity.
+    #[serde(default)]
+    pub card: Option<DeclaredCard>,
 }
 
 impl DelegateConfig {
@@ -44,6 +103,10 @@ impl DelegateConfig {
             max_in_flight: None,
             limits: None,
             signing_secret_env: None,
+            kind: DelegateKind::Ldp,
+            model: None,
+            api_key_env: None,
+            card: None,
         }
     }
 
@@ -68,6 +131,94 @@ impl DelegateConfig {
         }
         if self.name.as_ref().is_some_and(|n| n.trim().is_empty()) {
             c.push(format!("delegates[{i}].name"), "must not be empty");
+        }
+        match self.kind {
+            DelegateKind::Ldp => {
+                for (key, set) in [
+                    ("model", self.model.is_some()),
+                    ("api_key_env", self.api_key_env.is_some()),
+                    ("card", self.card.is_some()),
+                ] {
+                    if set {
+                        c.push(
+                            format!("delegates[{i}].{key}"),
+                            "only for kind = \"openai\" (an LDP delegate serves its own card)",
+                        );
+                    }
+                }
+            }
+            DelegateKind::OpenAi => self.check_openai(i, c),
+        }
+    }
+
+    /// An OpenAI-backed entry: a model, a declared card with sane values, an environment
+    /// variable name that can be one, and no LDP-only setting.
+    fn check_openai(&self, i: usize, c: &mut Checks) {
+        let at = |key: &str| format!("delegates[{i}].{key}");
+        if self.model.as_ref().is_none_or(|m| m.trim().is_empty()) {
+            c.push(
+                at("model"),
+                "required for kind = \"openai\" (the upstream model)",
+            );
+        }
+        if self.signing_secret_env.is_some() {
+            c.push(
+                at("signing_secret_env"),
+                "only for LDP delegates (an OpenAI endpoint verifies no signature)",
+            );
+        }
+        if let Some(var) = &self.api_key_env {
+            let valid = !var.is_empty()
+                && var
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+            if !valid {
+                c.push(
+                    at("api_key_env"),
+                    "must be an environment variable name ([A-Za-z0-9_]+)",
+                );
+            }
+        }
+        let Some(card) = &self.card else {
+            c.push(
+                at("card"),
+                "required for kind = \"openai\": [delegates.card] with at least `skills`",
+            );
+            return;
+        };
+        if card.skills.is_empty() {
+            c.push(at("card.skills"), "must name at least one skill");
+        }
+        if card
+            .skills
+            .iter()
+            .any(|s| s.trim().is_empty() || s.contains('@'))
+        {
+            c.push(
+                at("card.skills"),
+                "skill names must be non-empty, without '@'",
+            );
+        }
+        if let Some(q) = card.quality {
+            c.fraction(&at("card.quality"), q);
+        }
+        for (key, price) in [
+            ("card.price_per_mtok_input", card.price_per_mtok_input),
+            ("card.price_per_mtok_output", card.price_per_mtok_output),
+        ] {
+            if price.is_some_and(|p| !(p.is_finite() && p >= 0.0)) {
+                c.push(at(key), "must be a number of USD, 0 or more");
+            }
+        }
+        if card.context_window == Some(0) {
+            c.push(at("card.context_window"), "must be at least 1 token");
+        }
+        if card
+            .trust_domain
+            .as_ref()
+            .is_some_and(|d| d.name.trim().is_empty())
+        {
+            c.push(at("card.trust_domain"), "must have a name");
         }
     }
 }

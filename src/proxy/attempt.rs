@@ -168,17 +168,21 @@ impl Proxy {
         let delegate = binding.delegate.clone();
         tracing::Span::current().record("delegate", delegate.name.as_str());
         let _in_flight = delegate.start_task();
-        let reservation = match self
-            .reserve(t.session, t.tenant, &delegate, t.task.skill)
-            .await
-        {
+        let reservation = match self.reserve(t, &delegate).await {
             Ok(r) => r,
             Err(e) => return Attempt::Done(Answer::Failed(e)),
         };
         let mut charged = 0.0;
-        let outcome = self
-            .exchanges(t, run, binding, deadline, &mut charged)
-            .await;
+        let outcome = match &delegate.openai {
+            Some(openai) => {
+                self.complete(t, run, binding, openai, deadline, &mut charged)
+                    .await
+            }
+            None => {
+                self.exchanges(t, run, binding, deadline, &mut charged)
+                    .await
+            }
+        };
         if let Some(hold) = reservation {
             self.settle(hold, t.session, charged).await;
         }
@@ -187,7 +191,7 @@ impl Proxy {
 
     /// How long one delegate may take: the policy's `max_latency_ms`, within what is left of
     /// the task's deadline.
-    fn attempt_timeout(policy: &Policy, left: Duration) -> Duration {
+    pub(super) fn attempt_timeout(policy: &Policy, left: Duration) -> Duration {
         policy
             .require
             .max_latency_ms
@@ -208,7 +212,7 @@ impl Proxy {
         let delegate = binding.delegate.clone();
         let mut mode = binding.upstream.payload.mode;
         let mut rehandshaken = false;
-        let streams = t.progress.is_some()
+        let streams = matches!(t.progress, super::task::Progress::Updates(_))
             && delegate
                 .card()
                 .and_then(|c| {
@@ -270,7 +274,9 @@ impl Proxy {
             let sent = Instant::now();
             let answer = if streams {
                 let relay = |update: Envelope| {
-                    if let (Some(tx), Body::TaskUpdate { .. }) = (t.progress, &update.body) {
+                    if let (super::task::Progress::Updates(tx), Body::TaskUpdate { .. }) =
+                        (t.progress, &update.body)
+                    {
                         let mut update = update;
                         update.session_id = env.session_id.clone();
                         update.from = self.id().to_owned();

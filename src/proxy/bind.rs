@@ -208,6 +208,9 @@ impl Proxy {
             url: delegate.base_url.clone(),
             reason: "no identity card".into(),
         })?;
+        if delegate.openai.is_some() {
+            return Ok(Self::bind_stateless(session, skill, delegate, &card));
+        }
         let mut prefs = vec![session.payload.mode];
         prefs.extend(session.payload.fallback_chain.iter().copied());
         let config = SessionConfig {
@@ -243,5 +246,27 @@ impl Proxy {
             }
         }
         Ok(binding)
+    }
+
+    /// A binding to an OpenAI-backed delegate: it keeps no session, so none is opened (the
+    /// gateway keeps the conversation instead, `openai::conversation`). The id is the
+    /// gateway's own, local to this replica; text is the only mode.
+    fn bind_stateless(
+        session: &ClientSession,
+        skill: &str,
+        delegate: Arc<Delegate>,
+        card: &crate::ldp::IdentityCard,
+    ) -> Binding {
+        let upstream = crate::upstream::UpstreamSession {
+            session_id: format!("openai-{}", crate::ldp::new_id()).into(),
+            payload: crate::ldp::NegotiatedPayload {
+                mode: crate::ldp::PayloadMode::Text,
+                fallback_chain: Vec::new(),
+            },
+            delegate_id: card.delegate_id.as_str().into(),
+        };
+        let binding = Binding { delegate, upstream };
+        session.bind(skill, binding.clone());
+        binding
     }
 }

@@ -9,8 +9,10 @@ use crate::state::SessionStore;
 use crate::upstream::{UpstreamClient, UpstreamError};
 
 async fn close_all(upstream: &UpstreamClient, bindings: Vec<Binding>) {
+    // An OpenAI-backed delegate has no session to close.
     let closes = bindings
         .iter()
+        .filter(|b| b.delegate.openai.is_none())
         .map(|b| upstream.close_session(&b.delegate.base_url, &b.upstream));
     futures_util::future::join_all(closes).await;
 }
@@ -19,6 +21,13 @@ impl Proxy {
     /// Sends TASK_CANCEL for `task_id` to the upstream session of binding `b`, within the
     /// handshake deadline.
     async fn send_cancel(&self, b: &Binding, task_id: &TaskId) -> Result<Envelope, UpstreamError> {
+        if b.delegate.openai.is_some() {
+            return Err(UpstreamError::Config {
+                reason:
+                    "an OpenAI-compatible delegate cannot cancel a completion; it runs to its end"
+                        .into(),
+            });
+        }
         let cancel = Envelope::new(
             b.upstream.session_id.as_str(),
             self.id(),

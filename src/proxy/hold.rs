@@ -2,6 +2,7 @@
 //! restored from the ledger at start. Where the money is kept (this process or Redis) is the
 //! budget store's business (`crate::state::budget_store`).
 
+use super::task::TaskCtx;
 use super::Proxy;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::LdpError;
@@ -28,17 +29,15 @@ impl Proxy {
     /// guessed). An account the store has lost is seeded from the ledger, once.
     pub(super) async fn reserve(
         &self,
-        session: &ClientSession,
-        tenant: &Tenant,
+        t: &TaskCtx<'_>,
         delegate: &Delegate,
-        skill: &str,
     ) -> Result<Option<Hold>, LdpError> {
+        let (session, tenant): (&ClientSession, &Tenant) = (t.session, t.tenant);
         let b = &tenant.budget;
         if b.usd_per_day.is_none() && b.usd_per_month.is_none() && b.usd_per_session.is_none() {
             return Ok(None);
         }
-        let declared = self.declared_cost(delegate, skill).unwrap_or(0.0);
-        let amount = declared * self.cfg.routing.budget_reserve_factor;
+        let amount = self.estimated_cost(t, delegate) * self.cfg.routing.budget_reserve_factor;
         let unavailable = |e: &dyn std::fmt::Display| {
             LdpError::gateway(GatewayCode::Unavailable, format!("budget not checked: {e}"))
         };
@@ -71,6 +70,30 @@ impl Proxy {
     /// background, as tracked work).
     pub(super) async fn settle(&self, hold: Hold, session: &ClientSession, charged: f64) {
         self.budgets.settle(hold, session, charged).await;
+    }
+
+    /// What the task is expected to cost at `delegate`: for a token-priced (OpenAI-backed)
+    /// delegate, its input (and the conversation sent with it) estimated in tokens plus the
+    /// output it may use (`max_tokens`, else `openai.default_max_tokens`) at the declared
+    /// prices; else the card's price per call.
+    fn estimated_cost(&self, t: &TaskCtx<'_>, delegate: &Delegate) -> f64 {
+        match &delegate.openai {
+            Some(o) if !o.backend.prices.is_free() => {
+                let input_bytes = match t.task.chat {
+                    Some(chat) => chat.messages.iter().map(|m| m.text().len()).sum(),
+                    None => t.task.input.get().len() + t.session.conversation.bytes(),
+                };
+                let output = t
+                    .task
+                    .chat
+                    .and_then(|c| c.max_output_tokens())
+                    .unwrap_or(self.cfg.openai.default_max_tokens);
+                o.backend
+                    .prices
+                    .cost(crate::openai::estimate_tokens(input_bytes), output)
+            }
+            _ => self.declared_cost(delegate, t.task.skill).unwrap_or(0.0),
+        }
     }
 
     /// The card's price for `skill`: the declared price, else its cost tier's price.

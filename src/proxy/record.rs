@@ -13,7 +13,9 @@ impl Proxy {
         let now = chrono::Utc::now();
         let delegate = run.binding.as_ref().map(|b| &b.delegate);
         let card = delegate.and_then(|d| d.card());
-        let declared = card.as_ref().and_then(|c| {
+        // A token-priced delegate's cost is usage × its declared prices: nothing to compare.
+        let per_call = delegate.is_some_and(|d| d.openai.is_none());
+        let declared = card.as_ref().filter(|_| per_call).and_then(|c| {
             let h = c.effective_hints(task.skill)?;
             h.cost_per_call_usd
                 .or_else(|| h.cost_tier.map(|t| self.cfg.routing.tier_prices.of(t)))

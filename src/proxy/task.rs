@@ -5,6 +5,7 @@ use super::bind::RouteInfo;
 use super::{Proxy, Refusal, RequestCtx};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, DelegationContract, Envelope, LdpError, PayloadMode, Provenance, TaskId};
+use crate::openai::wire::{ChatRequest, ErrorDetail, Usage};
 use crate::policy::Policy;
 use crate::routing::Need;
 use crate::session::{Binding, ClientSession};
@@ -59,7 +60,7 @@ impl TaskCtx<'_> {
     /// Sends a TASK_UPDATE to a streaming client (dropped if it is not keeping up). The
     /// message is formatted only then: most clients do not stream.
     pub(super) fn tell(&self, from: &str, progress: Option<f64>, message: std::fmt::Arguments<'_>) {
-        if let Some(tx) = self.progress {
+        if let Progress::Updates(tx) = self.progress {
             let message = message.to_string();
             let update = self.env.reply(
                 from,
@@ -89,6 +90,24 @@ pub(super) struct TaskRun {
     pub(super) notes: Vec<String>,
     pub(super) mode: Option<PayloadMode>,
     pub(super) upstream: Duration,
+    /// Token counts an OpenAI-backed delegate reported (or the gateway estimated).
+    pub(super) usage: Option<Usage>,
+    /// An OpenAI-backed delegate's refusal of the request (a 4xx that is the request's own),
+    /// for the ingress to answer in kind.
+    pub(super) refused_upstream: Option<(u16, ErrorDetail)>,
+}
+
+impl TaskRun {
+    /// The trip, once the task is answered with `reply`.
+    fn trip(self, reply: Arc<Envelope>, policy: Arc<Policy>) -> Trip {
+        Trip {
+            reply,
+            policy,
+            delegate: self.binding.map(|b| b.delegate),
+            usage: self.usage,
+            refused_upstream: self.refused_upstream,
+        }
+    }
 }
 
 /// The task's final answer for the client.
@@ -106,10 +125,36 @@ pub(super) struct TaskIn<'a> {
     pub skill: &'a str,
     pub input: &'a crate::ldp::Json,
     pub contract: Option<&'a DelegationContract>,
+    /// The OpenAI ingress's request, whose messages an OpenAI-backed delegate is sent as
+    /// they came (its input is their text, for an LDP delegate).
+    pub chat: Option<&'a ChatRequest>,
 }
 
-/// Where progress events go while a task runs (streaming clients only).
-pub(super) type Progress<'a> = Option<&'a mpsc::Sender<Envelope>>;
+/// Where progress goes while a task runs.
+#[derive(Clone, Copy)]
+pub(super) enum Progress<'a> {
+    /// Nobody is listening (a plain request).
+    Quiet,
+    /// An LDP stream: TASK_UPDATE envelopes (the gateway's notes, the delegate's updates,
+    /// an OpenAI-backed delegate's deltas).
+    Updates(&'a mpsc::Sender<Envelope>),
+    /// An OpenAI stream: the answer's text as it comes, nothing else.
+    Deltas(&'a mpsc::Sender<super::chat::ChatDelta>),
+}
+
+/// What a task's trip left besides its answer, for the OpenAI ingress.
+pub(crate) struct Trip {
+    /// The answer.
+    pub(crate) reply: Arc<Envelope>,
+    /// The policy it ran under.
+    pub(crate) policy: Arc<Policy>,
+    /// The delegate that answered (or last failed).
+    pub(crate) delegate: Option<Arc<crate::registry::Delegate>>,
+    /// Token counts, for an OpenAI-backed delegate.
+    pub(crate) usage: Option<Usage>,
+    /// An OpenAI-backed delegate's refusal of the request.
+    pub(crate) refused_upstream: Option<(u16, ErrorDetail)>,
+}
 
 impl Proxy {
     /// Answers one TASK_SUBMIT, inside a `task` span carrying the session, task, policy and
@@ -120,7 +165,7 @@ impl Proxy {
         ctx: &RequestCtx,
         task: TaskIn<'_>,
         progress: Progress<'_>,
-    ) -> Result<Arc<Envelope>, Refusal> {
+    ) -> Result<Trip, Refusal> {
         let span = tracing::info_span!(
             "task",
             session_id = %env.session_id,
@@ -139,14 +184,23 @@ impl Proxy {
         ctx: &RequestCtx,
         task: TaskIn<'_>,
         progress: Progress<'_>,
-    ) -> Result<Arc<Envelope>, Refusal> {
+    ) -> Result<Trip, Refusal> {
+        let early = |reply: Envelope| {
+            Ok(Trip {
+                reply: Arc::new(reply),
+                policy: self.policies.load().default_policy().clone(),
+                delegate: None,
+                usage: None,
+                refused_upstream: None,
+            })
+        };
         let session = match self.session(&env.session_id, &super::owner(ctx, env)).await {
             Ok(Some(s)) => s,
             Ok(None) => {
                 let error = self.session_not_found(env);
-                return Ok(Arc::new(self.task_failed(env, task.task_id, error)));
+                return early(self.task_failed(env, task.task_id, error));
             }
-            Err(e) => return Ok(Arc::new(self.task_failed(env, task.task_id, e))),
+            Err(e) => return early(self.task_failed(env, task.task_id, e)),
         };
         self.admit_task_skill(ctx, task.skill).await?;
         let started = Instant::now();
@@ -169,9 +223,10 @@ impl Proxy {
         };
         if let Some(error) = refused {
             // Refused before routing: the row is recorded all the same (every task has one).
-            return Ok(self
-                .finish(t, &TaskRun::default(), Answer::Failed(error))
-                .await);
+            let run = TaskRun::default();
+            let policy = t.policy.clone();
+            let reply = self.finish(t, &run, Answer::Failed(error)).await;
+            return Ok(run.trip(reply, policy));
         }
         self.check_policy_limit(&t.policy).await?;
         self.statuses.running(
@@ -185,7 +240,9 @@ impl Proxy {
         let mut run = TaskRun::default();
         let answer = self.run_task(&t, &mut run).await;
         session.task_finished(t.task.task_id);
-        Ok(self.finish(t, &run, answer).await)
+        let policy = t.policy.clone();
+        let reply = self.finish(t, &run, answer).await;
+        Ok(run.trip(reply, policy))
     }
 
     /// Records the task's ledger row and metrics, then answers (a result only once its

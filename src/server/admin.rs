@@ -272,13 +272,11 @@ async fn register(State(s): State<AppState>, body: axum::body::Bytes) -> Respons
             .into_response();
     }
     let cfg = DelegateConfig {
-        url: reg.url,
         name: reg.name,
         weight: reg.weight,
         labels: reg.labels,
         max_in_flight: reg.max_in_flight,
-        limits: None,
-        signing_secret_env: None,
+        ..DelegateConfig::new(reg.url)
     };
     if let Err(why) = registration_allowed(&cfg.url, &s.config.security.registration_allow) {
         let error = crate::ldp::LdpError::gateway(GatewayCode::BadRequest, why.to_string());

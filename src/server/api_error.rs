@@ -5,6 +5,7 @@
 
 use crate::ldp::error::GatewayCode;
 use crate::ldp::LdpError;
+use crate::openai::wire::ErrorDetail;
 use crate::proxy::{Refusal, Refused, RequestIds};
 use crate::telemetry::Metrics;
 use axum::http::StatusCode;
@@ -74,13 +75,38 @@ pub fn telling(kind: ErrorKind) -> Telling {
     }
 }
 
-/// An error answered as `{"error": LdpError}` with the status its kind is told with.
+/// An error answered as `{"error": LdpError}` with the status its kind is told with (on the
+/// OpenAI routes: OpenAI's `{"error": {"message", "type", "param", "code"}}`, same status).
 #[derive(Debug)]
 pub struct ApiError {
     kind: ErrorKind,
     error: LdpError,
-    retry_after: Option<u64>,
+    retry_after: Option<u32>,
     ids: Option<Box<RequestIds>>,
+    openai: Option<Box<OpenAiShape>>,
+}
+
+/// How an error is written on the OpenAI routes.
+#[derive(Debug, Default)]
+struct OpenAiShape {
+    /// The status, when it is not the kind's (an upstream's own refusal, passed on).
+    status: Option<StatusCode>,
+    /// The fields, when they are not derived from the LDP error.
+    detail: Option<ErrorDetail>,
+    /// The request field at fault.
+    param: Option<String>,
+}
+
+/// OpenAI's `type` for an HTTP status.
+fn openai_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        429 => "rate_limit_error",
+        s if s >= 500 => "server_error",
+        _ => "invalid_request_error",
+    }
 }
 
 impl ApiError {
@@ -91,6 +117,7 @@ impl ApiError {
             error: LdpError::gateway(code, message),
             retry_after: None,
             ids: None,
+            openai: None,
         }
     }
 
@@ -102,6 +129,7 @@ impl ApiError {
             error: LdpError::gateway(GatewayCode::BadRequest, message),
             retry_after: None,
             ids: None,
+            openai: None,
         }
     }
 
@@ -115,13 +143,56 @@ impl ApiError {
                 retry_after.as_secs_f64()
             ),
         );
-        e.retry_after = Some(retry_after.as_secs_f64().ceil().max(1.0) as u64);
+        e.retry_after = Some(retry_after.as_secs_f64().ceil().max(1.0) as u32);
         e
     }
 
     /// The LDP error this answers with.
     pub fn error(&self) -> &LdpError {
         &self.error
+    }
+
+    /// An LDP error a task was answered with (a `TASK_FAILED`), told by its code: a gateway
+    /// code as on the LDP routes, a delegate's own code as `UPSTREAM_FAILED`.
+    pub fn task_failed(error: LdpError) -> Self {
+        let code = GatewayCode::from_wire(&error.code).unwrap_or(GatewayCode::UpstreamFailed);
+        ApiError {
+            kind: ErrorKind::Code(code),
+            error,
+            retry_after: None,
+            ids: None,
+            openai: None,
+        }
+    }
+
+    /// Written in OpenAI's shape (the OpenAI routes).
+    pub fn openai(mut self) -> Self {
+        self.openai.get_or_insert_with(Default::default);
+        self
+    }
+
+    /// In OpenAI's shape, naming the request field at fault.
+    pub fn openai_param(mut self, param: impl Into<String>) -> Self {
+        self.openai.get_or_insert_with(Default::default).param = Some(param.into());
+        self
+    }
+
+    /// An OpenAI-backed delegate's own refusal of the request, passed on with its status and
+    /// fields (counted and logged as `code`).
+    pub fn openai_upstream(
+        code: GatewayCode,
+        error: LdpError,
+        status: u16,
+        detail: ErrorDetail,
+    ) -> Self {
+        let mut e = ApiError::task_failed(error);
+        e.kind = ErrorKind::Code(code);
+        e.openai = Some(Box::new(OpenAiShape {
+            status: StatusCode::from_u16(status).ok(),
+            detail: Some(detail),
+            param: None,
+        }));
+        e
     }
 
     /// How it is told.
@@ -162,15 +233,35 @@ struct Told {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let telling = telling(self.kind);
-        let body = axum::Json(serde_json::json!({ "error": self.error }));
+        let (status, body) = match self.openai {
+            None => (
+                telling.status,
+                axum::Json(serde_json::json!({ "error": self.error })),
+            ),
+            Some(shape) => {
+                let OpenAiShape {
+                    status,
+                    detail,
+                    param,
+                } = *shape;
+                let status = status.unwrap_or(telling.status);
+                let detail = detail.unwrap_or_else(|| ErrorDetail {
+                    message: self.error.message.clone(),
+                    kind: Some(openai_type(status).to_owned()),
+                    param,
+                    code: Some(serde_json::Value::String(openai_code(self.kind, telling))),
+                });
+                (status, axum::Json(serde_json::json!({ "error": detail })))
+            }
+        };
         let mut resp = match self.retry_after {
             Some(secs) => (
-                telling.status,
+                status,
                 [(axum::http::header::RETRY_AFTER, secs.to_string())],
                 body,
             )
                 .into_response(),
-            None => (telling.status, body).into_response(),
+            None => (status, body).into_response(),
         };
         // Server faults keep their message for the log line; a client's mistake needs none.
         let message = if telling.level <= Level::WARN {
@@ -184,6 +275,18 @@ impl IntoResponse for ApiError {
         }
         resp
     }
+}
+
+/// The `code` of an error in OpenAI's shape: OpenAI's own name where it has one
+/// (`invalid_api_key`, `model_not_found`, `rate_limit_exceeded`), else the metric code.
+fn openai_code(kind: ErrorKind, telling: Telling) -> String {
+    match kind {
+        ErrorKind::Code(GatewayCode::Unauthenticated) => "invalid_api_key",
+        ErrorKind::Code(GatewayCode::RateLimited) => "rate_limit_exceeded",
+        ErrorKind::NoRoute => "model_not_found",
+        _ => telling.code,
+    }
+    .to_owned()
 }
 
 /// The one layer that reports errors: counts every error answer by code and logs it at its

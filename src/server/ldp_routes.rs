@@ -24,6 +24,7 @@ pub fn router(state: AppState) -> Router {
         .route("/ldp/messages", post(messages))
         .route("/ldp/stream", post(stream))
         .route("/healthz", get(|| async { "ok" }))
+        .merge(super::openai_routes::router(&state))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(
@@ -49,6 +50,8 @@ async fn count_requests(
                 "/ldp/identity" => "/ldp/identity",
                 "/ldp/capabilities" => "/ldp/capabilities",
                 "/healthz" => "/healthz",
+                "/v1/chat/completions" => "/v1/chat/completions",
+                "/v1/models" => "/v1/models",
                 _ => "other",
             });
     let resp = next.run(req).await;
@@ -96,13 +99,23 @@ async fn capabilities(State(s): State<AppState>) -> Response {
 /// before the connection closes.
 const LINGER_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Reads the body within the size limit and the body deadline, checks JSON nesting cheaply,
-/// then parses the envelope; or the 4xx that explains why not.
+/// Reads the body and parses the envelope; or the 4xx that explains why not.
 async fn read_envelope(
     s: &AppState,
     headers: &HeaderMap,
     body: HttpBody,
 ) -> Result<Envelope, ApiError> {
+    let bytes = read_body(s, headers, body).await?;
+    Envelope::from_slice(&bytes).map_err(|e| ApiError::new(GatewayCode::BadRequest, e.to_string()))
+}
+
+/// Reads the body within the size limit and the body deadline and checks its JSON nesting
+/// cheaply; or the 4xx that explains why not.
+pub(super) async fn read_body(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: HttpBody,
+) -> Result<axum::body::Bytes, ApiError> {
     use http_body_util::BodyExt;
     let limit = s.config.server.body_limit_bytes;
     let too_large = || {
@@ -148,7 +161,7 @@ async fn read_envelope(
             format!("JSON nesting deeper than {depth} levels"),
         ));
     }
-    Envelope::from_slice(&bytes).map_err(|e| ApiError::new(GatewayCode::BadRequest, e.to_string()))
+    Ok(bytes)
 }
 
 /// Reads and discards the rest of an oversized body (while hyper sends the 413), up to
@@ -177,7 +190,7 @@ fn expects_continue(headers: &HeaderMap) -> bool {
 
 /// The response for a refused request. After an oversized body the connection is closed once
 /// the rest of the body has been discarded: its input is not worth reading further.
-fn refuse(e: ApiError) -> Response {
+pub(super) fn refuse(e: ApiError) -> Response {
     let too_large = e.telling().status == StatusCode::PAYLOAD_TOO_LARGE;
     let mut resp = e.into_response();
     if too_large {
@@ -219,7 +232,7 @@ pub fn json_depth_exceeds(bytes: &[u8], max: usize) -> bool {
 }
 
 /// Who is calling (the tenant of its API key) and what the headers add (`x-ldp-policy`).
-fn request_ctx(s: &AppState, headers: &HeaderMap) -> Result<RequestCtx, ApiError> {
+pub(super) fn request_ctx(s: &AppState, headers: &HeaderMap) -> Result<RequestCtx, ApiError> {
     let auth = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());

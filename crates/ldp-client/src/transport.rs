@@ -11,6 +11,7 @@ use ldp_wire::{
 use std::time::Duration;
 
 mod card;
+mod http;
 mod pool;
 mod stream;
 #[cfg(feature = "tls")]
@@ -19,6 +20,7 @@ mod tls;
 use crate::Error;
 use bytes::Bytes;
 pub use card::CardLimits;
+pub use http::{Events, Head, HttpAnswer};
 use hyper::StatusCode;
 use pool::Req;
 
@@ -219,15 +221,15 @@ impl Transport {
     }
 
     /// Sends `req` to `base` and returns the answer's status and its body to read as it comes.
-    async fn open(&self, base: &str, req: &Req<'_>) -> Result<(StatusCode, Answer), Error> {
+    async fn open(&self, base: &str, req: &Req<'_>) -> Result<(Head, Answer), Error> {
         if pool::Pool::serves(base) {
-            let (status, body) = self.pool.open(base, req).await?;
-            return Ok((status, Answer::Plain(body)));
+            let (head, body) = self.pool.open(base, req).await?;
+            return Ok((head, Answer::Plain(body)));
         }
         #[cfg(feature = "tls")]
         if base.starts_with("https://") {
-            let (status, body) = self.tls.open(base, req).await?;
-            return Ok((status, Answer::Tls(body)));
+            let (head, body) = self.tls.open(base, req).await?;
+            return Ok((head, Answer::Tls(body)));
         }
         Err(unsupported(base))
     }

@@ -165,6 +165,30 @@ pub enum GatewayCode {
 }
 
 impl GatewayCode {
+    /// Every code.
+    pub const ALL: [GatewayCode; 15] = [
+        GatewayCode::BadRequest,
+        GatewayCode::PayloadTooLarge,
+        GatewayCode::Unauthenticated,
+        GatewayCode::RateLimited,
+        GatewayCode::TrustViolation,
+        GatewayCode::SessionNotFound,
+        GatewayCode::TaskNotFound,
+        GatewayCode::NoEligibleDelegate,
+        GatewayCode::BudgetExceeded,
+        GatewayCode::UnknownPolicy,
+        GatewayCode::SessionLimit,
+        GatewayCode::UpstreamFailed,
+        GatewayCode::LoopDetected,
+        GatewayCode::Unavailable,
+        GatewayCode::Internal,
+    ];
+
+    /// The gateway code whose wire code is `code`, if it is one.
+    pub fn from_wire(code: &str) -> Option<GatewayCode> {
+        GatewayCode::ALL.into_iter().find(|c| c.as_str() == code)
+    }
+
     /// The wire code.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -29,13 +29,8 @@ fn new(owner: &str) -> NewSession {
 
 fn registry() -> Arc<Registry> {
     let cfg = crate::config::DelegateConfig {
-        url: "http://127.0.0.1:9".into(),
         name: Some("d1".into()),
-        weight: None,
-        labels: Default::default(),
-        max_in_flight: None,
-        limits: None,
-        signing_secret_env: None,
+        ..crate::config::DelegateConfig::new("http://127.0.0.1:9")
     };
     Arc::new(Registry::from_config(&[cfg], Default::default()).unwrap())
 }

@@ -304,12 +304,12 @@ impl Pool {
         &self,
         base: &str,
         req: &Req<'_>,
-    ) -> Result<(StatusCode, Body), Error> {
+    ) -> Result<(super::Head, Body), Error> {
         let url = format!("{base}{}", req.path);
         let (origin, tx, resp) = self.start(base, req, &url).await?;
-        let status = resp.status();
+        let head = super::Head::of(resp.status(), resp.headers());
         Ok((
-            status,
+            head,
             Body {
                 body: resp.into_body(),
                 conn: Some((origin, tx)),

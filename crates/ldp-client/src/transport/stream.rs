@@ -6,7 +6,7 @@ use ldp_wire::{Body, Envelope};
 use std::time::Duration;
 
 /// Splits complete SSE events off the front of `buf`, returning each event's `data` text.
-fn take_events(buf: &mut String) -> Vec<String> {
+pub(super) fn take_events(buf: &mut String) -> Vec<String> {
     let mut out = Vec::new();
     loop {
         let normalized = buf.replace("\r\n", "\n");
@@ -54,7 +54,8 @@ impl Transport {
         };
         let cap = self.max_response_bytes;
         let work = async {
-            let (status, mut body) = self.open(base, &req).await?;
+            let (head, mut body) = self.open(base, &req).await?;
+            let status = head.status;
             if !status.is_success() {
                 let mut answer = Vec::new();
                 while let Ok(Some(chunk)) = body.chunk().await {

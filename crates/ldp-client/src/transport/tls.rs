@@ -87,12 +87,13 @@ impl Tls {
         &self,
         base: &str,
         req: &Req<'_>,
-    ) -> Result<(StatusCode, Body), Error> {
+    ) -> Result<(super::Head, Body), Error> {
         let url = format!("{base}{}", req.path);
         let resp = self.start(&url, req, None).await?;
         let status =
             StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-        Ok((status, Body(resp)))
+        let head = super::Head::of(status, resp.headers());
+        Ok((head, Body(resp)))
     }
 }
 

@@ -1,0 +1,195 @@
+//! Plain JSON-over-HTTP calls to endpoints that are not LDP (an OpenAI-compatible server),
+//! over the same pool, deadlines and size caps as every LDP call: a whole answer
+//! ([`Transport::request`]) or one read as Server-Sent Events ([`Transport::events`]).
+
+use super::{Answer, Req, Transport};
+use crate::Error;
+use bytes::Bytes;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use hyper::StatusCode;
+use std::time::Duration;
+
+/// Longest `Retry-After` taken from an answer: a server cannot park a caller for longer.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// An answer's head: its status, and how long it asks the caller to wait (`Retry-After` in
+/// seconds; an HTTP date is not read).
+#[derive(Debug, Clone, Copy)]
+pub struct Head {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// `Retry-After`, at most an hour.
+    pub retry_after: Option<Duration>,
+}
+
+impl Head {
+    pub(super) fn of(status: StatusCode, headers: &HeaderMap) -> Head {
+        let retry_after = headers
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| Duration::from_secs_f64(s).min(MAX_RETRY_AFTER));
+        Head {
+            status,
+            retry_after,
+        }
+    }
+}
+
+/// A whole answer: its head and body (at most the transport's `max_response_bytes`).
+#[derive(Debug, Clone)]
+pub struct HttpAnswer {
+    /// Status and `Retry-After`.
+    pub head: Head,
+    /// The body as it came.
+    pub body: Bytes,
+}
+
+/// An answer read as Server-Sent Events: each event's `data` text, in order.
+pub struct Events {
+    answer: Answer,
+    buf: String,
+    ready: std::collections::VecDeque<String>,
+    cap: usize,
+    url: String,
+}
+
+impl Events {
+    /// The next event's data; `None` when the answer ends. An event larger than the
+    /// transport's `max_response_bytes` is [`Error::Malformed`]; a connection that fails is
+    /// [`Error::StreamBroken`].
+    pub async fn next(&mut self) -> Result<Option<String>, Error> {
+        loop {
+            if let Some(data) = self.ready.pop_front() {
+                return Ok(Some(data));
+            }
+            let chunk = match self.answer.chunk().await {
+                Ok(Some(c)) => c,
+                Ok(None) => return Ok(None),
+                Err(_) => {
+                    return Err(Error::StreamBroken {
+                        url: self.url.clone(),
+                    })
+                }
+            };
+            self.buf.push_str(&String::from_utf8_lossy(&chunk));
+            if self.buf.len() > self.cap {
+                return Err(Error::Malformed {
+                    url: self.url.clone(),
+                    reason: format!("stream event larger than {} bytes", self.cap),
+                });
+            }
+            self.ready.extend(super::stream::take_events(&mut self.buf));
+        }
+    }
+}
+
+impl Transport {
+    /// POSTs `body` (JSON) to `base` + `path`, or GETs it without a body, with `headers`
+    /// (an `Authorization` for the endpoint) instead of the transport's own, and reads the
+    /// whole answer within `timeout`. Any status is an answer; only the exchange can fail.
+    pub async fn request(
+        &self,
+        base: &str,
+        path: &'static str,
+        body: Option<Bytes>,
+        headers: &[(HeaderName, HeaderValue)],
+        timeout: Duration,
+    ) -> Result<HttpAnswer, Error> {
+        let req = Req {
+            path,
+            body,
+            hops: None,
+            events: false,
+            headers,
+        };
+        let url = || format!("{base}{path}");
+        let cap = self.max_response_bytes;
+        let work = async {
+            let (head, mut answer) = self.open(base, &req).await?;
+            let mut bytes = Vec::new();
+            loop {
+                match answer.chunk().await {
+                    Ok(Some(c)) if bytes.len() + c.len() > cap => {
+                        return Err(Error::Malformed {
+                            url: url(),
+                            reason: format!("answer larger than {cap} bytes"),
+                        })
+                    }
+                    Ok(Some(c)) => bytes.extend_from_slice(&c),
+                    Ok(None) => break,
+                    Err(reason) => return Err(Error::Broken { url: url(), reason }),
+                }
+            }
+            Ok(HttpAnswer {
+                head,
+                body: bytes.into(),
+            })
+        };
+        tokio::time::timeout(timeout, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Timeout {
+                    url: url(),
+                    after: timeout,
+                })
+            })
+    }
+
+    /// POSTs `body` to `base` + `path` asking for Server-Sent Events; the answer's head
+    /// (within `timeout`), and its events to read as they come (the caller holds the deadline
+    /// for the rest). A non-2xx answer's events are its body: read it with
+    /// [`Transport::request`]'s rules by the caller, or drop it.
+    pub async fn events(
+        &self,
+        base: &str,
+        path: &'static str,
+        body: Bytes,
+        headers: &[(HeaderName, HeaderValue)],
+        timeout: Duration,
+    ) -> Result<(Head, Events), Error> {
+        let req = Req {
+            path,
+            body: Some(body),
+            hops: None,
+            events: true,
+            headers,
+        };
+        let url = format!("{base}{path}");
+        let opened = tokio::time::timeout(timeout, self.open(base, &req)).await;
+        let (head, answer) = match opened {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(Error::Timeout {
+                    url,
+                    after: timeout,
+                })
+            }
+        };
+        Ok((
+            head,
+            Events {
+                answer,
+                buf: String::new(),
+                ready: Default::default(),
+                cap: self.max_response_bytes,
+                url,
+            },
+        ))
+    }
+}
+
+impl Events {
+    /// The rest of the answer as one body (at most the cap): a refusal's JSON.
+    pub async fn body(mut self) -> Bytes {
+        let mut bytes = std::mem::take(&mut self.buf).into_bytes();
+        while let Ok(Some(c)) = self.answer.chunk().await {
+            if bytes.len() + c.len() > self.cap {
+                break;
+            }
+            bytes.extend_from_slice(&c);
+        }
+        bytes.into()
+    }
+}

@@ -1,0 +1,56 @@
+//! `[openai]`: how the gateway treats OpenAI-backed delegates (their conversations, their
+//! estimated cost) and the OpenAI-compatible ingress.
+
+use super::checks::Checks;
+use serde::{Deserialize, Serialize};
+
+/// `[openai]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OpenAiConfig {
+    /// Output tokens a task is assumed to use when it names no `max_tokens`: the budget hold
+    /// of a token-priced delegate is its input estimate plus this, at the declared prices.
+    pub default_max_tokens: u64,
+    /// Most bytes of conversation kept per client session for OpenAI-backed delegates
+    /// (user and assistant turns of every skill together; the oldest turns go first).
+    pub session_memory_bytes: u64,
+    /// Serve `POST /v1/chat/completions` and `GET /v1/models` on the LDP listener.
+    pub ingress: bool,
+}
+
+impl Default for OpenAiConfig {
+    fn default() -> Self {
+        OpenAiConfig {
+            default_max_tokens: 1024,
+            session_memory_bytes: 256 * 1024,
+            ingress: true,
+        }
+    }
+}
+
+/// The largest `default_max_tokens` accepted (a ten-million-token answer is no estimate).
+const MAX_TOKENS_CEILING: u64 = 10_000_000;
+
+impl OpenAiConfig {
+    pub(super) fn check(&self, c: &mut Checks) {
+        if !(1..=MAX_TOKENS_CEILING).contains(&self.default_max_tokens) {
+            c.push(
+                "openai.default_max_tokens",
+                format!(
+                    "must be between 1 and {MAX_TOKENS_CEILING}, got {}",
+                    self.default_max_tokens
+                ),
+            );
+        }
+        let max = 1 << 30;
+        if self.session_memory_bytes > max {
+            c.push(
+                "openai.session_memory_bytes",
+                format!(
+                    "must be at most {max} (1 GiB), got {}",
+                    self.session_memory_bytes
+                ),
+            );
+        }
+    }
+}

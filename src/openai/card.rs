@@ -1,0 +1,93 @@
+//! The identity card of an OpenAI-backed delegate, built from what the operator declared
+//! (`[delegates.card]`), so that routing, explain, `/admin/delegates` and every policy
+//! constraint treat it like any delegate.
+
+use crate::config::DeclaredCard;
+use crate::ldp::{Capability, CapabilityHints, ClaimType, IdentityCard, PayloadMode};
+use std::collections::BTreeMap;
+
+/// A typical call's tokens, input and output, by which a per-token price becomes the card's
+/// per-call price (what routing compares across delegates). Budgets hold and charge the real
+/// estimate and usage, not this.
+pub const TYPICAL_CALL_TOKENS: (u64, u64) = (1000, 500);
+
+/// USD per million tokens, input and output.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Prices {
+    /// Per million input tokens.
+    pub input: f64,
+    /// Per million output tokens.
+    pub output: f64,
+}
+
+impl Prices {
+    /// What `prompt` input and `completion` output tokens cost.
+    pub fn cost(&self, prompt: u64, completion: u64) -> f64 {
+        (prompt as f64 * self.input + completion as f64 * self.output) / 1e6
+    }
+
+    /// Whether anything costs money.
+    pub fn is_free(&self) -> bool {
+        self.input == 0.0 && self.output == 0.0
+    }
+}
+
+/// The declared prices (absent ones are 0).
+pub fn prices(card: &DeclaredCard) -> Prices {
+    Prices {
+        input: card.price_per_mtok_input.unwrap_or(0.0),
+        output: card.price_per_mtok_output.unwrap_or(0.0),
+    }
+}
+
+/// The full LDP card of delegate `name` serving `model` at `url`. Its id is
+/// `ldp:delegate:<name>`, its version the model; each skill carries the declared quality,
+/// latency, the price of a typical call ([`TYPICAL_CALL_TOKENS`]) and streaming; metadata
+/// says `kind = openai` and the per-token prices.
+pub fn build(name: &str, url: &str, model: &str, card: &DeclaredCard) -> IdentityCard {
+    let p = prices(card);
+    let (typical_in, typical_out) = TYPICAL_CALL_TOKENS;
+    let hints = CapabilityHints {
+        quality: card.quality,
+        latency_p50_ms: card.latency_p50_ms,
+        cost_per_call_usd: Some(p.cost(typical_in, typical_out)),
+        supports_streaming: Some(true),
+        claim_type: Some(ClaimType::SelfClaimed),
+        ..CapabilityHints::default()
+    };
+    let capabilities = card
+        .skills
+        .iter()
+        .map(|s| Capability {
+            hints: hints.clone(),
+            ..Capability::named(s.as_str())
+        })
+        .collect();
+    let mut metadata = BTreeMap::new();
+    metadata.insert("kind".to_owned(), "openai".to_owned());
+    metadata.insert("model".to_owned(), model.to_owned());
+    metadata.insert("price_per_mtok_input".to_owned(), p.input.to_string());
+    metadata.insert("price_per_mtok_output".to_owned(), p.output.to_string());
+    IdentityCard {
+        delegate_id: format!("ldp:delegate:{name}"),
+        name: name.to_owned(),
+        description: Some(format!("OpenAI-compatible model {model} at {url}")),
+        model_family: card
+            .model_family
+            .clone()
+            .unwrap_or_else(|| model.to_owned()),
+        model_version: model.to_owned(),
+        weights_fingerprint: None,
+        trust_domain: card.trust_domain.clone().unwrap_or_default(),
+        context_window: card.context_window,
+        reasoning_profile: None,
+        cost_profile: None,
+        latency_profile: card.latency_p50_ms.map(|ms| format!("p50:{ms}ms")),
+        jurisdiction: card.jurisdiction.clone(),
+        capabilities,
+        // A chat model reads text; a frame is rendered to text for it (`translate`).
+        supported_payload_modes: vec![PayloadMode::Text],
+        endpoint: Some(url.to_owned()),
+        metadata,
+    }
+}

@@ -1,0 +1,433 @@
+//! Calls to an OpenAI-compatible delegate: `GET {url}/models` (liveness) and
+//! `POST {url}/chat/completions`, whole or streamed, through the gateway's one transport
+//! (`ldp-client`'s pool, deadlines and size caps). Each answer is classified once into a
+//! [`Reply`] or a [`ChatError`] that says whether another delegate may be tried.
+
+use super::card::{prices, Prices};
+use super::wire::{
+    Chunk, Completion, ErrorBody, ErrorDetail, StreamOptions, UpstreamRequest, Usage,
+};
+use crate::config::{DelegateConfig, DelegateKind};
+use crate::secret::Secret;
+use crate::upstream::{UpstreamClient, UpstreamError};
+use bytes::Bytes;
+use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::time::Duration;
+use tokio::time::Instant;
+
+const MODELS: &str = "/models";
+const CHAT: &str = "/chat/completions";
+
+/// How the gateway calls one OpenAI-backed delegate.
+pub struct Backend {
+    /// The upstream model sent with every request.
+    pub model: String,
+    /// The declared per-token prices.
+    pub prices: Prices,
+    /// The declared context window, in tokens.
+    pub context_window: Option<u64>,
+    /// `Authorization: Bearer <key>` (marked sensitive: never printed), if a key is set.
+    auth: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("model", &self.model)
+            .field("prices", &self.prices)
+            .field("context_window", &self.context_window)
+            .field("api_key", &(!self.auth.is_empty()).then_some("***"))
+            .finish()
+    }
+}
+
+/// Why an OpenAI-backed delegate cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// `api_key_env` names a variable that is not set.
+    #[error("delegate '{delegate}': API key variable {var} is not set")]
+    MissingKey {
+        /// The delegate.
+        delegate: String,
+        /// The variable.
+        var: String,
+    },
+    /// The key cannot be sent in a header.
+    #[error("delegate '{delegate}': the API key in {var} is not a valid header value")]
+    BadKey {
+        /// The delegate.
+        delegate: String,
+        /// The variable.
+        var: String,
+    },
+}
+
+impl Backend {
+    /// The backend of an entry of kind `openai` (`None` for an LDP delegate), its key read
+    /// from `api_key_env`.
+    pub fn from_config(cfg: &DelegateConfig, name: &str) -> Result<Option<Backend>, BackendError> {
+        if cfg.kind != DelegateKind::OpenAi {
+            return Ok(None);
+        }
+        let key = match &cfg.api_key_env {
+            Some(var) => {
+                let secret = Secret::from_env(var).ok_or_else(|| BackendError::MissingKey {
+                    delegate: name.to_owned(),
+                    var: var.clone(),
+                })?;
+                Some((var, secret))
+            }
+            None => None,
+        };
+        Backend::new(cfg, name, key.as_ref().map(|(v, s)| (v.as_str(), s)))
+    }
+
+    /// The backend with `key` (its variable's name, for errors) given directly.
+    pub fn new(
+        cfg: &DelegateConfig,
+        name: &str,
+        key: Option<(&str, &Secret)>,
+    ) -> Result<Option<Backend>, BackendError> {
+        let mut auth = Vec::new();
+        if let Some((var, secret)) = key {
+            let bearer = [b"Bearer ".as_slice(), secret.expose()].concat();
+            let mut value = HeaderValue::from_bytes(&bearer).map_err(|_| BackendError::BadKey {
+                delegate: name.to_owned(),
+                var: var.to_owned(),
+            })?;
+            value.set_sensitive(true);
+            auth.push((AUTHORIZATION, value));
+        }
+        let card = cfg.card.as_ref();
+        Ok(Some(Backend {
+            model: cfg.model.clone().unwrap_or_default(),
+            prices: card.map(prices).unwrap_or_default(),
+            context_window: card.and_then(|c| c.context_window),
+            auth,
+        }))
+    }
+}
+
+/// What a completion produced.
+#[derive(Debug, Clone, Default)]
+pub struct Reply {
+    /// The assistant's text.
+    pub content: String,
+    /// The model that answered (the response's `model`; the configured one if it sent none).
+    pub model: String,
+    /// Token counts, if the delegate reported them.
+    pub usage: Option<Usage>,
+    /// Why it stopped.
+    pub finish_reason: Option<String>,
+}
+
+/// Why a completion failed, and what that says.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    /// No connection, no answer in time, a connection that broke.
+    #[error(transparent)]
+    Transport(#[from] UpstreamError),
+    /// A non-2xx answer, with OpenAI's error fields when the body had them.
+    #[error("{url} answered HTTP {status}: {}", detail.message)]
+    Status {
+        /// Where.
+        url: String,
+        /// The status.
+        status: u16,
+        /// `Retry-After`.
+        retry_after: Option<Duration>,
+        /// The error's fields (a generic message when the body was not OpenAI's shape).
+        detail: Box<ErrorDetail>,
+    },
+    /// A 2xx answer that is no completion.
+    #[error("{url} sent an unreadable answer: {reason}")]
+    Malformed {
+        /// Where.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// A stream that ended (or failed) before it finished; `relayed` content deltas had
+    /// already gone to the client.
+    #[error("the stream from {url} ended before it finished")]
+    Broken {
+        /// Where.
+        url: String,
+        /// Whether part of the answer was already relayed.
+        relayed: bool,
+    },
+}
+
+impl ChatError {
+    /// Whether another delegate may be tried: a delegate at fault (unreachable, 5xx, 429,
+    /// its own key or model refused, nonsense) before anything reached the client. A 400 (a
+    /// bad request, a context too long) is the request's own and is not retried.
+    pub fn retryable(&self) -> bool {
+        match self {
+            ChatError::Transport(e) => e.retryable(),
+            ChatError::Status { status, .. } => {
+                *status >= 500 || matches!(status, 401 | 403 | 404 | 408 | 409 | 429)
+            }
+            ChatError::Malformed { .. } => true,
+            ChatError::Broken { relayed, .. } => !relayed,
+        }
+    }
+
+    /// Whether it says the delegate is unwell (a 4xx about the request does not; nor does a
+    /// 429, which pauses the delegate instead).
+    pub fn is_delegate_fault(&self) -> bool {
+        match self {
+            ChatError::Transport(e) => e.is_delegate_fault(),
+            ChatError::Status { status, .. } => *status >= 500 || matches!(status, 401 | 403 | 404),
+            ChatError::Malformed { .. } | ChatError::Broken { .. } => true,
+        }
+    }
+
+    /// The reason code for the ledger row and `ldp_gateway_fallbacks_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ChatError::Transport(e) => e.reason(),
+            ChatError::Status { status: 429, .. } => "rate_limited",
+            ChatError::Status { status, .. } if *status >= 500 => "http_5xx",
+            ChatError::Status { .. } => "http_4xx",
+            ChatError::Malformed { .. } => "malformed",
+            ChatError::Broken { .. } => "stream_broken",
+        }
+    }
+
+    /// How long the delegate asked not to be called (a 429's `Retry-After`).
+    pub fn pause(&self) -> Option<Duration> {
+        match self {
+            ChatError::Status {
+                status: 429,
+                retry_after,
+                ..
+            } => Some(retry_after.unwrap_or(DEFAULT_PAUSE)),
+            _ => None,
+        }
+    }
+
+    /// Whether the delegate timed out.
+    pub fn timed_out(&self) -> bool {
+        matches!(self, ChatError::Transport(UpstreamError::Timeout { .. }))
+    }
+}
+
+/// How long a delegate that answered 429 without `Retry-After` is skipped.
+const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
+
+/// What a completion is asked for besides the messages.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Params<'a> {
+    /// Most output tokens.
+    pub max_tokens: Option<u64>,
+    /// Most output tokens, by the newer name.
+    pub max_completion_tokens: Option<u64>,
+    /// The client's other parameters (ingress).
+    pub extra: Option<&'a Map<String, Value>>,
+}
+
+impl Backend {
+    fn body<M: Serialize>(
+        &self,
+        messages: M,
+        params: Params<'_>,
+        stream: bool,
+        url: &str,
+    ) -> Result<Bytes, ChatError> {
+        let req = UpstreamRequest {
+            model: &self.model,
+            messages,
+            stream,
+            stream_options: stream.then_some(StreamOptions {
+                include_usage: true,
+            }),
+            max_tokens: params.max_tokens,
+            max_completion_tokens: params.max_completion_tokens,
+            extra: params.extra,
+        };
+        serde_json::to_vec(&req)
+            .map(Bytes::from)
+            .map_err(|e| ChatError::Malformed {
+                url: url.to_owned(),
+                reason: format!("request not encoded: {e}"),
+            })
+    }
+
+    /// `GET {base}/models` answered 2xx within `timeout`: the delegate is up.
+    pub async fn check_models(
+        &self,
+        client: &UpstreamClient,
+        base: &str,
+        timeout: Duration,
+    ) -> Result<(), ChatError> {
+        let answer = client
+            .request(base, MODELS, None, &self.auth, timeout)
+            .await?;
+        if answer.head.status.is_success() {
+            return Ok(());
+        }
+        Err(status_error(
+            format!("{base}{MODELS}"),
+            answer.head,
+            &answer.body,
+        ))
+    }
+
+    /// One whole completion of `messages` within `timeout`.
+    pub async fn complete<M: Serialize>(
+        &self,
+        client: &UpstreamClient,
+        base: &str,
+        messages: M,
+        params: Params<'_>,
+        timeout: Duration,
+    ) -> Result<Reply, ChatError> {
+        let url = format!("{base}{CHAT}");
+        let body = self.body(messages, params, false, &url)?;
+        let answer = client
+            .request(base, CHAT, Some(body), &self.auth, timeout)
+            .await?;
+        if !answer.head.status.is_success() {
+            return Err(status_error(url, answer.head, &answer.body));
+        }
+        let c: Completion =
+            serde_json::from_slice(&answer.body).map_err(|e| ChatError::Malformed {
+                url: url.clone(),
+                reason: e.to_string(),
+            })?;
+        let Some(choice) = c.choices.into_iter().next() else {
+            return Err(ChatError::Malformed {
+                url,
+                reason: "no choices".into(),
+            });
+        };
+        Ok(Reply {
+            content: choice.message.and_then(|m| m.content).unwrap_or_default(),
+            model: if c.model.is_empty() {
+                self.model.clone()
+            } else {
+                c.model
+            },
+            usage: c.usage,
+            finish_reason: choice.finish_reason,
+        })
+    }
+
+    /// One streamed completion of `messages`: each content delta goes to `on_delta` as it
+    /// comes (awaited, so a slow consumer slows the read), all within `timeout`. A stream that
+    /// ends before `[DONE]` or a `finish_reason` is [`ChatError::Broken`], never a reply.
+    pub async fn stream<M: Serialize, F, Fut>(
+        &self,
+        client: &UpstreamClient,
+        base: &str,
+        messages: M,
+        params: Params<'_>,
+        timeout: Duration,
+        mut on_delta: F,
+    ) -> Result<Reply, ChatError>
+    where
+        F: FnMut(String) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let url = format!("{base}{CHAT}");
+        let body = self.body(messages, params, true, &url)?;
+        let deadline = Instant::now() + timeout;
+        let (head, mut events) = client.events(base, CHAT, body, &self.auth, timeout).await?;
+        if !head.status.is_success() {
+            let body = tokio::time::timeout_at(deadline, events.body())
+                .await
+                .unwrap_or_default();
+            return Err(status_error(url, head, &body));
+        }
+        let mut reply = Reply {
+            model: self.model.clone(),
+            ..Reply::default()
+        };
+        let mut relayed = false;
+        let read = async {
+            loop {
+                let data = match events.next().await {
+                    Ok(Some(d)) => d,
+                    Ok(None) if reply.finish_reason.is_some() => return Ok(()),
+                    Ok(None) | Err(_) => {
+                        return Err(ChatError::Broken {
+                            url: url.clone(),
+                            relayed,
+                        })
+                    }
+                };
+                if data.trim() == "[DONE]" {
+                    return match reply.finish_reason {
+                        Some(_) => Ok(()),
+                        None => Err(ChatError::Broken {
+                            url: url.clone(),
+                            relayed,
+                        }),
+                    };
+                }
+                if let Ok(e) = serde_json::from_str::<ErrorBody>(&data) {
+                    // An error event mid-stream (some servers send one): the stream failed.
+                    tracing::debug!(error = %e.error.message, "error event in an upstream stream");
+                    return Err(ChatError::Broken {
+                        url: url.clone(),
+                        relayed,
+                    });
+                }
+                let chunk: Chunk =
+                    serde_json::from_str(&data).map_err(|e| ChatError::Malformed {
+                        url: url.clone(),
+                        reason: e.to_string(),
+                    })?;
+                if !chunk.model.is_empty() && reply.model != chunk.model {
+                    reply.model = chunk.model;
+                }
+                if chunk.usage.is_some() {
+                    reply.usage = chunk.usage;
+                }
+                for choice in chunk.choices {
+                    if let Some(text) = choice.delta.and_then(|d| d.content) {
+                        if !text.is_empty() {
+                            reply.content.push_str(&text);
+                            relayed = true;
+                            on_delta(text).await;
+                        }
+                    }
+                    if choice.finish_reason.is_some() {
+                        reply.finish_reason = choice.finish_reason;
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline, read).await {
+            Ok(Ok(())) => Ok(reply),
+            Ok(Err(e)) => Err(e),
+            Err(_) if relayed => Err(ChatError::Broken { url, relayed }),
+            Err(_) => Err(ChatError::Transport(UpstreamError::Timeout {
+                url,
+                after: timeout,
+            })),
+        }
+    }
+}
+
+/// A non-2xx answer as a [`ChatError`], with OpenAI's error fields when the body has them.
+fn status_error(url: String, head: ldp_client::transport::Head, body: &[u8]) -> ChatError {
+    let status = head.status.as_u16();
+    let detail = serde_json::from_slice::<ErrorBody>(body)
+        .map(|b| b.error)
+        .unwrap_or_else(|_| ErrorDetail {
+            message: format!("HTTP {status}"),
+            kind: None,
+            param: None,
+            code: None,
+        });
+    ChatError::Status {
+        url,
+        status,
+        retry_after: head.retry_after,
+        detail: Box::new(detail),
+    }
+}

@@ -1,0 +1,389 @@
+//! The OpenAI-compatible ingress on the LDP listener: `POST /v1/chat/completions` (whole or
+//! streamed) and `GET /v1/models`. `model` names a skill (`"chat"`) or a skill and a policy
+//! (`"chat@cheapest"`; else `x-ldp-policy`, else the tenant's default). Each completion is one
+//! LDP task through the whole pipeline (`Proxy::chat`); the answer is a `chat.completion` (or
+//! `chat.completion.chunk` events ending in `data: [DONE]`) with `x-ldp-delegate`,
+//! `x-ldp-policy` and `x-ldp-task-id`. Errors are OpenAI's shape with the LDP routes' statuses.
+
+use super::api_error::{ApiError, ErrorKind};
+use super::ldp_routes::{read_body, refuse, request_ctx};
+use super::AppState;
+use crate::ldp::error::GatewayCode;
+use crate::ldp::TaskId;
+use crate::openai::wire::{ChatRequest, Usage};
+use crate::proxy::{ChatDelta, ChatOutcome, ChatReply};
+use axum::body::Body as HttpBody;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// The ingress routes (none when `openai.ingress` is off).
+pub(super) fn router(state: &AppState) -> Router<AppState> {
+    if !state.config.openai.ingress {
+        return Router::new();
+    }
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
+}
+
+/// Deltas buffered between the task and a slow client (then the task's read waits).
+const DELTA_BUFFER: usize = 64;
+
+/// `GET /v1/models`: the skills some healthy delegate offers.
+async fn models(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(e) = request_ctx(&s, &headers) {
+        return refuse(e.openai());
+    }
+    let index = s.registry.index();
+    let data: Vec<Value> = index
+        .skills()
+        .into_iter()
+        .filter(|skill| index.offers(skill).iter().any(|o| o.delegate.is_healthy()))
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "ldp-gateway"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// `POST /v1/chat/completions`.
+async fn chat(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> Response {
+    match completion(&s, &headers, body).await {
+        Ok(resp) => resp,
+        Err(e) => refuse(e.openai()),
+    }
+}
+
+/// What a request asks for, checked: the skill, the policy it names, the request.
+async fn read_request(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: HttpBody,
+) -> Result<(crate::proxy::RequestCtx, String, ChatRequest), ApiError> {
+    let mut ctx = request_ctx(s, headers)?;
+    let bytes = read_body(s, headers, body).await?;
+    let req: ChatRequest = serde_json::from_slice(&bytes).map_err(|e| {
+        let text = e.to_string();
+        // serde names a missing or mistyped field between backticks.
+        let param = text
+            .split('`')
+            .nth(1)
+            .filter(|p| ["model", "messages", "stream", "role", "content"].contains(p))
+            .map(str::to_owned);
+        let err = ApiError::new(
+            GatewayCode::BadRequest,
+            format!("invalid request body: {text}"),
+        );
+        match param {
+            Some(p) => err.openai_param(p),
+            None => err,
+        }
+    })?;
+    let (skill, policy) = match req.model.split_once('@') {
+        Some((skill, policy)) => (skill.trim(), Some(policy.trim())),
+        None => (req.model.trim(), None),
+    };
+    if skill.is_empty() || policy.is_some_and(str::is_empty) {
+        return Err(ApiError::new(
+            GatewayCode::BadRequest,
+            "`model` must name a skill, or a skill and a policy as `skill@policy`",
+        )
+        .openai_param("model"));
+    }
+    if req.messages.is_empty() {
+        return Err(
+            ApiError::new(GatewayCode::BadRequest, "`messages` must not be empty")
+                .openai_param("messages"),
+        );
+    }
+    let unknown = |what: String| {
+        ApiError::of(
+            ErrorKind::NoRoute,
+            format!("The model `{}` does not exist: {what}", req.model),
+        )
+        .openai_param("model")
+    };
+    if s.registry.index().offers(skill).is_empty() {
+        return Err(unknown(format!("no delegate offers the skill '{skill}'")));
+    }
+    if let Some(p) = policy {
+        if s.proxy.policies().get(p).is_none() {
+            return Err(unknown(format!("there is no policy '{p}'")));
+        }
+        ctx.policy = Some(p.to_owned());
+    }
+    let skill = skill.to_owned();
+    Ok((ctx, skill, req))
+}
+
+async fn completion(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: HttpBody,
+) -> Result<Response, ApiError> {
+    let (ctx, skill, req) = read_request(s, headers, body).await?;
+    let task_id: TaskId = crate::ldp::new_id().into();
+    let streaming = req.stream.unwrap_or(false);
+    let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
+    let model = req.model.clone();
+    let (tx, rx) = mpsc::channel::<ChatDelta>(DELTA_BUFFER);
+    let proxy = s.proxy.clone();
+    let id = task_id.clone();
+    // The task runs as its own (tracked) task: a client that leaves does not stop its
+    // settling and its ledger row.
+    let task = s
+        .proxy
+        .spawn_tracked(async move {
+            let deltas = streaming.then_some(&tx);
+            proxy.chat(&ctx, &req, &skill, id, deltas).await
+        })
+        .ok_or_else(|| ApiError::new(GatewayCode::Unavailable, "the gateway is stopping"))?;
+    let reply = Reply {
+        id: format!("chatcmpl-{task_id}"),
+        created: chrono::Utc::now().timestamp(),
+        model,
+        include_usage,
+    };
+    if streaming {
+        stream(reply, task_id, rx, task).await
+    } else {
+        let outcome = joined(task.await)?;
+        let headers = ldp_headers(&task_id, Some(&outcome.policy), outcome.delegate.as_deref());
+        let answer = outcome.result.map_err(refusal)?;
+        Ok((headers, axum::Json(reply.completion(&answer))).into_response())
+    }
+}
+
+/// The task's outcome, or the gateway's refusal of it.
+fn joined(
+    j: Result<Result<ChatOutcome, crate::proxy::Refusal>, tokio::task::JoinError>,
+) -> Result<ChatOutcome, ApiError> {
+    match j {
+        Ok(Ok(o)) => Ok(o),
+        Ok(Err(refusal)) => Err(ApiError::from(refusal)),
+        Err(e) => Err(ApiError::new(
+            GatewayCode::Internal,
+            format!("task failed: {e}"),
+        )),
+    }
+}
+
+/// A refused or failed completion as an error answer: an OpenAI-backed delegate's own
+/// refusal of the request as it came, else the LDP error with the LDP routes' status.
+fn refusal(r: crate::proxy::ChatRefusal) -> ApiError {
+    match r.upstream {
+        Some((status, detail)) => {
+            ApiError::openai_upstream(GatewayCode::BadRequest, r.error, status, detail)
+        }
+        None => ApiError::task_failed(r.error),
+    }
+}
+
+/// `x-ldp-task-id`, `x-ldp-policy`, `x-ldp-delegate` (the last two when known).
+fn ldp_headers(task_id: &TaskId, policy: Option<&str>, delegate: Option<&str>) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    let pairs = [
+        ("x-ldp-task-id", Some(task_id.as_str())),
+        ("x-ldp-policy", policy),
+        ("x-ldp-delegate", delegate),
+    ];
+    for (name, value) in pairs {
+        if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+            h.insert(HeaderName::from_static(name), v);
+        }
+    }
+    h
+}
+
+/// What every answer of one request shares.
+struct Reply {
+    id: String,
+    created: i64,
+    /// The `model` the client asked for, echoed until the answering model is known.
+    model: String,
+    include_usage: bool,
+}
+
+impl Reply {
+    fn completion(&self, a: &ChatReply) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": model_of(&a.model, &self.model),
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": a.content, "refusal": null},
+                "logprobs": null,
+                "finish_reason": "stop",
+            }],
+            "usage": usage(&a.usage),
+        })
+    }
+
+    fn chunk(&self, model: &str, delta: Value, finish: Option<&str>) -> Event {
+        let mut c = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        });
+        if self.include_usage {
+            c["usage"] = Value::Null;
+        }
+        Event::default().data(c.to_string())
+    }
+
+    fn usage_chunk(&self, model: &str, u: &Usage) -> Event {
+        let c = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": model,
+            "choices": [],
+            "usage": usage(u),
+        });
+        Event::default().data(c.to_string())
+    }
+
+    /// The events that end a stream that answered: the finish, the usage if asked, `[DONE]`.
+    fn ending(&self, model: &str, a: &ChatReply, out: &mut VecDeque<Event>) {
+        out.push_back(self.chunk(model, json!({}), Some("stop")));
+        if self.include_usage {
+            out.push_back(self.usage_chunk(model, &a.usage));
+        }
+        out.push_back(Event::default().data("[DONE]"));
+    }
+}
+
+fn model_of<'a>(answered: &'a str, asked: &'a str) -> &'a str {
+    if answered.is_empty() {
+        asked
+    } else {
+        answered
+    }
+}
+
+fn usage(u: &Usage) -> Value {
+    json!({
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.total_tokens,
+    })
+}
+
+type ChatTask = JoinHandle<Result<ChatOutcome, crate::proxy::Refusal>>;
+
+/// A streamed completion. The status is decided by the first thing that comes: a delta
+/// (200, the stream goes on) or the outcome (an answer sent as a short stream, or an error
+/// with its status). A failure after deltas went out ends the stream with an error event and
+/// no `[DONE]`, so no client takes it for finished.
+async fn stream(
+    reply: Reply,
+    task_id: TaskId,
+    mut rx: mpsc::Receiver<ChatDelta>,
+    mut task: ChatTask,
+) -> Result<Response, ApiError> {
+    let first = tokio::select! {
+        biased;
+        Some(d) = rx.recv() => Ok(d),
+        j = &mut task => Err(joined(j)?),
+    };
+    let mut out = VecDeque::new();
+    let (headers, model, pending) = match first {
+        Ok(delta) => {
+            let model = delta
+                .delegate
+                .card()
+                .map(|c| c.model_version.clone())
+                .unwrap_or_else(|| reply.model.clone());
+            let headers = ldp_headers(
+                &task_id,
+                Some(&delta.policy.name.0),
+                Some(&delta.delegate.name),
+            );
+            out.push_back(reply.chunk(&model, json!({"role": "assistant", "content": ""}), None));
+            out.push_back(reply.chunk(&model, json!({"content": delta.text}), None));
+            (headers, model, Some(task))
+        }
+        Err(outcome) => {
+            let headers = ldp_headers(&task_id, Some(&outcome.policy), outcome.delegate.as_deref());
+            let answer = match outcome.result {
+                Ok(a) => a,
+                Err(r) => {
+                    let mut resp = refuse(refusal(r).openai());
+                    resp.headers_mut().extend(headers);
+                    return Ok(resp);
+                }
+            };
+            let model = model_of(&answer.model, &reply.model).to_owned();
+            out.push_back(reply.chunk(&model, json!({"role": "assistant", "content": ""}), None));
+            out.push_back(reply.chunk(&model, json!({"content": answer.content}), None));
+            reply.ending(&model, &answer, &mut out);
+            (headers, model, None)
+        }
+    };
+    let state = Streaming {
+        reply,
+        model,
+        rx,
+        task: pending,
+        out,
+    };
+    let events = futures_util::stream::unfold(state, |mut st| async move {
+        let ev = st.next().await?;
+        Some((Ok::<Event, Infallible>(ev), st))
+    });
+    let mut resp = Sse::new(events).into_response();
+    *resp.status_mut() = StatusCode::OK;
+    resp.headers_mut().extend(headers);
+    Ok(resp)
+}
+
+/// A stream under way: events ready to go, then deltas until the task ends.
+struct Streaming {
+    reply: Reply,
+    model: String,
+    rx: mpsc::Receiver<ChatDelta>,
+    task: Option<ChatTask>,
+    out: VecDeque<Event>,
+}
+
+impl Streaming {
+    async fn next(&mut self) -> Option<Event> {
+        if let Some(ev) = self.out.pop_front() {
+            return Some(ev);
+        }
+        let task = self.task.as_mut()?;
+        tokio::select! {
+            biased;
+            Some(d) = self.rx.recv() => {
+                Some(self.reply.chunk(&self.model, json!({"content": d.text}), None))
+            }
+            j = task => {
+                self.task = None;
+                match joined(j).and_then(|o| o.result.map_err(refusal)) {
+                    Ok(answer) => self.reply.ending(&self.model, &answer, &mut self.out),
+                    Err(e) => {
+                        let e = e.openai();
+                        let body = json!({"error": {
+                            "message": e.error().message,
+                            "type": "server_error",
+                            "code": e.telling().code,
+                        }});
+                        self.out.push_back(Event::default().data(body.to_string()));
+                    }
+                }
+                self.out.pop_front()
+            }
+        }
+    }
+}
