@@ -152,9 +152,12 @@ impl Delegate {
 
     /// Skips the delegate for `d` (it answered 429 with that `Retry-After`).
     pub fn pause(&self, d: Duration) {
-        let until = clock_ms().saturating_add(d.as_millis() as u64);
-        self.paused_until_ms.fetch_max(until, Ordering::AcqRel);
-        tracing::info!(delegate = %self.name, pause = ?d, "delegate rate-limited us; skipped until it asked");
+        let now = clock_ms();
+        let until = now.saturating_add(d.as_millis() as u64);
+        let before = self.paused_until_ms.fetch_max(until, Ordering::AcqRel);
+        if before <= now {
+            tracing::info!(delegate = %self.name, pause = ?d, "delegate answered 429; skipped for its Retry-After");
+        }
     }
 
     /// Whether it is paused by a 429 now.

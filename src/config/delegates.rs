@@ -241,3 +241,71 @@ pub(super) fn check_all(delegates: &[DelegateConfig], c: &mut Checks) {
 /// Delegate URLs are read as the client reads them: `ldp://` is `http://`, the trailing slash
 /// goes (see [`ldp_client::base_url`]).
 pub use ldp_client::{base_url as normalize_url, UrlError};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn openai() -> DelegateConfig {
+        DelegateConfig {
+            kind: DelegateKind::OpenAi,
+            model: Some("m".into()),
+            card: Some(DeclaredCard {
+                skills: vec!["chat".into()],
+                quality: Some(0.8),
+                price_per_mtok_input: Some(0.15),
+                price_per_mtok_output: Some(0.6),
+                latency_p50_ms: None,
+                jurisdiction: None,
+                trust_domain: None,
+                context_window: Some(8000),
+                model_family: None,
+            }),
+            ..DelegateConfig::new("http://127.0.0.1:4000/v1")
+        }
+    }
+
+    fn problems(d: &DelegateConfig) -> Vec<(String, String)> {
+        let mut c = Checks::default();
+        d.check(0, &mut c);
+        c.out
+    }
+
+    #[test]
+    fn openai_entries_are_checked_key_by_key() {
+        assert!(problems(&openai()).is_empty(), "{:?}", problems(&openai()));
+        let mut d = openai();
+        d.model = None;
+        d.api_key_env = Some("NOT A VAR".into());
+        d.signing_secret_env = Some("S".into());
+        if let Some(card) = d.card.as_mut() {
+            card.skills = vec!["a@b".into()];
+            card.quality = Some(2.0);
+            card.price_per_mtok_output = Some(-1.0);
+            card.context_window = Some(0);
+        }
+        let keys: Vec<String> = problems(&d).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            [
+                "delegates[0].model",
+                "delegates[0].signing_secret_env",
+                "delegates[0].api_key_env",
+                "delegates[0].card.skills",
+                "delegates[0].card.quality",
+                "delegates[0].card.price_per_mtok_output",
+                "delegates[0].card.context_window",
+            ]
+        );
+        d.card = None;
+        assert!(problems(&d).iter().any(|(k, _)| k == "delegates[0].card"));
+        // LDP entries serve their own card: OpenAI-only keys are refused.
+        let ldp = DelegateConfig {
+            model: Some("m".into()),
+            card: openai().card,
+            ..DelegateConfig::new("http://127.0.0.1:4000")
+        };
+        let keys: Vec<String> = problems(&ldp).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["delegates[0].model", "delegates[0].card"]);
+    }
+}

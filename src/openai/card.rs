@@ -3,6 +3,8 @@
 //! constraint treat it like any delegate.
 
 use crate::config::DeclaredCard;
+#[cfg(test)]
+use crate::ldp::TrustDomain;
 use crate::ldp::{Capability, CapabilityHints, ClaimType, IdentityCard, PayloadMode};
 use std::collections::BTreeMap;
 
@@ -89,5 +91,46 @@ pub fn build(name: &str, url: &str, model: &str, card: &DeclaredCard) -> Identit
         supported_payload_modes: vec![PayloadMode::Text],
         endpoint: Some(url.to_owned()),
         metadata,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_declared_card_becomes_a_full_ldp_card() {
+        let declared = DeclaredCard {
+            skills: vec!["chat".into(), "summarize".into()],
+            quality: Some(0.8),
+            price_per_mtok_input: Some(0.15),
+            price_per_mtok_output: Some(0.60),
+            latency_p50_ms: Some(800),
+            jurisdiction: Some("us-east".into()),
+            trust_domain: None,
+            context_window: Some(128_000),
+            model_family: Some("gpt-4o".into()),
+        };
+        let card = build("mini", "http://h/v1", "gpt-4o-mini", &declared);
+        assert_eq!(card.delegate_id, "ldp:delegate:mini");
+        assert_eq!(
+            (card.model_family.as_str(), card.model_version.as_str()),
+            ("gpt-4o", "gpt-4o-mini")
+        );
+        assert_eq!(card.trust_domain, TrustDomain::default());
+        assert_eq!(card.context_window, Some(128_000));
+        assert_eq!(card.capabilities.len(), 2);
+        let h = card.effective_hints("summarize").unwrap();
+        assert_eq!(h.quality, Some(0.8));
+        assert_eq!(h.latency_p50_ms, Some(800));
+        assert_eq!(h.supports_streaming, Some(true));
+        // 1000 in at 0.15 + 500 out at 0.60 per million.
+        let per_call = h.cost_per_call_usd.unwrap();
+        assert!((per_call - 0.00045).abs() < 1e-12, "{per_call}");
+        assert_eq!(card.metadata["kind"], "openai");
+        assert_eq!(card.supported_payload_modes, [PayloadMode::Text]);
+        let p = prices(&declared);
+        assert!((p.cost(2_000_000, 1_000_000) - 0.90).abs() < 1e-12);
+        assert!(Prices::default().is_free() && !p.is_free());
     }
 }

@@ -118,7 +118,7 @@ mod tests {
         let c = Conversations::default();
         assert_eq!(c.push("chat", turn("aaaa", "bbbb"), 20), 0);
         assert_eq!(c.push("sum", turn("cc", "dd"), 20), 0);
-        assert_eq!(c.push("chat", turn("eeee", "ffff"), 20), 1);
+        assert_eq!(c.push("chat", turn("eeee", "ffff"), 19), 1);
         assert_eq!(c.bytes(), 12);
         let t = c.turns("chat");
         assert_eq!((t.len(), &*t[0].user), (1, "eeee"));

@@ -431,3 +431,85 @@ fn status_error(url: String, head: ldp_client::transport::Head, body: &[u8]) -> 
         detail: Box::new(detail),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16, retry_after: Option<Duration>) -> ChatError {
+        ChatError::Status {
+            url: "http://x/v1/chat/completions".into(),
+            status: code,
+            retry_after,
+            detail: Box::new(ErrorDetail {
+                message: "no".into(),
+                kind: None,
+                param: None,
+                code: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn failures_of_the_delegate_fail_over_and_the_requests_own_do_not() {
+        // (status, retryable, delegate's fault, reason)
+        let table = [
+            (500, true, true, "http_5xx"),
+            (503, true, true, "http_5xx"),
+            (429, true, false, "rate_limited"),
+            (401, true, true, "http_4xx"),
+            (404, true, true, "http_4xx"),
+            (400, false, false, "http_4xx"),
+            (413, false, false, "http_4xx"),
+            (422, false, false, "http_4xx"),
+        ];
+        for (code, retryable, fault, reason) in table {
+            let e = status(code, None);
+            assert_eq!(e.retryable(), retryable, "{code}");
+            assert_eq!(e.is_delegate_fault(), fault, "{code}");
+            assert_eq!(e.reason(), reason, "{code}");
+            assert_eq!(e.pause().is_some(), code == 429, "{code}");
+        }
+        assert_eq!(
+            status(429, Some(Duration::from_secs(7))).pause(),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(status(429, None).pause(), Some(DEFAULT_PAUSE));
+        let url = String::new();
+        let broken = |relayed| ChatError::Broken {
+            url: url.clone(),
+            relayed,
+        };
+        assert!(broken(false).retryable());
+        assert!(!broken(true).retryable(), "deltas went out: never retried");
+        let timeout = ChatError::Transport(UpstreamError::Timeout {
+            url: url.clone(),
+            after: Duration::from_secs(1),
+        });
+        assert!(timeout.retryable() && timeout.timed_out() && timeout.is_delegate_fault());
+    }
+
+    #[test]
+    fn the_key_is_a_sensitive_header_and_never_printed() {
+        let mut cfg = DelegateConfig::new("http://127.0.0.1:1/v1");
+        cfg.kind = DelegateKind::OpenAi;
+        cfg.model = Some("m".into());
+        let secret = Secret::new("sk-very-secret");
+        let b = Backend::new(&cfg, "d", Some(("KEY_VAR", &secret)))
+            .unwrap()
+            .unwrap();
+        assert!(b.auth[0].1.is_sensitive());
+        assert_eq!(b.auth[0].1.as_bytes(), b"Bearer sk-very-secret");
+        let shown = format!("{b:?}");
+        assert!(
+            !shown.contains("very-secret") && shown.contains("***"),
+            "{shown}"
+        );
+        let bad = Secret::new("line\nbreak");
+        let e = Backend::new(&cfg, "d", Some(("KEY_VAR", &bad))).unwrap_err();
+        assert!(!e.to_string().contains("break"), "{e}");
+        // An LDP entry has no backend.
+        let ldp = DelegateConfig::new("http://127.0.0.1:1");
+        assert!(Backend::from_config(&ldp, "x").unwrap().is_none());
+    }
+}

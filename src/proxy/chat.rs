@@ -227,3 +227,25 @@ fn input_text(messages: &[Message]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(role: &str, content: serde_json::Value) -> Message {
+        Message {
+            role: role.into(),
+            content,
+            extra: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_lone_message_is_its_text_and_several_a_transcript() {
+        assert_eq!(input_text(&[m("user", "hi".into())]), "hi");
+        let parts =
+            serde_json::json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]);
+        let t = input_text(&[m("system", "be brief".into()), m("user", parts)]);
+        assert_eq!(t, "system: be brief\nuser: ab");
+    }
+}

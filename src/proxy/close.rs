@@ -21,13 +21,6 @@ impl Proxy {
     /// Sends TASK_CANCEL for `task_id` to the upstream session of binding `b`, within the
     /// handshake deadline.
     async fn send_cancel(&self, b: &Binding, task_id: &TaskId) -> Result<Envelope, UpstreamError> {
-        if b.delegate.openai.is_some() {
-            return Err(UpstreamError::Config {
-                reason:
-                    "an OpenAI-compatible delegate cannot cancel a completion; it runs to its end"
-                        .into(),
-            });
-        }
         let cancel = Envelope::new(
             b.upstream.session_id.as_str(),
             self.id(),
@@ -63,6 +56,10 @@ impl Proxy {
         else {
             return false;
         };
+        if b.delegate.openai.is_some() {
+            // Nothing to send: the completion runs to its end, and is settled and recorded.
+            return false;
+        }
         let sent = self.send_cancel(&b, task_id).await;
         tracing::info!(task_id = %task_id, delegate = %b.delegate.name, ok = sent.is_ok(), "client went away; task cancelled upstream");
         sent.is_ok()
@@ -96,6 +93,11 @@ impl Proxy {
         let Some(b) = binding else {
             return self.not_running(env, task_id);
         };
+        if b.delegate.openai.is_some() {
+            let message =
+                "an OpenAI-compatible delegate has no cancel: the completion runs to its end";
+            return self.cancel_answer(env, task_id, message.into());
+        }
         let message = match self.send_cancel(&b, task_id).await {
             Ok(_) => "cancelled".to_owned(),
             Err(e) => format!("cancel could not reach the delegate: {e}"),

@@ -378,4 +378,59 @@ mod tests {
         }
         assert_eq!(telling(ErrorKind::NoRoute).status, StatusCode::NOT_FOUND);
     }
+
+    async fn body_of(e: ApiError) -> (StatusCode, serde_json::Value) {
+        use http_body_util::BodyExt;
+        let resp = e.into_response();
+        let status = resp.status();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn openai_routes_get_openais_shape_with_the_same_statuses() {
+        let (st, b) = body_of(ApiError::new(GatewayCode::Unauthenticated, "no key").openai()).await;
+        assert_eq!(st, StatusCode::UNAUTHORIZED);
+        assert_eq!(b["error"]["code"], "invalid_api_key");
+        assert_eq!(b["error"]["type"], "authentication_error");
+        assert_eq!(b["error"]["message"], "no key");
+        let e = ApiError::new(GatewayCode::BadRequest, "bad").openai_param("messages");
+        let (st, b) = body_of(e).await;
+        assert_eq!(
+            (st, &b["error"]["param"]),
+            (StatusCode::BAD_REQUEST, &"messages".into())
+        );
+        let budget = LdpError::gateway(GatewayCode::BudgetExceeded, "over");
+        let (st, b) = body_of(ApiError::task_failed(budget).openai()).await;
+        assert_eq!(
+            (st, &b["error"]["code"]),
+            (StatusCode::FORBIDDEN, &"budget_exceeded".into())
+        );
+        // A delegate's own code is its failure: 502.
+        let own = LdpError::upstream_failed("delegate failed", false);
+        let own = LdpError {
+            code: "MODEL_OVERLOADED".into(),
+            ..own
+        };
+        assert_eq!(
+            body_of(ApiError::task_failed(own).openai()).await.0,
+            StatusCode::BAD_GATEWAY
+        );
+        // An upstream's refusal passes on as it came.
+        let detail = ErrorDetail {
+            message: "too long".into(),
+            kind: Some("invalid_request_error".into()),
+            param: Some("messages".into()),
+            code: Some("context_length_exceeded".into()),
+        };
+        let error = LdpError::gateway(GatewayCode::BadRequest, "refused");
+        let e = ApiError::openai_upstream(GatewayCode::BadRequest, error, 400, detail);
+        let (st, b) = body_of(e).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST);
+        assert_eq!(b["error"]["code"], "context_length_exceeded");
+        assert_eq!(b["error"]["message"], "too long");
+        // The LDP routes keep theirs.
+        let (_, b) = body_of(ApiError::new(GatewayCode::Unauthenticated, "no key")).await;
+        assert_eq!(b["error"]["code"], "UNAUTHENTICATED");
+    }
 }

@@ -193,3 +193,27 @@ impl Events {
         bytes.into()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(value: &str) -> Head {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_str(value).unwrap());
+        Head::of(StatusCode::TOO_MANY_REQUESTS, &h)
+    }
+
+    #[test]
+    fn retry_after_is_read_in_seconds_and_capped() {
+        assert_eq!(head("3").retry_after, Some(Duration::from_secs(3)));
+        assert_eq!(head(" 0.5 ").retry_after, Some(Duration::from_millis(500)));
+        assert_eq!(head("99999999").retry_after, Some(MAX_RETRY_AFTER));
+        assert_eq!(head("Wed, 21 Oct 2015 07:28:00 GMT").retry_after, None);
+        assert_eq!(head("-1").retry_after, None);
+        assert_eq!(
+            Head::of(StatusCode::OK, &HeaderMap::new()).retry_after,
+            None
+        );
+    }
+}
