@@ -74,6 +74,18 @@ impl Proxy {
         task_id: TaskId,
         deltas: Option<&mpsc::Sender<ChatDelta>>,
     ) -> Result<ChatOutcome, Refusal> {
+        if ctx
+            .tenant
+            .signing
+            .as_ref()
+            .is_some_and(|(_, required)| *required)
+        {
+            // OpenAI requests carry no LDP signature: a tenant that requires them is refused.
+            return Err(Refusal::Unauthenticated(
+                "this tenant requires signed LDP messages, which the OpenAI ingress cannot carry"
+                    .into(),
+            ));
+        }
         self.admit_tenant(ctx).await?;
         let input = Json::from(serde_json::Value::String(input_text(&req.messages)));
         let progress = deltas.map_or(Progress::Quiet, Progress::Deltas);
