@@ -215,6 +215,9 @@ impl ChatError {
     }
 }
 
+/// How long the end of a finished stream is waited for, to keep its connection.
+const DRAIN: Duration = Duration::from_secs(1);
+
 /// How long a delegate that answered 429 without `Retry-After` is skipped.
 const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
 
@@ -368,7 +371,11 @@ impl Backend {
                         }),
                     };
                 }
-                if let Ok(e) = serde_json::from_str::<ErrorBody>(&data) {
+                // Only a chunk that mentions an error is read as one (chunks never do).
+                let error = data
+                    .contains("\"error\"")
+                    .then(|| serde_json::from_str::<ErrorBody>(&data));
+                if let Some(Ok(e)) = error {
                     // An error event mid-stream (some servers send one): the stream failed.
                     tracing::debug!(error = %e.error.message, "error event in an upstream stream");
                     return Err(ChatError::Broken {
@@ -401,7 +408,18 @@ impl Backend {
                 }
             }
         };
-        match tokio::time::timeout_at(deadline, read).await {
+        let read = tokio::time::timeout_at(deadline, read).await;
+        if matches!(read, Ok(Ok(()))) {
+            // The answer is complete; reading the response to its end returns the connection
+            // to the pool. Done aside, so the reply does not wait for it.
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(DRAIN, async {
+                    while let Ok(Some(_)) = events.next().await {}
+                })
+                .await;
+            });
+        }
+        match read {
             Ok(Ok(())) => Ok(reply),
             Ok(Err(e)) => Err(e),
             Err(_) if relayed => Err(ChatError::Broken { url, relayed }),
