@@ -210,13 +210,19 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
             Some((n, i)) => (n, i.trim_end_matches(']').parse::<usize>().ok()),
             None => (part, None),
         };
-        let (k, mut v) = table.get_key_value(name)?;
+        // A key the file leaves out (a required one): the line of what encloses it.
+        let Some((k, mut v)) = table.get_key_value(name) else {
+            return found;
+        };
         found = Some(line(k.span().start));
         if let Some(i) = index {
             let DeValue::Array(items) = v.get_ref() else {
                 return found;
             };
-            v = items.get(i)?;
+            let Some(item) = items.get(i) else {
+                return found;
+            };
+            v = item;
             found = Some(line(v.span().start));
         }
         match v.get_ref() {
@@ -275,6 +281,16 @@ mod tests {
         assert!(p
             .iter()
             .any(|l| l == "f.toml: delegates[2].name: duplicate delegate 'http://a'"));
+    }
+
+    #[test]
+    fn a_key_left_out_is_placed_at_what_encloses_it() {
+        let text = "[server]\nlisten = \"x\"\n\n[[delegates]]\nurl = \"u\"\n[delegates.card]\nskills = []\n";
+        assert_eq!(line_of(text, "server.listen"), Some(2));
+        assert_eq!(line_of(text, "delegates[0].model"), Some(4));
+        assert_eq!(line_of(text, "delegates[0].card.quality"), Some(6));
+        assert_eq!(line_of(text, "delegates[1].url"), Some(4));
+        assert_eq!(line_of(text, "tenants[0].name"), None);
     }
 
     #[test]

@@ -156,8 +156,15 @@ async fn completion(
     } else {
         let outcome = joined(task.await)?;
         let headers = ldp_headers(&task_id, Some(&outcome.policy), outcome.delegate.as_deref());
-        let answer = outcome.result.map_err(refusal)?;
-        Ok((headers, axum::Json(reply.completion(&answer))).into_response())
+        match outcome.result {
+            Ok(answer) => Ok((headers, axum::Json(reply.completion(&answer))).into_response()),
+            // A failed task has its ledger row too: its headers name it.
+            Err(r) => {
+                let mut resp = refuse(refusal(r).openai());
+                resp.headers_mut().extend(headers);
+                Ok(resp)
+            }
+        }
     }
 }
 

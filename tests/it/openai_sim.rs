@@ -6,24 +6,21 @@
 //! `openai`); without it, or in an older venv without `openai`, the SDK test prints a skip note
 //! and passes, unless `LDP_INTEROP_REQUIRED=1` (CI), where it fails.
 
-use crate::support::process::{bin, output_within, py_code, py_script, python, text, Running, Sdk};
+use crate::support::openai::{chunks, openai_python, streamed_text};
+use crate::support::process::{bin, output_within, py_script, text, Running};
 use crate::support::{Client, Resp};
 use ldp_gateway::secret::Secret;
-use ldp_gateway::sim::openai::{spawn, OpenAiHandle, OpenAiOptions, OpenAiStats};
+use ldp_gateway::sim::openai::{OpenAiHandle, OpenAiOptions, OpenAiStats};
 use serde_json::{json, Value};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const MODEL: &str = "sim-gpt";
 const KEY: &str = "sk-sim-test";
-/// What the SDK test skips without a venv holding `openai`.
-const WHAT: &str = "openai SDK interop";
 /// One `openai_client.py` run: a cold start on a loaded machine and three calls.
 const SDK_TIMEOUT: Duration = Duration::from_secs(120);
 
 async fn start(opts: OpenAiOptions) -> OpenAiHandle {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    spawn(listener, opts).await.unwrap()
+    crate::support::openai::start(opts).await
 }
 
 /// A client of `h`'s `/v1` base, with `key` as its Bearer key.
@@ -36,39 +33,6 @@ fn chat(content: &str) -> Value {
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": content},
     ]})
-}
-
-/// The `data:` payloads of an SSE body, in order.
-fn sse_data(resp: &Resp) -> Vec<String> {
-    text(&resp.raw)
-        .split("\n\n")
-        .filter_map(|event| {
-            event
-                .lines()
-                .find_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
-                .map(str::to_owned)
-        })
-        .collect()
-}
-
-/// The JSON chunks of a stream and whether it ended with `[DONE]`.
-fn chunks(resp: &Resp) -> (Vec<Value>, bool) {
-    let data = sse_data(resp);
-    let done = data.last().is_some_and(|d| d == "[DONE]");
-    let chunks = data
-        .iter()
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("chunk {d}: {e}")))
-        .collect();
-    (chunks, done)
-}
-
-/// The content deltas of `chunks`, joined.
-fn streamed_text(chunks: &[Value]) -> String {
-    chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
-        .collect()
 }
 
 /// Asserts OpenAI's error shape with this status, type and code.
@@ -184,7 +148,8 @@ async fn stream_sends_role_deltas_finish_usage_and_done() {
 
     // Without include_usage: no usage anywhere, the finish chunk last before [DONE].
     body.as_object_mut().unwrap().remove("stream_options");
-    let (chunks, done) = self::chunks(&c.post_json("/chat/completions", &body).await);
+    let (chunks, done) =
+        crate::support::openai::chunks(&c.post_json("/chat/completions", &body).await);
     assert!(done);
     assert!(
         chunks.iter().all(|c| c.get("usage").is_none()),
@@ -346,7 +311,7 @@ async fn a_broken_stream_ends_without_finish_usage_or_done() {
     assert_eq!(sim.stats().broken_streams, 1);
 
     sim.set_break_stream_after(None);
-    let (_, done) = self::chunks(
+    let (_, done) = crate::support::openai::chunks(
         &client(&sim, None)
             .post_json("/chat/completions", &body)
             .await,
@@ -381,26 +346,6 @@ async fn delegate_openai_binary_serves_v1_with_its_key() {
     let models = c.with_key(Some(KEY)).get("/models").await;
     assert_eq!(models.json["data"][0]["id"], "m-one", "{}", models.text());
     child.kill().await;
-}
-
-/// The wheel venv's interpreter if it has `openai` (see the module doc).
-async fn openai_python() -> Option<PathBuf> {
-    let py = python(Sdk::Wheel, WHAT)?;
-    let out = output_within(py_code(&py, "import openai"), SDK_TIMEOUT).await;
-    if out.status.success() {
-        return Some(py);
-    }
-    let required = std::env::var("LDP_INTEROP_REQUIRED").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "{} has no `openai` but LDP_INTEROP_REQUIRED=1: rebuild with `bash .ci/run venvs`",
-        py.display()
-    );
-    eprintln!(
-        "skipping {WHAT}: {} has no `openai`; `eval \"$(bash .ci/run venvs)\"` adds it",
-        py.display()
-    );
-    None
 }
 
 /// Runs `openai_client.py` against `url`: its exit success and its JSON line.

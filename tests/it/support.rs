@@ -10,6 +10,7 @@ pub mod client;
 pub mod gateway;
 pub mod ledger;
 pub mod metrics;
+pub mod openai;
 pub mod process;
 pub mod stores;
 mod toml;

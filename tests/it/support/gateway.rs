@@ -29,10 +29,12 @@ const NO_ADMIN_TOKEN: &str = "LDP_TEST_ADMIN_TOKEN_NEVER_SET";
 /// A change to the config, applied when the gateway is built.
 type Tweak<'a> = Box<dyn FnOnce(&mut Config) + Send + 'a>;
 
-/// A delegate the gateway is configured with, in order (`d0`, `d1`, …).
+/// A delegate the gateway is configured with, in order (`d0`, `d1`, …, but for an entry
+/// given whole, which keeps its own name).
 enum Upstream {
     Url(String),
     Sim(Box<SimOptions>),
+    Entry(Box<DelegateConfig>),
 }
 
 /// Builds a [`TestGateway`]. Defaults: loopback listeners on free ports, hourly card polls,
@@ -63,6 +65,13 @@ impl<'a> Builder<'a> {
     /// A simulated delegate the gateway starts and owns ([`TestGateway::sim`]).
     pub fn sim(mut self, opts: SimOptions) -> Builder<'a> {
         self.upstreams.push(Upstream::Sim(Box::new(opts)));
+        self
+    }
+
+    /// A whole `[[delegates]]` entry (an OpenAI-backed one, say: `support::openai::entry`),
+    /// named as it says; it counts among the delegates that must be healthy.
+    pub fn entry(mut self, entry: DelegateConfig) -> Builder<'a> {
+        self.upstreams.push(Upstream::Entry(Box::new(entry)));
         self
     }
 
@@ -106,9 +115,9 @@ impl<'a> Builder<'a> {
     /// `dir`); the simulators and how many delegates must be healthy.
     async fn prepare(&mut self, dir: &Path) -> (Vec<SimHandle>, usize) {
         let mut sims = Vec::new();
-        let mut urls = Vec::new();
-        for u in std::mem::take(&mut self.upstreams) {
-            urls.push(match u {
+        let mut entries = Vec::new();
+        for (i, u) in std::mem::take(&mut self.upstreams).into_iter().enumerate() {
+            let url = match u {
                 Upstream::Url(url) => url,
                 Upstream::Sim(opts) => {
                     let s = super::sim(*opts).await;
@@ -116,6 +125,14 @@ impl<'a> Builder<'a> {
                     sims.push(s);
                     url
                 }
+                Upstream::Entry(entry) => {
+                    entries.push(*entry);
+                    continue;
+                }
+            };
+            entries.push(DelegateConfig {
+                name: Some(format!("d{i}")),
+                ..DelegateConfig::new(url)
             });
         }
         let c = &mut self.config;
@@ -128,18 +145,12 @@ impl<'a> Builder<'a> {
             }
             c.policies.dir = policies;
         }
-        c.delegates = urls
-            .iter()
-            .enumerate()
-            .map(|(i, u)| DelegateConfig {
-                name: Some(format!("d{i}")),
-                ..DelegateConfig::new(u.clone())
-            })
-            .collect();
+        let n = entries.len();
+        c.delegates = entries;
         for tweak in self.tweaks.drain(..) {
             tweak(c);
         }
-        (sims, self.healthy.unwrap_or(urls.len()))
+        (sims, self.healthy.unwrap_or(n))
     }
 
     /// Starts the gateway in this process and waits for its delegates.
@@ -169,8 +180,10 @@ impl<'a> Builder<'a> {
     /// themselves ([`super::process::Serve`]); [`Builder::sim`] is not supported here.
     pub async fn config_file(mut self, dir: &Path) -> PathBuf {
         assert!(
-            self.upstreams.iter().all(|u| matches!(u, Upstream::Url(_))),
-            "a config file takes delegate URLs"
+            self.upstreams
+                .iter()
+                .all(|u| !matches!(u, Upstream::Sim(_))),
+            "a config file takes delegate URLs and entries"
         );
         self.prepare(dir).await;
         let path = dir.join("gateway.toml");

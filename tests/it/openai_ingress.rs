@@ -1,0 +1,614 @@
+//! The OpenAI-compatible ingress (`POST /v1/chat/completions`, `GET /v1/models`) in front of a
+//! fleet mixing an LDP delegate and an OpenAI-backed one: the real `openai` Python SDK as the
+//! client (answers, streams, usage, refusals, its retry of a 429, the ledger row behind each
+//! answer), and raw HTTP for what the SDK hides (the LDP delegate's input, every error's shape
+//! and status).
+//!
+//! The SDK runs from the wheel venv (`LDP_PY_WHEEL`, see `openai_sim`); without it the SDK test
+//! prints a skip note and passes, unless `LDP_INTEROP_REQUIRED=1` (CI).
+
+use crate::support::openai::{chunks, declared, entry, openai_python, start, streamed_text};
+use crate::support::process::{output_within, py_script, text};
+use crate::support::{card, eventually_async, Client, Resp, TestGateway};
+use ldp_gateway::config::TenantConfig;
+use ldp_gateway::provenance::{LedgerRow, Outcome};
+use ldp_gateway::sim::openai::{OpenAiHandle, OpenAiOptions};
+use ldp_gateway::sim::SimOptions;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// The skill the OpenAI-backed delegate offers.
+const CHAT: &str = "chat";
+/// The skill the LDP delegate offers.
+const SUMMARIZE: &str = "summarize";
+/// The upstream model of the OpenAI-backed delegate (`mini`).
+const MODEL: &str = "sim-mini";
+/// `mini`'s declared prices, USD per million tokens in and out.
+const PRICE_IN: f64 = 0.15;
+const PRICE_OUT: f64 = 0.60;
+/// One `openai_ingress.py` run: a cold start and nine calls (one of them retried).
+const SDK_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// A tenant holding `key`, claiming `domain`.
+fn tenant(name: &str, key: &str, domain: &str) -> TenantConfig {
+    serde_json::from_value(json!({
+        "name": name,
+        "api_key_sha256": [ldp_gateway::secret::hash_key(key)],
+        "trust_domains": [domain],
+    }))
+    .unwrap()
+}
+
+/// The LDP delegate `d0` (`ldp:delegate:sim-ldp`, summarize) and, after it, the OpenAI-backed
+/// `mini` in front of `oa` (chat, priced per token).
+fn fleet<'a>(oa: &OpenAiHandle) -> crate::support::gateway::Builder<'a> {
+    let mut ldp = SimOptions::new(card("sim-ldp", "default", &[(SUMMARIZE, 0.9)], &["text"]));
+    ldp.latency = Duration::from_millis(5);
+    let mut mini = declared(&[CHAT], 0.8);
+    mini.price_per_mtok_input = Some(PRICE_IN);
+    mini.price_per_mtok_output = Some(PRICE_OUT);
+    TestGateway::builder()
+        .sim(ldp)
+        .entry(entry("mini", &oa.url(), MODEL, mini))
+}
+
+/// The ledger row of `task_id` (one, written by the time the answer came; polled briefly).
+async fn row(gw: &TestGateway, task_id: &str) -> LedgerRow {
+    let query = format!("task_id={task_id}");
+    let found = eventually_async(Duration::from_secs(10), || async {
+        gw.ledger(&query).await.len() == 1
+    })
+    .await;
+    let rows = gw.ledger(&query).await;
+    assert!(found, "one row for {task_id}: {rows:?}");
+    rows.into_iter().next().unwrap()
+}
+
+/// What `prompt` input and `completion` output tokens cost at `mini`'s prices.
+fn mini_cost(usage: &Value) -> f64 {
+    let (p, c) = (
+        usage["prompt_tokens"].as_u64().unwrap(),
+        usage["completion_tokens"].as_u64().unwrap(),
+    );
+    (p as f64 * PRICE_IN + c as f64 * PRICE_OUT) / 1e6
+}
+
+/// FNV-1a 64 of `input`'s JSON, as the simulated LDP delegate fingerprints what it received.
+fn fingerprint(input: &Value) -> String {
+    let hash = input
+        .to_string()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    format!("{hash:016x}")
+}
+
+fn header<'r>(r: &'r Resp, name: &str) -> &'r str {
+    r.headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_else(|| panic!("no {name} header: {:?}", r.headers))
+}
+
+/// A completion request for `model` with `messages`.
+fn ask(model: &str, messages: Value) -> Value {
+    json!({"model": model, "messages": messages})
+}
+
+fn user(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_sdk_drives_a_mixed_fleet_through_the_ingress() {
+    let Some(py) = openai_python().await else {
+        return;
+    };
+    let oa = start(OpenAiOptions::new(MODEL)).await;
+    let (key, limited_key) = ("sk-acme-ingress", "sk-limited-ingress");
+    let mut limited = tenant("limited", limited_key, "default");
+    // One request, then the next token in 100 s: the SDK's one retry (its wait shortened by
+    // the script) comes back limited too.
+    limited.limits = Some(ldp_gateway::config::RateConfig {
+        rps: 0.01,
+        burst: Some(1),
+    });
+    let gw = fleet(&oa)
+        .tenant(tenant("acme", key, "default"))
+        .tenant(limited)
+        .spawn()
+        .await;
+
+    let mut cmd = py_script(&py, "openai_ingress.py");
+    cmd.args(["--base-url", &format!("{}/v1", gw.ldp_url())])
+        .args(["--api-key", key, "--limited-key", limited_key])
+        .args(["--chat-model", CHAT, "--ldp-model", SUMMARIZE]);
+    let out = output_within(cmd, SDK_TIMEOUT).await;
+    let stdout = text(&out.stdout);
+    let o: Value = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON line: {stdout}\n{}", text(&out.stderr)));
+    assert!(out.status.success(), "{o:#}\nstderr: {}", text(&out.stderr));
+    eprintln!("openai SDK {}", o["sdk_version"]);
+
+    assert_eq!(o["models"], json!([CHAT, SUMMARIZE]), "healthy skills");
+
+    // To the OpenAI-backed delegate: its answer, usage and model; headers name the row.
+    let chat = &o["chat"]["completion"];
+    assert_eq!(chat["object"], "chat.completion");
+    assert_eq!(chat["model"], MODEL);
+    let msg = &chat["choices"][0]["message"];
+    assert_eq!(
+        (&msg["role"], &msg["content"]),
+        (
+            &json!("assistant"),
+            &json!("echo: hello through the gateway")
+        )
+    );
+    assert_eq!(chat["choices"][0]["finish_reason"], "stop");
+    // ceil(("You are terse." + "hello through the gateway") = 39 bytes / 4); ceil(31 / 4).
+    let usage = json!({"prompt_tokens": 10, "completion_tokens": 8, "total_tokens": 18});
+    assert_eq!(
+        chat["usage"]["total_tokens"], usage["total_tokens"],
+        "{chat}"
+    );
+    assert_eq!(chat["usage"]["prompt_tokens"], usage["prompt_tokens"]);
+    let h = &o["chat"]["headers"];
+    assert_eq!(h["x-ldp-delegate"], "mini", "{h}");
+    assert_eq!(h["x-ldp-policy"], "balanced", "{h}");
+    let r = row(&gw, h["x-ldp-task-id"].as_str().unwrap()).await;
+    assert_eq!(
+        (r.tenant.as_str(), r.skill.as_str(), r.delegate.as_deref()),
+        ("acme", CHAT, Some("mini"))
+    );
+    assert_eq!(r.delegate_id.as_deref(), Some("ldp:delegate:mini"));
+    assert_eq!(r.model_version.as_deref(), Some(MODEL));
+    assert_eq!(r.policy.as_deref(), Some("balanced"));
+    assert_eq!(r.outcome, Outcome::Result, "{r:?}");
+    assert_eq!(r.tokens, Some(18));
+    assert_eq!(
+        r.cost_usd,
+        Some(mini_cost(&usage)),
+        "usage × declared prices"
+    );
+
+    // To the LDP delegate: its output (a JSON object) is the assistant's text.
+    let ldp = &o["ldp"]["completion"];
+    let content = ldp["choices"][0]["message"]["content"].as_str().unwrap();
+    let output: Value = serde_json::from_str(content).unwrap_or_else(|e| panic!("{e}: {ldp}"));
+    assert_eq!(output["skill"], SUMMARIZE);
+    assert_eq!(output["delegate_id"], "ldp:delegate:sim-ldp");
+    assert_eq!(
+        output["input_fingerprint"],
+        fingerprint(&json!("summarize this for me")),
+        "a lone message's text is the task input"
+    );
+    assert_eq!(ldp["model"], output["model_version"]);
+    let h = &o["ldp"]["headers"];
+    assert_eq!(h["x-ldp-delegate"], "d0", "{h}");
+    let r = row(&gw, h["x-ldp-task-id"].as_str().unwrap()).await;
+    assert_eq!(
+        (r.delegate.as_deref(), r.skill.as_str()),
+        (Some("d0"), SUMMARIZE)
+    );
+    assert_eq!(r.outcome, Outcome::Result, "{r:?}");
+
+    // A stream with include_usage: deltas, one finish, the usage last, one id.
+    let s = &o["stream"];
+    assert_eq!(s["content"], "echo: hello through the gateway", "{s}");
+    assert_eq!(s["roles"], json!(["assistant"]));
+    assert_eq!(s["finish_reasons"], json!(["stop"]));
+    assert_eq!(s["usages"], 1, "one chunk carries the usage: {s}");
+    assert_eq!(s["last"]["choices"], json!([]), "{s}");
+    for k in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        assert_eq!(s["last"]["usage"][k], usage[k], "{s}");
+    }
+    assert_eq!(s["ids"].as_array().unwrap().len(), 1, "{s}");
+    assert_eq!(s["objects"], json!(["chat.completion.chunk"]));
+    assert_eq!(s["headers"]["x-ldp-delegate"], "mini");
+    let r = row(&gw, s["headers"]["x-ldp-task-id"].as_str().unwrap()).await;
+    assert_eq!(r.tokens, Some(18));
+    assert_eq!(r.cost_usd, Some(mini_cost(&usage)));
+
+    // A stream from the LDP delegate: its whole output in one go, no usage unasked.
+    let s = &o["ldp_stream"];
+    let output: Value = serde_json::from_str(s["content"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        output["input_fingerprint"],
+        fingerprint(&json!(
+            "system: You are terse.\nuser: hello through the gateway"
+        )),
+        "several messages reach an LDP delegate as a transcript"
+    );
+    assert_eq!(s["finish_reasons"], json!(["stop"]));
+    assert_eq!(s["usages"], 0, "{s}");
+    assert_eq!(s["headers"]["x-ldp-delegate"], "d0");
+
+    // Refusals the SDK raises as their classes.
+    let e = &o["unknown"];
+    assert_eq!(
+        (&e["class"], &e["status"]),
+        (&json!("NotFoundError"), &json!(404)),
+        "{e}"
+    );
+    assert_eq!(e["body"]["code"], "model_not_found", "{e}");
+    assert_eq!(e["body"]["param"], "model", "{e}");
+    let e = &o["wrong_key"];
+    assert_eq!(
+        (&e["class"], &e["status"]),
+        (&json!("AuthenticationError"), &json!(401)),
+        "{e}"
+    );
+    assert_eq!(e["body"]["code"], "invalid_api_key", "{e}");
+
+    // The limited tenant: one answer, then 429 twice (the SDK's try and its one retry).
+    let rl = &o["rate_limit"];
+    assert_eq!(rl["first"], "echo: hello through the gateway", "{rl}");
+    let e = &rl["error"];
+    assert_eq!(
+        (&e["class"], &e["status"]),
+        (&json!("RateLimitError"), &json!(429)),
+        "{e}"
+    );
+    assert_eq!(e["body"]["code"], "rate_limit_exceeded", "{e}");
+    let wait: f64 = e["retry_after"].as_str().unwrap().parse().unwrap();
+    assert!((90.0..=100.0).contains(&wait), "Retry-After {wait}");
+    assert_eq!(rl["sent"], 3, "one answer, one refusal, one retry: {rl}");
+    let waits = rl["waits"].as_array().unwrap();
+    assert_eq!(waits.len(), 1, "{rl}");
+    assert!(
+        (90.0..=100.0).contains(&waits[0].as_f64().unwrap()),
+        "the SDK chose the gateway's Retry-After: {rl}"
+    );
+    let refused = gw
+        .metrics()
+        .await
+        .sum("ldp_gateway_errors_total{code=\"rate_limited\"}");
+    assert_eq!(refused, 2.0, "the gateway refused the try and the retry");
+    // Chat, stream and the limited tenant's first: the 429s never reached the delegate.
+    assert_eq!(oa.stats().requests, 3, "{:?}", oa.stats());
+
+    gw.shutdown().await;
+    oa.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_ingress_reaches_an_ldp_delegate() {
+    let oa = start(OpenAiOptions::new(MODEL)).await;
+    let gw = fleet(&oa).spawn().await;
+    let c = gw.client();
+
+    let models = c.get("/v1/models").await;
+    assert_eq!(models.status, 200, "{}", models.text());
+    assert_eq!(models.json["object"], "list");
+    let ids: Vec<&str> = models.json["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            assert_eq!(m["object"], "model", "{m}");
+            m["id"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(ids, [CHAT, SUMMARIZE]);
+
+    // One message: its text is the task's input; the LDP output is the assistant's text.
+    let r = c
+        .post_json(
+            "/v1/chat/completions",
+            &ask(SUMMARIZE, user("hello ldp world")),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let j = &r.json;
+    assert!(j["id"].as_str().unwrap().starts_with("chatcmpl-"), "{j}");
+    assert_eq!(j["object"], "chat.completion");
+    assert_eq!(j["choices"][0]["index"], 0);
+    assert_eq!(j["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(j["choices"][0]["finish_reason"], "stop");
+    let content = j["choices"][0]["message"]["content"].as_str().unwrap();
+    let output: Value = serde_json::from_str(content).unwrap();
+    assert_eq!(output["delegate_id"], "ldp:delegate:sim-ldp");
+    assert_eq!(output["skill"], SUMMARIZE);
+    assert_eq!(
+        output["input_fingerprint"],
+        fingerprint(&json!("hello ldp world"))
+    );
+    assert_eq!(
+        j["model"], output["model_version"],
+        "the model that answered"
+    );
+    // Usage estimated from the text at 4 bytes a token (an LDP delegate reports no split).
+    let u = &j["usage"];
+    assert_eq!(
+        u["completion_tokens"],
+        (content.len() as u64).div_ceil(4),
+        "{u}"
+    );
+    assert_eq!(
+        u["total_tokens"].as_u64(),
+        Some(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap())
+    );
+    assert_eq!(header(&r, "x-ldp-delegate"), "d0");
+    assert_eq!(header(&r, "x-ldp-policy"), "balanced");
+    let first = row(&gw, header(&r, "x-ldp-task-id")).await;
+    assert_eq!(first.delegate_id.as_deref(), Some("ldp:delegate:sim-ldp"));
+    assert_eq!(first.outcome, Outcome::Result);
+    assert_eq!(first.tenant, "anonymous");
+    assert_eq!(gw.sim(0).stats().tasks, 1);
+
+    // Several messages: a transcript, one `role: text` line each.
+    let convo = json!([
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "text", "text": "hello"}]},
+        {"role": "user", "content": "again"},
+    ]);
+    let r = c
+        .post_json("/v1/chat/completions", &ask(SUMMARIZE, convo))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let output: Value =
+        serde_json::from_str(r.json["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        output["input_fingerprint"],
+        fingerprint(&json!(
+            "system: be brief\nuser: hi\nassistant: hello\nuser: again"
+        ))
+    );
+
+    // The policy: named in `model`, else by the header, else the default.
+    let r = c
+        .post_with(
+            "/v1/chat/completions",
+            ask(&format!("{SUMMARIZE}@cheapest"), user("x"))
+                .to_string()
+                .into_bytes(),
+            &[],
+        )
+        .await;
+    assert_eq!(
+        (r.status, header(&r, "x-ldp-policy")),
+        (200, "cheapest"),
+        "{}",
+        r.text()
+    );
+    let body = ask(SUMMARIZE, user("x")).to_string().into_bytes();
+    let r = c
+        .post_with(
+            "/v1/chat/completions",
+            body,
+            &[("x-ldp-policy", "low-latency")],
+        )
+        .await;
+    assert_eq!((r.status, header(&r, "x-ldp-policy")), (200, "low-latency"));
+    let by_header = row(&gw, header(&r, "x-ldp-task-id")).await;
+    assert_eq!(by_header.policy.as_deref(), Some("low-latency"));
+
+    // A stream from the LDP delegate: the whole output as one delta, then finish, usage, DONE.
+    let mut body = ask(SUMMARIZE, user("stream it"));
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = c.post_json("/v1/chat/completions", &body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.content_type().starts_with("text/event-stream"), "{r:?}");
+    assert_eq!(header(&r, "x-ldp-delegate"), "d0");
+    let (events, done) = chunks(&r);
+    assert!(done, "ends with [DONE]: {}", r.text());
+    assert!(events
+        .iter()
+        .all(|e| e["object"] == "chat.completion.chunk"));
+    assert_eq!(events[0]["choices"][0]["delta"]["role"], "assistant");
+    let output: Value = serde_json::from_str(&streamed_text(&events)).unwrap();
+    assert_eq!(
+        output["input_fingerprint"],
+        fingerprint(&json!("stream it"))
+    );
+    let n = events.len();
+    assert_eq!(events[n - 2]["choices"][0]["finish_reason"], "stop");
+    assert_eq!(events[n - 1]["choices"], json!([]));
+    assert!(events[n - 1]["usage"]["total_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(oa.stats().requests, 0, "nothing went to the chat model");
+
+    gw.shutdown().await;
+    oa.shutdown().await;
+}
+
+/// Asserts OpenAI's error shape (`param` always present) with this status, type and code.
+fn assert_error(r: &Resp, status: u16, kind: &str, code: &str, param: Value) {
+    assert_eq!(r.status, status, "{}", r.text());
+    let e = &r.json["error"];
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{}",
+        r.text()
+    );
+    assert_eq!(e["type"], kind, "{e}");
+    assert_eq!(e["code"], code, "{e}");
+    assert_eq!(e.get("param"), Some(&param), "{e}");
+    assert_eq!(
+        r.json.as_object().unwrap().len(),
+        1,
+        "only `error`: {}",
+        r.json
+    );
+}
+
+#[tokio::test]
+async fn ingress_errors_have_openai_shape_and_the_ldp_statuses() {
+    let mut opts = OpenAiOptions::new(MODEL);
+    // The chat model's own limit, which the gateway does not know: its 400 is passed on.
+    opts.context_window = Some(8);
+    let oa = start(opts).await;
+    let mut broke = tenant("broke", "sk-broke", "default");
+    broke.budget.usd_per_day = Some(0.0);
+    let mut limited = tenant("limited", "sk-limited", "default");
+    limited.limits = Some(ldp_gateway::config::RateConfig {
+        rps: 0.01,
+        burst: Some(1),
+    });
+    let gw = fleet(&oa)
+        .tenant(tenant("acme", "sk-acme", "default"))
+        .tenant(broke)
+        .tenant(limited)
+        .tenant(tenant("stranger", "sk-stranger", "elsewhere"))
+        .tenant(TenantConfig {
+            trust_domains: Vec::new(),
+            ..tenant("nodomain", "sk-nodomain", "default")
+        })
+        .config(|c| c.server.body_limit_bytes = 16 * 1024)
+        .spawn()
+        .await;
+    let anon = gw.client();
+    let c = anon.with_key(Some("sk-acme"));
+    let post = |c: &Client, body: Value| {
+        let c = c.clone();
+        async move { c.post_json("/v1/chat/completions", &body).await }
+    };
+    let ok = ask(SUMMARIZE, user("hi"));
+
+    for client in [anon.clone(), anon.with_key(Some("sk-wrong"))] {
+        let r = post(&client, ok.clone()).await;
+        assert_error(
+            &r,
+            401,
+            "authentication_error",
+            "invalid_api_key",
+            Value::Null,
+        );
+        let r = client.get("/v1/models").await;
+        assert_error(
+            &r,
+            401,
+            "authentication_error",
+            "invalid_api_key",
+            Value::Null,
+        );
+    }
+    assert_eq!(post(&c, ok.clone()).await.status, 200, "the right key");
+
+    // Unknown skill or policy: the model does not exist.
+    for model in ["nope", "summarize@nope"] {
+        let r = post(&c, ask(model, user("hi"))).await;
+        assert_error(
+            &r,
+            404,
+            "not_found_error",
+            "model_not_found",
+            json!("model"),
+        );
+        assert!(r.text().contains(model), "names the model: {}", r.text());
+    }
+
+    // Bad requests name the field.
+    let r = post(&c, json!({"model": SUMMARIZE})).await;
+    assert_error(
+        &r,
+        400,
+        "invalid_request_error",
+        "bad_request",
+        json!("messages"),
+    );
+    let r = post(&c, ask(SUMMARIZE, json!([]))).await;
+    assert_error(
+        &r,
+        400,
+        "invalid_request_error",
+        "bad_request",
+        json!("messages"),
+    );
+    let r = post(&c, json!({"messages": user("hi")})).await;
+    assert_error(
+        &r,
+        400,
+        "invalid_request_error",
+        "bad_request",
+        json!("model"),
+    );
+    let r = c
+        .post_with("/v1/chat/completions", b"{not json".to_vec(), &[])
+        .await;
+    assert_error(&r, 400, "invalid_request_error", "bad_request", Value::Null);
+    let r = post(&c, ask(SUMMARIZE, user(&"x".repeat(20 * 1024)))).await;
+    assert_error(
+        &r,
+        413,
+        "invalid_request_error",
+        "payload_too_large",
+        Value::Null,
+    );
+
+    // Refusals an LDP client gets as TASK_FAILED are 4xx here.
+    let r = post(&c, ask(&format!("{SUMMARIZE}@eu-only"), user("hi"))).await;
+    assert_error(
+        &r,
+        404,
+        "not_found_error",
+        "no_eligible_delegate",
+        Value::Null,
+    );
+    let r = post(&anon.with_key(Some("sk-broke")), ok.clone()).await;
+    assert_error(&r, 403, "permission_error", "budget_exceeded", Value::Null);
+    // A tenant in another trust domain: no delegate it may reach.
+    let r = post(&anon.with_key(Some("sk-stranger")), ok.clone()).await;
+    assert_error(
+        &r,
+        404,
+        "not_found_error",
+        "no_eligible_delegate",
+        Value::Null,
+    );
+    assert!(r.text().contains("trust_domain"), "{}", r.text());
+    // A tenant that may claim no domain: its ingress session is refused.
+    let r = post(&anon.with_key(Some("sk-nodomain")), ok.clone()).await;
+    assert_error(&r, 403, "permission_error", "trust_violation", Value::Null);
+
+    // The tenant's rate limit: 429 with Retry-After.
+    let limited = anon.with_key(Some("sk-limited"));
+    assert_eq!(post(&limited, ok.clone()).await.status, 200);
+    let r = post(&limited, ok.clone()).await;
+    assert_error(
+        &r,
+        429,
+        "rate_limit_error",
+        "rate_limit_exceeded",
+        Value::Null,
+    );
+    assert!(r.retry_after().is_some_and(|s| s >= 1), "{:?}", r.headers);
+
+    // The delegate failing: 502, and the failed task's row is named.
+    gw.sim(0).set_fail_rate(1.0);
+    let r = post(&c, ok.clone()).await;
+    assert_error(&r, 502, "server_error", "upstream_failed", Value::Null);
+    let failed = row(&gw, header(&r, "x-ldp-task-id")).await;
+    assert_eq!(failed.outcome, Outcome::Failed, "{failed:?}");
+    assert_eq!(header(&r, "x-ldp-delegate"), "d0");
+    gw.sim(0).set_fail_rate(0.0);
+
+    // The OpenAI-backed delegate's own refusal, passed on as it came, and not retried.
+    let r = post(
+        &c,
+        ask(CHAT, user("this prompt is well over eight tokens long")),
+    )
+    .await;
+    assert_error(
+        &r,
+        400,
+        "invalid_request_error",
+        "context_length_exceeded",
+        json!("messages"),
+    );
+    assert!(
+        r.text().contains("maximum context length is 8 tokens"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(oa.stats().bad_requests, 1, "{:?}", oa.stats());
+    assert_eq!(oa.stats().requests, 1);
+
+    gw.shutdown().await;
+    oa.shutdown().await;
+}
