@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 pub struct OpenAiConfig {
     /// Output tokens a task is assumed to use when it names no `max_tokens`: the budget hold
     /// of a token-priced delegate is its input estimate plus this, at the declared prices.
+    /// It is an estimate, not a cap (nothing is cut at it): a longer answer is charged what
+    /// it cost when the task settles.
     pub default_max_tokens: u64,
     /// Most bytes of conversation kept per client session for OpenAI-backed delegates
     /// (user and assistant turns of every skill together; the oldest turns go first).

@@ -133,7 +133,14 @@ async fn completion(
     let streaming = req.stream.unwrap_or(false);
     let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
     let model = req.model.clone();
-    let (tx, rx) = mpsc::channel::<ChatDelta>(DELTA_BUFFER);
+    // Only a stream has deltas to carry.
+    let (tx, rx) = match streaming {
+        true => {
+            let (tx, rx) = mpsc::channel::<ChatDelta>(DELTA_BUFFER);
+            (Some(tx), Some(rx))
+        }
+        false => (None, None),
+    };
     let proxy = s.proxy.clone();
     let id = task_id.clone();
     // The task runs as its own (tracked) task: a client that leaves does not stop its
@@ -141,7 +148,7 @@ async fn completion(
     let task = s
         .proxy
         .spawn_tracked(async move {
-            let deltas = streaming.then_some(&tx);
+            let deltas = tx.as_ref();
             proxy.chat(&ctx, &req, &skill, id, deltas).await
         })
         .ok_or_else(|| ApiError::new(GatewayCode::Unavailable, "the gateway is stopping"))?;
@@ -151,7 +158,7 @@ async fn completion(
         model,
         include_usage,
     };
-    if streaming {
+    if let Some(rx) = rx {
         stream(reply, task_id, rx, task).await
     } else {
         let outcome = joined(task.await)?;
