@@ -1,12 +1,17 @@
 //! Load bench: direct vs a bare nginx `proxy_pass` hop vs the gateway (production-like config),
 //! in one run, against the same zero-latency simulated delegate, at 1, 16 and 64 keep-alive
 //! connections. Each connection opens one LDP session and submits tasks in it back to back.
+//! The OpenAI rows do the same against a zero-latency simulated OpenAI server: straight
+//! (`oai-direct`), through the gateway's OpenAI ingress (`oai-ingress`: chat completions in,
+//! an OpenAI-backed delegate out) and from LDP clients through the gateway to it (`ldp-oai`);
+//! `--only openai` selects the three.
 //!
 //! `cargo build --release && cargo bench --bench load [-- SECS]` (SECS: measured seconds per
 //! row, default 4; each row runs 3 times, interleaved, and the median is reported). It runs `target/release/ldp-gateway` (the release binary, not built here)
 //! and Debian `nginx` (`apt-get install nginx-light`; the nginx row is skipped when missing),
 //! prints the table and ratios, and rewrites the results section of `benches/README.md`.
 
+use bytes::Bytes;
 use ldp_client::Transport;
 use ldp_gateway::ldp::{Body, Envelope, PayloadMode, SessionConfig};
 use std::io::{BufRead, BufReader, Write};
@@ -144,7 +149,29 @@ fn clk_tck() -> f64 {
 struct Target {
     base: String,
     key: Option<String>,
+    /// What each request is.
+    load: Load,
 }
+
+/// The request a connection repeats.
+#[derive(Clone, Copy)]
+enum Load {
+    /// TASK_SUBMITs of this skill in one LDP session.
+    Ldp(&'static str),
+    /// `POST base + path` chat completions of this `model`.
+    Chat {
+        path: &'static str,
+        model: &'static str,
+    },
+}
+
+/// The skill and model the OpenAI rows use: the simulated server's model, and the skill the
+/// gateway's OpenAI-backed delegate offers.
+const OPENAI_MODEL: &str = "load-model";
+const OPENAI_SKILL: &str = "chat";
+
+/// The OpenAI rows; `--only openai` selects them all.
+const OPENAI_PATHS: [&str; 3] = ["oai-direct", "oai-ingress", "ldp-oai"];
 
 /// The client of one connection: `ldp-client`'s transport (one pooled keep-alive
 /// connection), with the target's API key.
@@ -177,14 +204,14 @@ async fn open(client: &Transport, t: &Target) -> anyhow::Result<String> {
     }
 }
 
-fn task(sid: &str, i: u64) -> Envelope {
+fn task(sid: &str, skill: &str, i: u64) -> Envelope {
     Envelope::new(
         sid,
         "ldp:client:load",
         "x",
         Body::TaskSubmit {
             task_id: format!("t{i}").into(),
-            skill: "echo".into(),
+            skill: skill.into(),
             input: serde_json::json!("hello").into(),
             contract: None,
         },
@@ -192,11 +219,38 @@ fn task(sid: &str, i: u64) -> Envelope {
     )
 }
 
-/// One connection: its own client (one pooled keep-alive connection), one session, tasks
-/// until `end`; latencies (µs) of tasks sent at or after `from` and done by `end`.
+/// A chat completion's body: one user message, as small as the LDP rows' task.
+fn chat_body(model: &str) -> Bytes {
+    let body = serde_json::json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "hello"}],
+    });
+    Bytes::from(body.to_string())
+}
+
+/// Whether a chat completion answered: 200 and an assistant message.
+fn completed(answer: &ldp_client::transport::HttpAnswer) -> bool {
+    answer.head.status.is_success()
+        && serde_json::from_slice::<serde_json::Value>(&answer.body)
+            .is_ok_and(|v| v["choices"][0]["message"]["content"].is_string())
+}
+
+/// One connection: its own client (one pooled keep-alive connection), one session (LDP), tasks
+/// or chat completions until `end`; latencies (µs) of those sent at or after `from` and done by
+/// `end`.
 async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32>, u64)> {
     let client = client(&t)?;
-    let sid = open(&client, &t).await?;
+    let sid = match t.load {
+        Load::Ldp(_) => open(&client, &t).await?,
+        Load::Chat { .. } => String::new(),
+    };
+    let auth = match &t.key {
+        Some(k) => vec![(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {k}").parse()?,
+        )],
+        None => Vec::new(),
+    };
     let mut lat = Vec::with_capacity(100_000);
     let mut errors = 0u64;
     let mut i = 0u64;
@@ -206,13 +260,19 @@ async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32
             break;
         }
         i += 1;
-        let ok = matches!(
-            client
-                .send(&t.base, &task(&sid, i), TIMEOUT)
+        let ok = match t.load {
+            Load::Ldp(skill) => matches!(
+                client
+                    .send(&t.base, &task(&sid, skill, i), TIMEOUT)
+                    .await
+                    .map(|e| e.body),
+                Ok(Body::TaskResult { .. })
+            ),
+            Load::Chat { path, model } => client
+                .request(&t.base, path, Some(chat_body(model)), &auth, TIMEOUT)
                 .await
-                .map(|e| e.body),
-            Ok(Body::TaskResult { .. })
-        );
+                .is_ok_and(|a| completed(&a)),
+        };
         let done = Instant::now();
         if start >= from && done <= end {
             if ok {
@@ -286,7 +346,7 @@ async fn row(
         errors,
     };
     eprintln!(
-        "{path:<8} c={conns:<3} {:>9.0} req/s  p50 {}µs  p99 {}µs  p99.9 {}µs  errors {}",
+        "{path:<11} c={conns:<3} {:>9.0} req/s  p50 {}µs  p99 {}µs  p99.9 {}µs  errors {}",
         r.rps, r.p50, r.p99, r.p999, r.errors
     );
     Ok(r)
@@ -300,6 +360,29 @@ const CARD: &str = r#"{
     "cost_per_call_usd": 0.001, "supports_streaming": false } }],
   "supported_payload_modes": ["text"], "endpoint": "", "metadata": {}
 }"#;
+
+/// The OpenAI-backed delegate's `[[delegates]]` entry (the simulated server at `url`): its
+/// declared card passes every constraint of [`POLICY`] too.
+fn openai_delegate(url: &str) -> String {
+    format!(
+        r#"[[delegates]]
+kind = "openai"
+name = "load-openai"
+url = "{url}"
+model = "{OPENAI_MODEL}"
+[delegates.card]
+skills = ["{OPENAI_SKILL}"]
+quality = 0.9
+price_per_mtok_input = 0.1
+price_per_mtok_output = 0.4
+latency_p50_ms = 5
+jurisdiction = "eu-west"
+trust_domain = {{ name = "default", allow_cross_domain = false, trusted_peers = [] }}
+context_window = 32768
+model_family = "sim-openai"
+"#
+    )
+}
 
 /// Every `[require]` constraint kind; the card above passes all of them.
 const POLICY: &str = r#"name = "load-all"
@@ -444,7 +527,7 @@ fn report(
             r.path, r.conns, r.rps, r.p50, r.p99, r.p999, r.hop_us, r.delegate_us, r.errors
         ));
     }
-    s.push_str("\nhop CPU = the process under test: the delegate (direct), nginx master + workers (nginx), the gateway (gateway).\n\n");
+    s.push_str("\nhop CPU = the process under test: the delegate (direct), nginx master + workers (nginx), the gateway (gateway, oai-ingress, ldp-oai), the simulated OpenAI server (oai-direct). delegate CPU = the upstream: the simulated LDP delegate, or for the OpenAI rows the simulated OpenAI server.\n\n");
     s.push_str("Ratios (gateway vs direct / vs nginx):\n\n");
     s.push_str("| conns | req/s ÷ direct | req/s ÷ nginx | p50 added vs direct | p50 added vs nginx | p99 ÷ direct | p99 ÷ nginx | hop CPU ÷ nginx CPU |\n");
     s.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -466,6 +549,7 @@ fn report(
             opt(&|n| format!("{:.2}", g.hop_us / n.hop_us.max(1e-9))),
         ));
     }
+    s.push_str(&openai_table(rows));
     s.push_str("\nTargets (performance issue) measured in this run:\n\n| target | measured | met |\n|---|---|---|\n");
     for (what, value, met) in targets(rows, memory) {
         s.push_str(&format!(
@@ -489,6 +573,43 @@ fn report(
     s
 }
 
+/// The OpenAI path next to the LDP path: what each adds over its own upstream reached
+/// directly, and the gateway's CPU per request on each (empty without OpenAI rows).
+fn openai_table(rows: &[Row]) -> String {
+    let find = |p: &str, c: usize| rows.iter().find(|r| r.path == p && r.conns == c);
+    let mut s = String::new();
+    for c in CONNS {
+        let Some(od) = find("oai-direct", c) else {
+            continue;
+        };
+        if s.is_empty() {
+            s.push_str("\nOpenAI path vs LDP path (p50 added over each path's own upstream reached directly; the gateway's CPU per request):\n\n");
+            s.push_str("| conns | LDP: gateway p50 added vs direct | OpenAI ingress: oai-ingress p50 added vs oai-direct | LDP client → OpenAI delegate: ldp-oai p50 added vs oai-direct | gateway CPU µs/req: gateway / oai-ingress / ldp-oai | req/s: gateway / oai-ingress / ldp-oai |\n");
+            s.push_str("|---:|---:|---:|---:|---:|---:|\n");
+        }
+        let added = |r: Option<&Row>, base: Option<&Row>| match (r, base) {
+            (Some(r), Some(b)) => format!("{} µs", r.p50 as i64 - b.p50 as i64),
+            _ => "–".into(),
+        };
+        let each = |f: &dyn Fn(&Row) -> String| {
+            ["gateway", "oai-ingress", "ldp-oai"]
+                .iter()
+                .map(|p| find(p, c).map_or_else(|| "–".into(), f))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        s.push_str(&format!(
+            "| {c} | {} | {} | {} | {} | {} |\n",
+            added(find("gateway", c), find("direct", c)),
+            added(find("oai-ingress", c), Some(od)),
+            added(find("ldp-oai", c), Some(od)),
+            each(&|r| format!("{:.0}", r.hop_us)),
+            each(&|r| format!("{:.0}", r.rps)),
+        ));
+    }
+    s
+}
+
 fn write_readme(manifest: &Path, section: &str) -> anyhow::Result<()> {
     let path = manifest.join("benches/README.md");
     let old = std::fs::read_to_string(&path).unwrap_or_default();
@@ -504,17 +625,22 @@ fn write_readme(manifest: &Path, section: &str) -> anyhow::Result<()> {
 /// Writes a production-like config under `dir` (its own ledger and policy folder), starts
 /// `ldp-gateway serve` on it and waits until `/readyz` answers 200. Returns the process, the
 /// LDP URL and the admin URL.
+///
+/// With `openai_url`, the gateway also has an OpenAI-backed delegate there, and keeps no
+/// conversation for it (`openai.session_memory_bytes = 0`): every LDP task is one turn, as
+/// every ingress request is, so rows measure the hop, not a growing conversation.
 async fn start_gateway(
     bin: &Path,
     dir: &Path,
     delegate_url: &str,
+    openai_url: Option<&str>,
     key: &str,
     max_sessions: usize,
     probe: &reqwest::Client,
 ) -> anyhow::Result<(Proc, String, String)> {
     std::fs::create_dir_all(dir.join("policies"))?;
     std::fs::write(dir.join("policies/load-all.toml"), POLICY)?;
-    let cfg = format!(
+    let mut cfg = format!(
         r#"[server]
 listen = "127.0.0.1:0"
 [admin]
@@ -542,6 +668,10 @@ name = "load-fast"
         d = dir.display(),
         h = ldp_gateway::secret::hash_key(key),
     );
+    if let Some(url) = openai_url {
+        cfg.push_str(&openai_delegate(url));
+        cfg.push_str("[openai]\nsession_memory_bytes = 0\n");
+    }
     std::fs::write(dir.join("gateway.toml"), cfg)?;
     let mut cmd = Command::new(bin);
     cmd.args(["serve", "--config"])
@@ -585,11 +715,12 @@ async fn session_memory(
 ) -> anyhow::Result<(f64, usize)> {
     let key = format!("mem-{}", uuid::Uuid::new_v4().simple());
     let (gateway, url, _) =
-        start_gateway(bin, dir, delegate_url, &key, SESSIONS * 2, probe).await?;
+        start_gateway(bin, dir, delegate_url, None, &key, SESSIONS * 2, probe).await?;
     let before = rss_kib(gateway.child.id());
     let t = Target {
         base: url,
         key: Some(key),
+        load: Load::Ldp("echo"),
     };
     let conns = 16;
     let tasks: Vec<_> = (0..conns)
@@ -639,7 +770,17 @@ async fn main() -> anyhow::Result<()> {
             .and_then(|i| args.get(i + 1))
             .map(|v| v.split(',').map(str::to_owned).collect::<Vec<_>>())
     };
-    let only = list("--only");
+    // `openai` stands for the three OpenAI rows.
+    let only = list("--only").map(|names| {
+        names
+            .into_iter()
+            .flat_map(|n| match n.as_str() {
+                "openai" => OPENAI_PATHS.iter().map(|p| (*p).to_owned()).collect(),
+                _ => vec![n],
+            })
+            .collect::<Vec<_>>()
+    });
+    let wanted = |path: &str| only.as_ref().is_none_or(|o| o.iter().any(|n| n == path));
     let conns: Vec<usize> = match list("--conns") {
         Some(v) => v.iter().filter_map(|c| c.parse().ok()).collect(),
         None => CONNS.to_vec(),
@@ -677,6 +818,27 @@ async fn main() -> anyhow::Result<()> {
     let delegate_url = urls[0].clone();
     let delegate_pid = delegate.child.id();
     let upstream = delegate_url.trim_start_matches("http://").to_string();
+
+    // The OpenAI upstream: a zero-latency simulated OpenAI server, when an OpenAI row runs.
+    let openai = if OPENAI_PATHS.iter().any(|p| wanted(p)) {
+        let mut cmd = Command::new(&bin);
+        cmd.args([
+            "delegate",
+            "--openai",
+            "--model",
+            OPENAI_MODEL,
+            "--latency-ms",
+            "0",
+            "--listen",
+            "127.0.0.1:0",
+        ]);
+        let (proc, urls) = spawn_until(cmd, &["listening on "], &dir.join("openai.log"))?;
+        Some((proc, urls[0].clone()))
+    } else {
+        None
+    };
+    let openai_url = openai.as_ref().map(|(_, url)| url.as_str());
+    let openai_pid = openai.as_ref().map_or(0, |(p, _)| p.child.id());
 
     // nginx: bare proxy_pass hop with upstream keep-alive.
     let nginx_port = free_port()?;
@@ -734,20 +896,25 @@ async fn main() -> anyhow::Result<()> {
         &gw_bin,
         &dir.join("gw"),
         &delegate_url,
+        openai_url,
         &key,
         10_000,
         &probe,
     )
     .await?;
     let idle_rss = rss_kib(gateway.child.id());
+    let gw_pid = gateway.child.id();
 
-    let mut targets: Vec<(&'static str, Target, Vec<u32>)> = vec![(
+    // (path, target, hop pids, upstream pid)
+    let mut targets: Vec<(&'static str, Target, Vec<u32>, u32)> = vec![(
         "direct",
         Target {
             base: delegate_url.clone(),
             key: None,
+            load: Load::Ldp("echo"),
         },
         vec![delegate_pid],
+        delegate_pid,
     )];
     if let Some(n) = &nginx {
         targets.push((
@@ -755,36 +922,76 @@ async fn main() -> anyhow::Result<()> {
             Target {
                 base: format!("http://127.0.0.1:{nginx_port}"),
                 key: None,
+                load: Load::Ldp("echo"),
             },
             vec![n.child.id()],
+            delegate_pid,
         ));
     }
     targets.push((
         "gateway",
         Target {
-            base: gw_url,
-            key: Some(key),
+            base: gw_url.clone(),
+            key: Some(key.clone()),
+            load: Load::Ldp("echo"),
         },
-        vec![gateway.child.id()],
+        vec![gw_pid],
+        delegate_pid,
     ));
+    if let Some(url) = openai_url {
+        targets.push((
+            "oai-direct",
+            Target {
+                base: url.to_owned(),
+                key: None,
+                load: Load::Chat {
+                    path: "/chat/completions",
+                    model: OPENAI_MODEL,
+                },
+            },
+            vec![openai_pid],
+            openai_pid,
+        ));
+        targets.push((
+            "oai-ingress",
+            Target {
+                base: gw_url.clone(),
+                key: Some(key.clone()),
+                load: Load::Chat {
+                    path: "/v1/chat/completions",
+                    model: OPENAI_SKILL,
+                },
+            },
+            vec![gw_pid],
+            openai_pid,
+        ));
+        targets.push((
+            "ldp-oai",
+            Target {
+                base: gw_url.clone(),
+                key: Some(key.clone()),
+                load: Load::Ldp(OPENAI_SKILL),
+            },
+            vec![gw_pid],
+            openai_pid,
+        ));
+    }
 
     let mut rows = Vec::new();
-    if let Some(only) = &only {
-        targets.retain(|(name, _, _)| only.iter().any(|o| o == name));
-    }
+    targets.retain(|(name, ..)| wanted(name));
     // Repetitions interleave the paths (direct, nginx, gateway, direct, …) so that a burst of
     // noise from the shared machine hits one repetition of each rather than one whole path;
     // the table keeps each path's median repetition by req/s.
     let mut runs: Vec<Row> = Vec::new();
     for &c in &conns {
         for _ in 0..reps {
-            for (name, t, hop) in &targets {
-                runs.push(row(name, t, c, secs, hop, delegate_pid).await?);
+            for (name, t, hop, upstream) in &targets {
+                runs.push(row(name, t, c, secs, hop, *upstream).await?);
             }
         }
     }
     for &c in &conns {
-        for (name, _, _) in &targets {
+        for (name, ..) in &targets {
             let mut same: Vec<Row> = runs
                 .iter()
                 .filter(|r| r.path == *name && r.conns == c)
@@ -860,6 +1067,7 @@ async fn main() -> anyhow::Result<()> {
     }
     drop(gateway);
     drop(nginx);
+    drop(openai);
     drop(delegate);
     std::io::stdout().flush()?;
     Ok(())

@@ -8,6 +8,7 @@
 //! gateway answers, so scripts can connect while the sample traffic runs.
 
 mod fleet;
+mod ingress;
 mod report;
 mod traffic;
 
@@ -17,14 +18,14 @@ use ldp_gateway::config::Config;
 use ldp_gateway::routing::TierPrices;
 use ldp_gateway::server::Gateway;
 use ldp_gateway::upstream::UpstreamClient;
-use report::{LatencyRow, PolicyReport};
+use report::{LatencyRow, PolicyReport, TokenRow};
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use traffic::{Outcome, Target};
+use traffic::{Direct, Outcome, Target, Via};
 
 /// `ldp-gateway demo` flags.
 #[derive(clap::Args, Debug, Clone)]
@@ -119,17 +120,18 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         let file = policy_dir.join(format!("{name}.toml"));
         std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
     }
-    let fleet = fleet::start().await?;
-    let outcome = match demo_config(&args, work.path(), &fleet) {
-        Ok(config) => with_gateway(&args, config, work.path(), &fleet).await,
+    let mut config = demo_config(&args, work.path())?;
+    let fleet = fleet::start(&config.delegates).await?;
+    let outcome = match point_at(&mut config, &fleet) {
+        Ok(()) => with_gateway(&args, config, work.path(), &fleet).await,
         Err(e) => Err(e),
     };
     fleet::stop(fleet).await;
     outcome
 }
 
-/// The embedded demo config with this run's ports and paths.
-fn demo_config(args: &DemoArgs, work: &Path, fleet: &[Member]) -> anyhow::Result<Config> {
+/// The embedded demo config with this run's listen addresses and paths.
+fn demo_config(args: &DemoArgs, work: &Path) -> anyhow::Result<Config> {
     use figment::providers::{Format, Serialized, Toml};
     let mut config: Config = figment::Figment::from(Serialized::defaults(Config::default()))
         .merge(Toml::string(DEMO_CONFIG))
@@ -139,14 +141,20 @@ fn demo_config(args: &DemoArgs, work: &Path, fleet: &[Member]) -> anyhow::Result
     config.admin.listen = args.admin_listen;
     config.policies.dir = work.join("policies");
     config.provenance.store = format!("sqlite://{}", work.join("provenance.db").display());
+    Ok(config)
+}
+
+/// Points every delegate of `config` at the fleet member of its name (an OpenAI-compatible
+/// one's URL ends in `/v1`, as its entry's does).
+fn point_at(config: &mut Config, fleet: &[Member]) -> anyhow::Result<()> {
     for d in &mut config.delegates {
         let name = d.name.as_deref().unwrap_or_default();
         let member = fleet.iter().find(|m| m.name == name).with_context(|| {
             format!("config/demo.toml names delegate '{name}', which the demo fleet does not have")
         })?;
-        d.url = member.handle.url();
+        d.url = member.url();
     }
-    Ok(config)
+    Ok(())
 }
 
 /// Starts the gateway, runs the demo, and shuts the gateway down whatever happened.
@@ -243,6 +251,20 @@ async fn demo(
         say(liar_story(&tasks, outcomes))?;
     }
 
+    say(
+        "OpenAI-compatible delegates, over every policy's traffic through the gateway (cost = \
+         usage × the declared price per million tokens, as the ledger records it):",
+    )?;
+    say(report::render_tokens(&token_rows(fleet, &results)))?;
+
+    say(format!(
+        "OpenAI ingress: POST {ldp}/v1/chat/completions, as the openai SDK sends it \
+         (`model` = skill or skill@policy; the ledger row found by x-ldp-task-id):"
+    ))?;
+    say(ingress::render(
+        &ingress::run(&ldp, &gateway.ledger()).await,
+    ))?;
+
     say(urls(&ldp, &admin, token_env))?;
     let next = if args.exit {
         "exiting (--exit)"
@@ -260,34 +282,50 @@ async fn demo(
     Ok(())
 }
 
-/// One line per delegate: who it is, where it is, what it offers at what price.
+/// One line per delegate: who it is, what it speaks, where it is, what it offers at what
+/// price (per call for LDP delegates, per million input/output tokens for OpenAI ones).
 fn fleet_table(fleet: &[Member], tiers: &TierPrices) -> String {
+    let openai = fleet.iter().filter(|m| m.token_prices().is_some()).count();
     let mut out = format!(
-        "fleet: {} simulated delegates (each answers after its declared p50, except {})\n",
+        "fleet: {} simulated delegates, {} LDP and {openai} OpenAI-compatible (each answers \
+         after its declared p50, except {})\n",
         fleet.len(),
+        fleet.len() - openai,
         fleet::LIAR
     );
-    let row = |name: &str, family: &str, place: &str, domain: &str, price: &str, skills: &str| {
-        format!("  {name:<22} {family:<8} {place:<13} {domain:<18} {price:<14} {skills}\n")
+    let row = |name: &str,
+               kind: &str,
+               family: &str,
+               place: &str,
+               domain: &str,
+               price: &str,
+               skills: &str| {
+        format!(
+            "  {name:<22} {kind:<6} {family:<8} {place:<13} {domain:<18} {price:<22} {skills}\n"
+        )
     };
     out.push_str(&row(
         "delegate",
+        "kind",
         "family",
         "jurisdiction",
         "trust domain",
-        "USD per call",
+        "USD",
         "skills",
     ));
     for m in fleet {
         let c = &m.card;
         let skills: Vec<&str> = c.capabilities.iter().map(|c| c.name.as_str()).collect();
-        let price = match m.price_range(tiers) {
-            Some((lo, hi)) if lo == hi => format!("{lo}"),
-            Some((lo, hi)) => format!("{lo}–{hi}"),
-            None => "-".into(),
+        let price = match (m.token_prices(), m.price_range(tiers)) {
+            (Some(p), _) if p.is_free() => "free (per token)".to_owned(),
+            (Some(p), _) => format!("{}/{} per Mtok", p.input, p.output),
+            (None, Some((lo, hi))) if lo == hi => format!("{lo} per call"),
+            (None, Some((lo, hi))) => format!("{lo}–{hi} per call"),
+            (None, None) => "-".into(),
         };
         out.push_str(&row(
-            m.name,
+            &m.name,
+            m.kind(),
             &c.model_family,
             c.jurisdiction.as_deref().unwrap_or("-"),
             &c.trust_domain.name,
@@ -326,7 +364,16 @@ async fn drive_all(
     let mut blind = HashMap::new();
     for skill in traffic::SKILLS {
         if let Some(m) = fleet::top_quality(fleet, skill) {
-            blind.insert(skill, (m.name.to_owned(), m.handle.url(), m.card.clone()));
+            let via = match &m.sim {
+                fleet::Sim::Ldp(_) => Via::Ldp(Box::new(m.card.clone())),
+                fleet::Sim::OpenAi { backend, .. } => Via::OpenAi(backend.clone()),
+            };
+            let direct = Direct {
+                name: m.name.clone(),
+                url: m.url(),
+                via,
+            };
+            blind.insert(skill, direct);
         }
     }
     targets.push(("blind".to_owned(), Target::Blind(Arc::new(blind))));
@@ -354,13 +401,37 @@ fn latency_rows(gateway: &Gateway, fleet: &[Member]) -> Vec<LatencyRow> {
     fleet
         .iter()
         .map(|m| {
-            let d = registry.get(m.name);
+            let d = registry.get(&m.name);
             LatencyRow {
-                delegate: m.name.to_owned(),
+                delegate: m.name.clone(),
                 declared_ms: m.declared_p50_range(),
                 observed_ms: d.as_ref().and_then(|d| d.observed_latency_ms()),
                 samples: d.as_ref().map_or(0, |d| d.samples()),
             }
+        })
+        .collect()
+}
+
+/// Per OpenAI-backed member, what it served under every policy (blind routing left out).
+fn token_rows(
+    fleet: &[Member],
+    results: &HashMap<String, (Vec<Outcome>, Duration)>,
+) -> Vec<TokenRow> {
+    let served: Vec<&Outcome> = POLICIES
+        .iter()
+        .filter_map(|(name, _)| results.get(*name))
+        .flat_map(|(outcomes, _)| outcomes)
+        .collect();
+    fleet
+        .iter()
+        .filter_map(|m| {
+            let p = m.token_prices()?;
+            Some(TokenRow::of(
+                &m.name,
+                &m.card.model_version,
+                (p.input, p.output),
+                &served,
+            ))
         })
         .collect()
 }
@@ -395,6 +466,7 @@ fn urls(ldp: &str, admin: &str, token_env: &str) -> String {
     format!(
         "the gateway keeps serving:\n\
          \x20 LDP endpoint   {ldp}  (POST {ldp}/ldp/messages, identity at {ldp}/.well-known/ldp-identity)\n\
+         \x20 OpenAI SDK     OpenAI(base_url=\"{ldp}/v1\", api_key=\"-\"), model=\"chat\" or \"chat@cheapest\"\n\
          \x20 metrics        curl {admin}/metrics\n\
          \x20 delegates      curl{auth} {admin}/admin/delegates\n\
          \x20 policies       curl{auth} {admin}/admin/policies\n\
@@ -417,11 +489,11 @@ mod tests {
                 .unwrap()
         };
         assert!(config.problems("demo.toml").is_empty());
-        let mut in_config: Vec<String> = config
+        let (openai, ldp): (Vec<_>, Vec<_>) = config
             .delegates
             .iter()
-            .map(|d| d.name.clone().unwrap())
-            .collect();
+            .partition(|d| d.kind == ldp_gateway::config::DelegateKind::OpenAi);
+        let mut in_config: Vec<String> = ldp.iter().map(|d| d.name.clone().unwrap()).collect();
         let mut in_fleet: Vec<String> = cards.iter().map(|(n, _)| (*n).to_owned()).collect();
         in_config.sort();
         in_fleet.sort();
@@ -429,6 +501,64 @@ mod tests {
         let ports: Vec<&str> = config.delegates.iter().map(|d| d.url.as_str()).collect();
         assert_eq!(ports[0], "http://127.0.0.1:9101");
         assert_eq!(ports[7], "http://127.0.0.1:9108");
+        // Two OpenAI-compatible delegates, one priced per token and one free, of other
+        // families than the LDP fleet's, offering the skill only they serve.
+        assert_eq!(openai.len(), 2);
+        assert_eq!(ports[8], "http://127.0.0.1:9109/v1");
+        let declared: Vec<_> = openai.iter().map(|d| d.card.clone().unwrap()).collect();
+        assert!(declared
+            .iter()
+            .all(|c| c.skills.iter().any(|s| s == "chat")));
+        assert!(declared
+            .iter()
+            .any(|c| c.price_per_mtok_input > Some(0.0) && c.price_per_mtok_output > Some(0.0)));
+        assert!(declared
+            .iter()
+            .any(|c| c.price_per_mtok_input == Some(0.0) && c.price_per_mtok_output == Some(0.0)));
+        for c in &declared {
+            let family = c.model_family.as_deref().unwrap();
+            assert!(
+                cards.iter().all(|(_, card)| card.model_family != family),
+                "{family}"
+            );
+        }
+        assert!(cards
+            .iter()
+            .all(|(_, c)| c.capabilities.iter().all(|s| s.name != "chat")));
+    }
+
+    #[tokio::test]
+    async fn the_fleet_serves_every_delegate_of_the_config_at_its_url() {
+        let args = DemoArgs {
+            ldp_listen: "127.0.0.1:0".parse().unwrap(),
+            admin_listen: "127.0.0.1:0".parse().unwrap(),
+            tasks: 1,
+            concurrency: 1,
+            exit: true,
+        };
+        let work = WorkDir::create().unwrap();
+        let mut config = demo_config(&args, work.path()).unwrap();
+        let fleet = fleet::start(&config.delegates).await.unwrap();
+        point_at(&mut config, &fleet).unwrap();
+        assert_eq!(fleet.len(), config.delegates.len());
+        for d in &config.delegates {
+            let m = fleet
+                .iter()
+                .find(|m| Some(&m.name) == d.name.as_ref())
+                .unwrap();
+            assert_eq!(d.url, m.url());
+            let openai = d.kind == ldp_gateway::config::DelegateKind::OpenAi;
+            assert_eq!(m.kind() == "openai", openai, "{}", m.name);
+            assert_eq!(d.url.ends_with("/v1"), openai, "{}", d.url);
+            if openai {
+                // The card the gateway will build: its model as version, per-token prices.
+                assert_eq!(Some(&m.card.model_version), d.model.as_ref());
+                assert!(m.token_prices().is_some());
+                assert_eq!(m.card.capabilities[0].name, "chat");
+            }
+        }
+        assert!(point_at(&mut config.clone(), &fleet[..1]).is_err());
+        fleet::stop(fleet).await;
     }
 
     #[test]

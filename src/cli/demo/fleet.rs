@@ -1,10 +1,15 @@
 //! The demo fleet: the example cards (embedded), one delegate whose declared latency is a lie,
-//! and the simulated delegates that serve them on free loopback ports.
+//! the simulated LDP delegates that serve them, and one simulated OpenAI-compatible server per
+//! `kind = "openai"` entry of `config/demo.toml`, all on free loopback ports.
 
 use anyhow::Context as _;
+use ldp_gateway::config::{DelegateConfig, DelegateKind};
 use ldp_gateway::ldp::IdentityCard;
+use ldp_gateway::openai::{card as openai_card, Backend, Prices};
 use ldp_gateway::routing::TierPrices;
+use ldp_gateway::sim::openai::{OpenAiHandle, OpenAiOptions};
 use ldp_gateway::sim::{SimHandle, SimOptions};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -74,14 +79,52 @@ const LIAR_CARD: &str = r#"{
 /// One member of the fleet.
 pub struct Member {
     /// Registry name (what `provenance.lineage[0].routed_to` says).
-    pub name: &'static str,
-    /// The card it serves.
+    pub name: String,
+    /// The card it serves (an OpenAI-backed member's: the one the gateway builds from its
+    /// declared `[delegates.card]`).
     pub card: IdentityCard,
-    /// The running delegate.
-    pub handle: SimHandle,
+    /// The running simulator.
+    pub sim: Sim,
+}
+
+/// A member's simulator: an LDP delegate, or an OpenAI-compatible server.
+pub enum Sim {
+    /// A simulated LDP delegate.
+    Ldp(SimHandle),
+    /// A simulated OpenAI-compatible server, and how to call it as the gateway does.
+    OpenAi {
+        /// The server.
+        handle: OpenAiHandle,
+        /// Its model, declared prices and context window (blind routing calls it with this).
+        backend: Arc<Backend>,
+    },
 }
 
 impl Member {
+    /// Its base URL (an OpenAI-compatible server's ends in `/v1`).
+    pub fn url(&self) -> String {
+        match &self.sim {
+            Sim::Ldp(h) => h.url(),
+            Sim::OpenAi { handle, .. } => handle.url(),
+        }
+    }
+
+    /// Per-token prices, for an OpenAI-backed member.
+    pub fn token_prices(&self) -> Option<Prices> {
+        match &self.sim {
+            Sim::Ldp(_) => None,
+            Sim::OpenAi { backend, .. } => Some(backend.prices),
+        }
+    }
+
+    /// `ldp` or `openai`.
+    pub fn kind(&self) -> &'static str {
+        match self.sim {
+            Sim::Ldp(_) => "ldp",
+            Sim::OpenAi { .. } => "openai",
+        }
+    }
+
     /// Declared p50 latencies over its skills, `(min, max)` in ms, if it declares any.
     pub fn declared_p50_range(&self) -> Option<(u64, u64)> {
         let all: Vec<u64> = self
@@ -147,8 +190,9 @@ fn options(name: &str, card: IdentityCard) -> SimOptions {
     opts
 }
 
-/// Starts every member on `127.0.0.1:0`.
-pub async fn start() -> anyhow::Result<Vec<Member>> {
+/// Starts every LDP member on `127.0.0.1:0`, then one simulated OpenAI-compatible server per
+/// `kind = "openai"` entry of `delegates`, answering after the entry's declared p50.
+pub async fn start(delegates: &[DelegateConfig]) -> anyhow::Result<Vec<Member>> {
     let mut fleet = Vec::new();
     for (name, card) in cards()? {
         let listener = TcpListener::bind("127.0.0.1:0")
@@ -157,15 +201,54 @@ pub async fn start() -> anyhow::Result<Vec<Member>> {
         let handle = ldp_gateway::sim::spawn(listener, options(name, card.clone()))
             .await
             .with_context(|| format!("starting delegate '{name}'"))?;
-        fleet.push(Member { name, card, handle });
+        fleet.push(Member {
+            name: name.to_owned(),
+            card,
+            sim: Sim::Ldp(handle),
+        });
+    }
+    for d in delegates.iter().filter(|d| d.kind == DelegateKind::OpenAi) {
+        fleet.push(start_openai(d).await?);
     }
     Ok(fleet)
+}
+
+/// A simulated OpenAI-compatible server for entry `d`, and the card the gateway builds for it.
+async fn start_openai(d: &DelegateConfig) -> anyhow::Result<Member> {
+    let name = d.name.clone().unwrap_or_else(|| d.url.clone());
+    let (model, declared) = match (&d.model, &d.card) {
+        (Some(model), Some(card)) => (model.clone(), card),
+        _ => anyhow::bail!("OpenAI-backed delegate '{name}' needs `model` and [delegates.card]"),
+    };
+    let mut opts = OpenAiOptions::new(model.clone());
+    opts.latency = Duration::from_millis(declared.latency_p50_ms.unwrap_or(0));
+    opts.context_window = declared.context_window;
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .with_context(|| format!("binding a port for delegate '{name}'"))?;
+    let handle = ldp_gateway::sim::openai::spawn(listener, opts)
+        .await
+        .with_context(|| format!("starting delegate '{name}'"))?;
+    let card = openai_card::build(&name, &handle.url(), &model, declared);
+    let backend = Backend::new(d, &name, None)?
+        .with_context(|| format!("delegate '{name}' is not OpenAI-backed"))?;
+    Ok(Member {
+        name,
+        card,
+        sim: Sim::OpenAi {
+            handle,
+            backend: Arc::new(backend),
+        },
+    })
 }
 
 /// Stops every member.
 pub async fn stop(fleet: Vec<Member>) {
     for m in fleet {
-        m.handle.shutdown().await;
+        match m.sim {
+            Sim::Ldp(h) => h.shutdown().await,
+            Sim::OpenAi { handle, .. } => handle.shutdown().await,
+        }
     }
 }
 

@@ -24,6 +24,8 @@ pub struct Line {
     pub tasks: usize,
     /// Sum of `cost_usd`.
     pub cost_usd: f64,
+    /// Sum of `tokens_used`.
+    pub tokens: u64,
     /// Round-trip latencies, ms.
     pub latencies_ms: Vec<f64>,
     /// Skills among them.
@@ -33,9 +35,10 @@ pub struct Line {
 }
 
 impl Line {
-    fn add(&mut self, task: &Task, delegate: &str, cost_usd: f64, latency_ms: f64) {
+    fn add(&mut self, task: &Task, delegate: &str, cost_usd: f64, tokens: u64, latency_ms: f64) {
         self.tasks += 1;
         self.cost_usd += cost_usd;
+        self.tokens += tokens;
         self.latencies_ms.push(latency_ms);
         self.skills.insert(task.skill);
         self.delegates.insert(delegate.to_owned());
@@ -83,6 +86,7 @@ impl PolicyReport {
                 Outcome::Served {
                     delegate,
                     cost_usd,
+                    tokens,
                     latency_ms,
                     ..
                 } => {
@@ -90,16 +94,18 @@ impl PolicyReport {
                         task,
                         delegate,
                         *cost_usd,
+                        *tokens,
                         *latency_ms,
                     );
-                    r.total.add(task, delegate, *cost_usd, *latency_ms);
+                    r.total.add(task, delegate, *cost_usd, *tokens, *latency_ms);
                     match blind.get(i) {
                         Some(Outcome::Served {
                             delegate,
                             cost_usd,
+                            tokens,
                             latency_ms,
                             ..
-                        }) => r.blind.add(task, delegate, *cost_usd, *latency_ms),
+                        }) => r.blind.add(task, delegate, *cost_usd, *tokens, *latency_ms),
                         _ => r.blind_failed += 1,
                     }
                 }
@@ -138,8 +144,8 @@ impl PolicyReport {
         let _ = writeln!(out, "{title}");
         let _ = writeln!(
             out,
-            "  {:<22} {:>7} {:>6} {:>11} {:>8} {:>8}  skills",
-            "delegate", "share", "tasks", "cost USD", "p50 ms", "p95 ms"
+            "  {:<22} {:>7} {:>6} {:>7} {:>11} {:>8} {:>8}  skills",
+            "delegate", "share", "tasks", "tokens", "cost USD", "p50 ms", "p95 ms"
         );
         let served = self.total.tasks.max(1) as f64;
         let mut rows: Vec<(&String, &Line)> = self.delegates.iter().collect();
@@ -147,10 +153,11 @@ impl PolicyReport {
         for (name, line) in rows {
             let _ = writeln!(
                 out,
-                "  {:<22} {:>6.1}% {:>6} {:>11.6} {:>8.0} {:>8.0}  {}",
+                "  {:<22} {:>6.1}% {:>6} {:>7} {:>11.6} {:>8.0} {:>8.0}  {}",
                 name,
                 100.0 * line.tasks as f64 / served,
                 line.tasks,
+                line.tokens,
                 line.cost_usd,
                 line.p50(),
                 line.p95(),
@@ -159,10 +166,11 @@ impl PolicyReport {
         }
         let _ = writeln!(
             out,
-            "  {:<22} {:>7} {:>6} {:>11.6} {:>8.0} {:>8.0}",
+            "  {:<22} {:>7} {:>6} {:>7} {:>11.6} {:>8.0} {:>8.0}",
             "total",
             if self.total.tasks > 0 { "100.0%" } else { "-" },
             self.total.tasks,
+            self.total.tokens,
             self.total.cost_usd,
             self.total.p50(),
             self.total.p95(),
@@ -186,10 +194,11 @@ impl PolicyReport {
         }
         let _ = writeln!(
             out,
-            "  {:<22} {:>7} {:>6} {:>11.6} {:>8.0} {:>8.0}  {}",
+            "  {:<22} {:>7} {:>6} {:>7} {:>11.6} {:>8.0} {:>8.0}  {}",
             "blind (top quality)",
             "",
             self.blind.tasks,
+            self.blind.tokens,
             self.blind.cost_usd,
             self.blind.p50(),
             self.blind.p95(),
@@ -197,8 +206,9 @@ impl PolicyReport {
         );
         let _ = writeln!(
             out,
-            "  {:<22} {:>7} {:>6} {:>11.6} {:>8} {:>8}  {:.1}% of the blind cost saved; p50 {}, p95 {}",
+            "  {:<22} {:>7} {:>6} {:>7} {:>11.6} {:>8} {:>8}  {:.1}% of the blind cost saved; p50 {}, p95 {}",
             "savings",
+            "",
             "",
             "",
             self.savings_usd(),
@@ -279,6 +289,82 @@ pub fn render_latency(rows: &[LatencyRow]) -> String {
     out
 }
 
+/// An OpenAI-compatible delegate's token spend over some traffic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenRow {
+    /// Registry name.
+    pub delegate: String,
+    /// The upstream model.
+    pub model: String,
+    /// Declared USD per million input and output tokens.
+    pub prices: (f64, f64),
+    /// Tasks it served.
+    pub tasks: usize,
+    /// Tokens they used (prompt and completion).
+    pub tokens: u64,
+    /// What they cost: usage × the declared prices.
+    pub cost_usd: f64,
+}
+
+impl TokenRow {
+    /// A row for `delegate` with what it served among `outcomes`.
+    pub fn of(delegate: &str, model: &str, prices: (f64, f64), outcomes: &[&Outcome]) -> Self {
+        let mut row = TokenRow {
+            delegate: delegate.to_owned(),
+            model: model.to_owned(),
+            prices,
+            tasks: 0,
+            tokens: 0,
+            cost_usd: 0.0,
+        };
+        for o in outcomes {
+            if let Outcome::Served {
+                delegate: d,
+                cost_usd,
+                tokens,
+                ..
+            } = o
+            {
+                if d == delegate {
+                    row.tasks += 1;
+                    row.tokens += tokens;
+                    row.cost_usd += cost_usd;
+                }
+            }
+        }
+        row
+    }
+}
+
+/// The token-priced delegates' table: declared prices, tasks, tokens, USD.
+pub fn render_tokens(rows: &[TokenRow]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "  {:<22} {:<14} {:>17} {:>6} {:>8} {:>11} {:>16}",
+        "delegate", "model", "USD/Mtok in/out", "tasks", "tokens", "cost USD", "USD per 1k tasks"
+    );
+    for r in rows {
+        let per_1k = if r.tasks > 0 {
+            format!("{:.4}", 1000.0 * r.cost_usd / r.tasks as f64)
+        } else {
+            "-".into()
+        };
+        let _ = writeln!(
+            out,
+            "  {:<22} {:<14} {:>17} {:>6} {:>8} {:>11.6} {:>16}",
+            r.delegate,
+            r.model,
+            format!("{}/{}", r.prices.0, r.prices.1),
+            r.tasks,
+            r.tokens,
+            r.cost_usd,
+            per_1k,
+        );
+    }
+    out
+}
+
 /// Tasks of `skills` served to `delegate`, split at the moment its first answer came back
 /// (before it, routing only had its card to go by): `((to it, of), (to it, of))` for tasks
 /// sent before and after. `None` if it served none of them.
@@ -331,6 +417,7 @@ mod tests {
         Outcome::Served {
             delegate: d.into(),
             cost_usd: cost,
+            tokens: 10,
             latency_ms: ms,
             sent: Instant::now(),
         }
@@ -379,28 +466,64 @@ mod tests {
         );
         let row = table.lines().find(|l| l.contains("cheap ")).unwrap();
         assert!(row.contains("100.0%"), "{row}");
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cols[2..4], ["2", "20"], "tasks and tokens: {row}");
+    }
+
+    #[test]
+    fn token_rows_sum_what_the_delegate_served() {
+        let mut a = served("mini", 0.0003, 600.0);
+        if let Outcome::Served { tokens, .. } = &mut a {
+            *tokens = 120;
+        }
+        let b = served("mini", 0.0001, 600.0);
+        let other = served("local", 0.0, 250.0);
+        let failed = Outcome::Failed("x".into());
+        let row = TokenRow::of(
+            "mini",
+            "gpt-4o-mini",
+            (0.15, 0.6),
+            &[&a, &b, &other, &failed],
+        );
+        assert_eq!((row.tasks, row.tokens), (2, 130));
+        assert!((row.cost_usd - 0.0004).abs() < 1e-12);
+        let table = render_tokens(&[row, TokenRow::of("idle", "m", (0.0, 0.0), &[])]);
+        let mini = table.lines().find(|l| l.contains("mini ")).unwrap();
+        assert!(
+            mini.contains("0.15/0.6") && mini.contains("0.000400"),
+            "{table}"
+        );
+        assert!(
+            mini.trim_end().ends_with("0.2000"),
+            "USD per 1k tasks: {table}"
+        );
+        let idle = table.lines().find(|l| l.contains("idle")).unwrap();
+        assert!(idle.trim_end().ends_with('-'), "{table}");
     }
 
     #[test]
     fn traffic_is_split_at_the_first_answer() {
-        let t = tasks(8);
+        let t = tasks(10);
         let t0 = Instant::now();
         let at = |d: &str, sent_ms: u64, ms: f64| Outcome::Served {
             delegate: d.into(),
             cost_usd: 0.0,
+            tokens: 0,
             latency_ms: ms,
             sent: t0 + Duration::from_millis(sent_ms),
         };
-        // reasoning and code-review are tasks 1, 3, 5, 7; the liar's first answer is at 1800.
+        // reasoning and code-review are tasks 1, 3, 6, 8; the liar's first answer is at 1800.
         let o = [
             at("fast", 0, 40.0),
             at("liar", 0, 1800.0),
             at("fast", 10, 40.0),
             at("liar", 10, 1800.0),
             at("fast", 20, 40.0),
+            at("fast", 20, 40.0),
             at("honest", 1900, 1000.0),
             at("fast", 30, 40.0),
             at("liar", 1700, 1800.0),
+            at("fast", 30, 40.0),
         ];
         let split = before_and_after_first_answer(&o, &t, &["reasoning", "code-review"], "liar");
         assert_eq!(split, Some(((3, 3), (0, 1))));

@@ -1,8 +1,11 @@
 //! Sample traffic: a fixed list of tasks across skills, sent through the gateway under one
-//! policy, or straight to the top-quality delegate of each skill ("blind" routing), with
-//! bounded concurrency. Every task's outcome is recorded for the report.
+//! policy, or straight to the top-quality delegate of each skill ("blind" routing: over LDP,
+//! or as a chat completion when that delegate is OpenAI-compatible), with bounded
+//! concurrency. Every task's outcome is recorded for the report.
 
 use ldp_gateway::ldp::{Body, Envelope, IdentityCard, PayloadMode, SessionConfig};
+use ldp_gateway::openai::wire::Turn;
+use ldp_gateway::openai::{Backend, Params};
 use ldp_gateway::upstream::{UpstreamClient, UpstreamSession};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
@@ -11,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
-/// The skills the demo asks for.
-pub const SKILLS: [&str; 4] = ["summarize", "reasoning", "translate", "code-review"];
+/// The skills the demo asks for (`chat` only the OpenAI-compatible delegates offer).
+pub const SKILLS: [&str; 5] = ["summarize", "reasoning", "translate", "code-review", "chat"];
 
 /// Deadline of one task, end to end.
 const TASK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -39,7 +42,7 @@ impl Task {
     }
 }
 
-const SAMPLES: [(&str, &str, &str); 8] = [
+const SAMPLES: [(&str, &str, &str); 10] = [
     ("summarize", "Summarise this incident report in three bullet points.",
      "At 02:14 UTC the primary database failed over after a disk controller fault. Writes were rejected for 94 seconds; reads continued from replicas. No data was lost. The on-call engineer confirmed replication health and re-enabled the old primary as a replica at 03:02."),
     ("summarize", "Give a one-paragraph summary for an executive.",
@@ -56,6 +59,10 @@ const SAMPLES: [(&str, &str, &str); 8] = [
      "fn average(xs: &[f64]) -> f64 { xs.iter().sum::<f64>() / xs.len() as f64 }"),
     ("code-review", "Review this SQL for injection risks.",
      "query = \"SELECT * FROM users WHERE name = '\" + name + \"'\""),
+    ("chat", "Answer the customer in two sentences.",
+     "Hi, I was charged twice for my March invoice. Can you refund one of the charges?"),
+    ("chat", "Suggest a name for the new internal tool.",
+     "It routes requests from our applications to whichever language model fits the request best."),
 ];
 
 /// `n` tasks cycling through the skills (a different sample each round), the same list for
@@ -84,6 +91,8 @@ pub enum Outcome {
         delegate: String,
         /// `provenance.cost_usd` (0 when absent).
         cost_usd: f64,
+        /// `provenance.tokens_used` (0 when absent).
+        tokens: u64,
         /// Round trip as the client saw it, ms.
         latency_ms: f64,
         /// When it was sent.
@@ -107,18 +116,45 @@ pub enum Target {
         /// Policy named in the session config.
         policy: String,
     },
-    /// Straight to a delegate: skill → (registry name, base URL, card).
-    Blind(Arc<HashMap<&'static str, (String, String, IdentityCard)>>),
+    /// Straight to a delegate: skill → the delegate.
+    Blind(Arc<HashMap<&'static str, Direct>>),
+}
+
+/// A delegate blind routing sends a skill's tasks to.
+pub struct Direct {
+    /// Registry name.
+    pub name: String,
+    /// Base URL.
+    pub url: String,
+    /// How it is spoken to.
+    pub via: Via,
+}
+
+/// How a delegate is spoken to directly.
+pub enum Via {
+    /// LDP, with its card.
+    Ldp(Box<IdentityCard>),
+    /// Chat completions, as the gateway would send them.
+    OpenAi(Arc<Backend>),
+}
+
+/// Where one task goes.
+enum Endpoint<'a> {
+    /// An LDP endpoint: base URL, card, registry name (blind only).
+    Ldp(&'a str, &'a IdentityCard, Option<&'a str>),
+    /// An OpenAI-compatible delegate, straight.
+    OpenAi(&'a Direct, &'a Backend),
 }
 
 impl Target {
-    /// The base URL, card and registry name (blind only) that serve `skill`.
-    fn endpoint(&self, skill: &str) -> Option<(&str, &IdentityCard, Option<&str>)> {
+    /// Where `skill`'s tasks go.
+    fn endpoint(&self, skill: &str) -> Option<Endpoint<'_>> {
         match self {
-            Target::Gateway { url, card, .. } => Some((url.as_str(), card.as_ref(), None)),
-            Target::Blind(map) => map
-                .get(skill)
-                .map(|(name, url, card)| (url.as_str(), card, Some(name.as_str()))),
+            Target::Gateway { url, card, .. } => Some(Endpoint::Ldp(url, card, None)),
+            Target::Blind(map) => map.get(skill).map(|d| match &d.via {
+                Via::Ldp(card) => Endpoint::Ldp(&d.url, card, Some(&d.name)),
+                Via::OpenAi(backend) => Endpoint::OpenAi(d, backend),
+            }),
         }
     }
 
@@ -179,7 +215,10 @@ async fn worker(
         let Some(task) = tasks.get(i) else { break };
         let outcome = match target.endpoint(task.skill) {
             None => Outcome::Unroutable(format!("no delegate offers '{}'", task.skill)),
-            Some((url, card, name)) => {
+            Some(Endpoint::OpenAi(direct, backend)) => {
+                complete(&client, direct, backend, task).await
+            }
+            Some(Endpoint::Ldp(url, card, name)) => {
                 let reuse = sessions
                     .get(url)
                     .filter(|(_, used)| !used.contains(task.skill))
@@ -243,6 +282,7 @@ async fn submit(
     match answer.map(|a| a.body) {
         Ok(Body::TaskResult { provenance, .. }) => {
             let cost_usd = provenance.as_ref().and_then(|p| p.cost_usd).unwrap_or(0.0);
+            let tokens = provenance.as_ref().and_then(|p| p.tokens_used).unwrap_or(0);
             let delegate = blind_name.map(str::to_owned).or_else(|| {
                 provenance
                     .as_ref()
@@ -255,6 +295,7 @@ async fn submit(
             Outcome::Served {
                 delegate,
                 cost_usd,
+                tokens,
                 latency_ms,
                 sent: started,
             }
@@ -273,28 +314,70 @@ async fn submit(
     }
 }
 
+/// One chat completion straight to an OpenAI-compatible delegate: the task's text as the user
+/// message; its cost is the usage at the declared prices, as the gateway charges it.
+async fn complete(
+    client: &UpstreamClient,
+    direct: &Direct,
+    backend: &Backend,
+    task: &Task,
+) -> Outcome {
+    let text = task.input(PayloadMode::Text);
+    let messages = [Turn {
+        role: "user",
+        content: text.as_str().unwrap_or_default(),
+    }];
+    let started = Instant::now();
+    let answer = backend
+        .complete(
+            client,
+            &direct.url,
+            &messages,
+            Params::default(),
+            TASK_TIMEOUT,
+        )
+        .await;
+    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    match answer {
+        Ok(reply) => {
+            let usage = reply.usage.unwrap_or_default();
+            Outcome::Served {
+                delegate: direct.name.clone(),
+                cost_usd: backend
+                    .prices
+                    .cost(usage.prompt_tokens, usage.completion_tokens),
+                tokens: usage.total_tokens,
+                latency_ms,
+                sent: started,
+            }
+        }
+        Err(e) => Outcome::Failed(e.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn tasks_cycle_through_every_skill_with_varied_inputs() {
-        let t = tasks(9);
+        let t = tasks(11);
         assert_eq!(
-            t.iter().map(|t| t.skill).collect::<Vec<_>>()[..5],
+            t.iter().map(|t| t.skill).collect::<Vec<_>>()[..6],
             [
                 "summarize",
                 "reasoning",
                 "translate",
                 "code-review",
+                "chat",
                 "summarize"
             ]
         );
         assert_ne!(
-            t[0].frame, t[4].frame,
+            t[0].frame, t[5].frame,
             "the second round uses another sample"
         );
-        assert_eq!(t[0].frame, t[8].frame, "and the third the first again");
+        assert_eq!(t[0].frame, t[10].frame, "and the third the first again");
         for skill in SKILLS {
             assert_eq!(
                 SAMPLES.iter().filter(|s| s.0 == skill).count(),
