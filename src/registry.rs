@@ -238,8 +238,7 @@ impl Delegate {
         Load {
             in_flight: self.observed.in_flight(),
             max_in_flight: self.max_in_flight(),
-            // A paused delegate (429) is out like an ejected one, until its pause ends.
-            ejected: a.ejected || self.is_paused(),
+            ejected: a.ejected,
             probing: a.probing,
             weight_factor: a.weight_factor,
         }

@@ -41,7 +41,7 @@ pub struct DeclaredCard {
     /// Jurisdiction (`us-east`, …).
     #[serde(default)]
     pub jurisdiction: Option<String>,
-    /// Its trust domain (default: the gateway's own).
+    /// Its trust domain (default: the closed domain `default`).
     #[serde(default)]
     pub trust_domain: Option<TrustDomain>,
     /// Context window in tokens (bounds the conversation sent with each task).

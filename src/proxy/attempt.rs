@@ -210,6 +210,7 @@ impl Proxy {
     ) -> Attempt {
         let (env, skill) = (t.env, t.task.skill);
         let delegate = binding.delegate.clone();
+        let key = t.binding_key(&delegate.name);
         let mut mode = binding.upstream.payload.mode;
         let mut rehandshaken = false;
         let streams = matches!(t.progress, super::task::Progress::Updates(_))
@@ -310,18 +311,18 @@ impl Proxy {
                 }
                 Exchange::SessionLost => {
                     rehandshaken = true;
-                    if session_unbound(t, skill, &binding) {
-                        self.sessions.unshare_binding(t.session, skill).await;
+                    if session_unbound(t, &key, &binding) {
+                        self.sessions.unshare_binding(t.session, &key).await;
                     }
                     // Someone already replaced it (another task here, or a replica that won
                     // the first binding): use theirs rather than open and replace again.
                     let current = t
                         .session
-                        .binding(skill)
+                        .binding(&key)
                         .filter(|b| Arc::ptr_eq(&b.delegate, &delegate));
                     binding = match current {
                         Some(b) => b,
-                        None => match self.open_binding(t.session, skill, delegate.clone()).await {
+                        None => match self.open_binding(t.session, &key, delegate.clone()).await {
                             Ok(b) => b,
                             Err(error) => {
                                 return Attempt::Failed(Failure::upstream(&delegate, &error))
@@ -345,10 +346,8 @@ impl Proxy {
                     mode = next;
                     // RFC §4.3: the session continues at the lower mode.
                     binding.upstream.payload.mode = next;
-                    t.session.bind(skill, binding.clone());
-                    self.sessions
-                        .share_binding(t.session, skill, &binding)
-                        .await;
+                    t.session.bind(&key, binding.clone());
+                    self.sessions.share_binding(t.session, &key, &binding).await;
                 }
                 Exchange::Refused(error) => return Attempt::Done(Answer::Failed(error)),
                 Exchange::Failed(failure) => return Attempt::Failed(failure),
@@ -393,10 +392,10 @@ impl Proxy {
     }
 }
 
-/// Drops the session's binding for `skill` if it is still `binding`'s upstream session;
+/// Drops the session's binding under `key` if it is still `binding`'s upstream session;
 /// whether it was.
-fn session_unbound(t: &TaskCtx<'_>, skill: &str, binding: &Binding) -> bool {
+fn session_unbound(t: &TaskCtx<'_>, key: &str, binding: &Binding) -> bool {
     t.session
-        .unbind(skill, &binding.upstream.session_id)
+        .unbind(key, &binding.upstream.session_id)
         .is_some()
 }

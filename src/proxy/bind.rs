@@ -50,6 +50,10 @@ impl Proxy {
         run: &mut TaskRun,
     ) -> Result<Binding, NoBinding> {
         let (session, policy) = (t.session, &t.policy);
+        if t.stateless() {
+            let picked = self.decide(policy, need).map_err(NoBinding::None)?;
+            return self.bind_fresh(t, need, run, picked).await;
+        }
         if let Some(b) = self.reusable(session, policy, need).await {
             return Ok(b);
         }
@@ -88,6 +92,10 @@ impl Proxy {
     /// Takes a token from the delegate's own rate limit, if it has one; a refusal is counted
     /// (`ldp_gateway_rate_limited_total{scope="delegate"}`) and the caller skips the delegate.
     async fn admits(&self, delegate: &Delegate) -> bool {
+        // It answered 429: skipped, like a delegate at its own limit, for its Retry-After.
+        if delegate.is_paused() {
+            return false;
+        }
         match &delegate.limit {
             Some(limit) => self
                 .admit(
@@ -110,8 +118,38 @@ impl Proxy {
         run: &mut TaskRun,
         picked: Chosen,
     ) -> Result<Binding, NoBinding> {
+        if t.stateless() {
+            return self.bind_fresh(t, need, run, picked).await;
+        }
         let _guard = t.session.handshake.lock().await;
         self.bind_picked(t, need, run, picked).await
+    }
+
+    /// A stateless task's binding: the delegate the router chose (claimed), with the
+    /// upstream session the session already holds with it, else a new one.
+    async fn bind_fresh(
+        &self,
+        t: &TaskCtx<'_>,
+        need: &Need<'_>,
+        run: &mut TaskRun,
+        picked: Chosen,
+    ) -> Result<Binding, NoBinding> {
+        let Chosen { delegate, route } = self
+            .claim(&t.policy, need, picked)
+            .await
+            .map_err(NoBinding::None)?;
+        run.route = Some(route);
+        let key = t.binding_key(&delegate.name);
+        if let Some(b) = t.session.binding(&key) {
+            return Ok(b);
+        }
+        let _guard = t.session.handshake.lock().await;
+        if let Some(b) = t.session.binding(&key) {
+            return Ok(b);
+        }
+        self.open_binding(t.session, &key, delegate.clone())
+            .await
+            .map_err(|error| NoBinding::Open { delegate, error })
     }
 
     /// Claims `picked` (its own rate limit) and opens an upstream session with it; the
@@ -180,7 +218,17 @@ impl Proxy {
                 exclude: &exclude,
                 ..*need
             };
-            picked = self.decide(policy, &need)?;
+            picked = self.decide(policy, &need).map_err(|_| {
+                // Someone could serve it, but every one is at its limit: a rate limit, not
+                // an impossibility.
+                LdpError::gateway(
+                    GatewayCode::RateLimited,
+                    format!(
+                        "every eligible delegate is at its own rate limit or asked to wait (HTTP 429): {}",
+                        limited.join(", ")
+                    ),
+                )
+            })?;
         }
         let name = picked.delegate.name.as_str();
         self.metrics

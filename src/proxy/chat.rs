@@ -50,6 +50,8 @@ pub struct ChatReply {
     pub model: String,
     /// Token counts: an OpenAI-backed delegate's usage, else estimated from the text.
     pub usage: Usage,
+    /// Why the answer stopped: an OpenAI-backed delegate's `finish_reason`, else `stop`.
+    pub finish_reason: String,
 }
 
 /// A completion refused or failed.
@@ -152,6 +154,7 @@ impl Proxy {
                         content,
                         model,
                         usage,
+                        finish_reason: trip.finish_reason.clone().unwrap_or_else(|| "stop".into()),
                     })
                 }
                 Body::TaskFailed { error, .. } => Err(ChatRefusal {

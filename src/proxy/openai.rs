@@ -115,6 +115,7 @@ impl Proxy {
                     .cost(usage.prompt_tokens, usage.completion_tokens);
                 *charged = cost;
                 run.usage = Some(usage);
+                run.finish_reason = reply.finish_reason.clone();
                 let mut p = Provenance::new(
                     openai.card.delegate_id.clone(),
                     reply.model.clone(),
@@ -274,14 +275,28 @@ impl Proxy {
                     message,
                 )))
             }
-            e => Attempt::Failed(Failure {
-                error: LdpError::upstream_failed(
-                    format!("delegate '{}' failed: {e}", delegate.name),
+            e => {
+                let error = match pause {
+                    // What the client hears if no other delegate can take it: a rate limit.
+                    Some(p) => LdpError::gateway(
+                        GatewayCode::RateLimited,
+                        format!(
+                            "delegate '{}' is rate-limited (HTTP 429); retry after {} s",
+                            delegate.name,
+                            p.as_secs_f64().ceil()
+                        ),
+                    ),
+                    None => LdpError::upstream_failed(
+                        format!("delegate '{}' failed: {e}", delegate.name),
+                        retryable,
+                    ),
+                };
+                Attempt::Failed(Failure {
+                    error,
+                    reason: e.reason(),
                     retryable,
-                ),
-                reason: e.reason(),
-                retryable,
-            }),
+                })
+            }
         }
     }
 }

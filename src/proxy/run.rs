@@ -31,7 +31,10 @@ impl Proxy {
         let skill = t.task.skill;
         let base = t.need();
         let deadline = Instant::now() + self.task_timeout(&base);
-        let previous = t.session.binding(skill).map(|b| b.delegate.name.clone());
+        // A stateless request has no context to move.
+        let previous = (!t.stateless())
+            .then(|| t.session.binding(skill).map(|b| b.delegate.name.clone()))
+            .flatten();
         let mut tried: Vec<String> = Vec::new();
         let mut last: Option<LdpError> = None;
         let mut chosen = self.binding_for(t, &base, run).await;
@@ -59,8 +62,9 @@ impl Proxy {
                         }
                         Attempt::Done(answer) => return answer,
                         Attempt::Failed(failure) => {
-                            if t.session.unbind_delegate(skill, &delegate).is_some() {
-                                self.sessions.unshare_binding(t.session, skill).await;
+                            let key = t.binding_key(&delegate.name);
+                            if t.session.unbind_delegate(&key, &delegate).is_some() {
+                                self.sessions.unshare_binding(t.session, &key).await;
                             }
                             (delegate, failure)
                         }

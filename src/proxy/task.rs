@@ -57,6 +57,24 @@ impl TaskCtx<'_> {
         }
     }
 
+    /// Whether the task carries its whole context (the OpenAI ingress's requests send the
+    /// conversation every time): it is routed afresh, with no affinity.
+    pub(super) fn stateless(&self) -> bool {
+        self.task.chat.is_some()
+    }
+
+    /// The session's key for the task's binding with `delegate`: the skill, since a session
+    /// keeps one delegate per skill (affinity); for a stateless task, the skill and the
+    /// delegate, so that the upstream session opened with each delegate is kept and reused
+    /// while every request is routed afresh.
+    pub(super) fn binding_key<'k>(&'k self, delegate: &str) -> std::borrow::Cow<'k, str> {
+        if self.stateless() {
+            std::borrow::Cow::Owned(format!("{}\u{1f}{delegate}", self.task.skill))
+        } else {
+            std::borrow::Cow::Borrowed(self.task.skill)
+        }
+    }
+
     /// Sends a TASK_UPDATE to a streaming client (dropped if it is not keeping up). The
     /// message is formatted only then: most clients do not stream.
     pub(super) fn tell(&self, from: &str, progress: Option<f64>, message: std::fmt::Arguments<'_>) {
@@ -95,6 +113,8 @@ pub(super) struct TaskRun {
     /// An OpenAI-backed delegate's refusal of the request (a 4xx that is the request's own),
     /// for the ingress to answer in kind.
     pub(super) refused_upstream: Option<(u16, ErrorDetail)>,
+    /// Why an OpenAI-backed delegate's answer stopped (`stop`, `length`, …).
+    pub(super) finish_reason: Option<String>,
 }
 
 impl TaskRun {
@@ -106,6 +126,7 @@ impl TaskRun {
             delegate: self.binding.map(|b| b.delegate),
             usage: self.usage,
             refused_upstream: self.refused_upstream,
+            finish_reason: self.finish_reason,
         }
     }
 }
@@ -154,6 +175,8 @@ pub(crate) struct Trip {
     pub(crate) usage: Option<Usage>,
     /// An OpenAI-backed delegate's refusal of the request.
     pub(crate) refused_upstream: Option<(u16, ErrorDetail)>,
+    /// Why an OpenAI-backed delegate's answer stopped.
+    pub(crate) finish_reason: Option<String>,
 }
 
 impl Proxy {
@@ -192,6 +215,7 @@ impl Proxy {
                 delegate: None,
                 usage: None,
                 refused_upstream: None,
+                finish_reason: None,
             })
         };
         let session = match self.session(&env.session_id, &super::owner(ctx, env)).await {

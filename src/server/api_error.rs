@@ -159,7 +159,8 @@ impl ApiError {
         ApiError {
             kind: ErrorKind::Code(code),
             error,
-            retry_after: None,
+            // A delegate's rate limit: a second is as good a guess as any.
+            retry_after: (code == GatewayCode::RateLimited).then_some(1),
             ids: None,
             openai: None,
         }

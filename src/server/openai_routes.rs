@@ -236,7 +236,7 @@ impl Reply {
                 "index": 0,
                 "message": {"role": "assistant", "content": a.content, "refusal": null},
                 "logprobs": null,
-                "finish_reason": "stop",
+                "finish_reason": a.finish_reason,
             }],
             "usage": usage(&a.usage),
         })
@@ -270,7 +270,7 @@ impl Reply {
 
     /// The events that end a stream that answered: the finish, the usage if asked, `[DONE]`.
     fn ending(&self, model: &str, a: &ChatReply, out: &mut VecDeque<Event>) {
-        out.push_back(self.chunk(model, json!({}), Some("stop")));
+        out.push_back(self.chunk(model, json!({}), Some(&a.finish_reason)));
         if self.include_usage {
             out.push_back(self.usage_chunk(model, &a.usage));
         }

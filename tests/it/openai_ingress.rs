@@ -612,3 +612,86 @@ async fn ingress_errors_have_openai_shape_and_the_ldp_statuses() {
     gw.shutdown().await;
     oa.shutdown().await;
 }
+
+/// Each ingress request carries its whole conversation, so each is routed afresh: the policy
+/// it names picks the delegate every time (no affinity to the first request's), near-equals
+/// share the load, and the upstream session opened with an LDP delegate is kept and reused.
+#[tokio::test]
+async fn every_ingress_request_is_routed_afresh() {
+    let (cheap, good, twin) = (
+        start(OpenAiOptions::new(MODEL)).await,
+        start(OpenAiOptions::new(MODEL)).await,
+        start(OpenAiOptions::new(MODEL)).await,
+    );
+    // `cheap`: free and good enough; `good`: better and priced. `twin` equals `good`.
+    let mut good_card = declared(&[CHAT], 0.95);
+    good_card.price_per_mtok_input = Some(5.0);
+    good_card.price_per_mtok_output = Some(15.0);
+    let shipped = |f: &str| {
+        std::fs::read_to_string(format!("{}/policies/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    };
+    // `even`: quality only, so observed latency cannot separate the twins.
+    let even = "name = \"even\"\n[weights]\nquality = 1.0\ncost = 0.0\nlatency = 0.0\n[balance]\ntolerance = 0.05\n";
+    let gw = TestGateway::builder()
+        .policy("balanced.toml", &shipped("balanced.toml"))
+        .policy("cheapest.toml", &shipped("cheapest.toml"))
+        .policy("best-quality.toml", &shipped("best-quality.toml"))
+        .policy("even.toml", even)
+        .entry(entry("cheap", &cheap.url(), MODEL, declared(&[CHAT], 0.7)))
+        .entry(entry("good", &good.url(), MODEL, good_card.clone()))
+        .entry(entry("twin", &twin.url(), MODEL, good_card))
+        .sim(SimOptions::new(card(
+            "sim-ldp",
+            "default",
+            &[(SUMMARIZE, 0.9)],
+            &["text"],
+        )))
+        .spawn()
+        .await;
+    let c = Client::new(&gw.ldp_url());
+    let delegate_of = |r: &Resp| header(r, "x-ldp-delegate").to_owned();
+    let mut seen = Vec::new();
+    for model in [
+        "chat@cheapest",
+        "chat@best-quality",
+        "chat@cheapest",
+        "chat@best-quality",
+    ] {
+        let r = c
+            .post_json("/v1/chat/completions", &ask(model, user("hi")))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        seen.push(delegate_of(&r));
+    }
+    assert_eq!(seen[0], "cheap", "{seen:?}");
+    assert_eq!(seen[2], "cheap", "{seen:?}");
+    for d in [&seen[1], &seen[3]] {
+        assert!(d == "good" || d == "twin", "{seen:?}");
+    }
+    // Near-equals share: 30 requests under `even` reach both `good` and `twin`.
+    let mut both = std::collections::BTreeMap::new();
+    for _ in 0..30 {
+        let r = c
+            .post_json("/v1/chat/completions", &ask("chat@even", user("x")))
+            .await;
+        *both.entry(delegate_of(&r)).or_insert(0) += 1;
+    }
+    assert!(both.get("good").is_some_and(|n| *n > 0), "{both:?}");
+    assert!(both.get("twin").is_some_and(|n| *n > 0), "{both:?}");
+    // The delegate's finish reason comes through: an answer cut at `max_tokens` is `length`.
+    let cut = json!({"model": "chat@cheapest", "max_tokens": 1,
+        "messages": [{"role": "user", "content": "a long question to answer"}]});
+    let r = c.post_json("/v1/chat/completions", &cut).await;
+    let body: Value = serde_json::from_str(&r.text()).unwrap();
+    assert_eq!(body["choices"][0]["finish_reason"], "length", "{body}");
+    // The LDP delegate: five requests, one upstream session.
+    for _ in 0..5 {
+        let r = c
+            .post_json("/v1/chat/completions", &ask(SUMMARIZE, user("sum")))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let stats = gw.sim(0).stats();
+    assert_eq!((stats.tasks, stats.accepted), (5, 1), "{stats:?}");
+    gw.shutdown().await;
+}
