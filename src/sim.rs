@@ -39,6 +39,8 @@ pub mod openai;
 mod session;
 mod task;
 
+pub use task::fingerprint;
+
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{CapabilityManifest, Envelope, IdentityCard, LdpError, ParseError, PayloadMode};
 use axum::body::Bytes;

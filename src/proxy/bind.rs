@@ -134,11 +134,7 @@ impl Proxy {
         run: &mut TaskRun,
         picked: Chosen,
     ) -> Result<Binding, NoBinding> {
-        let Chosen { delegate, route } = self
-            .claim(&t.policy, need, picked)
-            .await
-            .map_err(NoBinding::None)?;
-        run.route = Some(route);
+        let delegate = self.claimed(t, need, run, picked).await?;
         let key = t.binding_key(&delegate.name);
         if let Some(b) = t.session.binding(&key) {
             return Ok(b);
@@ -161,14 +157,26 @@ impl Proxy {
         run: &mut TaskRun,
         picked: Chosen,
     ) -> Result<Binding, NoBinding> {
+        let delegate = self.claimed(t, need, run, picked).await?;
+        self.open_binding(t.session, need.skill, delegate.clone())
+            .await
+            .map_err(|error| NoBinding::Open { delegate, error })
+    }
+
+    /// `picked` once claimed ([`Proxy::claim`]), its routing decision kept for the row.
+    async fn claimed(
+        &self,
+        t: &TaskCtx<'_>,
+        need: &Need<'_>,
+        run: &mut TaskRun,
+        picked: Chosen,
+    ) -> Result<Arc<Delegate>, NoBinding> {
         let Chosen { delegate, route } = self
             .claim(&t.policy, need, picked)
             .await
             .map_err(NoBinding::None)?;
         run.route = Some(route);
-        self.open_binding(t.session, need.skill, delegate.clone())
-            .await
-            .map_err(|error| NoBinding::Open { delegate, error })
+        Ok(delegate)
     }
 
     fn still_fits(&self, b: &Binding, policy: &Policy, need: &Need<'_>) -> bool {

@@ -110,8 +110,9 @@ fn digest(text: &str) -> String {
     out
 }
 
-/// FNV-1a 64 of the input's JSON: lets a test check that an input arrived unchanged.
-fn fingerprint(input: &Value) -> String {
+/// FNV-1a 64 of the input's JSON (in the output as `input_fingerprint`): lets a test check
+/// that an input arrived unchanged.
+pub fn fingerprint(input: &Value) -> String {
     let hash = input
         .to_string()
         .bytes()

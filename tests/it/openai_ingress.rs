@@ -9,11 +9,11 @@
 
 use crate::support::openai::{chunks, declared, entry, openai_python, start, streamed_text};
 use crate::support::process::{output_within, py_script, text};
-use crate::support::{card, eventually_async, Client, Resp, TestGateway};
+use crate::support::{card, Client, Resp, TestGateway};
 use ldp_gateway::config::TenantConfig;
-use ldp_gateway::provenance::{LedgerRow, Outcome};
+use ldp_gateway::provenance::Outcome;
 use ldp_gateway::sim::openai::{OpenAiHandle, OpenAiOptions};
-use ldp_gateway::sim::SimOptions;
+use ldp_gateway::sim::{fingerprint, SimOptions};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -52,18 +52,6 @@ fn fleet<'a>(oa: &OpenAiHandle) -> crate::support::gateway::Builder<'a> {
         .entry(entry("mini", &oa.url(), MODEL, mini))
 }
 
-/// The ledger row of `task_id` (one, written by the time the answer came; polled briefly).
-async fn row(gw: &TestGateway, task_id: &str) -> LedgerRow {
-    let query = format!("task_id={task_id}");
-    let found = eventually_async(Duration::from_secs(10), || async {
-        gw.ledger(&query).await.len() == 1
-    })
-    .await;
-    let rows = gw.ledger(&query).await;
-    assert!(found, "one row for {task_id}: {rows:?}");
-    rows.into_iter().next().unwrap()
-}
-
 /// What `prompt` input and `completion` output tokens cost at `mini`'s prices.
 fn mini_cost(usage: &Value) -> f64 {
     let (p, c) = (
@@ -71,17 +59,6 @@ fn mini_cost(usage: &Value) -> f64 {
         usage["completion_tokens"].as_u64().unwrap(),
     );
     (p as f64 * PRICE_IN + c as f64 * PRICE_OUT) / 1e6
-}
-
-/// FNV-1a 64 of `input`'s JSON, as the simulated LDP delegate fingerprints what it received.
-fn fingerprint(input: &Value) -> String {
-    let hash = input
-        .to_string()
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
-    format!("{hash:016x}")
 }
 
 fn header<'r>(r: &'r Resp, name: &str) -> &'r str {
@@ -159,7 +136,7 @@ async fn the_openai_sdk_drives_a_mixed_fleet_through_the_ingress() {
     let h = &o["chat"]["headers"];
     assert_eq!(h["x-ldp-delegate"], "mini", "{h}");
     assert_eq!(h["x-ldp-policy"], "balanced", "{h}");
-    let r = row(&gw, h["x-ldp-task-id"].as_str().unwrap()).await;
+    let r = gw.ledger_row(h["x-ldp-task-id"].as_str().unwrap()).await;
     assert_eq!(
         (r.tenant.as_str(), r.skill.as_str(), r.delegate.as_deref()),
         ("acme", CHAT, Some("mini"))
@@ -189,7 +166,7 @@ async fn the_openai_sdk_drives_a_mixed_fleet_through_the_ingress() {
     assert_eq!(ldp["model"], output["model_version"]);
     let h = &o["ldp"]["headers"];
     assert_eq!(h["x-ldp-delegate"], "d0", "{h}");
-    let r = row(&gw, h["x-ldp-task-id"].as_str().unwrap()).await;
+    let r = gw.ledger_row(h["x-ldp-task-id"].as_str().unwrap()).await;
     assert_eq!(
         (r.delegate.as_deref(), r.skill.as_str()),
         (Some("d0"), SUMMARIZE)
@@ -209,7 +186,9 @@ async fn the_openai_sdk_drives_a_mixed_fleet_through_the_ingress() {
     assert_eq!(s["ids"].as_array().unwrap().len(), 1, "{s}");
     assert_eq!(s["objects"], json!(["chat.completion.chunk"]));
     assert_eq!(s["headers"]["x-ldp-delegate"], "mini");
-    let r = row(&gw, s["headers"]["x-ldp-task-id"].as_str().unwrap()).await;
+    let r = gw
+        .ledger_row(s["headers"]["x-ldp-task-id"].as_str().unwrap())
+        .await;
     assert_eq!(r.tokens, Some(18));
     assert_eq!(r.cost_usd, Some(mini_cost(&usage)));
 
@@ -334,7 +313,7 @@ async fn the_ingress_reaches_an_ldp_delegate() {
     );
     assert_eq!(header(&r, "x-ldp-delegate"), "d0");
     assert_eq!(header(&r, "x-ldp-policy"), "balanced");
-    let first = row(&gw, header(&r, "x-ldp-task-id")).await;
+    let first = gw.ledger_row(header(&r, "x-ldp-task-id")).await;
     assert_eq!(first.delegate_id.as_deref(), Some("ldp:delegate:sim-ldp"));
     assert_eq!(first.outcome, Outcome::Result);
     assert_eq!(first.tenant, "anonymous");
@@ -385,7 +364,7 @@ async fn the_ingress_reaches_an_ldp_delegate() {
         )
         .await;
     assert_eq!((r.status, header(&r, "x-ldp-policy")), (200, "low-latency"));
-    let by_header = row(&gw, header(&r, "x-ldp-task-id")).await;
+    let by_header = gw.ledger_row(header(&r, "x-ldp-task-id")).await;
     assert_eq!(by_header.policy.as_deref(), Some("low-latency"));
 
     // A stream from the LDP delegate: the whole output as one delta, then finish, usage, DONE.
@@ -583,7 +562,7 @@ async fn ingress_errors_have_openai_shape_and_the_ldp_statuses() {
     gw.sim(0).set_fail_rate(1.0);
     let r = post(&c, ok.clone()).await;
     assert_error(&r, 502, "server_error", "upstream_failed", Value::Null);
-    let failed = row(&gw, header(&r, "x-ldp-task-id")).await;
+    let failed = gw.ledger_row(header(&r, "x-ldp-task-id")).await;
     assert_eq!(failed.outcome, Outcome::Failed, "{failed:?}");
     assert_eq!(header(&r, "x-ldp-delegate"), "d0");
     gw.sim(0).set_fail_rate(0.0);

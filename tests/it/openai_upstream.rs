@@ -7,9 +7,9 @@
 
 use crate::support::openai::{chunks, declared, entry, start, streamed_text};
 use crate::support::process::{self, output_within, py_script, pythons, text, Sdk};
-use crate::support::{eventually, eventually_async, Client, TestGateway};
+use crate::support::{eventually, Client, TestGateway};
 use ldp_gateway::config::{BudgetConfig, DeclaredCard, TenantConfig};
-use ldp_gateway::provenance::{LedgerRow, Outcome};
+use ldp_gateway::provenance::Outcome;
 use ldp_gateway::secret::Secret;
 use ldp_gateway::sim::openai::{OpenAiHandle, OpenAiOptions};
 use serde_json::{json, Value};
@@ -40,18 +40,6 @@ async fn session(c: &Client, policy: &str) -> String {
 fn produced_by(answer: &Value) -> &str {
     assert_eq!(answer["type"], "TASK_RESULT", "{answer}");
     answer["provenance"]["produced_by"].as_str().unwrap()
-}
-
-/// The ledger row of `task_id` (polled briefly).
-async fn row(gw: &TestGateway, task_id: &str) -> LedgerRow {
-    let query = format!("task_id={task_id}");
-    let found = eventually_async(Duration::from_secs(10), || async {
-        gw.ledger(&query).await.len() == 1
-    })
-    .await;
-    let rows = gw.ledger(&query).await;
-    assert!(found, "one row for {task_id}: {rows:?}");
-    rows.into_iter().next().unwrap()
 }
 
 /// The `messages` of each request `sim` received, in order.
@@ -206,7 +194,7 @@ async fn a_500_fails_over_to_the_other_openai_backed_delegate() {
     assert_eq!(produced_by(&a), "ldp:delegate:b");
     assert_eq!(a["provenance"]["model_version"], MODEL_B);
     assert_eq!(a["output"], "echo: fail over please");
-    let r = row(&gw, a["task_id"].as_str().unwrap()).await;
+    let r = gw.ledger_row(a["task_id"].as_str().unwrap()).await;
     assert_eq!(r.fallbacks, ["http_5xx"], "{r:?}");
     assert_eq!(r.delegate.as_deref(), Some("b"));
     assert_eq!((sa.stats().server_errors, sb.stats().completions), (1, 1));
@@ -233,7 +221,7 @@ async fn a_429_fails_over_and_the_delegate_is_skipped_until_retry_after() {
         )
         .await;
     assert_eq!(produced_by(&a), "ldp:delegate:b");
-    let r = row(&gw, a["task_id"].as_str().unwrap()).await;
+    let r = gw.ledger_row(a["task_id"].as_str().unwrap()).await;
     assert_eq!(r.fallbacks, ["rate_limited"], "{r:?}");
     assert_eq!(sa.stats().rate_limited, 1);
     let da = gw.delegate("a").unwrap();
@@ -251,7 +239,8 @@ async fn a_429_fails_over_and_the_delegate_is_skipped_until_retry_after() {
         .await;
     assert_eq!(produced_by(&a), "ldp:delegate:b");
     assert_eq!(sa.stats().requests, 1, "skipped while paused");
-    assert!(row(&gw, a["task_id"].as_str().unwrap())
+    assert!(gw
+        .ledger_row(a["task_id"].as_str().unwrap())
         .await
         .fallbacks
         .is_empty());
@@ -302,7 +291,7 @@ async fn a_delegate_slower_than_the_policy_allows_is_failed_over() {
         "a's 5 s were not waited for: {:?}",
         started.elapsed()
     );
-    let r = row(&gw, a["task_id"].as_str().unwrap()).await;
+    let r = gw.ledger_row(a["task_id"].as_str().unwrap()).await;
     assert_eq!(r.fallbacks, ["timeout"], "{r:?}");
     assert_eq!(sa.stats().requests, 1);
     gw.shutdown().await;
@@ -361,7 +350,7 @@ async fn a_400_from_the_delegate_is_not_retried() {
     assert!(m.contains("HTTP 400"), "{m}");
     assert_eq!(sa.stats().bad_requests, 1);
     assert_eq!(sb.stats().requests, 0, "the other delegate got nothing");
-    let r = row(&gw, a["task_id"].as_str().unwrap()).await;
+    let r = gw.ledger_row(a["task_id"].as_str().unwrap()).await;
     assert_eq!(r.outcome, Outcome::Failed);
     assert_eq!(r.error_code.as_deref(), Some("BAD_REQUEST"));
     assert!(r.fallbacks.is_empty(), "{r:?}");
@@ -426,7 +415,7 @@ async fn a_stream_that_breaks_midway_fails_and_is_not_retried() {
         "{failed}"
     );
     assert_eq!(sb.stats().requests, 0, "not retried on b");
-    let r = row(&gw, "t-broken").await;
+    let r = gw.ledger_row("t-broken").await;
     assert_eq!(r.outcome, Outcome::Failed);
     assert!(r.fallbacks.is_empty(), "{r:?}");
     assert_eq!(sa.requests()[0]["stream"], true, "streamed upstream");
@@ -457,7 +446,7 @@ async fn a_stream_that_breaks_midway_fails_and_is_not_retried() {
     assert_eq!(produced_by(&result["body"]), "ldp:delegate:b");
     assert_eq!(deltas(&events).concat(), whole, "b's deltas, all of them");
     assert_eq!(result["body"]["output"], json!(whole));
-    assert_eq!(row(&gw, "t-early").await.fallbacks, ["stream_broken"]);
+    assert_eq!(gw.ledger_row("t-early").await.fallbacks, ["stream_broken"]);
     gw.shutdown().await;
     sa.shutdown().await;
     sb.shutdown().await;
@@ -504,7 +493,7 @@ async fn cost_comes_from_usage_at_the_declared_prices() {
         let prov = &a["provenance"];
         assert_eq!(prov["tokens_used"], p + k, "{prov}");
         assert_eq!(prov["cost_usd"].as_f64(), Some(cost), "{prov}");
-        let r = row(&gw, a["task_id"].as_str().unwrap()).await;
+        let r = gw.ledger_row(a["task_id"].as_str().unwrap()).await;
         assert_eq!(r.tokens, Some(p + k));
         assert_eq!(r.cost_usd, Some(cost), "{r:?}");
         history += input.len() + answer.len();

@@ -295,6 +295,19 @@ impl TestGateway {
         Client::new(&self.admin_url())
     }
 
+    /// The ledger row of `task_id`: there must be one (written by the time the answer came;
+    /// polled briefly for the read side).
+    pub async fn ledger_row(&self, task_id: &str) -> LedgerRow {
+        let query = format!("task_id={task_id}");
+        let found = super::eventually_async(Duration::from_secs(10), || async {
+            self.ledger(&query).await.len() == 1
+        })
+        .await;
+        let rows = self.ledger(&query).await;
+        assert!(found, "one row for {task_id}: {rows:?}");
+        rows.into_iter().next().expect("one row")
+    }
+
     /// `GET /metrics`.
     pub async fn metrics(&self) -> Scrape {
         Scrape(self.admin().get("/metrics").await.text())
