@@ -20,7 +20,10 @@ use crate::translate::{render_text, translate_input};
 use std::sync::Arc;
 use tokio::time::Instant;
 
-/// What is sent: the ingress's messages, or remembered turns and the input.
+/// What is sent: the ingress's messages, or remembered turns and the input (either way
+/// written as the `messages` array).
+#[derive(serde::Serialize)]
+#[serde(untagged)]
 enum Prompt<'a> {
     Chat(&'a [wire::Message]),
     Turns(Vec<wire::Turn<'a>>),
@@ -58,17 +61,17 @@ impl Proxy {
                 ..Failure::upstream(&delegate, &e)
             });
         }
-        // The input as the user's text (a frame rendered as the LDP hop renders it).
-        let user = match t.task.chat {
-            Some(_) => String::new(),
+        // An LDP task: its input as the user's text (a frame rendered as across the LDP hop),
+        // after the session's remembered turns. The ingress sends its own messages.
+        let (user, turns) = match t.task.chat {
+            Some(_) => (String::new(), Vec::new()),
             None => match user_text(t) {
-                Ok(text) => text,
+                Ok(user) => {
+                    let turns = self.fitted_turns(t, openai, &user);
+                    (user, turns)
+                }
                 Err(error) => return Attempt::Done(Answer::Failed(error)),
             },
-        };
-        let turns = match t.task.chat {
-            Some(_) => Vec::new(),
-            None => self.fitted_turns(t, openai, &user),
         };
         let prompt = match t.task.chat {
             Some(chat) => Prompt::Chat(&chat.messages),
@@ -150,10 +153,9 @@ impl Proxy {
         limit: std::time::Duration,
     ) -> Result<Reply, ChatError> {
         let (b, client, base) = (&openai.backend, &self.upstream, delegate.base_url.as_str());
-        match (t.progress, prompt) {
-            (Progress::Quiet, Prompt::Chat(m)) => b.complete(client, base, m, params, limit).await,
-            (Progress::Quiet, Prompt::Turns(m)) => b.complete(client, base, m, params, limit).await,
-            (Progress::Deltas(tx), prompt) => {
+        match t.progress {
+            Progress::Quiet => b.complete(client, base, prompt, params, limit).await,
+            Progress::Deltas(tx) => {
                 // The answer's text itself: waited for, never dropped (a slow client slows
                 // the read; one that left is not waited for).
                 let relay = |text: String| {
@@ -166,12 +168,9 @@ impl Proxy {
                         let _ = tx.send(delta).await;
                     }
                 };
-                match prompt {
-                    Prompt::Chat(m) => b.stream(client, base, m, params, limit, relay).await,
-                    Prompt::Turns(m) => b.stream(client, base, m, params, limit, relay).await,
-                }
+                b.stream(client, base, prompt, params, limit, relay).await
             }
-            (Progress::Updates(tx), prompt) => {
+            Progress::Updates(tx) => {
                 let relay = |delta: String| {
                     let update = t.env.reply(
                         self.id(),
@@ -187,10 +186,7 @@ impl Proxy {
                     let _ = tx.try_send(update);
                     std::future::ready(())
                 };
-                match prompt {
-                    Prompt::Chat(m) => b.stream(client, base, m, params, limit, relay).await,
-                    Prompt::Turns(m) => b.stream(client, base, m, params, limit, relay).await,
-                }
+                b.stream(client, base, prompt, params, limit, relay).await
             }
         }
     }
