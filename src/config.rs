@@ -191,8 +191,9 @@ pub fn check_file(path: &Path) -> Vec<String> {
 }
 
 /// The 1-based line of the dotted `key` (`tenants[1].limits.rps`) in TOML `text`, if the
-/// file sets it; the line of the nearest enclosing table or inline table it does set
-/// otherwise.
+/// file sets it; else, inside a list entry, the line of the nearest enclosing table or
+/// inline table the file sets (a required key left out); else none (a default, or a value
+/// from the environment).
 fn line_of(text: &str, key: &str) -> Option<usize> {
     use toml::de::{DeTable, DeValue};
     let doc = DeTable::parse(text).ok()?;
@@ -205,14 +206,17 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
     };
     let mut table: &DeTable<'_> = doc.get_ref();
     let mut found = None;
+    let mut in_entry = false;
     for part in key.split('.') {
         let (name, index) = match part.split_once('[') {
             Some((n, i)) => (n, i.trim_end_matches(']').parse::<usize>().ok()),
             None => (part, None),
         };
-        // A key the file leaves out (a required one): the line of what encloses it.
+        // A key left out of a list entry (a required one, such as an OpenAI-backed
+        // delegate's `model`): the entry's line. Left out of a section, the value came from
+        // a default or the environment: no line.
         let Some((k, mut v)) = table.get_key_value(name) else {
-            return found;
+            return found.filter(|_| in_entry);
         };
         found = Some(line(k.span().start));
         if let Some(i) = index {
@@ -223,6 +227,7 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
                 return found;
             };
             v = item;
+            in_entry = true;
             found = Some(line(v.span().start));
         }
         match v.get_ref() {
@@ -287,6 +292,8 @@ mod tests {
     fn a_key_left_out_is_placed_at_what_encloses_it() {
         let text = "[server]\nlisten = \"x\"\n\n[[delegates]]\nurl = \"u\"\n[delegates.card]\nskills = []\n";
         assert_eq!(line_of(text, "server.listen"), Some(2));
+        // Not in the file, outside any list entry: a default or the environment, no line.
+        assert_eq!(line_of(text, "server.write_timeout"), None);
         assert_eq!(line_of(text, "delegates[0].model"), Some(4));
         assert_eq!(line_of(text, "delegates[0].card.quality"), Some(6));
         assert_eq!(line_of(text, "delegates[1].url"), Some(4));

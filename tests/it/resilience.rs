@@ -2,7 +2,7 @@
 //! of simulated delegates with failure knobs — including one chaos run that kills a delegate
 //! under steady load and reports what the clients saw.
 
-use crate::support::{card, eventually, policy_dir, sim, Client, TestGateway};
+use crate::support::{card, eventually, policy_dir, sim, Card, Client, TestGateway};
 use ldp_gateway::provenance::{Backend as _, LedgerRow, Outcome, Query, SqliteBackend};
 use ldp_gateway::registry::Phase;
 use ldp_gateway::sim::{SimHandle, SimOptions};
@@ -70,7 +70,15 @@ async fn chaos_delegate_killed_under_load() {
     const TASKS_PER_SESSION: usize = 5;
     let mut sims = Vec::new();
     for id in ["a", "b", "c"] {
-        let mut opts = SimOptions::new(card(id, "default", &[("s", 0.8)], &["text"]));
+        // Each declares the latency it has: a delegate with none declared scores "unknown"
+        // against peers already measured, and one that drew no task in the first instants
+        // would never be tried (nor ejected) — a cold start, not what this test is about.
+        let card = Card::new(id)
+            .domain("default")
+            .modes(&["text"])
+            .priced("s", 0.8, 0.001, 5)
+            .build();
+        let mut opts = SimOptions::new(card);
         opts.latency = Duration::from_millis(5);
         opts.jitter = Duration::from_millis(2);
         sims.push(sim(opts).await);
