@@ -26,6 +26,23 @@
 //!
 //! Confidence is the skill's quality hint (0.5 if absent); verification is `self_verified`.
 //!
+//! Right and wrong answers (`accuracy = Some(A)`; without it, `expected` is ignored): a task
+//! whose input is an object carrying `"expected"` is answered with the usual output plus
+//! `"answer"`, which is `<expected>` with probability A and `{"wrong": <expected>}` otherwise
+//! (never equal to it); the output's `text` then shows the answer. Any other input is answered
+//! as above. The draws come from one generator, seeded by `seed` for reproducible tests.
+//!
+//! A verifier (`verifier = true`) offers the skill `verify` (added to the card, quality hint =
+//! A, if the card lacks it) and judges each `verify` task, whose input is
+//! `{"input": <the original task input>, "output": <the producer's output>, "skill":
+//! "<original skill>"}` (other fields are ignored; no frame fields are needed in
+//! `semantic_frame` mode; without `input` or `output`, TASK_FAILED
+//! `INVALID_VERIFICATION_TASK`). If the original input carries `expected`, the truth is
+//! `output.answer == expected`, and the verdict is the truth with probability A (default 1)
+//! and its opposite otherwise; without `expected` it passes. The output is
+//! `{"passed": bool, "confidence": A, "reason": "…"}`. [`SimStats`] counts right and wrong
+//! answers, passed and failed verdicts, and misjudged ones.
+//!
 //! [`openai`] is its OpenAI-compatible counterpart (`/v1/models`, `/v1/chat/completions`).
 
 /// How long the simulated delegate remembers a task after its last change.
@@ -87,6 +104,13 @@ pub struct SimOptions {
     pub error_500_rate: f64,
     /// `/ldp/stream` sends its updates, then ends without the final message.
     pub break_stream: bool,
+    /// Probability (0..=1, clamped) of a right answer to a task whose input carries `expected`,
+    /// and of a verifier's honest verdict. `None`: `expected` is ignored.
+    pub accuracy: Option<f64>,
+    /// Offer the `verify` skill (added to the card if it lacks it) and judge verification tasks.
+    pub verifier: bool,
+    /// Seed of the draws behind right/wrong answers and verdicts; `None`: random.
+    pub seed: Option<u64>,
 }
 
 impl SimOptions {
@@ -103,12 +127,16 @@ impl SimOptions {
             malformed_rate: 0.0,
             error_500_rate: 0.0,
             break_stream: false,
+            accuracy: None,
+            verifier: false,
+            seed: None,
         }
     }
 }
 
 /// A snapshot of what a simulated delegate has seen.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SimStats {
     /// HELLOs answered.
     pub hellos: u64,
@@ -134,6 +162,17 @@ pub struct SimStats {
     pub active_sessions: u64,
     /// Tasks running now.
     pub in_flight: u64,
+    /// Answers equal to the input's `expected` (with `accuracy` set).
+    pub right_answers: u64,
+    /// Answers deliberately different from the input's `expected` (with `accuracy` set).
+    pub wrong_answers: u64,
+    /// Verification tasks judged `passed: true`.
+    pub verdicts_passed: u64,
+    /// Verification tasks judged `passed: false`.
+    pub verdicts_failed: u64,
+    /// Verdicts that contradict the truth (the answer against `expected`), drawn with
+    /// probability `1 - accuracy`.
+    pub verdicts_misjudged: u64,
 }
 
 /// The knobs that can change while serving.
@@ -155,6 +194,11 @@ pub struct SimState(Arc<Inner>);
 struct Inner {
     card: IdentityCard,
     fail_modes: Vec<PayloadMode>,
+    /// `SimOptions::accuracy`, clamped.
+    accuracy: Option<f64>,
+    verifier: bool,
+    /// Draws for right/wrong answers and verdicts (seedable, unlike the fault knobs).
+    rng: Mutex<fastrand::Rng>,
     sweep_interval: Duration,
     knobs: Mutex<Knobs>,
     sessions: Mutex<session::Sessions>,
@@ -192,9 +236,20 @@ impl SimState {
             error_500_rate: clamp_rate(opts.error_500_rate),
             break_stream: opts.break_stream,
         };
+        let accuracy = opts.accuracy.map(clamp_rate);
+        let mut card = opts.card;
+        if opts.verifier && card.capability(task::VERIFY_SKILL).is_none() {
+            card.capabilities.push(task::verify_capability(accuracy));
+        }
+        let rng = opts
+            .seed
+            .map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
         SimState(Arc::new(Inner {
-            card: opts.card,
+            card,
             fail_modes: opts.fail_modes,
+            accuracy,
+            verifier: opts.verifier,
+            rng: Mutex::new(rng),
             sweep_interval: opts.sweep_interval,
             knobs: Mutex::new(knobs),
             sessions: Mutex::new(session::Sessions::default()),
@@ -217,6 +272,11 @@ impl SimState {
         stats.active_sessions = lock(&self.0.sessions).len() as u64;
         stats.in_flight = lock(&self.0.inflight).len() as u64;
         stats
+    }
+
+    /// True with probability `p`, from the seedable generator.
+    fn draw(&self, p: f64) -> bool {
+        lock(&self.0.rng).f64() < p
     }
 
     /// Adds one to the counter `field` picks.

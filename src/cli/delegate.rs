@@ -53,11 +53,25 @@ pub struct DelegateArgs {
     /// Payload modes whose tasks always fail validation (repeat or comma-separate).
     #[arg(long, value_delimiter = ',', conflicts_with = "openai")]
     pub fail_mode: Vec<String>,
+    /// Probability (0..=1) of the right answer `{"answer": <expected>}` to a task whose input
+    /// carries `expected` (else `{"answer": {"wrong": <expected>}}`), and of an honest verdict.
+    #[arg(long, conflicts_with = "openai")]
+    pub accuracy: Option<f64>,
+    /// Offer the `verify` skill and judge verification tasks (correctly with probability
+    /// `--accuracy`, default 1).
+    #[arg(long, conflicts_with = "openai")]
+    pub verifier: bool,
+    /// Seed for the right/wrong draws (reproducible runs); default random.
+    #[arg(long, conflicts_with = "openai")]
+    pub seed: Option<u64>,
 }
 
 /// Binds, prints `listening on URL` (the readiness line), serves until Ctrl-C.
 pub async fn run(args: DelegateArgs) -> anyhow::Result<()> {
     check_rate("--fail-rate", args.fail_rate)?;
+    if let Some(accuracy) = args.accuracy {
+        check_rate("--accuracy", accuracy)?;
+    }
     let Some(card) = &args.card else {
         return run_openai(args).await;
     };
@@ -74,6 +88,9 @@ pub async fn run(args: DelegateArgs) -> anyhow::Result<()> {
             .with_context(|| format!("--fail-mode: unknown payload mode `{mode}`"))?;
         opts.fail_modes.push(parsed);
     }
+    opts.accuracy = args.accuracy;
+    opts.verifier = args.verifier;
+    opts.seed = args.seed;
     let listener = TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;

@@ -236,7 +236,14 @@ impl Task<'_> {
                 why,
             ));
         }
-        task::validate(mode, &self.input, card, &inner.fail_modes)?;
+        let judging = inner.verifier && self.skill == task::VERIFY_SKILL;
+        // A verification task has its own shape, not a frame's `task_type`/`instruction`.
+        task::validate(mode, &self.input, card, &inner.fail_modes, !judging)?;
+        let verification = if judging {
+            Some(task::verification(&self.input)?)
+        } else {
+            None
+        };
         let (delay, fail_rate) = self.state.task_knobs(self.skill);
         let cancel = self.state.register(self.task_id, session_id);
         let mut shutdown = inner.shutdown.subscribe();
@@ -260,7 +267,7 @@ impl Task<'_> {
         }
         // A running task is activity: the idle clock restarts when it ends.
         self.state.touch(session_id)?;
-        let output = task::output(card, self.skill, &self.input, mode);
+        let output = self.output(verification.as_ref(), mode);
         let tokens = task::tokens(&self.input, &output);
         let provenance =
             task::provenance(card, self.skill, mode, session_id, tokens, self.contract);
@@ -269,6 +276,37 @@ impl Task<'_> {
             output: output.into(),
             provenance: Some(provenance),
         })
+    }
+
+    /// The task's output: a verdict, a right or wrong answer to `expected`, or the digest.
+    fn output(&self, verification: Option<&task::Verification<'_>>, mode: PayloadMode) -> Value {
+        let inner = &self.state.0;
+        if let Some(v) = verification {
+            let accuracy = inner.accuracy.unwrap_or(1.0);
+            let verdict = task::judge(v, accuracy, self.state.draw(accuracy));
+            if verdict.passed {
+                self.state.count(|s| &mut s.verdicts_passed);
+            } else {
+                self.state.count(|s| &mut s.verdicts_failed);
+            }
+            if verdict.misjudged {
+                self.state.count(|s| &mut s.verdicts_misjudged);
+            }
+            return verdict.output;
+        }
+        let card = &inner.card;
+        match (inner.accuracy, task::expected(&self.input)) {
+            (Some(accuracy), Some(expected)) => {
+                let right = self.state.draw(accuracy);
+                if right {
+                    self.state.count(|s| &mut s.right_answers);
+                } else {
+                    self.state.count(|s| &mut s.wrong_answers);
+                }
+                task::answer(card, self.skill, &self.input, mode, expected, right)
+            }
+            _ => task::output(card, self.skill, &self.input, mode),
+        }
     }
 
     /// Sends a TASK_UPDATE if the client streams. A closed stream (client gone) is not an error.

@@ -2,7 +2,7 @@
 //! and provenance. Pure; the formulas are documented in the parent module.
 
 use crate::ldp::{
-    CostTier, DelegationContract, ErrorCategory, ErrorSeverity, IdentityCard, LdpError,
+    Capability, CostTier, DelegationContract, ErrorCategory, ErrorSeverity, IdentityCard, LdpError,
     PayloadMode, Provenance, VerificationStatus,
 };
 use serde_json::{json, Value};
@@ -12,6 +12,130 @@ const DIGEST_WORDS: usize = 12;
 
 /// Confidence reported when the skill declares no quality.
 const DEFAULT_CONFIDENCE: f64 = 0.5;
+
+/// The skill a verifier offers and judges.
+pub(super) const VERIFY_SKILL: &str = "verify";
+
+/// The capability a verifier adds to a card that lacks one named [`VERIFY_SKILL`].
+pub(super) fn verify_capability(accuracy: Option<f64>) -> Capability {
+    let mut cap = Capability::named(VERIFY_SKILL);
+    cap.description =
+        Some("Judges another delegate's output: {\"passed\", \"confidence\", \"reason\"}".into());
+    cap.hints.quality = accuracy;
+    cap
+}
+
+/// The input's `expected` field, if the input is an object that carries one.
+pub(super) fn expected(input: &Value) -> Option<&Value> {
+    input.as_object()?.get("expected")
+}
+
+/// The answer given for `expected`: itself when `right`, else `{"wrong": expected}` (never
+/// equal to it).
+fn answer_value(expected: &Value, right: bool) -> Value {
+    if right {
+        expected.clone()
+    } else {
+        json!({ "wrong": expected })
+    }
+}
+
+/// [`output`] for an input carrying `expected`, with `answer` (right or wrong) added and the
+/// answer as its `text`.
+pub(super) fn answer(
+    card: &IdentityCard,
+    skill: &str,
+    input: &Value,
+    mode: PayloadMode,
+    expected: &Value,
+    right: bool,
+) -> Value {
+    let answer = answer_value(expected, right);
+    let text = match &answer {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut out = output(card, skill, input, mode);
+    out["text"] = Value::String(format!("{} ({skill}): {text}", card.name));
+    out["answer"] = answer;
+    out
+}
+
+/// What a verification task asks to be judged; see the parent module for its shape.
+#[derive(Debug)]
+pub(super) struct Verification<'a> {
+    /// The original input's `expected`, if it had one.
+    expected: Option<&'a Value>,
+    /// The producer's output's `answer`, if it had one.
+    answer: Option<&'a Value>,
+    /// The original skill, for the reason.
+    skill: &'a str,
+}
+
+/// A verdict: the output and whether it contradicts the truth.
+#[derive(Debug)]
+pub(super) struct Verdict {
+    /// `{"passed", "confidence", "reason"}`.
+    pub(super) output: Value,
+    /// Whether it said `passed`.
+    pub(super) passed: bool,
+    /// Whether it contradicts the truth.
+    pub(super) misjudged: bool,
+}
+
+/// Reads a verification task's input: an object with `input` and `output`.
+pub(super) fn verification(input: &Value) -> Result<Verification<'_>, LdpError> {
+    let bad = |why: &str| {
+        failure(
+            "INVALID_VERIFICATION_TASK",
+            ErrorCategory::Runtime,
+            false,
+            format!(
+                "a verify task's input must be {{\"input\": …, \"output\": …, \"skill\": \"…\"}}: {why}"
+            ),
+        )
+    };
+    let obj = input
+        .as_object()
+        .ok_or_else(|| bad("it is not an object"))?;
+    let original = obj.get("input").ok_or_else(|| bad("`input` is missing"))?;
+    let produced = obj
+        .get("output")
+        .ok_or_else(|| bad("`output` is missing"))?;
+    Ok(Verification {
+        expected: expected(original),
+        answer: produced.as_object().and_then(|o| o.get("answer")),
+        skill: obj.get("skill").and_then(Value::as_str).unwrap_or("?"),
+    })
+}
+
+/// Judges `v` with confidence `accuracy`: the truth (answer equals expected) when `honest`,
+/// else its opposite; without `expected`, passed.
+pub(super) fn judge(v: &Verification<'_>, accuracy: f64, honest: bool) -> Verdict {
+    let (passed, misjudged, reason) = match v.expected {
+        None => (
+            true,
+            false,
+            format!("nothing to check the {} output against", v.skill),
+        ),
+        Some(expected) => {
+            let truth = v.answer == Some(expected);
+            let passed = if honest { truth } else { !truth };
+            let reason = match (passed, truth) {
+                (true, true) => "the answer matches the expected one",
+                (false, false) => "the answer differs from the expected one",
+                (true, false) => "judged to match (misjudged: it differs)",
+                (false, true) => "judged to differ (misjudged: it matches)",
+            };
+            (passed, !honest, format!("{}: {reason}", v.skill))
+        }
+    };
+    Verdict {
+        output: json!({ "passed": passed, "confidence": accuracy, "reason": reason }),
+        passed,
+        misjudged,
+    }
+}
 
 /// A task failure with severity `error`.
 pub(super) fn failure(
@@ -23,12 +147,14 @@ pub(super) fn failure(
     LdpError::new(code, category, ErrorSeverity::Error, retryable, message)
 }
 
-/// Checks the task's payload against its mode (RFC §4.2 failure wording, §4.4 required fields).
+/// Checks the task's payload against its mode (RFC §4.2 failure wording, §4.4 required fields,
+/// unless `frame_fields` is false).
 pub(super) fn validate(
     mode: PayloadMode,
     input: &Value,
     card: &IdentityCard,
     fail_modes: &[PayloadMode],
+    frame_fields: bool,
 ) -> Result<(), LdpError> {
     let fail = |why: String| {
         let message = format!("{mode} validation failed: {why}");
@@ -50,7 +176,7 @@ pub(super) fn validate(
             card.delegate_id
         )));
     }
-    if mode == PayloadMode::SemanticFrame {
+    if mode == PayloadMode::SemanticFrame && frame_fields {
         if !input.is_object() {
             return Err(fail(
                 "the input must be a JSON object with string `task_type` and `instruction`".into(),
@@ -235,6 +361,7 @@ mod tests {
             &json!({"task_type": "qa"}),
             &c,
             &[],
+            true,
         )
         .unwrap_err();
         assert_eq!(err.code, "PAYLOAD_MODE_FAILED");
@@ -242,12 +369,20 @@ mod tests {
             err.message,
             "semantic_frame validation failed: missing required string field `instruction`"
         );
-        assert!(validate(PayloadMode::SemanticFrame, &json!("text"), &c, &[]).is_err());
+        assert!(validate(PayloadMode::SemanticFrame, &json!("text"), &c, &[], true).is_err());
         let frame = json!({"task_type": "qa", "instruction": "say hi"});
-        assert!(validate(PayloadMode::SemanticFrame, &frame, &c, &[]).is_ok());
-        assert!(validate(PayloadMode::Text, &json!(null), &c, &[]).is_ok());
-        assert!(validate(PayloadMode::Text, &json!("x"), &c, &[PayloadMode::Text]).is_err());
-        let err = validate(PayloadMode::SemanticGraph, &json!({}), &c, &[]).unwrap_err();
+        assert!(validate(PayloadMode::SemanticFrame, &frame, &c, &[], true).is_ok());
+        assert!(validate(PayloadMode::Text, &json!(null), &c, &[], true).is_ok());
+        assert!(validate(
+            PayloadMode::Text,
+            &json!("x"),
+            &c,
+            &[PayloadMode::Text],
+            true
+        )
+        .is_err());
+        assert!(validate(PayloadMode::SemanticFrame, &json!({}), &c, &[], false).is_ok());
+        let err = validate(PayloadMode::SemanticGraph, &json!({}), &c, &[], true).unwrap_err();
         assert!(
             err.message
                 .starts_with("semantic_graph validation failed: "),
@@ -272,5 +407,45 @@ mod tests {
         );
         assert!(tokens(&long, &a) > tokens(&json!(null), &json!({})));
         assert_eq!(tokens(&json!(null), &json!({})), 1);
+    }
+
+    #[test]
+    fn wrong_answers_never_equal_the_expected_one() {
+        let c = card();
+        let input = json!({"instruction": "2+2", "expected": 4});
+        let right = answer(&c, "plain", &input, PayloadMode::Text, &json!(4), true);
+        assert_eq!(right["answer"], 4);
+        assert_eq!(right["text"], "T (plain): 4");
+        assert_eq!(right["input_fingerprint"], fingerprint(&input));
+        for e in [json!(4), json!("x"), json!(null), json!({"wrong": 1})] {
+            let wrong = answer(&c, "plain", &input, PayloadMode::Text, &e, false);
+            assert_ne!(wrong["answer"], e);
+        }
+        assert_eq!(expected(&json!("expected")), None);
+        assert_eq!(expected(&json!({"expected": null})), Some(&Value::Null));
+    }
+
+    #[test]
+    fn verdicts_follow_the_truth_when_honest() {
+        let task = |answer: Value| json!({"input": {"expected": "Paris"}, "output": {"answer": answer}, "skill": "qa"});
+        let right = task(json!("Paris"));
+        let wrong = task(json!("Lyon"));
+        let judged = |input: &Value, honest| judge(&verification(input).unwrap(), 0.8, honest);
+        let v = judged(&right, true);
+        assert!(v.passed && !v.misjudged);
+        assert_eq!(v.output["passed"], true);
+        assert_eq!(v.output["confidence"], 0.8);
+        assert!(v.output["reason"].as_str().unwrap().starts_with("qa: "));
+        assert!(!judged(&wrong, true).passed);
+        let v = judged(&wrong, false);
+        assert!(v.passed && v.misjudged);
+        assert!(!judged(&right, false).passed);
+        let open = json!({"input": "free text", "output": {"text": "x"}});
+        let v = judged(&open, false);
+        assert!(v.passed && !v.misjudged, "no expected: passes");
+        for bad in [json!("x"), json!({"output": {}}), json!({"input": {}})] {
+            let err = verification(&bad).unwrap_err();
+            assert_eq!(err.code, "INVALID_VERIFICATION_TASK");
+        }
     }
 }
