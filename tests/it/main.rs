@@ -32,4 +32,5 @@ mod routing;
 mod security;
 mod signing;
 mod sim;
+mod sim_accuracy;
 mod streaming;
