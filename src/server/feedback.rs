@@ -57,12 +57,20 @@ pub(super) fn parse(bytes: &[u8], max_id_bytes: usize) -> Result<Rating, ApiErro
         (None, None) => return Err(bad("missing field `score` or `outcome`")),
         (Some(s), None) => match s.as_f64() {
             Some(x) if (0.0..=1.0).contains(&x) => (x, Given::Score),
-            _ => return Err(bad(format!("`score` must be a number from 0 to 1, got {s}"))),
+            _ => {
+                return Err(bad(format!(
+                    "`score` must be a number from 0 to 1, got {s}"
+                )))
+            }
         },
         (None, Some(o)) => match o.as_str() {
             Some("good") => (1.0, Given::Good),
             Some("bad") => (0.0, Given::Bad),
-            _ => return Err(bad(format!("`outcome` must be \"good\" or \"bad\", got {o}"))),
+            _ => {
+                return Err(bad(format!(
+                    "`outcome` must be \"good\" or \"bad\", got {o}"
+                )))
+            }
         },
     };
     Ok(Rating {
@@ -132,7 +140,12 @@ async fn rate(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Feedb
         created_at: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         created_ms: now.timestamp_millis(),
     };
-    if !s.ledger.rate(fb.clone()).await.map_err(|e| ledger_error(&e))? {
+    if !s
+        .ledger
+        .rate(fb.clone())
+        .await
+        .map_err(|e| ledger_error(&e))?
+    {
         return Err(ApiError::of(
             ErrorKind::Conflict,
             format!("task '{}' is rated already", fb.task_id),
@@ -155,13 +168,20 @@ mod tests {
     use super::*;
 
     fn refused(body: &str) -> String {
-        parse(body.as_bytes(), 16).unwrap_err().error().message.clone()
+        parse(body.as_bytes(), 16)
+            .unwrap_err()
+            .error()
+            .message
+            .clone()
     }
 
     #[test]
     fn ratings_are_read_and_every_refusal_names_its_field() {
         let r = parse(br#"{"task_id": "t1", "outcome": "good"}"#, 16).unwrap();
-        assert_eq!((r.task_id.as_str(), r.score, r.given), ("t1", 1.0, Given::Good));
+        assert_eq!(
+            (r.task_id.as_str(), r.score, r.given),
+            ("t1", 1.0, Given::Good)
+        );
         let r = parse(br#"{"task_id": "t1", "outcome": "bad"}"#, 16).unwrap();
         assert_eq!((r.score, r.given), (0.0, Given::Bad));
         let r = parse(br#"{"task_id": "t1", "score": 0.25}"#, 16).unwrap();
@@ -171,14 +191,20 @@ mod tests {
             (r#"{"score": 0.5}"#, "`task_id`"),
             (r#"{"task_id": 7, "score": 0.5}"#, "`task_id`"),
             (r#"{"task_id": "", "score": 0.5}"#, "`task_id`"),
-            (r#"{"task_id": "12345678901234567", "score": 0.5}"#, "`task_id`"),
+            (
+                r#"{"task_id": "12345678901234567", "score": 0.5}"#,
+                "`task_id`",
+            ),
             (r#"{"task_id": "t"}"#, "`score` or `outcome`"),
             (r#"{"task_id": "t", "score": 1.5}"#, "`score`"),
             (r#"{"task_id": "t", "score": -0.1}"#, "`score`"),
             (r#"{"task_id": "t", "score": "high"}"#, "`score`"),
             (r#"{"task_id": "t", "outcome": "great"}"#, "`outcome`"),
             (r#"{"task_id": "t", "outcome": 1}"#, "`outcome`"),
-            (r#"{"task_id": "t", "score": 1, "outcome": "good"}"#, "`score` or `outcome`"),
+            (
+                r#"{"task_id": "t", "score": 1, "outcome": "good"}"#,
+                "`score` or `outcome`",
+            ),
             (r#"{"task_id": "t", "score": 1, "extra": 2}"#, "`extra`"),
         ] {
             let m = refused(body);
