@@ -115,6 +115,8 @@ async fn rate(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Feedb
     let ctx = request_ctx(s, headers)?;
     let bytes = read_body(s, headers, body).await?;
     let rating = parse(&bytes, s.config.security.max_id_bytes)?;
+    // Each rating costs a ledger read and a commit: the tenant's rate limit applies.
+    s.proxy.admit_request(&ctx).await?;
     let tenant = ctx.tenant.name.to_string();
     // The ledger's row decides whose task it is: it survives a restart and, on Postgres,
     // every replica sees it.

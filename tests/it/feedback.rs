@@ -307,3 +307,43 @@ async fn replicas_on_postgres_share_ratings() {
     b.shutdown().await;
     s.shutdown().await;
 }
+
+/// Ratings are bounded like other requests: the body limit (413) and the tenant's rate
+/// limit (429), which they share with the tenant's LDP messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ratings_are_bounded() {
+    let s = echo().await;
+    let key = unique("key-limited");
+    let gw = TestGateway::builder()
+        .delegate(&s.url())
+        .config(|c| {
+            let mut t = tenant("limited", &key);
+            t.limits = Some(ldp_gateway::config::RateConfig {
+                rps: 0.1,
+                burst: Some(3),
+            });
+            c.tenants = vec![t];
+        })
+        .spawn()
+        .await;
+    let c = gw.client().with_key(Some(&key));
+    let huge = format!(
+        r#"{{"task_id": "t", "score": 1, "pad": "{}"}}"#,
+        "x".repeat(2 << 20)
+    );
+    let r = c.post_with("/ldp/feedback", huge.into_bytes(), &[]).await;
+    assert_eq!(r.status, 413, "{}", r.text());
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let r = rate(&c, json!({"task_id": "unknown", "outcome": "good"})).await;
+        statuses.push((r.status, r.json["error"]["code"].clone()));
+    }
+    assert_eq!(statuses[0], (404, json!("TASK_NOT_FOUND")), "{statuses:?}");
+    assert_eq!(
+        statuses.last(),
+        Some(&(429, json!("RATE_LIMITED"))),
+        "{statuses:?}"
+    );
+    gw.shutdown().await;
+    s.shutdown().await;
+}
