@@ -14,6 +14,7 @@
 //! connections of their own ([`Reader`], `readers.rs`), so a slow read never delays a commit;
 //! pruning runs on the writer in small batches between commits (`writer.rs` says why).
 
+mod feedback;
 mod postgres;
 pub mod query;
 mod readers;
@@ -23,6 +24,7 @@ mod sqlite;
 mod tests;
 mod writer;
 
+pub use feedback::{Feedback, Given, RatedTask};
 pub use postgres::PostgresBackend;
 pub use query::{Format, Query};
 pub use readers::Cancel;
@@ -109,6 +111,14 @@ pub trait Backend: Send + 'static {
     }
     /// Total `cost_usd` per tenant of rows finished at or after `since_ms`.
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError>;
+    /// The newest row of `tenant`'s task `task_id`, as feedback needs it (none: no such task
+    /// of this tenant).
+    fn task_of(&mut self, tenant: &str, task_id: &str) -> Result<Option<RatedTask>, LedgerError>;
+    /// The ratings of task id `task_id` (of any tenant; at most [`FEEDBACK_PER_TASK`]).
+    fn feedback(&mut self, task_id: &str) -> Result<Vec<Feedback>, LedgerError>;
+    /// Stores `fb` in its own transaction; false when the task was rated already (nothing
+    /// changed).
+    fn rate(&mut self, fb: &Feedback) -> Result<bool, LedgerError>;
     /// Commits a tiny write now (`/readyz`): the same path a batch takes (a write, a commit, an
     /// fsync under `fsync`), so a full disk, a read-only store or a deleted file fails it.
     fn probe(&mut self) -> Result<(), LedgerError>;
@@ -141,9 +151,22 @@ pub trait Reader: Send + Sync + 'static {
         since_ms: i64,
         cancel: &Cancel,
     ) -> Result<Vec<(String, f64)>, LedgerError>;
+    /// As [`Backend::task_of`].
+    fn task_of(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        cancel: &Cancel,
+    ) -> Result<Option<RatedTask>, LedgerError>;
+    /// As [`Backend::feedback`].
+    fn feedback(&self, task_id: &str, cancel: &Cancel) -> Result<Vec<Feedback>, LedgerError>;
     /// Closes the idle connections (the writer stopped); reads after it fail.
     fn close(&self);
 }
+
+/// Most ratings one read of a task id returns (task ids are the clients' own: tenants may
+/// share one).
+pub const FEEDBACK_PER_TASK: u32 = 100;
 
 /// How long opening a Postgres ledger may take to connect.
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

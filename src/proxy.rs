@@ -408,6 +408,12 @@ impl Proxy {
         }
     }
 
+    /// The tenant's own rate limit for a request that is no LDP message (client feedback):
+    /// it draws on the same allowance (429 when reached; Redis GCRA in cluster mode).
+    pub async fn admit_request(&self, ctx: &RequestCtx) -> Result<(), Refusal> {
+        self.admit_tenant(ctx).await
+    }
+
     /// The tenant's own rate limit (429 when reached).
     async fn admit_tenant(&self, ctx: &RequestCtx) -> Result<(), Refusal> {
         if let Some(limit) = &ctx.tenant.limit {

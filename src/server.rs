@@ -8,6 +8,7 @@
 mod admin;
 mod api_error;
 mod conn;
+mod feedback;
 mod ldp_routes;
 mod openai_routes;
 mod reload;

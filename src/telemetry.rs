@@ -32,6 +32,10 @@ const OVERHEAD_BUCKETS: [f64; 12] = [
 /// Reasons for an extra upstream attempt, as `ldp_gateway_fallbacks_total{reason}` counts them.
 pub const FALLBACK_REASONS: [&str; 2] = ["payload_mode", "session_lost"];
 
+/// How a client rated a task, as `ldp_gateway_feedback_total{outcome}` counts them (the
+/// ledger's `provenance::Given`, pinned equal by its test).
+pub const FEEDBACK_OUTCOMES: [&str; 3] = ["good", "bad", "score"];
+
 /// Removes each series of `vec` whose `label` is `value` (the crate has no partial-match
 /// removal: the series are listed and removed one by one; deregistration is rare).
 fn forget<T: prometheus::core::MetricVecBuilder>(
@@ -121,6 +125,9 @@ pub struct Metrics {
     /// `ldp_gateway_openai_turns_dropped_total{reason}`: conversation turns forgotten for
     /// OpenAI-backed delegates (`context_window`, `memory_cap`).
     pub openai_turns_dropped: IntCounterVec,
+    /// `ldp_gateway_feedback_total{outcome}`: ratings stored, by how they were given
+    /// (`good`, `bad`, `score`).
+    pub feedback: IntCounterVec,
 }
 
 fn counter_vec(
@@ -326,6 +333,15 @@ impl Metrics {
         for reason in ["context_window", "memory_cap"] {
             openai_turns_dropped.with_label_values(&[reason]);
         }
+        let feedback = counter_vec(
+            &r,
+            "ldp_gateway_feedback_total",
+            "Client ratings of tasks stored, by how they were given (good, bad, score)",
+            &["outcome"],
+        )?;
+        for outcome in FEEDBACK_OUTCOMES {
+            feedback.with_label_values(&[outcome]);
+        }
         Ok(Metrics {
             registry: r,
             tasks,
@@ -357,6 +373,7 @@ impl Metrics {
             redis_errors,
             rate_limit_fallbacks,
             openai_turns_dropped,
+            feedback,
             scrape: std::sync::Mutex::new(()),
         })
     }

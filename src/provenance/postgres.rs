@@ -7,7 +7,10 @@
 //! fraction of a second, as SQLite's `NORMAL`), `fsync` uses `on`.
 
 use super::readers::Cancel;
-use super::{Backend, Durability, JsonText, LedgerError, LedgerRow, Outcome, Query, Reader};
+use super::{
+    Backend, Durability, Feedback, Given, JsonText, LedgerError, LedgerRow, Outcome, Query,
+    RatedTask, Reader, FEEDBACK_PER_TASK,
+};
 use postgres::types::ToSql;
 use postgres::{Client, NoTls};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +18,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Schema migrations; `ldp_ledger_schema.version` records how many ran. Append only.
-const MIGRATIONS: [&str; 1] = ["CREATE TABLE ledger (
+const MIGRATIONS: [&str; 2] = [
+    "CREATE TABLE ledger (
         id BIGSERIAL PRIMARY KEY,
         task_id TEXT NOT NULL,
         session_id TEXT NOT NULL,
@@ -54,7 +58,21 @@ const MIGRATIONS: [&str; 1] = ["CREATE TABLE ledger (
     CREATE INDEX ledger_task ON ledger (task_id);
     CREATE INDEX ledger_delegate_time ON ledger (delegate, finished_ms);
     CREATE INDEX ledger_tenant_time ON ledger (tenant, finished_ms);
-    CREATE INDEX ledger_time ON ledger (finished_ms);"];
+    CREATE INDEX ledger_time ON ledger (finished_ms);",
+    // 2: client feedback, one rating per (task id, tenant) (`feedback.rs` says why a table).
+    "CREATE TABLE IF NOT EXISTS feedback (
+        task_id TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        score DOUBLE PRECISION NOT NULL,
+        outcome TEXT NOT NULL,
+        delegate TEXT,
+        skill TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        created_ms BIGINT NOT NULL,
+        PRIMARY KEY (task_id, tenant)
+    );
+    CREATE INDEX IF NOT EXISTS feedback_time ON feedback (created_ms);",
+];
 
 /// Replicas starting together take this advisory lock around migrations.
 const MIGRATION_LOCK: i64 = 0x4c44_5047_4c45_4447; // "LDPGLEDG"
@@ -307,6 +325,9 @@ impl Backend for PostgresBackend {
     fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
         self.ensure_connected()?;
         self.client
+            .execute("DELETE FROM feedback WHERE created_ms < $1", &[&before_ms])
+            .map_err(pg)?;
+        self.client
             .execute("DELETE FROM ledger WHERE finished_ms < $1", &[&before_ms])
             .map_err(pg)
     }
@@ -315,6 +336,15 @@ impl Backend for PostgresBackend {
     fn prune_batch(&mut self, before_ms: i64, limit: u64) -> Result<u64, LedgerError> {
         self.ensure_connected()?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        // Ratings age with the rows they rate (they come after them); what a batch leaves
+        // goes with the next one.
+        self.client
+            .execute(
+                "DELETE FROM feedback WHERE (task_id, tenant) IN (SELECT task_id, tenant
+                    FROM feedback WHERE created_ms < $1 ORDER BY created_ms LIMIT $2)",
+                &[&before_ms, &limit],
+            )
+            .map_err(pg)?;
         self.client
             .execute(
                 "DELETE FROM ledger WHERE id IN (SELECT id FROM ledger WHERE finished_ms < $1
@@ -327,6 +357,40 @@ impl Backend for PostgresBackend {
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
         self.ensure_connected()?;
         spend(&mut self.client, since_ms)
+    }
+
+    fn task_of(&mut self, tenant: &str, task_id: &str) -> Result<Option<RatedTask>, LedgerError> {
+        self.ensure_connected()?;
+        task_of(&mut self.client, tenant, task_id)
+    }
+
+    fn feedback(&mut self, task_id: &str) -> Result<Vec<Feedback>, LedgerError> {
+        self.ensure_connected()?;
+        feedback(&mut self.client, task_id)
+    }
+
+    /// The primary key decides between two replicas rating the same task at once.
+    fn rate(&mut self, fb: &Feedback) -> Result<bool, LedgerError> {
+        self.ensure_connected()?;
+        let n = self
+            .client
+            .execute(
+                "INSERT INTO feedback (task_id, tenant, score, outcome, delegate, skill,
+                    created_at, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                 ON CONFLICT (task_id, tenant) DO NOTHING",
+                &[
+                    &fb.task_id,
+                    &fb.tenant,
+                    &fb.score,
+                    &fb.outcome.as_str(),
+                    &fb.delegate,
+                    &fb.skill,
+                    &fb.created_at,
+                    &fb.created_ms,
+                ],
+            )
+            .map_err(pg)?;
+        Ok(n == 1)
     }
 
     fn reader(&self) -> Option<Arc<dyn Reader>> {
@@ -381,6 +445,53 @@ fn spend(client: &mut Client, since_ms: i64) -> Result<Vec<(String, f64)>, Ledge
         )
         .map_err(pg)?;
     rows.iter().map(|r| Ok((get(r, 0)?, get(r, 1)?))).collect()
+}
+
+/// The newest row of `tenant`'s task `task_id` (through the task-id index).
+fn task_of(
+    client: &mut Client,
+    tenant: &str,
+    task_id: &str,
+) -> Result<Option<RatedTask>, LedgerError> {
+    let row = client
+        .query_opt(
+            "SELECT delegate, skill FROM ledger WHERE task_id = $1 AND tenant = $2
+             ORDER BY finished_ms DESC, id DESC LIMIT 1",
+            &[&task_id, &tenant],
+        )
+        .map_err(pg)?;
+    row.map(|r| {
+        Ok(RatedTask {
+            delegate: get(&r, 0)?,
+            skill: get(&r, 1)?,
+        })
+    })
+    .transpose()
+}
+
+/// The ratings of task id `task_id` (any tenant), through the primary key.
+fn feedback(client: &mut Client, task_id: &str) -> Result<Vec<Feedback>, LedgerError> {
+    let rows = client
+        .query(
+            "SELECT task_id, tenant, score, outcome, delegate, skill, created_at, created_ms
+             FROM feedback WHERE task_id = $1 ORDER BY tenant LIMIT $2",
+            &[&task_id, &i64::from(FEEDBACK_PER_TASK)],
+        )
+        .map_err(pg)?;
+    rows.iter()
+        .map(|r| {
+            Ok(Feedback {
+                task_id: get(r, 0)?,
+                tenant: get(r, 1)?,
+                score: get(r, 2)?,
+                outcome: Given::parse(get(r, 3)?),
+                delegate: get(r, 4)?,
+                skill: get(r, 5)?,
+                created_at: get(r, 6)?,
+                created_ms: get(r, 7)?,
+            })
+        })
+        .collect()
 }
 
 /// Reads beside the writer: clients of their own, connected when first needed (at most
@@ -438,6 +549,19 @@ impl Reader for PostgresReader {
 
     fn spend_since(&self, since_ms: i64, _: &Cancel) -> Result<Vec<(String, f64)>, LedgerError> {
         self.with(|c| spend(c, since_ms))
+    }
+
+    fn task_of(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        _: &Cancel,
+    ) -> Result<Option<RatedTask>, LedgerError> {
+        self.with(|c| task_of(c, tenant, task_id))
+    }
+
+    fn feedback(&self, task_id: &str, _: &Cancel) -> Result<Vec<Feedback>, LedgerError> {
+        self.with(|c| feedback(c, task_id))
     }
 
     fn close(&self) {

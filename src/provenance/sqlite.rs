@@ -21,7 +21,9 @@ mod checkpoint;
 mod files;
 mod read;
 
-use super::{Backend, Durability, JsonText, LedgerError, LedgerRow, Query, Reader};
+use super::{
+    Backend, Durability, Feedback, JsonText, LedgerError, LedgerRow, Query, RatedTask, Reader,
+};
 use checkpoint::{Checkpointer, WAL_AUTOCHECKPOINT};
 use files::{io, Files};
 use read::ReadConns;
@@ -31,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema migrations; `PRAGMA user_version` records how many ran. Append only.
-pub const MIGRATIONS: [&str; 4] = [
+pub const MIGRATIONS: [&str; 5] = [
     // 1: the ledger as first shipped.
     "CREATE TABLE ledger (
         id INTEGER PRIMARY KEY,
@@ -94,6 +96,20 @@ pub const MIGRATIONS: [&str; 4] = [
         commits INTEGER NOT NULL
     );
     INSERT INTO ledger_probe VALUES (1, 0);",
+    // 5: client feedback, one rating per (task id, tenant) (`feedback.rs` says why a table).
+    // `IF NOT EXISTS`: a file a newer build touched and an older one migrates stays whole.
+    "CREATE TABLE IF NOT EXISTS feedback (
+        task_id TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        score REAL NOT NULL,
+        outcome TEXT NOT NULL,
+        delegate TEXT,
+        skill TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        PRIMARY KEY (task_id, tenant)
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS feedback_time ON feedback (created_ms);",
 ];
 
 /// Most rows left out of the session index before a merge.
@@ -572,6 +588,45 @@ impl Backend for SqliteBackend {
         read::spend(&self.conn, since_ms)
     }
 
+    fn task_of(&mut self, tenant: &str, task_id: &str) -> Result<Option<RatedTask>, LedgerError> {
+        self.reattach(false)?;
+        read::task_of(&self.conn, tenant, task_id)
+    }
+
+    fn feedback(&mut self, task_id: &str) -> Result<Vec<Feedback>, LedgerError> {
+        self.reattach(false)?;
+        read::feedback(&self.conn, task_id)
+    }
+
+    /// One small transaction of its own, checked for moved files like a batch.
+    fn rate(&mut self, fb: &Feedback) -> Result<bool, LedgerError> {
+        self.reattach(false)?;
+        self.pace_checkpoints()?;
+        let mut stored = false;
+        self.in_transaction(|conn| {
+            let n = conn
+                .prepare_cached(
+                    "INSERT INTO feedback (task_id, tenant, score, outcome, delegate, skill,
+                        created_at, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                     ON CONFLICT (task_id, tenant) DO NOTHING",
+                )?
+                .execute(params![
+                    fb.task_id,
+                    fb.tenant,
+                    fb.score,
+                    fb.outcome.as_str(),
+                    fb.delegate,
+                    fb.skill,
+                    fb.created_at,
+                    fb.created_ms,
+                ])?;
+            stored = n == 1;
+            Ok(())
+        })?;
+        self.verify_files()?;
+        Ok(stored)
+    }
+
     fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError> {
         self.reattach(false)?;
         let tx = self.conn.transaction()?;
@@ -582,6 +637,10 @@ impl Backend for SqliteBackend {
         )?;
         let n = tx.execute(
             "DELETE FROM ledger WHERE finished_ms < ?1",
+            params![before_ms],
+        )?;
+        tx.execute(
+            "DELETE FROM feedback WHERE created_ms < ?1",
             params![before_ms],
         )?;
         tx.commit()?;
@@ -608,6 +667,14 @@ impl Backend for SqliteBackend {
                          ORDER BY finished_ms, id LIMIT ?2)",
                 )?
                 .execute(params![before_ms, limit])?;
+            // Ratings age with the rows they rate (they come after them); what a batch
+            // leaves goes with the next one.
+            conn.prepare_cached(
+                "DELETE FROM feedback WHERE (task_id, tenant) IN
+                    (SELECT task_id, tenant FROM feedback WHERE created_ms < ?1
+                     ORDER BY created_ms LIMIT ?2)",
+            )?
+            .execute(params![before_ms, limit])?;
             Ok(())
         })?;
         Ok(n as u64)

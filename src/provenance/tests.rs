@@ -99,6 +99,14 @@ impl Reader for Held {
         self.0.hold(cancel);
         Ok(Vec::new())
     }
+    fn task_of(&self, _: &str, _: &str, cancel: &Cancel) -> Result<Option<RatedTask>, LedgerError> {
+        self.0.hold(cancel);
+        Ok(None)
+    }
+    fn feedback(&self, _: &str, cancel: &Cancel) -> Result<Vec<Feedback>, LedgerError> {
+        self.0.hold(cancel);
+        Ok(Vec::new())
+    }
     fn close(&self) {}
 }
 
@@ -130,6 +138,17 @@ impl Reader for SlowReader {
         cancel: &Cancel,
     ) -> Result<Vec<(String, f64)>, LedgerError> {
         self.inner.spend_since(since_ms, cancel)
+    }
+    fn task_of(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        cancel: &Cancel,
+    ) -> Result<Option<RatedTask>, LedgerError> {
+        self.inner.task_of(tenant, task_id, cancel)
+    }
+    fn feedback(&self, task_id: &str, cancel: &Cancel) -> Result<Vec<Feedback>, LedgerError> {
+        self.inner.feedback(task_id, cancel)
     }
     fn close(&self) {
         self.inner.close();
@@ -171,6 +190,15 @@ impl Backend for Wrapped {
     }
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
         self.inner.spend_since(since_ms)
+    }
+    fn task_of(&mut self, tenant: &str, task_id: &str) -> Result<Option<RatedTask>, LedgerError> {
+        self.inner.task_of(tenant, task_id)
+    }
+    fn feedback(&mut self, task_id: &str) -> Result<Vec<Feedback>, LedgerError> {
+        self.inner.feedback(task_id)
+    }
+    fn rate(&mut self, fb: &Feedback) -> Result<bool, LedgerError> {
+        self.inner.rate(fb)
     }
     fn probe(&mut self) -> Result<(), LedgerError> {
         self.inner.probe()

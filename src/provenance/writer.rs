@@ -6,7 +6,7 @@
 //! of [`PRUNE_BATCH`]. Reads run beside it (`readers.rs`) where the store allows.
 
 use super::readers::{Readers, READ_DEADLINE};
-use super::{Backend, Durability, LedgerError, LedgerRow, Query};
+use super::{Backend, Durability, Feedback, LedgerError, LedgerRow, Query, RatedTask};
 use crate::telemetry::Metrics;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,6 +22,16 @@ enum Cmd {
     Query(Box<Query>, Ack<Vec<LedgerRow>>),
     /// Likewise.
     Spend(i64, Ack<Vec<(String, f64)>>),
+    /// Likewise: the newest row of (tenant, task id).
+    TaskOf {
+        tenant: String,
+        task_id: String,
+        ack: Ack<Option<RatedTask>>,
+    },
+    /// Likewise: the ratings of a task id.
+    Feedback(String, Ack<Vec<Feedback>>),
+    /// Stores a rating (its own transaction, after the batch gathered so far).
+    Rate(Box<Feedback>, Ack<bool>),
     /// Deletes at most `limit` rows finished before `before_ms`.
     Prune {
         before_ms: i64,
@@ -268,6 +278,55 @@ impl LedgerHandle {
             .await
     }
 
+    /// The newest row of `tenant`'s task `task_id` (delegate and skill), beside the writer as
+    /// [`LedgerHandle::query`]; none when this tenant ran no such task.
+    pub async fn task_of(
+        &self,
+        tenant: &str,
+        task_id: &str,
+    ) -> Result<Option<RatedTask>, LedgerError> {
+        let (tenant, task_id) = (tenant.to_owned(), task_id.to_owned());
+        let Some(readers) = &self.readers else {
+            return self
+                .ask(|ack| Cmd::TaskOf {
+                    tenant,
+                    task_id,
+                    ack,
+                })
+                .await;
+        };
+        self.caught_up().await?;
+        readers
+            .run(move |r, cancel| r.task_of(&tenant, &task_id, cancel))
+            .await
+    }
+
+    /// The ratings of task id `task_id` (of any tenant), beside the writer.
+    pub async fn feedback(&self, task_id: &str) -> Result<Vec<Feedback>, LedgerError> {
+        let task_id = task_id.to_owned();
+        let Some(readers) = &self.readers else {
+            return self.ask(|ack| Cmd::Feedback(task_id, ack)).await;
+        };
+        self.caught_up().await?;
+        readers
+            .run(move |r, cancel| r.feedback(&task_id, cancel))
+            .await
+    }
+
+    /// Stores a rating, committed before this returns (whatever the durability: a rating
+    /// is answered once, and a second one must find it); false when the task was rated
+    /// already.
+    pub async fn rate(&self, fb: Feedback) -> Result<bool, LedgerError> {
+        let stored = self.ask(|ack| Cmd::Rate(Box::new(fb), ack));
+        tokio::time::timeout(RECORD_DEADLINE, stored)
+            .await
+            .unwrap_or_else(|_| {
+                Err(LedgerError::Write(format!(
+                    "not committed within {RECORD_DEADLINE:?}"
+                )))
+            })
+    }
+
     /// Whether the ledger can commit now (`/readyz`), answered by the writer between its
     /// batches within `deadline`: not while its last batch failed (for [`FAILURE_MEMORY`]:
     /// a nearly full disk still takes the probe's one page while batches fail), else whether
@@ -475,6 +534,23 @@ impl<'m> Writer<'m> {
             Cmd::Spend(since, ack) => {
                 self.flush();
                 let _ = ack.send(self.backend.spend_since(since).map_err(Arc::new));
+            }
+            Cmd::TaskOf {
+                tenant,
+                task_id,
+                ack,
+            } => {
+                self.flush();
+                let found = self.backend.task_of(&tenant, &task_id);
+                let _ = ack.send(found.map_err(Arc::new));
+            }
+            Cmd::Feedback(task_id, ack) => {
+                self.flush();
+                let _ = ack.send(self.backend.feedback(&task_id).map_err(Arc::new));
+            }
+            Cmd::Rate(fb, ack) => {
+                self.flush();
+                let _ = ack.send(self.backend.rate(&fb).map_err(Arc::new));
             }
             Cmd::Prune {
                 before_ms,

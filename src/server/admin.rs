@@ -446,6 +446,7 @@ async fn provenance(
     };
     let page = filter.page();
     let offset = filter.offset.unwrap_or(0);
+    let task_id = filter.task_id.clone();
     match s.ledger.query(filter).await {
         Ok(rows) if csv => (
             [(header::CONTENT_TYPE, "text/csv; charset=utf-8")],
@@ -454,7 +455,18 @@ async fn provenance(
             .into_response(),
         Ok(rows) => {
             let next = (rows.len() as u32 == page).then(|| offset + page);
-            Json(json!({"rows": rows, "count": rows.len(), "next_offset": next})).into_response()
+            let mut body = json!({"rows": rows, "count": rows.len(), "next_offset": next});
+            // Asked about one task id: its ratings too (a primary-key read; JSON only, the
+            // CSV keeps its columns).
+            if let Some(task_id) = task_id {
+                match s.ledger.feedback(&task_id).await {
+                    Ok(fb) => body["feedback"] = json!(fb),
+                    Err(e) => {
+                        return ApiError::new(GatewayCode::Internal, e.to_string()).into_response()
+                    }
+                }
+            }
+            Json(body).into_response()
         }
         Err(e) => ApiError::new(GatewayCode::Internal, e.to_string()).into_response(),
     }

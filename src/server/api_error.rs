@@ -20,7 +20,8 @@ pub enum ErrorKind {
     NoRoute,
     /// The request body did not arrive within the body deadline (HTTP 408, `BAD_REQUEST`).
     BodyTimeout,
-    /// Admin: the name is taken (HTTP 409, `BAD_REQUEST`).
+    /// Admin: the name is taken; feedback: the task is rated already (HTTP 409,
+    /// `BAD_REQUEST`).
     Conflict,
     /// One of the gateway's LDP error codes.
     Code(GatewayCode),

@@ -1,4 +1,5 @@
-//! The LDP listener's routes: identity card, capabilities, messages, stream, healthz.
+//! The LDP listener's routes: identity card, capabilities, messages, stream, feedback
+//! (`feedback.rs`), healthz.
 
 use super::{ApiError, AppState, ErrorKind};
 use crate::ldp::error::GatewayCode;
@@ -23,6 +24,7 @@ pub fn router(state: AppState) -> Router {
         .route("/ldp/capabilities", get(capabilities))
         .route("/ldp/messages", post(messages))
         .route("/ldp/stream", post(stream))
+        .route("/ldp/feedback", post(super::feedback::feedback))
         .route("/healthz", get(|| async { "ok" }))
         .merge(super::openai_routes::router(&state))
         .fallback(not_found)
@@ -46,6 +48,7 @@ async fn count_requests(
             .map_or("unmatched", |p| match p.as_str() {
                 "/ldp/messages" => "/ldp/messages",
                 "/ldp/stream" => "/ldp/stream",
+                "/ldp/feedback" => "/ldp/feedback",
                 "/.well-known/ldp-identity" => "/.well-known/ldp-identity",
                 "/ldp/identity" => "/ldp/identity",
                 "/ldp/capabilities" => "/ldp/capabilities",

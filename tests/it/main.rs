@@ -18,6 +18,7 @@ mod cluster;
 mod dashboards;
 mod dialects;
 mod durability;
+mod feedback;
 mod fuzz_corpus;
 mod gateway;
 mod hardening;

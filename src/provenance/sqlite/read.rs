@@ -8,7 +8,10 @@
 //! (which opens the `-wal` and `-shm`), a read connection keeps those files for its life.
 
 use super::super::readers::{Cancel, READERS, READ_DEADLINE};
-use super::super::{JsonText, LedgerError, LedgerRow, Outcome, Query, Reader};
+use super::super::{
+    Feedback, Given, JsonText, LedgerError, LedgerRow, Outcome, Query, RatedTask, Reader,
+    FEEDBACK_PER_TASK,
+};
 use super::checkpoint::Pacing;
 use rusqlite::{params, Connection, OpenFlags};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -132,6 +135,49 @@ pub(super) fn spend(conn: &Connection, since_ms: i64) -> Result<Vec<(String, f64
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
+/// The newest row of `tenant`'s task `task_id`: through the (tenant, time) index, newest
+/// first, so a task rated soon after it ran is found at once.
+pub(super) fn task_of(
+    conn: &Connection,
+    tenant: &str,
+    task_id: &str,
+) -> Result<Option<RatedTask>, LedgerError> {
+    use rusqlite::OptionalExtension;
+    Ok(conn
+        .prepare_cached(
+            "SELECT delegate, skill FROM ledger WHERE tenant = ?1 AND task_id = ?2
+             ORDER BY finished_ms DESC, id DESC LIMIT 1",
+        )?
+        .query_row(params![tenant, task_id], |r| {
+            Ok(RatedTask {
+                delegate: r.get(0)?,
+                skill: r.get(1)?,
+            })
+        })
+        .optional()?)
+}
+
+/// The ratings of task id `task_id` (any tenant), through the primary key.
+pub(super) fn feedback(conn: &Connection, task_id: &str) -> Result<Vec<Feedback>, LedgerError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT task_id, tenant, score, outcome, delegate, skill, created_at, created_ms
+         FROM feedback WHERE task_id = ?1 ORDER BY tenant LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![task_id, FEEDBACK_PER_TASK], |r| {
+        Ok(Feedback {
+            task_id: r.get(0)?,
+            tenant: r.get(1)?,
+            score: r.get(2)?,
+            outcome: Given::parse(&r.get::<_, String>(3)?),
+            delegate: r.get(4)?,
+            skill: r.get(5)?,
+            created_at: r.get(6)?,
+            created_ms: r.get(7)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
 /// Whether the file has the merged session index (schema 3 and later; a read-only open of an
 /// older file has not).
 fn has_session_index(conn: &Connection) -> Result<bool, LedgerError> {
@@ -240,6 +286,19 @@ impl Reader for ReadConns {
         cancel: &Cancel,
     ) -> Result<Vec<(String, f64)>, LedgerError> {
         self.with(cancel, |conn| spend(conn, since_ms))
+    }
+
+    fn task_of(
+        &self,
+        tenant: &str,
+        task_id: &str,
+        cancel: &Cancel,
+    ) -> Result<Option<RatedTask>, LedgerError> {
+        self.with(cancel, |conn| task_of(conn, tenant, task_id))
+    }
+
+    fn feedback(&self, task_id: &str, cancel: &Cancel) -> Result<Vec<Feedback>, LedgerError> {
+        self.with(cancel, |conn| feedback(conn, task_id))
     }
 
     fn close(&self) {

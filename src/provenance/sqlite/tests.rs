@@ -364,3 +364,40 @@ fn a_foreign_file_at_the_path_is_left_alone_and_rows_wait_for_it_to_go() {
     }
     assert_eq!(ids(&mut b, Query::default()), ["t4", "t2", "t1"]);
 }
+
+/// A ledger of the schema before feedback (4) gains the table on open, keeps its rows, and
+/// its tasks can be rated.
+#[test]
+fn a_ledger_from_before_feedback_migrates_and_its_tasks_can_be_rated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_path(&dir);
+    std::fs::create_dir_all(dir.path().join("nested")).unwrap();
+    {
+        let mut b = SqliteBackend::wrap(Connection::open(&path).unwrap());
+        b.migrate(4).unwrap();
+        b.insert(&[row("old", "s", 1_000)]).unwrap();
+    }
+    let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    assert_eq!(b.schema_version().unwrap(), 5);
+    let task = b.task_of("anonymous", "old").unwrap().unwrap();
+    assert_eq!(
+        (task.delegate.as_deref(), task.skill.as_str()),
+        (Some("d0"), "echo")
+    );
+    let fb = crate::provenance::Feedback {
+        task_id: "old".into(),
+        tenant: "anonymous".into(),
+        score: 1.0,
+        outcome: crate::provenance::Given::Good,
+        delegate: task.delegate,
+        skill: task.skill,
+        created_at: "2026-01-01T00:00:00Z".into(),
+        created_ms: 2_000,
+    };
+    assert!(b.rate(&fb).unwrap());
+    assert!(!b.rate(&fb).unwrap());
+    assert_eq!(b.feedback("old").unwrap(), vec![fb]);
+    // Running the migration again (a file a newer build touched) changes nothing.
+    b.connection().execute_batch(MIGRATIONS[4]).unwrap();
+    assert_eq!(b.feedback("old").unwrap().len(), 1);
+}

@@ -370,6 +370,15 @@ impl Backend for Stepped {
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
         self.inner.spend_since(since_ms)
     }
+    fn task_of(&mut self, tenant: &str, task_id: &str) -> Result<Option<RatedTask>, LedgerError> {
+        self.inner.task_of(tenant, task_id)
+    }
+    fn feedback(&mut self, task_id: &str) -> Result<Vec<Feedback>, LedgerError> {
+        self.inner.feedback(task_id)
+    }
+    fn rate(&mut self, fb: &Feedback) -> Result<bool, LedgerError> {
+        self.inner.rate(fb)
+    }
 }
 
 /// `/readyz` while rows queue: the probe is answered by the writer's next commit (no write

@@ -1,7 +1,10 @@
 //! What every ledger backend promises, checked the same way on SQLite (`ledger` tests) and
-//! Postgres (`cluster` tests): filters, paging, read-back of every field, spend, pruning.
+//! Postgres (`cluster` tests): filters, paging, read-back of every field, spend, feedback,
+//! pruning.
 
-use ldp_gateway::provenance::{Backend, JsonText, LedgerRow, Outcome, Query};
+use ldp_gateway::provenance::{
+    Backend, Cancel, Feedback, Given, JsonText, LedgerRow, Outcome, Query, RatedTask,
+};
 use serde_json::json;
 
 /// A result row; `finished_ms` orders rows in time.
@@ -118,11 +121,69 @@ pub fn check(b: &mut dyn Backend) {
     assert_eq!(spend[1].0, "anonymous");
     assert!((spend[1].1 - 0.018).abs() < 1e-9, "{spend:?}");
     assert!(b.healthy());
-    // Pruning is strictly before the cut-off.
+    feedback(b);
+    // Pruning is strictly before the cut-off (ratings by when they were given).
     assert_eq!(b.prune(1_005).unwrap(), 5);
+    assert_eq!(b.feedback("t4").unwrap(), Vec::<Feedback>::new());
+    assert_eq!(b.feedback("t7").unwrap().len(), 1, "a later rating stays");
     assert_eq!(b.prune(1_005).unwrap(), 0);
     assert_eq!(
         ids(b, Query::default()).last().map(String::as_str),
         Some("t5")
     );
+}
+
+/// A rating of `task` by `tenant`, given at `created_ms`.
+pub fn rating(task: &str, tenant: &str, score: f64, created_ms: i64) -> Feedback {
+    Feedback {
+        task_id: task.into(),
+        tenant: tenant.into(),
+        score,
+        outcome: Given::Score,
+        delegate: Some("d0".into()),
+        skill: "echo".into(),
+        created_at: "2026-01-01T00:00:02Z".into(),
+        created_ms,
+    }
+}
+
+/// Ratings: the task's owner from its row (writer and readers alike), one rating per (task
+/// id, tenant), read back whole.
+fn feedback(b: &mut dyn Backend) {
+    let t3 = Some(RatedTask {
+        delegate: Some("d1".into()),
+        skill: "echo".into(),
+    });
+    assert_eq!(b.task_of("acme", "t3").unwrap(), t3);
+    assert_eq!(b.task_of("anonymous", "t3").unwrap(), None, "not its task");
+    assert_eq!(b.task_of("anonymous", "nope").unwrap(), None);
+    if let Some(r) = b.reader() {
+        let cancel = Cancel::default();
+        assert_eq!(r.task_of("acme", "t3", &cancel).unwrap(), t3);
+        assert_eq!(r.task_of("anonymous", "t3", &cancel).unwrap(), None);
+    }
+    let mine = rating("t4", "anonymous", 0.25, 1_004);
+    assert!(b.rate(&mine).unwrap());
+    assert!(
+        !b.rate(&rating("t4", "anonymous", 1.0, 1_004)).unwrap(),
+        "once"
+    );
+    // Task ids are the clients' own: another tenant's rating of the same id is its own.
+    let theirs = Feedback {
+        outcome: Given::Good,
+        delegate: None,
+        ..rating("t4", "acme", 1.0, 1_004)
+    };
+    assert!(b.rate(&theirs).unwrap());
+    assert_eq!(
+        b.feedback("t4").unwrap(),
+        vec![theirs.clone(), mine.clone()]
+    );
+    if let Some(r) = b.reader() {
+        assert_eq!(
+            r.feedback("t4", &Cancel::default()).unwrap(),
+            vec![theirs, mine]
+        );
+    }
+    assert!(b.rate(&rating("t7", "anonymous", 0.5, 1_007)).unwrap());
 }
