@@ -516,13 +516,6 @@ impl Registry {
             .cloned()
     }
 
-    /// A client rated a task `delegate` answered for `skill` (`score` 0 bad … 1 good; stored in
-    /// the ledger first). The seam the learned quality per (delegate, skill) will take each
-    /// rating through; until it exists, ratings change no routing and this does nothing.
-    pub fn on_feedback(&self, delegate: &str, skill: &str, score: f64) {
-        let _ = (delegate, skill, score);
-    }
-
     /// How many delegates are healthy.
     pub fn healthy_count(&self) -> usize {
         self.delegates

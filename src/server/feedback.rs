@@ -157,9 +157,6 @@ async fn rate(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Feedb
         .feedback
         .with_label_values(&[fb.outcome.as_str()])
         .inc();
-    if let Some(delegate) = &fb.delegate {
-        s.registry.on_feedback(delegate, &fb.skill, fb.score);
-    }
     Ok(fb)
 }
 
