@@ -81,7 +81,7 @@ impl Backend {
             }
             None => None,
         };
-        Backend::new(cfg, name, key.as_ref().map(|(v, s)| (v.as_str(), s)))
+        Backend::new(cfg, name, key.as_ref().map(|(v, s)| (v.as_str(), s))).map(Some)
     }
 
     /// The backend with `key` (its variable's name, for errors) given directly.
@@ -89,7 +89,7 @@ impl Backend {
         cfg: &DelegateConfig,
         name: &str,
         key: Option<(&str, &Secret)>,
-    ) -> Result<Option<Backend>, BackendError> {
+    ) -> Result<Backend, BackendError> {
         let mut auth = Vec::new();
         if let Some((var, secret)) = key {
             let bearer = [b"Bearer ".as_slice(), secret.expose()].concat();
@@ -101,12 +101,12 @@ impl Backend {
             auth.push((AUTHORIZATION, value));
         }
         let card = cfg.card.as_ref();
-        Ok(Some(Backend {
+        Ok(Backend {
             model: cfg.model.clone().unwrap_or_default(),
             prices: card.map(prices).unwrap_or_default(),
             context_window: card.and_then(|c| c.context_window),
             auth,
-        }))
+        })
     }
 }
 
@@ -513,9 +513,7 @@ mod tests {
         cfg.kind = DelegateKind::OpenAi;
         cfg.model = Some("m".into());
         let secret = Secret::new("sk-very-secret");
-        let b = Backend::new(&cfg, "d", Some(("KEY_VAR", &secret)))
-            .unwrap()
-            .unwrap();
+        let b = Backend::new(&cfg, "d", Some(("KEY_VAR", &secret))).unwrap();
         assert!(b.auth[0].1.is_sensitive());
         assert_eq!(b.auth[0].1.as_bytes(), b"Bearer sk-very-secret");
         let shown = format!("{b:?}");

@@ -230,8 +230,7 @@ async fn start_openai(d: &DelegateConfig) -> anyhow::Result<Member> {
         .await
         .with_context(|| format!("starting delegate '{name}'"))?;
     let card = openai_card::build(&name, &handle.url(), &model, declared);
-    let backend = Backend::new(d, &name, None)?
-        .with_context(|| format!("delegate '{name}' is not OpenAI-backed"))?;
+    let backend = Backend::new(d, &name, None)?;
     Ok(Member {
         name,
         card,
