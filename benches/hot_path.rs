@@ -6,11 +6,15 @@
 //! `cargo bench --bench hot_path` (quick: `cargo bench --bench hot_path -- --warm-up-time 1
 //! --measurement-time 3`).
 
+#[path = "support/sessions.rs"]
+mod sessions;
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ldp_gateway::config::RateConfig;
-use ldp_gateway::ldp::{Envelope, NegotiatedPayload};
+use ldp_gateway::ldp::Envelope;
 use ldp_gateway::limits::{KeyedRateLimit, RateLimit};
-use ldp_gateway::session::{NewSession, SessionTable};
+use ldp_gateway::session::SessionTable;
+use sessions::new_session;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -86,18 +90,6 @@ fn big_submit() -> Vec<u8> {
         records.join(", ")
     )
     .into_bytes()
-}
-
-fn new_session(i: usize) -> NewSession {
-    NewSession {
-        owner: format!("tenant\u{0}ldp:client:{i}"),
-        tenant: "tenant".into(),
-        client_domain: "default".into(),
-        required_domain: None,
-        payload: NegotiatedPayload::text(),
-        policy: None,
-        ttl: Duration::from_secs(3600),
-    }
 }
 
 /// `SessionTable::get` (the lookup every task starts with) over 10,000 open sessions, from

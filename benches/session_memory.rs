@@ -7,27 +7,17 @@
 //!
 //! `cargo bench --bench session_memory`
 
-use ldp_gateway::ldp::NegotiatedPayload;
+#[path = "support/sessions.rs"]
+mod sessions;
+
 use ldp_gateway::openai::conversation::Turn;
-use ldp_gateway::session::{NewSession, SessionTable};
+use ldp_gateway::session::SessionTable;
+use sessions::new_session;
 use std::sync::Arc;
-use std::time::Duration;
 
 const SESSIONS: usize = 20_000;
 const QUESTION: usize = 100;
 const ANSWER: usize = 400;
-
-fn new_session(i: usize) -> NewSession {
-    NewSession {
-        owner: format!("tenant\u{1f}ldp:client:{i}"),
-        tenant: "tenant".into(),
-        client_domain: "default".into(),
-        required_domain: None,
-        payload: NegotiatedPayload::text(),
-        policy: None,
-        ttl: Duration::from_secs(3600),
-    }
-}
 
 /// Resident bytes of this process now (`/proc/self/statm`; 0 where there is none).
 fn rss() -> usize {

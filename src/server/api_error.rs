@@ -179,16 +179,10 @@ impl ApiError {
         self
     }
 
-    /// An OpenAI-backed delegate's own refusal of the request, passed on with its status and
-    /// fields (counted and logged as `code`).
-    pub fn openai_upstream(
-        code: GatewayCode,
-        error: LdpError,
-        status: u16,
-        detail: ErrorDetail,
-    ) -> Self {
+    /// An OpenAI-backed delegate's own refusal of the request (`error`, the TASK_FAILED
+    /// `BAD_REQUEST` the task was answered with), passed on with its status and fields.
+    pub fn openai_upstream(error: LdpError, status: u16, detail: ErrorDetail) -> Self {
         let mut e = ApiError::task_failed(error);
-        e.kind = ErrorKind::Code(code);
         e.openai = Some(Box::new(OpenAiShape {
             status: StatusCode::from_u16(status).ok(),
             detail: Some(detail),
@@ -426,7 +420,7 @@ mod tests {
             code: Some("context_length_exceeded".into()),
         };
         let error = LdpError::gateway(GatewayCode::BadRequest, "refused");
-        let e = ApiError::openai_upstream(GatewayCode::BadRequest, error, 400, detail);
+        let e = ApiError::openai_upstream(error, 400, detail);
         let (st, b) = body_of(e).await;
         assert_eq!(st, StatusCode::BAD_REQUEST);
         assert_eq!(b["error"]["code"], "context_length_exceeded");

@@ -193,9 +193,7 @@ fn joined(
 /// refusal of the request as it came, else the LDP error with the LDP routes' status.
 fn refusal(r: crate::proxy::ChatRefusal) -> ApiError {
     match r.upstream {
-        Some((status, detail)) => {
-            ApiError::openai_upstream(GatewayCode::BadRequest, r.error, status, detail)
-        }
+        Some((status, detail)) => ApiError::openai_upstream(r.error, status, detail),
         None => ApiError::task_failed(r.error),
     }
 }

@@ -21,7 +21,6 @@ use crate::Error;
 use bytes::Bytes;
 pub use card::CardLimits;
 pub use http::{Events, Head, HttpAnswer};
-use hyper::StatusCode;
 use pool::Req;
 
 /// An upstream session the gateway opened with a delegate.
@@ -188,9 +187,10 @@ impl Transport {
             events: false,
             headers: &self.headers,
         };
-        let (status, bytes) = self
+        let (head, bytes) = self
             .exchange(base, &req, timeout, self.max_response_bytes)
             .await?;
+        let status = head.status;
         let url = || format!("{base}/ldp/messages");
         if !status.is_success() {
             return Err(Self::status_error(url(), status.as_u16(), &bytes));
@@ -209,7 +209,7 @@ impl Transport {
         req: &Req<'_>,
         timeout: Duration,
         max_bytes: usize,
-    ) -> Result<(StatusCode, Bytes), Error> {
+    ) -> Result<(Head, Bytes), Error> {
         if pool::Pool::serves(base) {
             return self.pool.exchange(base, req, timeout, max_bytes).await;
         }

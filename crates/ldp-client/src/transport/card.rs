@@ -60,7 +60,8 @@ impl Transport {
             events: false,
             headers: &self.headers,
         };
-        let (status, bytes) = self.exchange(base, &req, timeout, max).await?;
+        let (head, bytes) = self.exchange(base, &req, timeout, max).await?;
+        let status = head.status;
         if !status.is_success() {
             return Err(Self::status_error(
                 format!("{base}{path}"),

@@ -24,8 +24,10 @@ pub struct Head {
 
 impl Head {
     pub(super) fn of(status: StatusCode, headers: &HeaderMap) -> Head {
-        let retry_after = headers
-            .get(RETRY_AFTER)
+        // Only a refusal asks to wait: a success's headers are not searched.
+        let retry_after = (!status.is_success())
+            .then(|| headers.get(RETRY_AFTER))
+            .flatten()
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|s| s.is_finite() && *s >= 0.0)
@@ -88,7 +90,8 @@ impl Events {
 impl Transport {
     /// POSTs `body` (JSON) to `base` + `path`, or GETs it without a body, with `headers`
     /// (an `Authorization` for the endpoint) instead of the transport's own, and reads the
-    /// whole answer within `timeout`. Any status is an answer; only the exchange can fail.
+    /// whole answer within `timeout` (the same exchange as every LDP call). Any status is an
+    /// answer; only the exchange can fail.
     pub async fn request(
         &self,
         base: &str,
@@ -104,37 +107,10 @@ impl Transport {
             events: false,
             headers,
         };
-        let url = || format!("{base}{path}");
-        let cap = self.max_response_bytes;
-        let work = async {
-            let (head, mut answer) = self.open(base, &req).await?;
-            let mut bytes = Vec::new();
-            loop {
-                match answer.chunk().await {
-                    Ok(Some(c)) if bytes.len() + c.len() > cap => {
-                        return Err(Error::Malformed {
-                            url: url(),
-                            reason: format!("answer larger than {cap} bytes"),
-                        })
-                    }
-                    Ok(Some(c)) => bytes.extend_from_slice(&c),
-                    Ok(None) => break,
-                    Err(reason) => return Err(Error::Broken { url: url(), reason }),
-                }
-            }
-            Ok(HttpAnswer {
-                head,
-                body: bytes.into(),
-            })
-        };
-        tokio::time::timeout(timeout, work)
-            .await
-            .unwrap_or_else(|_| {
-                Err(Error::Timeout {
-                    url: url(),
-                    after: timeout,
-                })
-            })
+        let (head, body) = self
+            .exchange(base, &req, timeout, self.max_response_bytes)
+            .await?;
+        Ok(HttpAnswer { head, body })
     }
 
     /// POSTs `body` to `base` + `path` asking for Server-Sent Events; the answer's head

@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper::header::{HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE, HOST};
-use hyper::{Method, Request, StatusCode, Uri};
+use hyper::{Method, Request, Uri};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -260,11 +260,11 @@ impl Pool {
         req: &Req<'_>,
         timeout: Duration,
         max_bytes: usize,
-    ) -> Result<(StatusCode, Bytes), Error> {
+    ) -> Result<(super::Head, Bytes), Error> {
         let url = || format!("{base}{}", req.path);
         let exchange = async {
             let (origin, mut tx, resp) = self.start(base, req, &url()).await?;
-            let status = resp.status();
+            let head = super::Head::of(resp.status(), resp.headers());
             let body = Limited::new(resp.into_body(), max_bytes)
                 .collect()
                 .await
@@ -286,7 +286,7 @@ impl Pool {
             if tx.ready().await.is_ok() {
                 origin.checkin(tx, self.idle_timeout);
             }
-            Ok((status, body))
+            Ok((head, body))
         };
         tokio::time::timeout(timeout, exchange)
             .await

@@ -64,11 +64,12 @@ impl Tls {
         req: &Req<'_>,
         timeout: Duration,
         max_bytes: usize,
-    ) -> Result<(StatusCode, Bytes), Error> {
+    ) -> Result<(super::Head, Bytes), Error> {
         let url = format!("{base}{}", req.path);
         let mut resp = self.start(&url, req, Some(timeout)).await?;
         let status =
             StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let head = super::Head::of(status, resp.headers());
         let mut bytes = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(|e| classify(&url, timeout, e))? {
             if bytes.len() + chunk.len() > max_bytes {
@@ -79,7 +80,7 @@ impl Tls {
             }
             bytes.extend_from_slice(&chunk);
         }
-        Ok((status, bytes.into()))
+        Ok((head, bytes.into()))
     }
 
     /// [`super::pool::Pool::open`] over TLS (the caller holds the deadline).
