@@ -75,6 +75,7 @@ fn row_at(i: usize, now: chrono::DateTime<chrono::Utc>) -> LedgerRow {
             "excluded": {"jurisdiction": 1}}),
         ),
         payload: None,
+        votes: Vec::new(),
     }
 }
 

@@ -14,6 +14,7 @@ mod openai;
 mod outlier;
 mod policies;
 mod provenance;
+mod quality;
 mod rate;
 mod routing;
 mod security;
@@ -33,6 +34,7 @@ pub use openai::OpenAiConfig;
 pub use outlier::OutlierConfig;
 pub use policies::PoliciesConfig;
 pub use provenance::{is_postgres, Durability, ProvenanceConfig};
+pub use quality::QualityConfig;
 pub use rate::RateConfig;
 pub use security::SecurityConfig;
 pub use server::ServerConfig;
@@ -77,6 +79,8 @@ pub struct Config {
     pub outlier: OutlierConfig,
     /// Failover: the retry budget.
     pub fallback: FallbackConfig,
+    /// Learned quality: how evidence fades and is shared.
+    pub quality: QualityConfig,
     /// Tenants: keys, trust domains, policies, limits, budgets, signing. None: every client
     /// is the built-in `anonymous` tenant.
     pub tenants: Vec<TenantConfig>,
@@ -158,6 +162,7 @@ impl Config {
         routing::check(&self.routing, &mut c);
         self.outlier.check(&mut c);
         self.fallback.check(&mut c);
+        self.quality.check(&mut c);
         self.security.check(&mut c);
         self.policies.check(&mut c);
         tenants::check_all(&self.tenants, &mut c);

@@ -138,6 +138,40 @@ pub struct Limits {
     pub burst: u32,
 }
 
+/// `[verify]`: results are judged by independent verifier delegates before they are answered
+/// (LADP §5 chain of verification, §9 weighted voting, §13 retry policy).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verify {
+    /// The skill verifier delegates offer (default `verify`).
+    pub skill: String,
+    /// How many independent verifiers vote on a result (1..=10, default 2).
+    pub verifiers: u32,
+    /// Weighted yes needed to pass, a fraction of the total weight (above 0, at most 1;
+    /// default 0.75). A vote's weight is its verifier's quality.
+    pub threshold: f64,
+    /// Producers tried at most: a failed result is routed again to another delegate until
+    /// this many rounds have run (1..=10, default 3).
+    pub max_rounds: u32,
+    /// The fraction of tasks verified (0..=1, default 1).
+    pub sample: f64,
+    /// A verifier never shares the producer's delegate or model family (default true; false
+    /// still never lets a producer judge itself).
+    pub independent: bool,
+}
+
+impl Default for Verify {
+    fn default() -> Self {
+        Verify {
+            skill: "verify".into(),
+            verifiers: 2,
+            threshold: 0.75,
+            max_rounds: 3,
+            sample: 1.0,
+            independent: true,
+        }
+    }
+}
+
 /// A compiled policy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
@@ -157,6 +191,8 @@ pub struct Policy {
     pub max_attempts: u32,
     /// Rate limit, if any.
     pub limits: Option<Limits>,
+    /// Peer verification of results, if any.
+    pub verify: Option<Verify>,
     /// The file it came from.
     pub source: PathBuf,
 }
@@ -252,6 +288,7 @@ impl Policy {
             tolerance: 0.05,
             max_attempts: 3,
             limits: None,
+            verify: None,
             source: PathBuf::from("<built-in>"),
         }
     }

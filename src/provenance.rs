@@ -14,6 +14,7 @@
 //! connections of their own ([`Reader`], `readers.rs`), so a slow read never delays a commit;
 //! pruning runs on the writer in small batches between commits (`writer.rs` says why).
 
+mod evidence;
 mod feedback;
 mod postgres;
 pub mod query;
@@ -28,7 +29,9 @@ pub use feedback::{Feedback, Given, RatedTask};
 pub use postgres::PostgresBackend;
 pub use query::{Format, Query};
 pub use readers::Cancel;
-pub use row::{digest, redact_preview, JsonText, LedgerRow, Outcome};
+pub use row::{
+    digest, redact_preview, Evidence, EvidenceSource, JsonText, LedgerRow, Outcome, Vote,
+};
 pub use sqlite::SqliteBackend;
 pub use writer::{Ledger, LedgerHandle};
 
@@ -96,11 +99,12 @@ pub enum LedgerError {
 
 /// A ledger store. Calls are blocking; the writer runs them on its own thread.
 pub trait Backend: Send + 'static {
-    /// Inserts `rows` in one transaction.
+    /// Inserts `rows`, and their votes, in one transaction.
     fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError>;
-    /// Rows matching `q`, newest first.
+    /// Rows matching `q`, newest first; a query by task id reads each row's votes back too.
     fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError>;
-    /// Deletes rows finished before `before_ms` (Unix ms); returns how many.
+    /// Deletes rows finished before `before_ms` (Unix ms), and the ratings and votes given
+    /// before it; returns how many rows.
     fn prune(&mut self, before_ms: i64) -> Result<u64, LedgerError>;
     /// Deletes at most `limit` of the rows finished before `before_ms`, oldest first; returns
     /// how many. The writer prunes in such batches between commits. The default deletes them
@@ -116,6 +120,10 @@ pub trait Backend: Send + 'static {
     fn task_of(&mut self, tenant: &str, task_id: &str) -> Result<Option<RatedTask>, LedgerError>;
     /// The ratings of task id `task_id` (of any tenant; at most [`FEEDBACK_PER_TASK`]).
     fn feedback(&mut self, task_id: &str) -> Result<Vec<Feedback>, LedgerError>;
+    /// Quality evidence given at or after `since_ms` (Unix ms): the newest `limit` votes and
+    /// the newest `limit` ratings that name a delegate, together oldest first (at the same
+    /// millisecond, votes before ratings).
+    fn evidence(&mut self, since_ms: i64, limit: u32) -> Result<Vec<Evidence>, LedgerError>;
     /// Stores `fb` in its own transaction; false when the task was rated already (nothing
     /// changed).
     fn rate(&mut self, fb: &Feedback) -> Result<bool, LedgerError>;
@@ -160,6 +168,13 @@ pub trait Reader: Send + Sync + 'static {
     ) -> Result<Option<RatedTask>, LedgerError>;
     /// As [`Backend::feedback`].
     fn feedback(&self, task_id: &str, cancel: &Cancel) -> Result<Vec<Feedback>, LedgerError>;
+    /// As [`Backend::evidence`].
+    fn evidence(
+        &self,
+        since_ms: i64,
+        limit: u32,
+        cancel: &Cancel,
+    ) -> Result<Vec<Evidence>, LedgerError>;
     /// Closes the idle connections (the writer stopped); reads after it fail.
     fn close(&self);
 }

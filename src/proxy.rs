@@ -16,6 +16,7 @@ mod retries;
 mod run;
 mod status;
 mod task;
+mod verify;
 
 pub use chat::{ChatDelta, ChatOutcome, ChatRefusal, ChatReply};
 pub use retries::RetryBudget;
@@ -394,6 +395,7 @@ impl Proxy {
                         input,
                         contract: contract.as_ref(),
                         chat: None,
+                        verifying: false,
                     },
                     progress,
                 )

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 mod explain;
 mod health;
+pub mod quality;
 
 pub use explain::{explain, ExplainError, ExplainQuery};
 pub use health::{Availability, InFlight, Observed, OutlierConfig, Phase, Snapshot};
@@ -96,6 +97,8 @@ pub struct Delegate {
     pub openai: Option<OpenAiDelegate>,
     /// Until when (ms on the registry's clock) it is skipped: it answered 429.
     paused_until_ms: AtomicU64,
+    /// What verifier votes and client ratings say of its answers, per skill.
+    pub learned: quality::Learned,
 }
 
 /// What makes a delegate OpenAI-backed: how it is called, and the card declared for it.
@@ -147,6 +150,7 @@ impl Delegate {
             outlier,
             openai,
             paused_until_ms: AtomicU64::new(0),
+            learned: quality::Learned::default(),
         })
     }
 
@@ -308,6 +312,8 @@ pub struct SkillOffer {
     pub card: Arc<IdentityCard>,
     /// The skill's effective hints.
     pub hints: CapabilityHints,
+    /// The delegate's learned quality at the skill.
+    pub estimate: Option<Arc<quality::Estimate>>,
 }
 
 impl Offer for SkillOffer {
@@ -325,6 +331,9 @@ impl Offer for SkillOffer {
     }
     fn observed_latency_ms(&self) -> Option<f64> {
         self.delegate.observed_latency_ms()
+    }
+    fn observed_quality(&self) -> Option<crate::routing::Observed> {
+        self.estimate.as_ref()?.observed_now()
     }
     fn weight(&self) -> f64 {
         self.delegate.weight
@@ -370,6 +379,7 @@ impl SkillIndex {
                         delegate: d.clone(),
                         card: card.clone(),
                         hints,
+                        estimate: d.learned.estimate(&cap.name),
                     });
             }
         }
@@ -470,6 +480,17 @@ static EMPTY_CARD: crate::config::DeclaredCard = crate::config::DeclaredCard {
     model_family: None,
 };
 
+/// One delegate's quality at one skill, as routing sees it now.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct QualityView {
+    /// What its card declares.
+    pub declared: Option<f64>,
+    /// What votes and ratings say.
+    pub observed: Option<crate::routing::Observed>,
+    /// The blend routing uses.
+    pub blended: Option<f64>,
+}
+
 /// All delegates, swapped as a whole so readers never lock.
 pub struct Registry {
     delegates: ArcSwap<Vec<Arc<Delegate>>>,
@@ -477,6 +498,8 @@ pub struct Registry {
     /// Serialises membership changes (add/remove); readers never take it.
     writer: Mutex<()>,
     outlier: OutlierConfig,
+    /// `[quality] half_life` in ms, for delegates registered later.
+    half_life_ms: AtomicU64,
 }
 
 impl Registry {
@@ -494,6 +517,73 @@ impl Registry {
             index: ArcSwap::from_pointee(SkillIndex::default()),
             writer: Mutex::new(()),
             outlier,
+            half_life_ms: AtomicU64::new(quality::DEFAULT_HALF_LIFE_MS),
+        })
+    }
+
+    /// Sets how fast learned-quality evidence fades (`[quality] half_life`), for every
+    /// delegate, now and registered later.
+    pub fn set_quality_half_life(&self, half_life: Duration) {
+        let ms = half_life.as_millis().min(u128::from(u64::MAX)) as u64;
+        self.half_life_ms.store(ms, Ordering::Relaxed);
+        for d in self.delegates.load().iter() {
+            d.learned.set_half_life_ms(ms);
+        }
+    }
+
+    /// Adds one observation of `delegate`'s quality at `skill` (a vote or a rating); false
+    /// when no such delegate is registered.
+    pub fn observe(
+        &self,
+        delegate: &str,
+        skill: &str,
+        score: f64,
+        weight: f64,
+        at_ms: i64,
+    ) -> bool {
+        let Some(d) = self.get(delegate) else {
+            return false;
+        };
+        if let Some(e) = d.learned.estimate(skill) {
+            e.observe(score, weight, at_ms);
+        }
+        true
+    }
+
+    /// Replaces every delegate's learned quality by what `evidence` (oldest first, as the
+    /// ledger gives it) says; evidence of delegates no longer registered is skipped.
+    pub fn rebuild_quality(&self, evidence: &[crate::provenance::Evidence]) {
+        let hl = self.half_life_ms.load(Ordering::Relaxed);
+        let mut by: HashMap<&str, HashMap<&str, quality::Beta>> = HashMap::new();
+        for e in evidence {
+            if !quality::usable(e.score, e.weight) {
+                continue;
+            }
+            let skills = by.entry(e.delegate.as_str()).or_default();
+            let b = skills
+                .entry(e.skill.as_str())
+                .or_insert(quality::Beta::empty(e.at_ms));
+            *b = b.observe(e.score, e.weight, e.at_ms, hl);
+        }
+        let empty = HashMap::new();
+        for d in self.delegates.load().iter() {
+            d.learned.replace(by.get(d.name.as_str()).unwrap_or(&empty));
+        }
+    }
+
+    /// Declared, observed and blended quality of `delegate` at `skill` now (none when it is
+    /// not registered or has no card).
+    pub fn quality_of(&self, delegate: &str, skill: &str) -> Option<QualityView> {
+        let d = self.get(delegate)?;
+        let card = d.card()?;
+        let hints = card.effective_hints(skill);
+        let declared = hints.as_ref().and_then(|h| h.quality);
+        let claim = hints.as_ref().and_then(|h| h.claim_type);
+        let observed = d.learned.estimate(skill).and_then(|e| e.observed_now());
+        Some(QualityView {
+            declared,
+            observed,
+            blended: crate::routing::blend(declared, claim, observed),
         })
     }
 
@@ -533,6 +623,8 @@ impl Registry {
     /// Adds a delegate at run time (its card is fetched by the caller or the next poll).
     pub fn add(&self, cfg: &DelegateConfig) -> Result<Arc<Delegate>, RegistryError> {
         let d = Arc::new(Delegate::from_config(cfg, self.outlier)?);
+        d.learned
+            .set_half_life_ms(self.half_life_ms.load(Ordering::Relaxed));
         let _w = self
             .writer
             .lock()

@@ -9,6 +9,7 @@
 mod constraints;
 mod decide;
 mod explain;
+mod quality;
 mod score;
 
 pub use constraints::{
@@ -16,6 +17,7 @@ pub use constraints::{
 };
 pub use decide::{decide, decide_with, scores, NoEligible, Pick};
 pub use explain::{explain, ConstraintRow, Explanation, Picked, RowView};
+pub use quality::{blend, claim_weight, plausible, Observed};
 pub use score::{score, Components};
 
 use crate::ldp::{CapabilityHints, CostTier, IdentityCard};
@@ -99,6 +101,10 @@ pub trait Offer {
     fn healthy(&self) -> bool;
     /// Observed latency EWMA in ms, once it has samples.
     fn observed_latency_ms(&self) -> Option<f64>;
+    /// Observed quality at the skill (verifier votes, client ratings), once there is any.
+    fn observed_quality(&self) -> Option<Observed> {
+        None
+    }
     /// Relative share among near-equals.
     fn weight(&self) -> f64;
     /// Its load and outlier state now (default: idle, never ejected).
@@ -166,5 +172,7 @@ pub struct Need<'a> {
 /// rest), and the band floor.
 pub type Scored = (Vec<Evaluation>, Vec<Option<(Components, f64)>>, f64);
 
+#[cfg(test)]
+mod proptests;
 #[cfg(test)]
 mod tests;

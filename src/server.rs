@@ -172,6 +172,10 @@ impl Gateway {
         )?;
         let proxy = Arc::new(proxy.with_stores(stores));
         proxy.restore_spend().await;
+        registry.set_quality_half_life(config.quality.half_life);
+        registry
+            .restore_quality(&ledger.handle(), &config.quality)
+            .await;
         for d in &config.delegates {
             if let Some(var) = &d.signing_secret_env {
                 let secret = crate::secret::Secret::from_env(var).ok_or_else(|| {
@@ -240,6 +244,14 @@ impl Gateway {
                 .handle()
                 .spawn_pruner(p.retention, p.prune_every, shutdown.subscribe()),
         );
+        // Replicas share one ledger: each learns from the votes and ratings of all.
+        if crate::config::is_postgres(&p.store) {
+            tasks.push(registry.clone().spawn_quality_refresh(
+                ledger.handle(),
+                config.quality.clone(),
+                shutdown.subscribe(),
+            ));
+        }
         Ok(Gateway {
             ldp_addr,
             admin_addr,

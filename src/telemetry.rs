@@ -36,6 +36,11 @@ pub const FALLBACK_REASONS: [&str; 2] = ["payload_mode", "session_lost"];
 /// ledger's `provenance::Given`, pinned equal by its test).
 pub const FEEDBACK_OUTCOMES: [&str; 3] = ["good", "bad", "score"];
 
+/// How a verification round ended, as `ldp_gateway_verifications_total{result}` counts them:
+/// the verifiers passed the result, voted it down, or none could vote (no independent
+/// verifier eligible, or none answered).
+pub const VERIFICATION_RESULTS: [&str; 3] = ["passed", "failed", "no_verifier"];
+
 /// Removes each series of `vec` whose `label` is `value` (the crate has no partial-match
 /// removal: the series are listed and removed one by one; deregistration is rare).
 fn forget<T: prometheus::core::MetricVecBuilder>(
@@ -128,6 +133,12 @@ pub struct Metrics {
     /// `ldp_gateway_feedback_total{outcome}`: ratings stored, by how they were given
     /// (`good`, `bad`, `score`).
     pub feedback: IntCounterVec,
+    /// `ldp_gateway_verifications_total{policy,result}`: verification rounds, by how they
+    /// ended ([`VERIFICATION_RESULTS`]).
+    pub verifications: IntCounterVec,
+    /// `ldp_gateway_delegate_quality{delegate,skill,source}`: quality as routing sees it
+    /// (`declared`, `observed`, `blended`), set at each scrape.
+    pub delegate_quality: GaugeVec,
 }
 
 fn counter_vec(
@@ -342,6 +353,18 @@ impl Metrics {
         for outcome in FEEDBACK_OUTCOMES {
             feedback.with_label_values(&[outcome]);
         }
+        let verifications = counter_vec(
+            &r,
+            "ldp_gateway_verifications_total",
+            "Verification rounds by policy and result (passed, failed, no_verifier)",
+            &["policy", "result"],
+        )?;
+        let delegate_quality = gauge_vec(
+            &r,
+            "ldp_gateway_delegate_quality",
+            "Delegate quality per skill: declared by its card, observed from votes and ratings, and the blend routing uses",
+            &["delegate", "skill", "source"],
+        )?;
         Ok(Metrics {
             registry: r,
             tasks,
@@ -374,6 +397,8 @@ impl Metrics {
             rate_limit_fallbacks,
             openai_turns_dropped,
             feedback,
+            verifications,
+            delegate_quality,
             scrape: std::sync::Mutex::new(()),
         })
     }
@@ -385,6 +410,7 @@ impl Metrics {
         self.delegate_up.reset();
         self.delegate_latency_ewma.reset();
         self.delegate_declared_latency.reset();
+        self.delegate_quality.reset();
         refresh(self);
         self.render()
     }
@@ -398,6 +424,7 @@ impl Metrics {
         forget(&self.routing_decisions, "delegate", name);
         forget(&self.cost_discrepancies, "delegate", name);
         forget(&self.delegate_up, "delegate", name);
+        forget(&self.delegate_quality, "delegate", name);
         forget(&self.delegate_latency_ewma, "delegate", name);
         forget(&self.delegate_declared_latency, "delegate", name);
     }

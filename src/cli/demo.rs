@@ -1,6 +1,7 @@
 //! `ldp-gateway demo`: a fleet of simulated delegates and a gateway on loopback, sample
-//! traffic under every shipped policy and under blind routing, a cost/latency summary, then
-//! the gateway keeps serving until Ctrl-C.
+//! traffic under every shipped policy and under blind routing, a cost/latency summary, a quiz
+//! in which verification catches a delegate whose card lies about its quality, then the
+//! gateway keeps serving until Ctrl-C.
 //!
 //! Everything runs offline on free ports (unless pinned by flags), with its files (policies,
 //! provenance) in a fresh temporary directory removed at exit, so two demos, or a demo and a
@@ -9,6 +10,7 @@
 
 mod fleet;
 mod ingress;
+mod quiz;
 mod report;
 mod traffic;
 
@@ -42,6 +44,10 @@ pub struct DemoArgs {
     /// Tasks in flight per policy.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub concurrency: u16,
+    /// Quiz tasks (with known answers) under the unverified and then the verified policy, in
+    /// batches of 20 (0: no quiz).
+    #[arg(long, default_value_t = 200)]
+    pub quiz_tasks: usize,
     /// Exit after printing the summary instead of serving until Ctrl-C.
     #[arg(long)]
     pub exit: bool,
@@ -114,12 +120,7 @@ fn say(text: impl AsRef<str>) -> anyhow::Result<()> {
 /// `ldp-gateway demo`.
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let work = WorkDir::create()?;
-    let policy_dir = work.path().join("policies");
-    std::fs::create_dir_all(&policy_dir)?;
-    for (name, text) in POLICIES {
-        let file = policy_dir.join(format!("{name}.toml"));
-        std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
-    }
+    write_policies(work.path())?;
     let mut config = demo_config(&args, work.path())?;
     let fleet = fleet::start(&config.delegates).await?;
     let outcome = match point_at(&mut config, &fleet) {
@@ -128,6 +129,17 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     };
     fleet::stop(fleet).await;
     outcome
+}
+
+/// Writes the shipped policies and the demo's own to `work`/policies.
+fn write_policies(work: &Path) -> anyhow::Result<()> {
+    let policy_dir = work.join("policies");
+    std::fs::create_dir_all(&policy_dir)?;
+    for (name, text) in POLICIES.iter().chain(quiz::POLICIES.iter()) {
+        let file = policy_dir.join(format!("{name}.toml"));
+        std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+    }
+    Ok(())
 }
 
 /// The embedded demo config with this run's listen addresses and paths.
@@ -210,8 +222,31 @@ async fn demo(
         tasks.len(),
         args.concurrency,
     ))?;
-    let traffic = drive_all(gateway, fleet, &tasks, usize::from(args.concurrency));
-    let results = tokio::select! {
+    if args.quiz_tasks > 0 {
+        say(format!(
+            "and, meanwhile, {} quiz tasks with known answers under the policy {}, then the same \
+             under {}, in batches of {}…",
+            args.quiz_tasks,
+            quiz::UNVERIFIED,
+            quiz::VERIFIED,
+            quiz::BATCH
+        ))?;
+    }
+    let traffic = async {
+        let quiz = async {
+            if args.quiz_tasks == 0 {
+                return None;
+            }
+            let concurrency = usize::from(args.concurrency);
+            Some(quiz::run(gateway, args.quiz_tasks, concurrency).await)
+        };
+        let (results, quiz) = tokio::join!(
+            drive_all(gateway, fleet, &tasks, usize::from(args.concurrency)),
+            quiz
+        );
+        results.map(|r| (r, quiz))
+    };
+    let (results, quiz) = tokio::select! {
         results = traffic => results?,
         () = super::serve::wait_for_signal() => {
             say("interrupted; shutting down")?;
@@ -249,6 +284,11 @@ async fn demo(
     say(report::render_latency(&latency_rows(gateway, fleet)))?;
     if let Some((outcomes, _)) = results.get(LATENCY_POLICY) {
         say(liar_story(&tasks, outcomes))?;
+    }
+    if let Some((unverified, verified)) = &quiz {
+        say(quiz_section(
+            gateway, unverified, verified, &admin, token_env,
+        ))?;
     }
 
     say(
@@ -288,10 +328,11 @@ fn fleet_table(fleet: &[Member], tiers: &TierPrices) -> String {
     let openai = fleet.iter().filter(|m| m.token_prices().is_some()).count();
     let mut out = format!(
         "fleet: {} simulated delegates, {} LDP and {openai} OpenAI-compatible (each answers \
-         after its declared p50, except {})\n",
+         after its declared p50, except {}; {} claims a quality it does not have)\n",
         fleet.len(),
         fleet.len() - openai,
-        fleet::LIAR
+        fleet::LIAR,
+        fleet::QUIZ_LIAR
     );
     let row = |name: &str,
                kind: &str,
@@ -456,13 +497,100 @@ fn liar_story(tasks: &[traffic::Task], outcomes: &[Outcome]) -> String {
     }
 }
 
-/// Where to look next.
-fn urls(ldp: &str, admin: &str, token_env: &str) -> String {
-    let auth = if std::env::var(token_env).is_ok_and(|t| !t.is_empty()) {
+/// The quiz's story: who claims what, the batches side by side, what it means, and every quiz
+/// delegate's quality now.
+fn quiz_section(
+    gateway: &Gateway,
+    unverified: &quiz::Phase,
+    verified: &quiz::Phase,
+    admin: &str,
+    token_env: &str,
+) -> String {
+    use std::fmt::Write as _;
+    let policies = gateway.proxy().policies();
+    let liar = fleet::QUIZ
+        .iter()
+        .find(|q| q.name == fleet::QUIZ_LIAR)
+        .copied()
+        .unwrap_or(fleet::QUIZ[0]);
+    let floor = policies
+        .get(quiz::VERIFIED)
+        .and_then(|p| p.require.min_quality)
+        .unwrap_or(0.0);
+    let mut out = format!(
+        "quiz: a delegate whose card claims a quality it does not have, next to verification. \
+         Every `{}` task carries its expected answer, which only the simulated delegates read \
+         (the gateway never does); the demo marks each answer right or wrong.\n",
+        fleet::QUIZ_SKILL
+    );
+    for q in fleet::QUIZ {
+        let role = if q.verifier {
+            "verifier"
+        } else if q.name == liar.name {
+            "producer (liar)"
+        } else {
+            "producer"
+        };
+        let _ = writeln!(
+            out,
+            "  {:<22} {:<16} declares {:.2}, {} USD a call; right {:.0}% of the time",
+            q.name,
+            role,
+            q.declared,
+            q.price_usd,
+            100.0 * q.accuracy
+        );
+    }
+    for phase in [unverified, verified] {
+        let description = policies
+            .get(phase.policy)
+            .map_or_else(String::new, |p| format!(": {}", p.description.trim()));
+        let _ = writeln!(
+            out,
+            "policy {}{description} — {} tasks in {:.1} s",
+            phase.policy,
+            phase.batches.iter().map(|b| b.tasks).sum::<usize>(),
+            phase.took.as_secs_f64()
+        );
+    }
+    out.push_str(
+        "  (per batch: the liar's share of the answers; its quality as routing blends it, with \
+         the weight of the votes on it; right answers; verified answers; tasks without an \
+         answer; what the ledger charged, voted-down results and verifiers included)\n",
+    );
+    out.push_str(&report::render_quiz(&unverified.batches, &verified.batches));
+    out.push_str(&report::quiz_story(
+        liar.name,
+        liar.declared,
+        floor,
+        &unverified.batches,
+        &verified.batches,
+    ));
+    let _ = write!(
+        out,
+        "\nquality at the quiz now (accuracy is the demo's secret; the gateway sees the declared \
+         quality and the votes, and routes by the blend):\n{}\
+         \x20 explain: curl{} '{admin}/admin/route?skill={}&policy={}&format=text'\n",
+        report::render_quality(&quiz::quality_rows(gateway), floor),
+        auth_header(token_env),
+        fleet::QUIZ_SKILL,
+        quiz::VERIFIED,
+    );
+    out
+}
+
+/// ` -H "Authorization: Bearer $VAR"` when the admin token variable is set.
+fn auth_header(token_env: &str) -> String {
+    if std::env::var(token_env).is_ok_and(|t| !t.is_empty()) {
         format!(" -H \"Authorization: Bearer ${token_env}\"")
     } else {
         String::new()
-    };
+    }
+}
+
+/// Where to look next.
+fn urls(ldp: &str, admin: &str, token_env: &str) -> String {
+    let auth = auth_header(token_env);
     format!(
         "the gateway keeps serving:\n\
          \x20 LDP endpoint   {ldp}  (POST {ldp}/ldp/messages, identity at {ldp}/.well-known/ldp-identity)\n\
@@ -470,7 +598,8 @@ fn urls(ldp: &str, admin: &str, token_env: &str) -> String {
          \x20 metrics        curl {admin}/metrics\n\
          \x20 delegates      curl{auth} {admin}/admin/delegates\n\
          \x20 policies       curl{auth} {admin}/admin/policies\n\
-         \x20 explain        curl{auth} '{admin}/admin/route?skill=summarize&policy=cheapest&format=text'\n"
+         \x20 explain        curl{auth} '{admin}/admin/route?skill=summarize&policy=cheapest&format=text'\n\
+         \x20 quality        curl{auth} '{admin}/admin/route?skill=quiz&policy=verified'  (figures: quality, declared_quality, observed_quality)\n"
     )
 }
 
@@ -534,6 +663,7 @@ mod tests {
             admin_listen: "127.0.0.1:0".parse().unwrap(),
             tasks: 1,
             concurrency: 1,
+            quiz_tasks: 0,
             exit: true,
         };
         let work = WorkDir::create().unwrap();
@@ -558,6 +688,55 @@ mod tests {
             }
         }
         assert!(point_at(&mut config.clone(), &fleet[..1]).is_err());
+        fleet::stop(fleet).await;
+    }
+
+    /// The quiz against the real fleet and gateway, shortened: unverified, the liar gets
+    /// every task and keeps its claim; verified, samples are voted on and the votes reach its
+    /// quality.
+    #[tokio::test]
+    async fn the_quiz_learns_only_when_verified() {
+        let args = DemoArgs {
+            ldp_listen: "127.0.0.1:0".parse().unwrap(),
+            admin_listen: "127.0.0.1:0".parse().unwrap(),
+            tasks: 1,
+            concurrency: 4,
+            quiz_tasks: 60,
+            exit: true,
+        };
+        let work = WorkDir::create().unwrap();
+        write_policies(work.path()).unwrap();
+        let mut config = demo_config(&args, work.path()).unwrap();
+        let fleet = fleet::start(&config.delegates).await.unwrap();
+        point_at(&mut config, &fleet).unwrap();
+        let gateway = Gateway::start(config).await.unwrap();
+        assert!(gateway.wait_healthy(fleet.len(), HEALTHY_WITHIN).await);
+        let (unverified, verified) = quiz::run(&gateway, args.quiz_tasks, 4).await;
+        let u = report::QuizBatch::total(&unverified.batches);
+        let v = report::QuizBatch::total(&verified.batches);
+        assert_eq!(unverified.batches.len(), 3);
+        assert_eq!(
+            (u.tasks, u.liar, u.failed, u.checked),
+            (60, 60, 0, 0),
+            "{u:?}"
+        );
+        assert!(unverified
+            .batches
+            .iter()
+            .all(|b| b.liar_quality == Some(0.95) && b.liar_evidence == 0.0));
+        assert!(u.cost_usd > 0.0, "the ledger's rows were read: {u:?}");
+        // One task in five is verified (60 tasks: none verified has odds of about 1e-6).
+        assert_eq!(v.tasks, 60);
+        assert!(v.checked + v.failed > 0, "{v:?}");
+        assert!(v.cost_usd > u.cost_usd, "{v:?} {u:?}");
+        let rows = quiz::quality_rows(&gateway);
+        assert!(
+            rows.iter().any(|r| r.observed.is_some()),
+            "votes were learnt: {rows:?}"
+        );
+        let text = quiz_section(&gateway, &unverified, &verified, "http://admin", "X");
+        assert!(text.contains("policy verified: "), "{text}");
+        gateway.shutdown().await;
         fleet::stop(fleet).await;
     }
 

@@ -61,6 +61,31 @@ pub fn run(args: ProvenanceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The SQLite path of a `sqlite:` store URL.
+fn sqlite_path(store: &str) -> Result<&str, LedgerError> {
+    let rest = store
+        .strip_prefix("sqlite:")
+        .ok_or_else(|| LedgerError::BadStore(store.to_owned()))?;
+    Ok(rest.strip_prefix("//").unwrap_or(rest))
+}
+
+/// The ledger at `store` opened for reading (a SQLite file read-only, or Postgres); none when
+/// the SQLite file does not exist (no gateway has written there yet).
+pub(crate) fn open_for_reading(store: &str) -> anyhow::Result<Option<Box<dyn Backend>>> {
+    if is_postgres(store) {
+        return Ok(Some(Box::new(PostgresBackend::open(
+            store,
+            Durability::Commit,
+            CONNECT_TIMEOUT,
+        )?)));
+    }
+    let path = sqlite_path(store)?;
+    if !Path::new(path).exists() {
+        return Ok(None);
+    }
+    Ok(Some(Box::new(SqliteBackend::open_read_only(path)?)))
+}
+
 /// Queries the ledger (the SQLite file `db` read-only, else the config's store, SQLite or
 /// Postgres) and renders the rows as `json` or `csv`.
 fn print_from_file(
@@ -80,21 +105,8 @@ fn print_from_file(
         Some(p) => format!("sqlite://{}", p.display()),
         None => Config::load(config)?.provenance.store,
     };
-    let mut backend: Box<dyn Backend> = if is_postgres(&store) {
-        Box::new(PostgresBackend::open(
-            &store,
-            Durability::Commit,
-            CONNECT_TIMEOUT,
-        )?)
-    } else {
-        let rest = store
-            .strip_prefix("sqlite:")
-            .ok_or_else(|| LedgerError::BadStore(store.clone()))?;
-        let path = rest.strip_prefix("//").unwrap_or(rest);
-        if !Path::new(path).exists() {
-            anyhow::bail!("no provenance database at {path}");
-        }
-        Box::new(SqliteBackend::open_read_only(path)?)
+    let Some(mut backend) = open_for_reading(&store)? else {
+        anyhow::bail!("no provenance database at {}", sqlite_path(&store)?);
     };
     let rows = backend.query(&q)?;
     Ok(match format {

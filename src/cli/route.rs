@@ -1,5 +1,6 @@
 //! `ldp-gateway route`: explain a routing decision from the config's delegates (their cards
-//! fetched once) and its policies, without starting a gateway.
+//! fetched once), its policies and the quality learnt in its ledger, without starting a
+//! gateway.
 
 use ldp_gateway::config::Config;
 use ldp_gateway::registry::{self, ExplainQuery, Registry};
@@ -50,6 +51,7 @@ pub async fn run(args: RouteArgs) -> anyhow::Result<()> {
     registry
         .poll_all(&client, config.discovery.fetch_timeout, true)
         .await;
+    learn_from_ledger(&registry, &config)?;
     let x = registry::explain(
         &registry,
         &policies,
@@ -70,5 +72,21 @@ pub async fn run(args: RouteArgs) -> anyhow::Result<()> {
     } else {
         print!("{}", x.to_table());
     }
+    Ok(())
+}
+
+/// Learned quality as the gateway would have it: rebuilt from the ledger's votes and ratings
+/// (nothing when no ledger exists yet).
+fn learn_from_ledger(registry: &Registry, config: &Config) -> anyhow::Result<()> {
+    let Some(mut ledger) = super::provenance::open_for_reading(&config.provenance.store)? else {
+        return Ok(());
+    };
+    let q = &config.quality;
+    let horizon = i64::try_from(q.horizon().as_millis()).unwrap_or(i64::MAX);
+    let since = chrono::Utc::now()
+        .timestamp_millis()
+        .saturating_sub(horizon);
+    registry.set_quality_half_life(q.half_life);
+    registry.rebuild_quality(&ledger.evidence(since, q.max_evidence)?);
     Ok(())
 }

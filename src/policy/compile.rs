@@ -10,7 +10,7 @@
 //! sections are tried: name files `10-….toml`, `20-….toml` to control precedence.
 
 use super::parse::{self, At, RawPolicy};
-use super::{Glob, Limits, Match, Policy, PolicyName, PolicySet, Require, Weights};
+use super::{Glob, Limits, Match, Policy, PolicyName, PolicySet, Require, Verify, Weights};
 use crate::ldp::PayloadMode;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -45,6 +45,10 @@ const DEFAULT_TOLERANCE: f64 = 0.05;
 const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// Upper bound of `[fallback] max_attempts`.
 const MAX_ATTEMPTS: i64 = 10;
+/// Upper bound of `[verify] verifiers`.
+const MAX_VERIFIERS: i64 = 10;
+/// Upper bound of `[verify] max_rounds`.
+const MAX_ROUNDS: i64 = 10;
 
 /// Parses and compiles one policy file's text; `path` is only used in problems and as the
 /// policy's `source`. Every problem in the text is returned, sorted by line.
@@ -378,6 +382,55 @@ fn compile_raw(file: &str, raw: RawPolicy, problems: &mut Vec<PolicyProblem>) ->
         })
     });
 
+    // Present (even empty) means verification is on; absent keys keep their defaults. A bad
+    // value is reported and replaced by its default: the policy fails anyway.
+    let verify = raw.verify.map(|v| {
+        let d = Verify::default();
+        let v = v.value;
+        let skill = v
+            .skill
+            .and_then(|s| c.skill("verify.skill", s))
+            .unwrap_or(d.skill);
+        let verifiers = v.verifiers.map_or(d.verifiers, |n| {
+            let ok = (1..=MAX_VERIFIERS).contains(&n.value);
+            c.check("verify.verifiers", n, ok, "must be between 1 and 10")
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(d.verifiers)
+        });
+        let threshold = v.threshold.map_or(d.threshold, |t| {
+            let key = "verify.threshold";
+            c.finite(key, t)
+                .and_then(|t| {
+                    let ok = t.value > 0.0 && t.value <= 1.0;
+                    c.check(key, t, ok, "must be above 0 and at most 1")
+                })
+                .unwrap_or(d.threshold)
+        });
+        let max_rounds = v.max_rounds.map_or(d.max_rounds, |n| {
+            let ok = (1..=MAX_ROUNDS).contains(&n.value);
+            c.check("verify.max_rounds", n, ok, "must be between 1 and 10")
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(d.max_rounds)
+        });
+        let sample = v.sample.map_or(d.sample, |s| {
+            let key = "verify.sample";
+            c.finite(key, s)
+                .and_then(|s| {
+                    let ok = (0.0..=1.0).contains(&s.value);
+                    c.check(key, s, ok, "must be between 0 and 1")
+                })
+                .unwrap_or(d.sample)
+        });
+        Verify {
+            skill,
+            verifiers,
+            threshold,
+            max_rounds,
+            sample,
+            independent: v.independent.map_or(d.independent, |i| i.value),
+        }
+    });
+
     Some(Policy {
         name: PolicyName(name),
         description: raw.description.map(|d| d.value).unwrap_or_default(),
@@ -387,6 +440,7 @@ fn compile_raw(file: &str, raw: RawPolicy, problems: &mut Vec<PolicyProblem>) ->
         tolerance,
         max_attempts,
         limits,
+        verify,
         source: PathBuf::from(file),
     })
 }
@@ -506,6 +560,31 @@ impl Checker<'_> {
             }
         }
         out
+    }
+
+    /// A skill name (`[verify] skill`): not empty, no whitespace, control characters or `@`;
+    /// kept as written.
+    fn skill(&mut self, key: &str, s: At<String>) -> Option<String> {
+        if s.value.is_empty() {
+            self.problem(s.line, key, "empty skill name".into());
+            None
+        } else if s
+            .value
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '@')
+        {
+            self.problem(
+                s.line,
+                key,
+                format!(
+                    "invalid skill name {} (no spaces, control characters or '@')",
+                    quote(&s.value)
+                ),
+            );
+            None
+        } else {
+            Some(s.value)
+        }
     }
 
     /// Exact names (tenants, trust domains): any non-empty string, kept as written.

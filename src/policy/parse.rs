@@ -41,6 +41,8 @@ pub(crate) struct RawPolicy {
     pub max_attempts: Option<At<i64>>,
     /// `[limits]`, with the line of its header.
     pub limits: Option<At<RawLimits>>,
+    /// `[verify]`, with the line of its header.
+    pub verify: Option<At<RawVerify>>,
 }
 
 /// `[match]` as written.
@@ -83,6 +85,17 @@ pub(crate) struct RawLimits {
     pub burst: Option<At<i64>>,
 }
 
+/// `[verify]` as written.
+#[derive(Debug, Default)]
+pub(crate) struct RawVerify {
+    pub skill: Option<At<String>>,
+    pub verifiers: Option<At<i64>>,
+    pub threshold: Option<At<f64>>,
+    pub max_rounds: Option<At<i64>>,
+    pub sample: Option<At<f64>>,
+    pub independent: Option<At<bool>>,
+}
+
 const TOP_KEYS: &[&str] = &[
     "name",
     "description",
@@ -92,6 +105,7 @@ const TOP_KEYS: &[&str] = &[
     "balance",
     "fallback",
     "limits",
+    "verify",
 ];
 const MATCH_KEYS: &[&str] = &["skills", "tenants"];
 const REQUIRE_KEYS: &[&str] = &[
@@ -110,6 +124,14 @@ const WEIGHTS_KEYS: &[&str] = &["quality", "cost", "latency"];
 const BALANCE_KEYS: &[&str] = &["tolerance"];
 const FALLBACK_KEYS: &[&str] = &["max_attempts"];
 const LIMITS_KEYS: &[&str] = &["rps", "burst"];
+const VERIFY_KEYS: &[&str] = &[
+    "skill",
+    "verifiers",
+    "threshold",
+    "max_rounds",
+    "sample",
+    "independent",
+];
 
 /// The 1-based line holding byte `offset` of `bytes` (offsets past the end count as the
 /// last line).
@@ -301,6 +323,19 @@ impl Walker<'_> {
         }
     }
 
+    fn boolean(&mut self, key: &str, v: &Spanned<DeValue<'_>>) -> Option<At<bool>> {
+        match v.get_ref() {
+            DeValue::Boolean(value) => Some(At {
+                value: *value,
+                line: self.line(v.span()),
+            }),
+            _ => {
+                self.wrong_type(key, "a boolean", v);
+                None
+            }
+        }
+    }
+
     /// An array of strings; each element of another type is reported.
     fn strings(&mut self, key: &str, v: &Spanned<DeValue<'_>>) -> Vec<At<String>> {
         match v.get_ref() {
@@ -363,6 +398,15 @@ impl Walker<'_> {
                     if let Some(t) = self.table(&key, v) {
                         let value = self.limits(&key, t);
                         raw.limits = Some(At {
+                            value,
+                            line: header,
+                        });
+                    }
+                }
+                "verify" => {
+                    if let Some(t) = self.table(&key, v) {
+                        let value = self.verify(&key, t);
+                        raw.verify = Some(At {
                             value,
                             line: header,
                         });
@@ -440,6 +484,21 @@ impl Walker<'_> {
         }
         l
     }
+
+    fn verify(&mut self, prefix: &str, t: &DeTable<'_>) -> RawVerify {
+        let mut r = RawVerify::default();
+        for (k, (key, v)) in self.entries(prefix, t, VERIFY_KEYS) {
+            match k {
+                "skill" => r.skill = self.string(&key, v),
+                "verifiers" => r.verifiers = self.integer(&key, v),
+                "threshold" => r.threshold = self.number(&key, v),
+                "max_rounds" => r.max_rounds = self.integer(&key, v),
+                "sample" => r.sample = self.number(&key, v),
+                _ => r.independent = self.boolean(&key, v),
+            }
+        }
+        r
+    }
 }
 
 #[cfg(test)]
@@ -500,6 +559,13 @@ max_attempts = 2
 [limits]
 rps = 1.5
 burst = 4
+[verify]
+skill = "check"
+verifiers = 3
+threshold = 1
+max_rounds = 5
+sample = 0.1
+independent = false
 "#;
         let (raw, problems) = parse("p.toml", text);
         assert!(problems.is_empty(), "{problems:?}");
@@ -521,6 +587,56 @@ burst = 4
             raw.limits.as_ref().and_then(|l| l.value.burst.clone()),
             Some(At { value: 4, line: 28 })
         );
+        let v = raw.verify.as_ref().expect("[verify] read");
+        assert_eq!(v.line, 29);
+        let v = &v.value;
+        assert_eq!(
+            v.skill,
+            Some(At {
+                value: "check".to_string(),
+                line: 30
+            })
+        );
+        assert_eq!(v.verifiers, Some(At { value: 3, line: 31 }));
+        assert_eq!(
+            v.threshold,
+            Some(At {
+                value: 1.0,
+                line: 32
+            })
+        );
+        assert_eq!(v.max_rounds, Some(At { value: 5, line: 33 }));
+        assert_eq!(
+            v.sample,
+            Some(At {
+                value: 0.1,
+                line: 34
+            })
+        );
+        assert_eq!(
+            v.independent,
+            Some(At {
+                value: false,
+                line: 35
+            })
+        );
+    }
+
+    #[test]
+    fn verify_is_read_even_when_empty_and_absent_otherwise() {
+        let (raw, problems) = parse("p.toml", "name = \"x\"\n\n[verify]\n");
+        assert!(problems.is_empty(), "{problems:?}");
+        let v = raw.verify.expect("an empty [verify] is still a section");
+        assert_eq!(v.line, 3);
+        assert!(v.value.skill.is_none() && v.value.independent.is_none());
+        let (raw, problems) = parse("p.toml", "name = \"x\"\n");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert!(raw.verify.is_none());
+        // Dotted and inline forms are the same section.
+        let (raw, problems) = parse("p.toml", "name = \"x\"\nverify = { verifiers = 4 }\n");
+        assert!(problems.is_empty(), "{problems:?}");
+        let v = raw.verify.and_then(|v| v.value.verifiers);
+        assert_eq!(v, Some(At { value: 4, line: 2 }));
     }
 
     #[test]
@@ -546,7 +662,7 @@ burst = 4
             messages("name = \"x\"\ncolour = 1\n[require]\nmin_qualty = 0.5\n"),
             vec![
                 "p.toml:2: colour: unknown key (expected one of: name, description, match, \
-                 require, weights, balance, fallback, limits)",
+                 require, weights, balance, fallback, limits, verify)",
                 "p.toml:4: require.min_qualty: unknown key (expected one of: jurisdictions, \
                  deny_jurisdictions, trust_domains, min_quality, max_cost_usd, max_latency_ms, \
                  payload_modes, min_context_window, model_families, deny_model_families)",
@@ -556,6 +672,13 @@ burst = 4
             messages("[weights]\n\"a.b\" = 1\n"),
             vec![
                 "p.toml:2: weights.\"a.b\": unknown key (expected one of: quality, cost, latency)"
+            ]
+        );
+        assert_eq!(
+            messages("[verify]\nverifiers = 2\nrounds = 3\n"),
+            vec![
+                "p.toml:3: verify.rounds: unknown key (expected one of: skill, verifiers, \
+                 threshold, max_rounds, sample, independent)"
             ]
         );
     }
@@ -577,6 +700,28 @@ burst = 4
                 "p.toml:7: require.trust_domains: expected an array of strings, got a string",
                 "p.toml:8: limits: expected a table, got an array",
             ]
+        );
+        assert_eq!(
+            messages(
+                "[verify]\nskill = 1\nverifiers = 2.0\nthreshold = \"high\"\nmax_rounds = true\n\
+                 sample = [1]\nindependent = \"yes\"\n"
+            ),
+            vec![
+                "p.toml:2: verify.skill: expected a string, got an integer",
+                "p.toml:3: verify.verifiers: expected an integer, got a float",
+                "p.toml:4: verify.threshold: expected a number, got a string",
+                "p.toml:5: verify.max_rounds: expected an integer, got a boolean",
+                "p.toml:6: verify.sample: expected a number, got an array",
+                "p.toml:7: verify.independent: expected a boolean, got a string",
+            ]
+        );
+        assert_eq!(
+            messages("name = \"x\"\nverify = true\n"),
+            vec!["p.toml:2: verify: expected a table, got a boolean"]
+        );
+        assert_eq!(
+            messages("[verify]\nindependent = 1\n"),
+            vec!["p.toml:2: verify.independent: expected a boolean, got an integer"]
         );
     }
 

@@ -1,15 +1,17 @@
 //! The Postgres backend (cluster mode: every replica writes to one ledger). Same rows, same
 //! queries and the same writer as SQLite; a group of rows is one `INSERT … SELECT FROM
-//! UNNEST(…)` (one round trip per commit, whatever its size).
+//! UNNEST(…)` (one round trip per commit, whatever its size), and a group with votes one
+//! statement inserting both (the rows in a `WITH`), so its votes commit with its rows.
 //!
 //! Durability maps onto `synchronous_commit`: `commit` and `async` use `off` (a committed row
 //! survives any crash of the gateway; the database host losing power may lose its last
 //! fraction of a second, as SQLite's `NORMAL`), `fsync` uses `on`.
 
+use super::evidence::{self, any_votes, merge};
 use super::readers::Cancel;
 use super::{
-    Backend, Durability, Feedback, Given, JsonText, LedgerError, LedgerRow, Outcome, Query,
-    RatedTask, Reader, FEEDBACK_PER_TASK,
+    Backend, Durability, Evidence, Feedback, Given, JsonText, LedgerError, LedgerRow, Outcome,
+    Query, RatedTask, Reader, Vote, FEEDBACK_PER_TASK,
 };
 use postgres::types::ToSql;
 use postgres::{Client, NoTls};
@@ -18,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Schema migrations; `ldp_ledger_schema.version` records how many ran. Append only.
-const MIGRATIONS: [&str; 2] = [
+const MIGRATIONS: [&str; 3] = [
     "CREATE TABLE ledger (
         id BIGSERIAL PRIMARY KEY,
         task_id TEXT NOT NULL,
@@ -72,6 +74,22 @@ const MIGRATIONS: [&str; 2] = [
         PRIMARY KEY (task_id, tenant)
     );
     CREATE INDEX IF NOT EXISTS feedback_time ON feedback (created_ms);",
+    // 3: verifiers' votes, written with their task's row (`evidence.rs` says why a table).
+    // `created_ms` is the row's `finished_ms`; `id` keeps the order they were written in.
+    "CREATE TABLE IF NOT EXISTS votes (
+        id BIGSERIAL PRIMARY KEY,
+        task_id TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        round BIGINT NOT NULL,
+        producer TEXT NOT NULL,
+        skill TEXT NOT NULL,
+        verifier TEXT NOT NULL,
+        passed BOOLEAN NOT NULL,
+        confidence DOUBLE PRECISION,
+        weight DOUBLE PRECISION NOT NULL,
+        created_ms BIGINT NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS votes_time ON votes (created_ms);",
 ];
 
 /// Replicas starting together take this advisory lock around migrations.
@@ -88,10 +106,14 @@ const COLUMNS: &str = "task_id, session_id, upstream_session_id, tenant, skill, 
     declared_cost_usd, tokens, confidence, verification_status, started_at, finished_at,
     finished_ms, output_sha256, lineage, routing, payload";
 
+/// The votes' columns, in insert order (`id` is the table's own).
+const VOTE_COLUMNS: &str =
+    "task_id, tenant, round, producer, skill, verifier, passed, confidence, weight, created_ms";
+
 /// A ledger in a Postgres database.
 pub struct PostgresBackend {
     client: Client,
-    insert: postgres::Statement,
+    insert: Inserts,
     /// To reconnect after the database went away.
     config: postgres::Config,
     sync: &'static str,
@@ -142,13 +164,21 @@ impl PostgresBackend {
     }
 }
 
+/// The prepared inserts of a connection.
+struct Inserts {
+    /// Rows only (most groups: no row has votes).
+    rows: postgres::Statement,
+    /// Rows and their votes, in one statement.
+    with_votes: postgres::Statement,
+}
+
 /// Connects, sets the session's durability and deadline, migrates (first time) and prepares
-/// the insert.
+/// the inserts.
 fn connect(
     config: &postgres::Config,
     sync: &str,
     migrate_schema: bool,
-) -> Result<(Client, postgres::Statement), LedgerError> {
+) -> Result<(Client, Inserts), LedgerError> {
     let mut client = config.connect(NoTls).map_err(pg)?;
     client
         .batch_execute(&format!(
@@ -159,27 +189,48 @@ fn connect(
     if migrate_schema {
         migrate(&mut client)?;
     }
-    let insert = client.prepare(&insert_sql()).map_err(pg)?;
-    Ok((client, insert))
+    let rows = client.prepare(&insert_sql()).map_err(pg)?;
+    let with_votes = client.prepare(&insert_with_votes_sql()).map_err(pg)?;
+    Ok((client, Inserts { rows, with_votes }))
 }
 
-/// The one insert: a group of rows as one array per column.
+/// The rows' insert: a group of rows as one array per column.
 fn insert_sql() -> String {
-    const TYPES: [&str; 32] = [
-        "text", "text", "text", "text", "text", "text", "text", "text", "text", "text", "text",
-        "text", "float8", "int8", "int8", "text", "text", "float8", "float8", "float8", "float8",
-        "float8", "int8", "float8", "text", "text", "text", "int8", "text", "text", "text", "text",
-    ];
-    let unnest: Vec<String> = TYPES
-        .iter()
-        .enumerate()
-        .map(|(i, t)| format!("${}::{t}[]", i + 1))
-        .collect();
     format!(
         "INSERT INTO ledger ({COLUMNS}) SELECT * FROM UNNEST({})",
-        unnest.join(", ")
+        unnest(&ROW_TYPES, 1)
     )
 }
+
+/// The rows' insert in a `WITH` (run whether read or not), then their votes' (one array per
+/// column after the rows'): one statement, so one transaction.
+fn insert_with_votes_sql() -> String {
+    const VOTE_TYPES: [&str; 10] = [
+        "text", "text", "int8", "text", "text", "text", "bool", "float8", "float8", "int8",
+    ];
+    format!(
+        "WITH inserted_rows AS ({}) INSERT INTO votes ({VOTE_COLUMNS}) SELECT * FROM UNNEST({})",
+        insert_sql(),
+        unnest(&VOTE_TYPES, ROW_TYPES.len() + 1)
+    )
+}
+
+/// `$first::type[], …`, one array parameter per column.
+fn unnest(types: &[&str], first: usize) -> String {
+    let params: Vec<String> = types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("${}::{t}[]", first + i))
+        .collect();
+    params.join(", ")
+}
+
+/// The ledger's column types, in [`COLUMNS`] order.
+const ROW_TYPES: [&str; 32] = [
+    "text", "text", "text", "text", "text", "text", "text", "text", "text", "text", "text", "text",
+    "float8", "int8", "int8", "text", "text", "float8", "float8", "float8", "float8", "float8",
+    "int8", "float8", "text", "text", "text", "int8", "text", "text", "text", "text",
+];
 
 fn migrate(client: &mut Client) -> Result<(), LedgerError> {
     {
@@ -230,6 +281,69 @@ fn get<'a, T: postgres::types::FromSql<'a>>(
         let name = row.columns().get(i).map_or("?", |c| c.name());
         LedgerError::Corrupt(format!("column {name}: {e}"))
     })
+}
+
+/// The votes of a group of rows, one array per column of `votes`.
+struct VoteColumns {
+    task_id: Vec<String>,
+    tenant: Vec<String>,
+    round: Vec<i64>,
+    producer: Vec<String>,
+    skill: Vec<String>,
+    verifier: Vec<String>,
+    passed: Vec<bool>,
+    confidence: Vec<Option<f64>>,
+    weight: Vec<f64>,
+    created_ms: Vec<i64>,
+}
+
+impl VoteColumns {
+    fn of(rows: &[LedgerRow]) -> VoteColumns {
+        let n = rows.iter().map(|r| r.votes.len()).sum();
+        let mut c = VoteColumns {
+            task_id: Vec::with_capacity(n),
+            tenant: Vec::with_capacity(n),
+            round: Vec::with_capacity(n),
+            producer: Vec::with_capacity(n),
+            skill: Vec::with_capacity(n),
+            verifier: Vec::with_capacity(n),
+            passed: Vec::with_capacity(n),
+            confidence: Vec::with_capacity(n),
+            weight: Vec::with_capacity(n),
+            created_ms: Vec::with_capacity(n),
+        };
+        for r in rows {
+            for v in &r.votes {
+                c.task_id.push(r.task_id.clone());
+                c.tenant.push(r.tenant.clone());
+                c.round.push(i64::from(v.round));
+                c.producer.push(v.producer.clone());
+                c.skill.push(v.skill.clone());
+                c.verifier.push(v.verifier.clone());
+                c.passed.push(v.passed);
+                c.confidence.push(v.confidence);
+                c.weight.push(v.weight);
+                c.created_ms.push(r.finished_ms);
+            }
+        }
+        c
+    }
+
+    /// In [`VOTE_COLUMNS`] order.
+    fn params(&self) -> [&(dyn ToSql + Sync); 10] {
+        [
+            &self.task_id,
+            &self.tenant,
+            &self.round,
+            &self.producer,
+            &self.skill,
+            &self.verifier,
+            &self.passed,
+            &self.confidence,
+            &self.weight,
+            &self.created_ms,
+        ]
+    }
 }
 
 /// One column of a group of rows, as a Postgres array parameter.
@@ -313,7 +427,19 @@ impl Backend for PostgresBackend {
             &routing,
             &payload,
         ];
-        self.client.execute(&self.insert, &params).map_err(pg)?;
+        // Most groups have no votes: then the rows' statement alone, as before votes.
+        if !any_votes(rows) {
+            self.client
+                .execute(&self.insert.rows, &params)
+                .map_err(pg)?;
+            return Ok(());
+        }
+        let votes = VoteColumns::of(rows);
+        let mut all: Vec<&(dyn ToSql + Sync)> = params.to_vec();
+        all.extend(votes.params());
+        self.client
+            .execute(&self.insert.with_votes, &all)
+            .map_err(pg)?;
         Ok(())
     }
 
@@ -326,6 +452,9 @@ impl Backend for PostgresBackend {
         self.ensure_connected()?;
         self.client
             .execute("DELETE FROM feedback WHERE created_ms < $1", &[&before_ms])
+            .map_err(pg)?;
+        self.client
+            .execute("DELETE FROM votes WHERE created_ms < $1", &[&before_ms])
             .map_err(pg)?;
         self.client
             .execute("DELETE FROM ledger WHERE finished_ms < $1", &[&before_ms])
@@ -342,6 +471,17 @@ impl Backend for PostgresBackend {
             .execute(
                 "DELETE FROM feedback WHERE (task_id, tenant) IN (SELECT task_id, tenant
                     FROM feedback WHERE created_ms < $1 ORDER BY created_ms LIMIT $2)",
+                &[&before_ms, &limit],
+            )
+            .map_err(pg)?;
+        // Votes go with their rows: those cast up to the newest row this batch deletes (so a
+        // batch deletes the votes of at most `limit` rows, however many each has; once no row
+        // is left before the cut-off, any vote before it).
+        self.client
+            .execute(
+                "DELETE FROM votes WHERE created_ms < $1 AND created_ms <= COALESCE(
+                    (SELECT max(finished_ms) FROM (SELECT finished_ms FROM ledger
+                        WHERE finished_ms < $1 ORDER BY finished_ms, id LIMIT $2) AS batch), $1)",
                 &[&before_ms, &limit],
             )
             .map_err(pg)?;
@@ -367,6 +507,11 @@ impl Backend for PostgresBackend {
     fn feedback(&mut self, task_id: &str) -> Result<Vec<Feedback>, LedgerError> {
         self.ensure_connected()?;
         feedback(&mut self.client, task_id)
+    }
+
+    fn evidence(&mut self, since_ms: i64, limit: u32) -> Result<Vec<Evidence>, LedgerError> {
+        self.ensure_connected()?;
+        evidence(&mut self.client, since_ms, limit)
     }
 
     /// The primary key decides between two replicas rating the same task at once.
@@ -413,7 +558,7 @@ impl Backend for PostgresBackend {
     }
 }
 
-/// Rows matching `q`, newest first.
+/// Rows matching `q`, newest first; by task id, with their votes.
 fn select(client: &mut Client, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
     let mut sql = format!("SELECT {COLUMNS} FROM ledger WHERE true");
     let mut text_args: Vec<String> = Vec::new();
@@ -432,7 +577,51 @@ fn select(client: &mut Client, q: &Query) -> Result<Vec<LedgerRow>, LedgerError>
         text_args.iter().map(|s| s as &(dyn ToSql + Sync)).collect();
     params.push(&since);
     let rows = client.query(&sql, &params).map_err(pg)?;
-    rows.iter().map(read_row).collect()
+    let mut rows = rows.iter().map(read_row).collect::<Result<Vec<_>, _>>()?;
+    if let Some(task_id) = &q.task_id {
+        read_votes(client, task_id, &mut rows)?;
+    }
+    Ok(rows)
+}
+
+/// Fills the votes of `rows` (all of task id `task_id`), in the order they were written: one
+/// query through the votes' time index (a vote's time is its row's).
+fn read_votes(
+    client: &mut Client,
+    task_id: &str,
+    rows: &mut [LedgerRow],
+) -> Result<(), LedgerError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let times: Vec<i64> = rows.iter().map(|r| r.finished_ms).collect();
+    let votes = client
+        .query(
+            "SELECT tenant, created_ms, round, producer, skill, verifier, passed, confidence,
+                weight
+             FROM votes WHERE task_id = $1 AND created_ms = ANY($2) ORDER BY id",
+            &[&task_id, &times],
+        )
+        .map_err(pg)?;
+    for v in &votes {
+        let (tenant, at): (String, i64) = (get(v, 0)?, get(v, 1)?);
+        let vote = Vote {
+            round: get::<i64>(v, 2)?.clamp(0, u32::MAX as i64) as u32,
+            producer: get(v, 3)?,
+            skill: get(v, 4)?,
+            verifier: get(v, 5)?,
+            passed: get(v, 6)?,
+            confidence: get(v, 7)?,
+            weight: get(v, 8)?,
+        };
+        let owners = rows
+            .iter_mut()
+            .filter(|r| r.finished_ms == at && r.tenant == tenant);
+        for row in owners {
+            row.votes.push(vote.clone());
+        }
+    }
+    Ok(())
 }
 
 /// Total `cost_usd` per tenant of rows finished at or after `since_ms`.
@@ -492,6 +681,53 @@ fn feedback(client: &mut Client, task_id: &str) -> Result<Vec<Feedback>, LedgerE
             })
         })
         .collect()
+}
+
+/// Quality evidence since `since_ms`: the newest `limit` votes and ratings naming a delegate,
+/// each through its table's time index, merged oldest first.
+fn evidence(client: &mut Client, since_ms: i64, limit: u32) -> Result<Vec<Evidence>, LedgerError> {
+    let limit = i64::from(limit);
+    let votes = client
+        .query(
+            "SELECT producer, skill, passed,
+                    weight / SUM(weight) OVER (PARTITION BY task_id, tenant, round, created_ms),
+                    created_ms FROM votes
+             WHERE created_ms >= $1 ORDER BY created_ms DESC, id DESC LIMIT $2",
+            &[&since_ms, &limit],
+        )
+        .map_err(pg)?;
+    let votes = votes
+        .iter()
+        .map(|r| {
+            Ok(evidence::of_vote(
+                get(r, 0)?,
+                get(r, 1)?,
+                get(r, 2)?,
+                get(r, 3)?,
+                get(r, 4)?,
+            ))
+        })
+        .collect::<Result<Vec<_>, LedgerError>>()?;
+    let ratings = client
+        .query(
+            "SELECT delegate, skill, score, created_ms FROM feedback
+             WHERE created_ms >= $1 AND delegate IS NOT NULL
+             ORDER BY created_ms DESC, task_id DESC, tenant DESC LIMIT $2",
+            &[&since_ms, &limit],
+        )
+        .map_err(pg)?;
+    let ratings = ratings
+        .iter()
+        .map(|r| {
+            Ok(evidence::of_rating(
+                get(r, 0)?,
+                get(r, 1)?,
+                get(r, 2)?,
+                get(r, 3)?,
+            ))
+        })
+        .collect::<Result<Vec<_>, LedgerError>>()?;
+    Ok(merge(votes, ratings))
 }
 
 /// Reads beside the writer: clients of their own, connected when first needed (at most
@@ -564,6 +800,15 @@ impl Reader for PostgresReader {
         self.with(|c| feedback(c, task_id))
     }
 
+    fn evidence(
+        &self,
+        since_ms: i64,
+        limit: u32,
+        _: &Cancel,
+    ) -> Result<Vec<Evidence>, LedgerError> {
+        self.with(|c| evidence(c, since_ms, limit))
+    }
+
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let idle = std::mem::take(&mut *self.idle.lock().unwrap_or_else(PoisonError::into_inner));
@@ -618,5 +863,6 @@ fn read_row(r: &postgres::Row) -> Result<LedgerRow, LedgerError> {
             .map(|p| JsonText::parse(&p))
             .transpose()
             .map_err(corrupt)?,
+        votes: Vec::new(),
     })
 }

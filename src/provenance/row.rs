@@ -91,6 +91,59 @@ pub struct LedgerRow {
     pub routing: JsonText,
     /// Redacted previews of input and output (only with `store_payloads`).
     pub payload: Option<JsonText>,
+    /// A verified task's votes, every round's (none for a task not verified). Stored in the
+    /// `votes` table beside the row, in the same transaction.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub votes: Vec<Vote>,
+}
+
+/// One verifier's vote on a producer's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Vote {
+    /// The verification round (1 for the first producer's result).
+    pub round: u32,
+    /// Registry name of the delegate whose result was judged.
+    pub producer: String,
+    /// The task's skill (the producer's).
+    pub skill: String,
+    /// Registry name of the verifier.
+    pub verifier: String,
+    /// Its decision.
+    pub passed: bool,
+    /// The confidence it reported (0..1), if any.
+    pub confidence: Option<f64>,
+    /// Its weight in the vote: the verifier's quality for the verify skill.
+    pub weight: f64,
+}
+
+/// Where a piece of quality evidence came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvidenceSource {
+    /// A verifier's vote.
+    Vote,
+    /// A client's rating.
+    Feedback,
+}
+
+/// One observation of a delegate's delivered quality at a skill, as learned quality is
+/// rebuilt from the ledger: a vote (`score` 1 passed, 0 failed; `weight` its share of its
+/// round's weight, so that a round of votes counts as one observation) or a rating (`score`
+/// 0..1, `weight` 1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// The delegate judged (registry name).
+    pub delegate: String,
+    /// The skill.
+    pub skill: String,
+    /// 0 (bad) … 1 (good).
+    pub score: f64,
+    /// How much it counts.
+    pub weight: f64,
+    /// When, Unix ms.
+    pub at_ms: i64,
+    /// Vote or rating.
+    pub source: EvidenceSource,
 }
 
 /// A JSON document kept as its text: serialised once where the row is built, stored and

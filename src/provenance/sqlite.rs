@@ -21,8 +21,10 @@ mod checkpoint;
 mod files;
 mod read;
 
+use super::evidence::any_votes;
 use super::{
-    Backend, Durability, Feedback, JsonText, LedgerError, LedgerRow, Query, RatedTask, Reader,
+    Backend, Durability, Evidence, Feedback, JsonText, LedgerError, LedgerRow, Query, RatedTask,
+    Reader,
 };
 use checkpoint::{Checkpointer, WAL_AUTOCHECKPOINT};
 use files::{io, Files};
@@ -33,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema migrations; `PRAGMA user_version` records how many ran. Append only.
-pub const MIGRATIONS: [&str; 5] = [
+pub const MIGRATIONS: [&str; 6] = [
     // 1: the ledger as first shipped.
     "CREATE TABLE ledger (
         id INTEGER PRIMARY KEY,
@@ -110,6 +112,22 @@ pub const MIGRATIONS: [&str; 5] = [
         PRIMARY KEY (task_id, tenant)
     ) WITHOUT ROWID;
     CREATE INDEX IF NOT EXISTS feedback_time ON feedback (created_ms);",
+    // 6: verifiers' votes, written with their task's row (`evidence.rs` says why a table).
+    // `created_ms` is the row's `finished_ms`; `id` keeps the order they were written in.
+    "CREATE TABLE IF NOT EXISTS votes (
+        id INTEGER PRIMARY KEY,
+        task_id TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        round INTEGER NOT NULL,
+        producer TEXT NOT NULL,
+        skill TEXT NOT NULL,
+        verifier TEXT NOT NULL,
+        passed INTEGER NOT NULL,
+        confidence REAL,
+        weight REAL NOT NULL,
+        created_ms INTEGER NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS votes_time ON votes (created_ms);",
 ];
 
 /// Most rows left out of the session index before a merge.
@@ -518,6 +536,33 @@ fn insert_rows(conn: &Connection, rows: &[LedgerRow]) -> Result<(), LedgerError>
     Ok(())
 }
 
+/// Inserts the votes of `rows`, inside the caller's transaction (each row's `finished_ms` is
+/// its votes' `created_ms`).
+fn insert_votes(conn: &Connection, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO votes (task_id, tenant, round, producer, skill, verifier, passed,
+            confidence, weight, created_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )?;
+    for r in rows {
+        for v in &r.votes {
+            stmt.execute(params![
+                r.task_id,
+                r.tenant,
+                v.round,
+                v.producer,
+                v.skill,
+                v.verifier,
+                v.passed,
+                v.confidence,
+                v.weight,
+                r.finished_ms,
+            ])?;
+        }
+    }
+    Ok(())
+}
+
 /// Adds the rows after `indexed_to` to the session index, in key order, and moves the mark.
 fn merge_session_index(conn: &Connection) -> Result<(), LedgerError> {
     conn.prepare_cached(
@@ -541,8 +586,13 @@ impl Backend for SqliteBackend {
         self.unmerged += rows.len() as u64;
         let merge = self.unmerged >= MERGE_ROWS || self.last_merge.elapsed() >= MERGE_EVERY;
         self.pace_checkpoints()?;
+        // Most batches have no votes: then no vote statement runs at all.
+        let votes = any_votes(rows);
         self.in_transaction(|conn| {
             insert_rows(conn, rows)?;
+            if votes {
+                insert_votes(conn, rows)?;
+            }
             if merge {
                 merge_session_index(conn)?;
             }
@@ -598,6 +648,11 @@ impl Backend for SqliteBackend {
         read::feedback(&self.conn, task_id)
     }
 
+    fn evidence(&mut self, since_ms: i64, limit: u32) -> Result<Vec<Evidence>, LedgerError> {
+        self.reattach(false)?;
+        read::evidence(&self.conn, since_ms, limit)
+    }
+
     /// One small transaction of its own, checked for moved files like a batch.
     fn rate(&mut self, fb: &Feedback) -> Result<bool, LedgerError> {
         self.reattach(false)?;
@@ -643,6 +698,10 @@ impl Backend for SqliteBackend {
             "DELETE FROM feedback WHERE created_ms < ?1",
             params![before_ms],
         )?;
+        tx.execute(
+            "DELETE FROM votes WHERE created_ms < ?1",
+            params![before_ms],
+        )?;
         tx.commit()?;
         Ok(n as u64)
     }
@@ -658,6 +717,15 @@ impl Backend for SqliteBackend {
                 "DELETE FROM ledger_session_index WHERE (session_id, row_id) IN
                     (SELECT session_id, id FROM ledger WHERE finished_ms < ?1
                      ORDER BY finished_ms, id LIMIT ?2)",
+            )?
+            .execute(params![before_ms, limit])?;
+            // Votes go with their rows: those cast up to the newest row this batch deletes
+            // (so a batch deletes the votes of at most `limit` rows, however many each has;
+            // once no row is left before the cut-off, any vote before it).
+            conn.prepare_cached(
+                "DELETE FROM votes WHERE created_ms < ?1 AND created_ms <= COALESCE(
+                    (SELECT max(finished_ms) FROM (SELECT finished_ms FROM ledger
+                        WHERE finished_ms < ?1 ORDER BY finished_ms, id LIMIT ?2)), ?1)",
             )?
             .execute(params![before_ms, limit])?;
             n = conn

@@ -107,6 +107,10 @@ impl Reader for Held {
         self.0.hold(cancel);
         Ok(Vec::new())
     }
+    fn evidence(&self, _: i64, _: u32, cancel: &Cancel) -> Result<Vec<Evidence>, LedgerError> {
+        self.0.hold(cancel);
+        Ok(Vec::new())
+    }
     fn close(&self) {}
 }
 
@@ -149,6 +153,14 @@ impl Reader for SlowReader {
     }
     fn feedback(&self, task_id: &str, cancel: &Cancel) -> Result<Vec<Feedback>, LedgerError> {
         self.inner.feedback(task_id, cancel)
+    }
+    fn evidence(
+        &self,
+        since_ms: i64,
+        limit: u32,
+        cancel: &Cancel,
+    ) -> Result<Vec<Evidence>, LedgerError> {
+        self.inner.evidence(since_ms, limit, cancel)
     }
     fn close(&self) {
         self.inner.close();
@@ -196,6 +208,9 @@ impl Backend for Wrapped {
     }
     fn feedback(&mut self, task_id: &str) -> Result<Vec<Feedback>, LedgerError> {
         self.inner.feedback(task_id)
+    }
+    fn evidence(&mut self, since_ms: i64, limit: u32) -> Result<Vec<Evidence>, LedgerError> {
+        self.inner.evidence(since_ms, limit)
     }
     fn rate(&mut self, fb: &Feedback) -> Result<bool, LedgerError> {
         self.inner.rate(fb)
@@ -379,4 +394,62 @@ async fn reads_follow_the_rows_into_a_new_file() {
         .query_row("SELECT count(*) FROM ledger", [], |r| r.get(0))
         .unwrap();
     assert_eq!(stored, n);
+}
+
+/// `LedgerHandle::evidence` reads a recorded row's votes and the ratings, beside the writer
+/// (a file's readers, under `async` once the rows before it are committed) and through it
+/// (in memory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evidence_is_read_beside_the_writer_or_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for (store, durability) in [
+        (temp_db(&dir), Durability::Async),
+        (":memory:".to_owned(), Durability::Commit),
+    ] {
+        let backend = SqliteBackend::open(&store, durability).unwrap();
+        let ledger = Ledger::start(Box::new(backend), durability, 100, metrics());
+        let h = ledger.handle();
+        let vote = Vote {
+            round: 1,
+            producer: "d0".into(),
+            skill: "echo".into(),
+            verifier: "v".into(),
+            passed: false,
+            confidence: None,
+            weight: 0.5,
+        };
+        let voted = LedgerRow {
+            votes: vec![vote],
+            ..row("t1", "s", 1_000)
+        };
+        h.record(voted).await.unwrap();
+        let rating = Feedback {
+            task_id: "t1".into(),
+            tenant: "anonymous".into(),
+            score: 1.0,
+            outcome: Given::Good,
+            delegate: Some("d0".into()),
+            skill: "echo".into(),
+            created_at: "2026-01-01T00:00:02Z".into(),
+            created_ms: 2_000,
+        };
+        assert!(h.rate(rating).await.unwrap());
+        let sources: Vec<_> = h
+            .evidence(0, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.at_ms, e.score, e.weight, e.source))
+            .collect();
+        assert_eq!(
+            sources,
+            [
+                (1_000, 0.0, 0.5, EvidenceSource::Vote),
+                (2_000, 1.0, 1.0, EvidenceSource::Feedback)
+            ],
+            "{store}"
+        );
+        assert_eq!(ledger.close(GENEROUS).await, 0);
+        assert!(matches!(h.evidence(0, 10).await, Err(LedgerError::Closed)));
+    }
 }

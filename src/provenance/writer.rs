@@ -6,7 +6,7 @@
 //! of [`PRUNE_BATCH`]. Reads run beside it (`readers.rs`) where the store allows.
 
 use super::readers::{Readers, READ_DEADLINE};
-use super::{Backend, Durability, Feedback, LedgerError, LedgerRow, Query, RatedTask};
+use super::{Backend, Durability, Evidence, Feedback, LedgerError, LedgerRow, Query, RatedTask};
 use crate::telemetry::Metrics;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,6 +30,12 @@ enum Cmd {
     },
     /// Likewise: the ratings of a task id.
     Feedback(String, Ack<Vec<Feedback>>),
+    /// Likewise: quality evidence since a time.
+    Evidence {
+        since_ms: i64,
+        limit: u32,
+        ack: Ack<Vec<Evidence>>,
+    },
     /// Stores a rating (its own transaction, after the batch gathered so far).
     Rate(Box<Feedback>, Ack<bool>),
     /// Deletes at most `limit` rows finished before `before_ms`.
@@ -313,6 +319,25 @@ impl LedgerHandle {
             .await
     }
 
+    /// Quality evidence given at or after `since_ms`: the newest `limit` votes and the newest
+    /// `limit` ratings naming a delegate, together oldest first (as [`Backend::evidence`]),
+    /// beside the writer.
+    pub async fn evidence(&self, since_ms: i64, limit: u32) -> Result<Vec<Evidence>, LedgerError> {
+        let Some(readers) = &self.readers else {
+            return self
+                .ask(|ack| Cmd::Evidence {
+                    since_ms,
+                    limit,
+                    ack,
+                })
+                .await;
+        };
+        self.caught_up().await?;
+        readers
+            .run(move |r, cancel| r.evidence(since_ms, limit, cancel))
+            .await
+    }
+
     /// Stores a rating, committed before this returns (whatever the durability: a rating
     /// is answered once, and a second one must find it); false when the task was rated
     /// already.
@@ -547,6 +572,15 @@ impl<'m> Writer<'m> {
             Cmd::Feedback(task_id, ack) => {
                 self.flush();
                 let _ = ack.send(self.backend.feedback(&task_id).map_err(Arc::new));
+            }
+            Cmd::Evidence {
+                since_ms,
+                limit,
+                ack,
+            } => {
+                self.flush();
+                let found = self.backend.evidence(since_ms, limit);
+                let _ = ack.send(found.map_err(Arc::new));
             }
             Cmd::Rate(fb, ack) => {
                 self.flush();

@@ -247,7 +247,12 @@ impl Proxy {
                     LdpError::gateway(GatewayCode::UpstreamFailed, "too many upstream attempts");
                 return Attempt::Done(Answer::Failed(e));
             }
-            let input = match translate_input(t.task.input, env.payload_mode, mode) {
+            let translated = if t.task.verifying {
+                Ok(t.task.input.clone())
+            } else {
+                translate_input(t.task.input, env.payload_mode, mode)
+            };
+            let input = match translated {
                 Ok(i) => i,
                 Err(e) => {
                     let reason = format!(

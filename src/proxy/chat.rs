@@ -126,6 +126,7 @@ impl Proxy {
                 input: &input,
                 contract: None,
                 chat: Some(req),
+                verifying: false,
             };
             let trip = self.submit(&env, ctx, task, progress).await?;
             let lost = matches!(&trip.reply.body,

@@ -65,11 +65,14 @@ impl Proxy {
             payload_mode: run.mode.map(|m| m.as_str().to_owned()),
             latency_ms: t.started.elapsed().as_secs_f64() * 1000.0,
             upstream_ms: run.upstream.as_secs_f64() * 1000.0,
-            cost_usd: reported.or(if outcome == Outcome::Result {
-                declared
-            } else {
-                None
-            }),
+            cost_usd: total_cost(
+                reported.or(if outcome == Outcome::Result {
+                    declared
+                } else {
+                    None
+                }),
+                run.extra_cost_usd,
+            ),
             reported_cost_usd: reported,
             declared_cost_usd: declared,
             tokens: provenance.and_then(|p| p.tokens_used),
@@ -84,13 +87,22 @@ impl Proxy {
                 .unwrap_or_default(),
             routing,
             payload,
+            votes: run.votes.clone(),
         }
     }
 
     /// Exports one outcome to the metrics. Every label comes from a bounded set: tenants
     /// and policies from config, delegates from the registry, and the skill only if a
     /// delegate offers it (client text otherwise: `unknown`).
-    pub(super) fn count(&self, row: &LedgerRow, total: Duration, upstream: Duration) {
+    /// `extra_cost` is the part of the row's cost already counted under other delegates
+    /// (verifiers, voted-down results).
+    pub(super) fn count(
+        &self,
+        row: &LedgerRow,
+        total: Duration,
+        upstream: Duration,
+        extra_cost: f64,
+    ) {
         let m = &self.metrics;
         let delegate = row.delegate.as_deref().unwrap_or("none");
         // A routed task's skill was on its delegate's card; only unrouted ones need a look.
@@ -107,7 +119,7 @@ impl Proxy {
         for reason in &row.fallbacks {
             m.fallbacks.with_label_values(&[reason.as_str()]).inc();
         }
-        if let Some(cost) = row.cost_usd {
+        if let Some(cost) = row.cost_usd.map(|c| c - extra_cost) {
             let policy = row.policy.as_deref().unwrap_or("none");
             m.cost_usd
                 .with_label_values(&[row.tenant.as_str(), skill, delegate, policy])
@@ -126,6 +138,15 @@ impl Proxy {
                 m.cost_discrepancies.with_label_values(&[delegate]).inc();
             }
         }
+    }
+}
+
+/// The task's cost: its answer's, plus what verification and voted-down results cost.
+fn total_cost(answer: Option<f64>, extra: f64) -> Option<f64> {
+    match answer {
+        _ if extra <= 0.0 => answer,
+        Some(c) => Some(c + extra),
+        None => Some(extra),
     }
 }
 

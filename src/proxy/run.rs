@@ -17,7 +17,7 @@ impl Proxy {
     /// The task's deadline, across every attempt: the tighter of the global ceiling and the
     /// contract's deadline. (The policy's `max_latency_ms` bounds each attempt instead, so a
     /// hanging delegate is failed over while time is left.)
-    fn task_timeout(&self, need: &Need<'_>) -> Duration {
+    pub(super) fn task_timeout(&self, need: &Need<'_>) -> Duration {
         let mut t = self.cfg.upstream.task_timeout;
         if let Some(ms) = need.contract_ms_left {
             t = t.min(Duration::from_millis(ms));
@@ -25,17 +25,26 @@ impl Proxy {
         t
     }
 
-    /// Tries delegates until one answers, failing over on retryable failures within the
-    /// policy's `max_attempts`, the retry budget and the task's deadline.
-    pub(super) async fn run_task(&self, t: &TaskCtx<'_>, run: &mut TaskRun) -> Answer {
+    /// Tries delegates (never those in `exclude`) until one answers, failing over on
+    /// retryable failures within the policy's `max_attempts`, the retry budget and
+    /// `deadline`.
+    pub(super) async fn run_task(
+        &self,
+        t: &TaskCtx<'_>,
+        run: &mut TaskRun,
+        exclude: &[String],
+        deadline: Instant,
+    ) -> Answer {
         let skill = t.task.skill;
-        let base = t.need();
-        let deadline = Instant::now() + self.task_timeout(&base);
+        let base = Need {
+            exclude,
+            ..t.need()
+        };
         // A stateless request has no context to move.
         let previous = (!t.stateless())
             .then(|| t.session.binding(skill).map(|b| b.delegate.name.clone()))
             .flatten();
-        let mut tried: Vec<String> = Vec::new();
+        let mut tried: Vec<String> = exclude.to_vec();
         let mut last: Option<LdpError> = None;
         let mut chosen = self.binding_for(t, &base, run).await;
         loop {

@@ -60,7 +60,7 @@ impl TaskCtx<'_> {
     /// Whether the task carries its whole context (the OpenAI ingress's requests send the
     /// conversation every time): it is routed afresh, with no affinity.
     pub(super) fn stateless(&self) -> bool {
-        self.task.chat.is_some()
+        self.task.chat.is_some() || self.task.verifying
     }
 
     /// The session's key for the task's binding with `delegate`: the skill, since a session
@@ -115,6 +115,11 @@ pub(super) struct TaskRun {
     pub(super) refused_upstream: Option<(u16, ErrorDetail)>,
     /// Why an OpenAI-backed delegate's answer stopped (`stop`, `length`, …).
     pub(super) finish_reason: Option<String>,
+    /// A verified task's votes, every round's.
+    pub(super) votes: Vec<crate::provenance::Vote>,
+    /// What the task cost besides its answer's own cost: voted-down results and the
+    /// verifiers (USD; already counted under their delegates in the metrics).
+    pub(super) extra_cost_usd: f64,
 }
 
 impl TaskRun {
@@ -149,6 +154,9 @@ pub(super) struct TaskIn<'a> {
     /// The OpenAI ingress's request, whose messages an OpenAI-backed delegate is sent as
     /// they came (its input is their text, for an LDP delegate).
     pub chat: Option<&'a ChatRequest>,
+    /// A verification task the gateway sends (`[verify]`): routed afresh each time, and its
+    /// input (JSON the verifier reads) sent as it is in any payload mode.
+    pub verifying: bool,
 }
 
 /// Where progress goes while a task runs.
@@ -262,7 +270,7 @@ impl Proxy {
         self.retries.task();
         session.task_started(t.task.task_id, t.task.skill);
         let mut run = TaskRun::default();
-        let answer = self.run_task(&t, &mut run).await;
+        let answer = self.run_checked(&t, &mut run).await;
         session.task_finished(t.task.task_id);
         let policy = t.policy.clone();
         let reply = self.finish(t, &run, answer).await;
@@ -273,7 +281,7 @@ impl Proxy {
     /// provenance is committed), keeping the answer for status queries.
     async fn finish(&self, t: TaskCtx<'_>, run: &TaskRun, answer: Answer) -> Arc<Envelope> {
         let row = self.ledger_row(&t, run, &answer);
-        self.count(&row, t.started.elapsed(), run.upstream);
+        self.count(&row, t.started.elapsed(), run.upstream, run.extra_cost_usd);
         let recorded = self.ledger.record(row).await;
         let reply = Arc::new(self.answer(&t, answer, recorded));
         let (tenant, from) = (&t.tenant.name, &t.env.from);

@@ -1,6 +1,7 @@
 //! Hard constraints: the card-only part (`static_eval`, cached per policy by the registry) and
 //! the per-task part (health, load, trust, latency, contract), with the figures they compare.
 
+use super::quality::{blend, plausible, Observed};
 use super::{Load, Need, Offer, RoutingParams};
 use crate::ldp::trust::session_allowed;
 use crate::ldp::ClaimType;
@@ -104,8 +105,12 @@ pub enum LatencySource {
 /// The numbers one delegate is judged by.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Figures {
-    /// Declared quality.
+    /// The quality routing uses: declared and observed blended ([`super::blend`]).
     pub quality: Option<f64>,
+    /// What the card declares.
+    pub declared_quality: Option<f64>,
+    /// What the gateway has observed (verifier votes, client ratings), with its count.
+    pub observed_quality: Option<Observed>,
     /// Price per call, USD (declared price, else tier price).
     pub cost_usd: Option<f64>,
     /// Latency, ms.
@@ -114,6 +119,17 @@ pub struct Figures {
     pub latency_source: LatencySource,
     /// How the quality claim was established.
     pub claim_type: Option<ClaimType>,
+}
+
+impl Figures {
+    /// The quality `min_quality` is compared with ([`plausible`]).
+    pub fn plausible_quality(&self) -> Option<f64> {
+        plausible(
+            self.declared_quality,
+            self.claim_type,
+            self.observed_quality,
+        )
+    }
 }
 
 /// One candidate's evaluation: figures and the set of constraints it failed.
@@ -143,15 +159,15 @@ impl Evaluation {
 
 /// The figures of an offer.
 pub fn figures<O: Offer>(o: &O, params: &RoutingParams) -> Figures {
-    declared(o, params).with_observed(o.observed_latency_ms())
+    declared(o, params).with_observed(o.observed_latency_ms(), o.observed_quality())
 }
 
 /// What a policy concludes about an offer from its card alone: the constraints that depend
-/// on nothing else (policy trust domains, jurisdictions, min quality, max cost, payload modes,
-/// context window, model families) and the declared figures. The same for every task until
-/// the card or the policy changes, so the registry keeps them per policy and skill
-/// ([`statics`]) and a decision only checks what moves: health, load, the session's trust
-/// domains, observed latency, the task's contract.
+/// on nothing else (policy trust domains, jurisdictions, max cost, payload modes, context
+/// window, model families) and the declared figures. The same for every task until the card
+/// or the policy changes, so the registry keeps them per policy and skill ([`statics`]) and
+/// a decision only checks what moves: health, load, the session's trust domains, observed
+/// latency and quality (so `min_quality`), the task's contract.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Static {
     failed: u16,
@@ -176,15 +192,22 @@ fn declared<O: Offer>(o: &O, params: &RoutingParams) -> Static {
 }
 
 impl Static {
-    /// The figures, latency observed when measured, else declared.
-    pub(super) fn with_observed(&self, observed_ms: Option<f64>) -> Figures {
+    /// The figures: latency observed when measured, else declared; quality blended with
+    /// what was observed.
+    pub(super) fn with_observed(
+        &self,
+        observed_ms: Option<f64>,
+        observed_quality: Option<Observed>,
+    ) -> Figures {
         let (latency_ms, latency_source) = match (observed_ms, self.declared_latency_ms) {
             (Some(ms), _) => (Some(ms), LatencySource::Observed),
             (None, Some(ms)) => (Some(ms), LatencySource::Declared),
             (None, None) => (None, LatencySource::Unknown),
         };
         Figures {
-            quality: self.quality,
+            quality: blend(self.quality, self.claim_type, observed_quality),
+            declared_quality: self.quality,
+            observed_quality,
             cost_usd: self.cost_usd,
             latency_ms,
             latency_source,
@@ -198,7 +221,7 @@ pub fn static_eval<O: Offer>(o: &O, policy: &Policy, params: &RoutingParams) -> 
     let card = o.card();
     let req = &policy.require;
     let mut st = declared(o, params);
-    let (quality, cost_usd) = (st.quality, st.cost_usd);
+    let cost_usd = st.cost_usd;
     let mut failed = 0u16;
     let mut fail = |c: Constraint, bad: bool| {
         if bad {
@@ -217,10 +240,6 @@ pub fn static_eval<O: Offer>(o: &O, policy: &Policy, params: &RoutingParams) -> 
         (!req.jurisdictions.is_empty()
             && !j.is_some_and(|j| req.jurisdictions.iter().any(|g| g.matches(j))))
             || j.is_some_and(|j| req.deny_jurisdictions.iter().any(|g| g.matches(j))),
-    );
-    fail(
-        Constraint::MinQuality,
-        bound(req.min_quality, quality, unknown, |min, q| q >= min),
     );
     fail(
         Constraint::MaxCost,
@@ -280,7 +299,7 @@ pub(super) fn evaluate_with<O: Offer>(
     need: &Need<'_>,
     params: &RoutingParams,
 ) -> (Evaluation, Load) {
-    let f = st.with_observed(o.observed_latency_ms());
+    let f = st.with_observed(o.observed_latency_ms(), o.observed_quality());
     let mut failed = st.failed;
     let mut fail = |c: Constraint, bad: bool| {
         if bad {
@@ -302,6 +321,15 @@ pub(super) fn evaluate_with<O: Offer>(
             &o.card().trust_domain,
             need.client_domain,
             need.required_domain,
+        ),
+    );
+    fail(
+        Constraint::MinQuality,
+        bound(
+            policy.require.min_quality,
+            f.plausible_quality(),
+            unknown,
+            |min, q| q >= min,
         ),
     );
     fail(

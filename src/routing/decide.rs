@@ -207,27 +207,33 @@ pub fn decide_with<O: Offer>(
     let floor = best * (1.0 - policy.tolerance);
     let band: Vec<usize> = (0..scores.len()).filter(|k| scores[*k] >= floor).collect();
     let weight = |k: usize| offers[s.index[k]].weight().max(0.0) * s.loads[k].weight_factor;
-    let k = if band.len() == 1 {
-        band[0]
-    } else {
-        let a = weighted(&band, &weight, None, rng);
-        let b = weighted(&band, &weight, Some(a), rng);
-        let cost = |k: usize| {
-            let latency = offers[s.index[k]].observed_latency_ms().unwrap_or(0.0) + 1.0;
-            (f64::from(s.loads[k].in_flight) + 1.0) * latency
-        };
-        let (ca, cb) = (cost(a), cost(b));
-        if (ca - cb).abs() <= 1e-9 * ca.max(cb) {
-            let (wa, wb) = (weight(a), weight(b));
-            if wa + wb <= 0.0 || rng.f64() * (wa + wb) < wa {
+    let first = (band.len() > 1).then(|| weighted(&band, &weight, None, rng));
+    // A weight of 0 takes no share while another in the band weighs anything: with no other
+    // positive weight to draw, the first draw stands.
+    let alone =
+        first.is_some_and(|a| weight(a) > 0.0 && !band.iter().any(|&k| k != a && weight(k) > 0.0));
+    let k = match first {
+        None => band[0],
+        Some(a) if alone => a,
+        Some(a) => {
+            let b = weighted(&band, &weight, Some(a), rng);
+            let cost = |k: usize| {
+                let latency = offers[s.index[k]].observed_latency_ms().unwrap_or(0.0) + 1.0;
+                (f64::from(s.loads[k].in_flight) + 1.0) * latency
+            };
+            let (ca, cb) = (cost(a), cost(b));
+            if (ca - cb).abs() <= 1e-9 * ca.max(cb) {
+                let (wa, wb) = (weight(a), weight(b));
+                if wa + wb <= 0.0 || rng.f64() * (wa + wb) < wa {
+                    a
+                } else {
+                    b
+                }
+            } else if ca < cb {
                 a
             } else {
                 b
             }
-        } else if ca < cb {
-            a
-        } else {
-            b
         }
     };
     Ok(Pick {

@@ -78,6 +78,23 @@ fn fmt_opt(v: Option<f64>, unit: &str) -> String {
     v.map_or_else(|| "undeclared".to_owned(), |v| format!("{v}{unit}"))
 }
 
+/// `0.62 (declared 0.95, observed 0.40 over 12.0; plausibly up to 0.75)`, or the declared
+/// quality alone.
+fn quality_text(f: &Figures) -> String {
+    let blended = f.quality.map(|q| format!("{q:.3}"));
+    match f.observed_quality {
+        None => fmt_opt(f.declared_quality, ""),
+        Some(o) => format!(
+            "{} (declared {}, observed {:.3} over {:.1}; plausibly up to {:.3})",
+            blended.as_deref().unwrap_or("undeclared"),
+            fmt_opt(f.declared_quality, ""),
+            o.mean,
+            o.count,
+            f.plausible_quality().unwrap_or(0.0)
+        ),
+    }
+}
+
 fn detail<O: Offer>(c: Constraint, o: &O, f: &Figures, policy: &Policy, need: &Need<'_>) -> String {
     let card = o.card();
     let r = &policy.require;
@@ -140,7 +157,7 @@ fn detail<O: Offer>(c: Constraint, o: &O, f: &Figures, policy: &Policy, need: &N
         ),
         Constraint::MinQuality => match r.min_quality {
             None => "no constraint".into(),
-            Some(m) => format!("quality {} >= {m}", fmt_opt(f.quality, "")),
+            Some(m) => format!("quality {} >= {m}", quality_text(f)),
         },
         Constraint::MaxCost => match r.max_cost_usd {
             None => "no constraint".into(),
@@ -295,6 +312,19 @@ impl Explanation {
                 _ => {
                     let _ = writeln!(out, ": not eligible");
                 }
+            }
+            if let Some(f) = &d.figures {
+                let observed = f.observed_quality.map_or_else(
+                    || "none".to_owned(),
+                    |o| format!("{:.3} over {:.1}", o.mean, o.count),
+                );
+                let _ = writeln!(
+                    out,
+                    "  quality: declared {}, observed {observed}, blended {}",
+                    fmt_opt(f.declared_quality, ""),
+                    f.quality
+                        .map_or_else(|| "undeclared".to_owned(), |q| format!("{q:.3}"))
+                );
             }
             for c in &d.constraints {
                 let _ = writeln!(

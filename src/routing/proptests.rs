@@ -4,8 +4,9 @@
 
 use super::tests::TestOffer;
 use super::*;
+use crate::ldp::trust::session_allowed;
 use crate::ldp::{Capability, PayloadMode, TrustDomain};
-use crate::policy::{Glob, Require, Weights};
+use crate::policy::{Glob, Policy, Require, Weights};
 use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
 use std::collections::BTreeMap;
@@ -45,6 +46,8 @@ struct Spec {
     card_latency: Option<(String, Option<u64>)>,
     observed: Option<f64>,
     weight: f64,
+    /// Quality evidence: (mean, count).
+    seen: Option<(f64, f64)>,
 }
 
 /// One random routing problem.
@@ -64,6 +67,32 @@ impl Case {
             .enumerate()
             .map(|(i, s)| build(i, s))
             .collect()
+    }
+}
+
+/// The quality routing should use: the declared one and the evidence blended (the oracle's own
+/// arithmetic, a self-claim worth two observations).
+fn spec_quality(s: &Spec) -> Option<f64> {
+    match (s.quality, s.seen) {
+        (q, None) => q,
+        (_, Some((_, count))) if count <= 0.0 => s.quality,
+        (q, Some((mean, count))) => {
+            let (prior, k) = q.map_or((0.5, 1.0), |q| (q, 2.0));
+            Some((k * prior + count * mean) / (k + count))
+        }
+    }
+}
+
+/// What `min_quality` is compared with: [`spec_quality`] plus one standard deviation of the
+/// posterior once there is evidence.
+fn spec_plausible(s: &Spec) -> Option<f64> {
+    let b = spec_quality(s)?;
+    match s.seen {
+        Some((_, count)) if count > 0.0 => {
+            let k = if s.quality.is_some() { 2.0 } else { 1.0 };
+            Some((b + (b * (1.0 - b) / (k + count + 1.0)).max(0.0).sqrt()).min(1.0))
+        }
+        _ => Some(b),
     }
 }
 
@@ -110,6 +139,7 @@ fn build(i: usize, s: &Spec) -> TestOffer {
         healthy: s.healthy,
         observed: s.observed,
         weight: s.weight,
+        quality_seen: s.seen.map(|(mean, count)| Observed { mean, count }),
     }
 }
 
@@ -164,11 +194,12 @@ fn spec() -> impl Strategy<Value = Spec> {
         card_latency(),
         prop::option::weighted(0.3, grid(20_000, 0.5)),
         prop_oneof![1 => Just(0.0), 1 => Just(1.0), 2 => grid(40, 0.25)],
+        prop::option::weighted(0.4, (grid(100, 0.01), grid(40, 0.5))),
     );
     (identity, figures).prop_map(
         |(
             (healthy, domain, cross_domain, peers, jurisdiction, family, context_window, modes),
-            (quality, price, tier, card_tier, p50, card_latency, observed, weight),
+            (quality, price, tier, card_tier, p50, card_latency, observed, weight, seen),
         )| Spec {
             healthy,
             domain,
@@ -186,6 +217,7 @@ fn spec() -> impl Strategy<Value = Spec> {
             card_latency,
             observed,
             weight,
+            seen,
         },
     )
 }
@@ -278,6 +310,7 @@ fn need() -> impl Strategy<Value = Need<'static>> {
                 required_domain,
                 contract_max_cost_usd,
                 contract_ms_left,
+                exclude: &[],
             },
         )
 }
@@ -305,6 +338,7 @@ fn params() -> impl Strategy<Value = RoutingParams> {
                 tier_prices,
                 missing_score,
                 unknown_passes_bounds,
+                ..RoutingParams::default()
             },
         )
 }
@@ -410,7 +444,7 @@ fn oracle(s: &Spec, c: &Case) -> Vec<Constraint> {
         (Constraint::Jurisdiction, jurisdiction_ok),
         (
             Constraint::MinQuality,
-            meets(r.min_quality, s.quality, lenient, |v, l| v >= l),
+            meets(r.min_quality, spec_plausible(s), lenient, |v, l| v >= l),
         ),
         (
             Constraint::MaxCost,
@@ -516,8 +550,7 @@ proptest! {
             prop_assert_eq!(e.failures().collect::<Vec<_>>(), failures[i].clone(), "offer {}", i);
             prop_assert_eq!(
                 e.failed(Constraint::TrustDomain),
-                check_session(&o.card.trust_domain, c.need.client_domain, c.need.required_domain)
-                    .is_err()
+                !session_allowed(&o.card.trust_domain, c.need.client_domain, c.need.required_domain)
             );
         }
         let eligible = failures.iter().filter(|f| f.is_empty()).count();
@@ -529,9 +562,9 @@ proptest! {
                     prop_assert!(evaluate(o, &c.policy, &c.need, &c.params).eligible());
                     prop_assert!(failures[p.index].is_empty(), "picked {:?}", failures[p.index]);
                     prop_assert!(o.healthy() && s.healthy);
-                    prop_assert!(check_session(
+                    prop_assert!(session_allowed(
                         &o.card.trust_domain, c.need.client_domain, c.need.required_domain
-                    ).is_ok());
+                    ));
                     let r = &c.policy.require;
                     if let Some(j) = &o.card.jurisdiction {
                         prop_assert!(!r.deny_jurisdictions.iter().any(|g| g.matches(j)));
@@ -540,7 +573,7 @@ proptest! {
                         let j = o.card.jurisdiction.as_deref();
                         prop_assert!(j.is_some_and(|j| r.jurisdictions.iter().any(|g| g.matches(j))));
                     }
-                    if let (Some(min), Some(q)) = (r.min_quality, o.hints.quality) {
+                    if let (Some(min), Some(q)) = (r.min_quality, spec_plausible(s)) {
                         prop_assert!(q >= min);
                     }
                     if let (Some(max), Some(cost)) = (r.max_cost_usd, spec_cost(s, &c.params)) {
@@ -624,7 +657,7 @@ proptest! {
         };
         let params = c.params;
         let cost = move |s: &Spec| spec_cost(s, &params);
-        let quality = |s: &Spec| s.quality;
+        let quality = |s: &Spec| spec_quality(s);
         let checks: [(Case, &FigureOf<'_>, bool); 3] = [
             (with_weights(&c, 1.0, 0.0, 0.0), &quality, true),
             (with_weights(&c, 0.0, 1.0, 0.0), &cost, false),
@@ -669,9 +702,9 @@ proptest! {
             let q = component(p.index).expect("a pick is eligible");
             prop_assert!(q >= best_low - 1e-9, "quality component {} < {}", q, best_low);
             // Same normalisation, so declared qualities move the same way.
-            if let Some(qh) = c.specs[p.index].quality {
+            if let Some(qh) = spec_quality(&c.specs[p.index]) {
                 for a in &lo {
-                    if let Some(ql) = c.specs[a.index].quality {
+                    if let Some(ql) = spec_quality(&c.specs[a.index]) {
                         prop_assert!(qh >= ql - 1e-9, "quality {} < {}", qh, ql);
                     }
                 }

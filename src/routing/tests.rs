@@ -13,6 +13,7 @@ pub(crate) struct TestOffer {
     pub healthy: bool,
     pub observed: Option<f64>,
     pub weight: f64,
+    pub quality_seen: Option<Observed>,
 }
 
 impl Offer for TestOffer {
@@ -30,6 +31,9 @@ impl Offer for TestOffer {
     }
     fn observed_latency_ms(&self) -> Option<f64> {
         self.observed
+    }
+    fn observed_quality(&self) -> Option<Observed> {
+        self.quality_seen
     }
     fn weight(&self) -> f64 {
         self.weight
@@ -58,6 +62,7 @@ pub(crate) fn offer(name: &str, q: Option<f64>, cost: Option<f64>, lat: Option<u
         healthy: true,
         observed: None,
         weight: 1.0,
+        quality_seen: None,
     }
 }
 
@@ -374,4 +379,39 @@ fn explain_shows_values_compared() {
     assert_eq!(row.detail, "quality 0.6 >= 0.7");
     assert!(!x.delegates[2].offers_skill);
     assert!(x.to_table().contains("FAIL min_quality"));
+}
+
+#[test]
+fn evidence_moves_min_quality_and_the_quality_score() {
+    let params = RoutingParams::default();
+    let mut pol = Policy::builtin_balanced();
+    pol.require.min_quality = Some(0.8);
+    pol.weights = Weights {
+        quality: 1.0,
+        cost: 0.0,
+        latency: 0.0,
+    };
+    let mut liar = offer("liar", Some(0.95), Some(0.001), Some(10));
+    let honest = offer("honest", Some(0.85), Some(0.01), Some(10));
+    // No evidence: the claim stands, and the liar scores best.
+    let e = evaluate(&liar, &pol, &need(), &params);
+    assert!(e.eligible() && e.figures.quality == Some(0.95));
+    let (_, scored, _) = scores(&[liar.clone(), honest.clone()], &pol, &need(), &params);
+    assert!(scored[0].unwrap().1 > scored[1].unwrap().1);
+    // Ten votes at 0.5 outweigh a self-claim: below min_quality, shown with its parts.
+    liar.quality_seen = Some(Observed {
+        mean: 0.5,
+        count: 10.0,
+    });
+    let e = evaluate(&liar, &pol, &need(), &params);
+    assert!(only(Constraint::MinQuality, &e), "{e:?}");
+    assert_eq!(e.figures.declared_quality, Some(0.95));
+    assert!(e.figures.quality.unwrap() < 0.6);
+    let x = explain(&[liar, honest], &[], &pol, &need(), &params);
+    assert_eq!(x.pick, Picked::Delegate("honest".into()));
+    let table = x.to_table();
+    assert!(
+        table.contains("quality: declared 0.95, observed 0.500 over 10.0, blended 0.575"),
+        "{table}"
+    );
 }

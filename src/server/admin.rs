@@ -206,13 +206,28 @@ fn refresh_gauges(s: &AppState, m: &crate::telemetry::Metrics) {
         }
         if let Some(card) = d.card() {
             for cap in &card.capabilities {
-                if let Some(p50) = card
-                    .effective_hints(&cap.name)
-                    .and_then(|h| h.latency_p50_ms)
-                {
+                let hints = card.effective_hints(&cap.name);
+                let skill = cap.name.as_str();
+                if let Some(p50) = hints.as_ref().and_then(|h| h.latency_p50_ms) {
                     m.delegate_declared_latency
-                        .with_label_values(&[name, cap.name.as_str()])
+                        .with_label_values(&[name, skill])
                         .set(p50 as f64 / 1000.0);
+                }
+                let declared = hints.as_ref().and_then(|h| h.quality);
+                let claim = hints.as_ref().and_then(|h| h.claim_type);
+                let observed = d.learned.estimate(skill).and_then(|e| e.observed_now());
+                let blended = crate::routing::blend(declared, claim, observed);
+                let sources = [
+                    ("declared", declared),
+                    ("observed", observed.map(|o| o.mean)),
+                    ("blended", blended),
+                ];
+                for (source, q) in sources {
+                    if let Some(q) = q {
+                        m.delegate_quality
+                            .with_label_values(&[name, skill, source])
+                            .set(q);
+                    }
                 }
             }
         }

@@ -61,6 +61,7 @@ pub fn telling(kind: ErrorKind) -> Telling {
             C::SessionLimit => (S::SERVICE_UNAVAILABLE, Level::INFO, "session_limit"),
             C::LoopDetected => (S::LOOP_DETECTED, Level::WARN, "loop_detected"),
             C::UpstreamFailed => (S::BAD_GATEWAY, Level::WARN, "upstream_failed"),
+            C::VerificationFailed => (S::BAD_GATEWAY, Level::INFO, "verification_failed"),
             C::Unavailable => (
                 S::SERVICE_UNAVAILABLE,
                 Level::WARN,
@@ -358,6 +359,7 @@ mod tests {
             GatewayCode::LoopDetected,
             GatewayCode::UpstreamFailed,
             GatewayCode::Unavailable,
+            GatewayCode::VerificationFailed,
             GatewayCode::Internal,
         ];
         for c in all {

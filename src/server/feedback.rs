@@ -1,5 +1,5 @@
 //! `POST /ldp/feedback`: a tenant rates one of its own tasks, once; the rating is stored in
-//! the ledger beside the task's row and handed to the registry's learned-quality seam.
+//! the ledger beside the task's row and learnt as evidence of the delegate's quality.
 
 use super::ldp_routes::{read_body, refuse, request_ctx};
 use super::{ApiError, AppState, ErrorKind};
@@ -157,6 +157,11 @@ async fn rate(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Feedb
         .feedback
         .with_label_values(&[fb.outcome.as_str()])
         .inc();
+    // The rating is evidence of what the delegate delivered (routing's learned quality).
+    if let Some(delegate) = &fb.delegate {
+        s.registry
+            .observe(delegate, &fb.skill, fb.score, 1.0, fb.created_ms);
+    }
     Ok(fb)
 }
 

@@ -932,6 +932,9 @@ fn gateway_provenance() -> Provenance {
         kind: "tests".into(),
         uri: None,
         summary: None,
+        decision: None,
+        weight: None,
+        confidence: None,
     }];
     p.lineage = vec![
         LineageEntry {

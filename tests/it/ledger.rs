@@ -698,3 +698,42 @@ fn the_sqlite_backend_filters_pages_reads_back_and_prunes() {
     .unwrap();
     contract::check(&mut b);
 }
+
+/// A Postgres ledger of schema 2 (feedback, no votes) gains the votes table when a replica of
+/// this build opens it, keeps its rows and ratings, and its new rows take votes.
+#[test]
+fn a_postgres_ledger_from_before_votes_migrates_and_keeps_its_rows() {
+    use crate::support::stores::{pg_sql, TempDb};
+    use ldp_gateway::provenance::{Backend, Durability, PostgresBackend, Query};
+    use std::time::Duration;
+    let db = TempDb::new();
+    let open =
+        || PostgresBackend::open(&db.url(), Durability::Commit, Duration::from_secs(5)).unwrap();
+    let old = contract::row("old", "s", "anonymous", 1_000);
+    {
+        let mut b = open();
+        b.insert(std::slice::from_ref(&old)).unwrap();
+        assert!(b
+            .rate(&contract::rating("old", "anonymous", 1.0, 1_100))
+            .unwrap());
+    }
+    // Back to schema 2, as a build before votes left it.
+    pg_sql(
+        &db.name,
+        "DROP TABLE votes; UPDATE ldp_ledger_schema SET version = 2".into(),
+    );
+    let mut b = open();
+    let by_task = |t: &str| Query {
+        task_id: Some(t.into()),
+        ..Query::default()
+    };
+    assert_eq!(b.query(&by_task("old")).unwrap(), vec![old]);
+    let new = LedgerRow {
+        votes: vec![contract::vote(1, "d0", "v", false, 0.5)],
+        ..contract::row("new", "s", "anonymous", 2_000)
+    };
+    b.insert(std::slice::from_ref(&new)).unwrap();
+    assert_eq!(b.query(&by_task("new")).unwrap(), vec![new]);
+    let at: Vec<i64> = b.evidence(0, 10).unwrap().iter().map(|e| e.at_ms).collect();
+    assert_eq!(at, [1_100, 2_000]);
+}

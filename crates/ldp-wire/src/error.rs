@@ -160,13 +160,15 @@ pub enum GatewayCode {
     /// Cluster mode: the shared state (Redis) did not answer, so a budget, session or replay
     /// check could not be made; refused rather than guessed.
     Unavailable,
+    /// Every verified round's result was voted down by its verifiers (`[verify]`).
+    VerificationFailed,
     /// The gateway's own fault.
     Internal,
 }
 
 impl GatewayCode {
     /// Every code.
-    pub const ALL: [GatewayCode; 15] = [
+    pub const ALL: [GatewayCode; 16] = [
         GatewayCode::BadRequest,
         GatewayCode::PayloadTooLarge,
         GatewayCode::Unauthenticated,
@@ -181,6 +183,7 @@ impl GatewayCode {
         GatewayCode::UpstreamFailed,
         GatewayCode::LoopDetected,
         GatewayCode::Unavailable,
+        GatewayCode::VerificationFailed,
         GatewayCode::Internal,
     ];
 
@@ -206,6 +209,7 @@ impl GatewayCode {
             GatewayCode::UpstreamFailed => "UPSTREAM_FAILED",
             GatewayCode::LoopDetected => "LOOP_DETECTED",
             GatewayCode::Unavailable => "SHARED_STATE_UNAVAILABLE",
+            GatewayCode::VerificationFailed => "VERIFICATION_FAILED",
             GatewayCode::Internal => "INTERNAL",
         }
     }
@@ -224,6 +228,7 @@ impl GatewayCode {
             GatewayCode::SessionNotFound | GatewayCode::TaskNotFound => ErrorCategory::Session,
             GatewayCode::NoEligibleDelegate => ErrorCategory::Capability,
             GatewayCode::UpstreamFailed | GatewayCode::Unavailable => ErrorCategory::Transport,
+            GatewayCode::VerificationFailed => ErrorCategory::Quality,
             GatewayCode::Internal => ErrorCategory::Runtime,
         }
     }
@@ -253,7 +258,8 @@ impl GatewayCode {
             | GatewayCode::NoEligibleDelegate
             | GatewayCode::UnknownPolicy
             | GatewayCode::BudgetExceeded
-            | GatewayCode::LoopDetected => false,
+            | GatewayCode::LoopDetected
+            | GatewayCode::VerificationFailed => false,
         }
     }
 }

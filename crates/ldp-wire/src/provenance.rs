@@ -47,6 +47,16 @@ pub struct EvidenceRef {
     /// Short summary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// A vote's decision (`passed`, `failed`): the gateway's peer verification. Extra fields
+    /// the SDKs ignore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    /// A vote's weight (its verifier's quality).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
+    /// The confidence the verifier reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
 }
 
 /// One hop in a delegation lineage (newest first). The gateway's own hop adds `policy`,

@@ -1,6 +1,8 @@
 //! The demo fleet: the example cards (embedded), one delegate whose declared latency is a lie,
-//! the simulated LDP delegates that serve them, and one simulated OpenAI-compatible server per
-//! `kind = "openai"` entry of `config/demo.toml`, all on free loopback ports.
+//! the quiz fleet (producers that are right as often as their accuracy, one of them claiming
+//! far more than it delivers, and two verifiers), the simulated LDP delegates that serve them,
+//! and one simulated OpenAI-compatible server per `kind = "openai"` entry of
+//! `config/demo.toml`, all on free loopback ports.
 
 use anyhow::Context as _;
 use ldp_gateway::config::{DelegateConfig, DelegateKind};
@@ -75,6 +77,137 @@ const LIAR_CARD: &str = r#"{
   "endpoint": "",
   "metadata": { "note": "declared latency is a lie" }
 }"#;
+
+/// The skill the quiz fleet answers (and only it: no other traffic asks for it).
+pub const QUIZ_SKILL: &str = "quiz";
+
+/// The skill the quiz verifiers offer (the `[verify] skill` of the demo's `verified` policy).
+pub const VERIFY_SKILL: &str = "verify";
+
+/// Registry name of the quiz producer whose card claims far more than it delivers.
+pub const QUIZ_LIAR: &str = "falcon-quiz-us";
+
+/// One member of the quiz fleet: what its card declares for its one skill, and how often it is
+/// really right (a producer's answers; a verifier's verdicts).
+#[derive(Debug, Clone, Copy)]
+pub struct Quizzer {
+    /// Registry name.
+    pub name: &'static str,
+    /// Model family (the verifiers' differ from every producer's: they are independent).
+    pub family: &'static str,
+    /// Jurisdiction on the card.
+    pub jurisdiction: &'static str,
+    /// A verifier (skill `verify`), else a producer (skill `quiz`).
+    pub verifier: bool,
+    /// Declared quality (self-claimed).
+    pub declared: f64,
+    /// Declared (and charged) price per call, USD.
+    pub price_usd: f64,
+    /// Declared p50 latency, ms (honest: it sleeps about that).
+    pub p50_ms: u64,
+    /// Probability of a right answer, or of a right verdict.
+    pub accuracy: f64,
+}
+
+/// The quiz fleet: the cheap liar (claims 0.95, right half the time), two dearer honest
+/// producers, and two verifiers of other model families.
+pub const QUIZ: [Quizzer; 5] = [
+    Quizzer {
+        name: QUIZ_LIAR,
+        family: "falcon",
+        jurisdiction: "us-east",
+        verifier: false,
+        declared: 0.95,
+        price_usd: 0.001,
+        p50_ms: 40,
+        accuracy: 0.5,
+    },
+    Quizzer {
+        name: "granite-quiz-eu",
+        family: "granite",
+        jurisdiction: "eu-west",
+        verifier: false,
+        declared: 0.9,
+        price_usd: 0.004,
+        p50_ms: 80,
+        accuracy: 1.0,
+    },
+    Quizzer {
+        name: "deepseek-quiz-apac",
+        family: "deepseek",
+        jurisdiction: "ap-southeast",
+        verifier: false,
+        declared: 0.88,
+        price_usd: 0.006,
+        p50_ms: 100,
+        accuracy: 0.98,
+    },
+    Quizzer {
+        name: "olmo-judge-eu",
+        family: "olmo",
+        jurisdiction: "eu-central",
+        verifier: true,
+        declared: 0.95,
+        price_usd: 0.0005,
+        p50_ms: 30,
+        accuracy: 0.98,
+    },
+    Quizzer {
+        name: "jamba-judge-us",
+        family: "jamba",
+        jurisdiction: "us-west",
+        verifier: true,
+        declared: 0.95,
+        price_usd: 0.0008,
+        p50_ms: 40,
+        accuracy: 0.98,
+    },
+];
+
+impl Quizzer {
+    /// Its skill: `verify` for a verifier, else `quiz`.
+    pub fn skill(&self) -> &'static str {
+        if self.verifier {
+            VERIFY_SKILL
+        } else {
+            QUIZ_SKILL
+        }
+    }
+
+    /// Its card: one skill, with a self-claimed quality, a price per call and a p50.
+    fn card(&self) -> anyhow::Result<IdentityCard> {
+        let role = if self.verifier {
+            "Judges quiz answers"
+        } else {
+            "Answers quiz questions"
+        };
+        let card = serde_json::json!({
+            "delegate_id": format!("ldp:delegate:{}", self.name),
+            "name": self.name,
+            "description": format!(
+                "{role}; declares quality {}, is right with probability {} in the demo.",
+                self.declared, self.accuracy
+            ),
+            "model_family": self.family,
+            "model_version": format!("{}-quiz-sim", self.family),
+            "trust_domain": { "name": "default", "allow_cross_domain": false, "trusted_peers": [] },
+            "jurisdiction": self.jurisdiction,
+            "capabilities": [{
+                "name": self.skill(),
+                "quality": {
+                    "quality_score": self.declared,
+                    "cost_per_call_usd": self.price_usd,
+                    "latency_p50_ms": self.p50_ms,
+                },
+            }],
+            "supported_payload_modes": ["semantic_frame", "text"],
+            "endpoint": "",
+            "metadata": {},
+        });
+        serde_json::from_value(card)
+            .with_context(|| format!("built-in quiz card '{}' does not parse", self.name))
+    }
+}
 
 /// One member of the fleet.
 pub struct Member {
@@ -155,9 +288,9 @@ impl Member {
     }
 }
 
-/// The parsed cards, in a fixed order: the seven examples, then the liar.
+/// The parsed cards, in a fixed order: the seven examples, the liar, then the quiz fleet.
 pub fn cards() -> anyhow::Result<Vec<(&'static str, IdentityCard)>> {
-    CARDS
+    let mut cards = CARDS
         .iter()
         .copied()
         .chain(std::iter::once((LIAR, LIAR_CARD)))
@@ -166,17 +299,26 @@ pub fn cards() -> anyhow::Result<Vec<(&'static str, IdentityCard)>> {
                 .with_context(|| format!("embedded card '{name}' does not parse"))?;
             Ok((name, card))
         })
-        .collect()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for q in &QUIZ {
+        cards.push((q.name, q.card()?));
+    }
+    Ok(cards)
 }
 
 /// How a member behaves: honest delegates sleep each skill's declared p50 (± 15 % jitter);
-/// the liar sleeps [`LIAR_ACTUAL`] whatever its card says.
+/// the liar sleeps [`LIAR_ACTUAL`] whatever its card says; a quiz member is right (or judges
+/// right) with its accuracy.
 fn options(name: &str, card: IdentityCard) -> SimOptions {
     let mut opts = SimOptions::new(card);
     if name == LIAR {
         opts.latency = LIAR_ACTUAL;
         opts.jitter = LIAR_ACTUAL / 10;
         return opts;
+    }
+    if let Some(q) = QUIZ.iter().find(|q| q.name == name) {
+        opts.accuracy = Some(q.accuracy);
+        opts.verifier = q.verifier;
     }
     let fastest = opts
         .card
@@ -270,11 +412,11 @@ mod tests {
     #[test]
     fn cards_parse_with_distinct_families() {
         let cards = cards().unwrap();
-        assert_eq!(cards.len(), 8);
+        assert_eq!(cards.len(), 8 + QUIZ.len());
         let mut families: Vec<&str> = cards.iter().map(|(_, c)| c.model_family.as_str()).collect();
         families.sort_unstable();
         families.dedup();
-        assert_eq!(families.len(), 8, "{families:?}");
+        assert_eq!(families.len(), 8 + QUIZ.len(), "{families:?}");
         let liar = &cards.iter().find(|(n, _)| *n == LIAR).unwrap().1;
         assert_eq!(
             liar.effective_hints("reasoning").unwrap().latency_p50_ms,
@@ -288,6 +430,49 @@ mod tests {
         for (name, card) in cards().unwrap() {
             let o = options(name, card);
             assert_eq!(o.card_latency, name != LIAR, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_quiz_liar_claims_the_most_costs_the_least_and_is_right_half_the_time() {
+        let producers: Vec<&Quizzer> = QUIZ.iter().filter(|q| !q.verifier).collect();
+        let liar = producers.iter().find(|q| q.name == QUIZ_LIAR).unwrap();
+        assert_eq!((liar.declared, liar.accuracy), (0.95, 0.5));
+        for q in producers.iter().filter(|q| q.name != QUIZ_LIAR) {
+            assert!(
+                q.declared < liar.declared && q.price_usd > liar.price_usd,
+                "{q:?}"
+            );
+            assert!(
+                q.accuracy >= 0.95 && (0.85..=0.9).contains(&q.declared),
+                "{q:?}"
+            );
+        }
+        // Two verifiers, of families no producer shares, so both may judge every producer.
+        let verifiers: Vec<&Quizzer> = QUIZ.iter().filter(|q| q.verifier).collect();
+        assert_eq!(verifiers.len(), 2);
+        for v in &verifiers {
+            assert!(producers.iter().all(|p| p.family != v.family), "{v:?}");
+        }
+        for (name, card) in cards().unwrap() {
+            let Some(q) = QUIZ.iter().find(|q| q.name == name) else {
+                let skills: Vec<&str> = card.capabilities.iter().map(|c| c.name.as_str()).collect();
+                assert!(
+                    !skills.contains(&QUIZ_SKILL) && !skills.contains(&VERIFY_SKILL),
+                    "{name}"
+                );
+                continue;
+            };
+            let h = card.effective_hints(q.skill()).unwrap();
+            assert_eq!(h.quality, Some(q.declared), "{name}");
+            assert_eq!(h.cost_per_call_usd, Some(q.price_usd), "{name}");
+            assert_eq!(h.latency_p50_ms, Some(q.p50_ms), "{name}");
+            let o = options(name, card);
+            assert_eq!(
+                (o.accuracy, o.verifier),
+                (Some(q.accuracy), q.verifier),
+                "{name}"
+            );
         }
     }
 }

@@ -1,5 +1,7 @@
 //! The demo's summary: per policy, each delegate's share, cost and latency, the same traffic
-//! under blind routing, and the savings. Pure: outcomes in, text out.
+//! under blind routing, and the savings; the quiz's batches under the unverified and the
+//! verified policy, and each quiz delegate's declared, observed and blended quality. Pure:
+//! outcomes (and ledger rows) in, text out.
 
 use super::traffic::{Outcome, Task};
 use std::collections::{BTreeMap, BTreeSet};
@@ -408,6 +410,291 @@ pub fn before_and_after_first_answer(
     Some((before, after))
 }
 
+/// One batch of quiz tasks under one policy, summarised.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QuizBatch {
+    /// Position of its first task in the quiz (0-based).
+    pub first: usize,
+    /// Tasks sent.
+    pub tasks: usize,
+    /// Answers the liar delivered.
+    pub liar: usize,
+    /// Answers that were right.
+    pub right: usize,
+    /// Tasks that got no answer (`VERIFICATION_FAILED`, `NO_ELIGIBLE_DELEGATE`, …).
+    pub failed: usize,
+    /// Their error codes.
+    pub failures: BTreeSet<String>,
+    /// Answers that passed verification (`peer_verified`), by the ledger.
+    pub checked: usize,
+    /// What the ledger charged: every result (voted-down ones too) and every verifier.
+    pub cost_usd: f64,
+    /// The liar's quality at the quiz skill after the batch, as routing blends it.
+    pub liar_quality: Option<f64>,
+    /// The (decayed) weight of the votes on the liar so far.
+    pub liar_evidence: f64,
+}
+
+impl QuizBatch {
+    /// Summarises a batch from its first task's position, its `outcomes` (one per task), the
+    /// ledger's rows for its tasks as `(cost_usd, peer_verified)`, and the liar's quality and
+    /// evidence afterwards.
+    pub fn new(
+        first: usize,
+        outcomes: &[Outcome],
+        rows: impl IntoIterator<Item = (f64, bool)>,
+        liar: &str,
+        liar_quality: Option<f64>,
+        liar_evidence: f64,
+    ) -> Self {
+        let mut b = QuizBatch {
+            first,
+            tasks: outcomes.len(),
+            liar_quality,
+            liar_evidence,
+            ..QuizBatch::default()
+        };
+        for o in outcomes {
+            match o {
+                Outcome::Served {
+                    delegate, right, ..
+                } => {
+                    b.liar += usize::from(delegate == liar);
+                    b.right += usize::from(*right == Some(true));
+                }
+                Outcome::Unroutable(_) => {
+                    b.failed += 1;
+                    b.failures.insert("NO_ELIGIBLE_DELEGATE".into());
+                }
+                Outcome::Failed(reason) => {
+                    b.failed += 1;
+                    let code = reason.split(':').next().unwrap_or_default();
+                    b.failures.insert(code.to_owned());
+                }
+            }
+        }
+        for (cost_usd, peer_verified) in rows {
+            b.cost_usd += cost_usd;
+            b.checked += usize::from(peer_verified);
+        }
+        b
+    }
+
+    /// These batches as one: sums, and the last batch's quality.
+    pub fn total(batches: &[QuizBatch]) -> QuizBatch {
+        let mut t = QuizBatch::default();
+        for b in batches {
+            t.tasks += b.tasks;
+            t.liar += b.liar;
+            t.right += b.right;
+            t.failed += b.failed;
+            t.failures.extend(b.failures.iter().cloned());
+            t.checked += b.checked;
+            t.cost_usd += b.cost_usd;
+            t.liar_quality = b.liar_quality;
+            t.liar_evidence = b.liar_evidence;
+        }
+        t
+    }
+
+    fn pct(&self, n: usize) -> String {
+        if self.tasks == 0 {
+            "-".into()
+        } else {
+            format!("{:.0}%", 100.0 * n as f64 / self.tasks as f64)
+        }
+    }
+
+    fn quality(&self) -> String {
+        match (self.liar_quality, self.liar_evidence) {
+            (None, _) => "-".into(),
+            (Some(q), e) if e <= 0.0 => format!("{q:.2}"),
+            (Some(q), e) => format!("{q:.2} ({e:.1})"),
+        }
+    }
+}
+
+/// The quiz table: per batch of tasks, side by side, the unverified and the verified
+/// policy's liar share (of the answers), the liar's blended quality (with the weight of the
+/// votes on it), right answers, tasks verified, tasks without an answer and cost; then totals.
+pub fn render_quiz(unverified: &[QuizBatch], verified: &[QuizBatch]) -> String {
+    let mut out = String::new();
+    // Each policy's columns under a rule naming it.
+    let rule = |title: &str, width: usize| {
+        let head = format!("── {title} ");
+        let rest = width.saturating_sub(head.chars().count());
+        format!("{head}{}", "─".repeat(rest))
+    };
+    let _ = writeln!(
+        out,
+        "  {:<9}  {}  {}",
+        "",
+        rule("unverified", 41),
+        rule("verified", 58)
+    );
+    let _ = writeln!(
+        out,
+        "  {:<9}  {:>10} {:>12} {:>6} {:>10}  {:>10} {:>12} {:>8} {:>6} {:>7} {:>10}",
+        "tasks",
+        "liar share",
+        "liar quality",
+        "right",
+        "cost USD",
+        "liar share",
+        "liar quality",
+        "verified",
+        "right",
+        "failed",
+        "cost USD"
+    );
+    let line = |out: &mut String, label: &str, u: &QuizBatch, v: &QuizBatch| {
+        let _ = writeln!(
+            out,
+            "  {:<9}  {:>10} {:>12} {:>6} {:>10.4}  {:>10} {:>12} {:>8} {:>6} {:>7} {:>10.4}",
+            label,
+            u.pct(u.liar),
+            u.quality(),
+            u.pct(u.right),
+            u.cost_usd,
+            v.pct(v.liar),
+            v.quality(),
+            v.checked,
+            v.pct(v.right),
+            v.failed,
+            v.cost_usd,
+        );
+    };
+    let blank = QuizBatch::default();
+    for i in 0..unverified.len().max(verified.len()) {
+        let u = unverified.get(i).unwrap_or(&blank);
+        let v = verified.get(i).unwrap_or(&blank);
+        let first = if u.tasks > 0 { u } else { v };
+        let label = format!("{}–{}", first.first + 1, first.first + first.tasks);
+        line(&mut out, &label, u, v);
+    }
+    let (u, v) = (QuizBatch::total(unverified), QuizBatch::total(verified));
+    line(&mut out, "all", &u, &v);
+    out
+}
+
+/// The quiz in a few sentences: where the liar's traffic went, what was delivered, at what
+/// cost, under each policy.
+pub fn quiz_story(
+    liar: &str,
+    declared: f64,
+    floor: f64,
+    unverified: &[QuizBatch],
+    verified: &[QuizBatch],
+) -> String {
+    let (u, v) = (QuizBatch::total(unverified), QuizBatch::total(verified));
+    let mut out = format!(
+        "unverified: nothing contradicts {liar}'s card, so the cheapest delegate above the \
+         floor gets everything: {} of {} answers, {} of them right.\n",
+        u.liar,
+        u.tasks,
+        u.pct(u.right)
+    );
+    // The first batch after which the liar's blend was under the policy's floor.
+    let fell = verified
+        .iter()
+        .find(|b| b.liar_quality.is_some_and(|q| q < floor));
+    match (fell, v.liar_quality) {
+        (Some(b), Some(q)) => {
+            let _ = write!(
+                out,
+                "verified: the votes on a sample of its answers took its quality from \
+                 {declared} to {q:.2}, under the floor of {floor}, by task {}; it answered {} \
+                 of {} tasks and the honest producers the rest: {} right",
+                b.first + b.tasks,
+                v.liar,
+                v.tasks,
+                v.pct(v.right),
+            );
+        }
+        _ => {
+            let _ = write!(
+                out,
+                "verified: its quality did not fall under the floor of {floor}; it answered {} \
+                 of {} tasks, {} right",
+                v.liar,
+                v.tasks,
+                v.pct(v.right)
+            );
+        }
+    }
+    if v.failed > 0 {
+        let codes: Vec<&str> = v.failures.iter().map(String::as_str).collect();
+        let _ = write!(
+            out,
+            " ({} without an answer: {})",
+            v.failed,
+            codes.join(", ")
+        );
+    }
+    if u.cost_usd > 0.0 {
+        let _ = write!(
+            out,
+            ", for {:.1}× the cost (dearer producers, and the verifiers).",
+            v.cost_usd / u.cost_usd
+        );
+    } else {
+        out.push('.');
+    }
+    out.push('\n');
+    out
+}
+
+/// One quiz delegate's quality at its skill after the quiz, as routing sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QualityRow {
+    /// Registry name.
+    pub delegate: String,
+    /// Its skill (`quiz` or `verify`).
+    pub skill: String,
+    /// What its card declares.
+    pub declared: Option<f64>,
+    /// The probability the demo gave it of being right (the gateway does not know it).
+    pub accuracy: f64,
+    /// What the votes say: weighted mean and weight.
+    pub observed: Option<(f64, f64)>,
+    /// The blend routing uses.
+    pub blended: Option<f64>,
+}
+
+/// The declared-versus-observed quality table; rows whose blend is below `floor` (the
+/// policy's `min_quality`) are flagged.
+pub fn render_quality(rows: &[QualityRow], floor: f64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "  {:<22} {:<7} {:>8} {:>8} {:>18} {:>8}",
+        "delegate", "skill", "accuracy", "declared", "observed (votes)", "blended"
+    );
+    let num = |q: Option<f64>| q.map_or_else(|| "-".into(), |q| format!("{q:.2}"));
+    for r in rows {
+        let observed = r
+            .observed
+            .map_or_else(|| "-".into(), |(m, n)| format!("{m:.2} ({n:.1})"));
+        let below = r.blended.is_some_and(|b| b < floor);
+        let _ = writeln!(
+            out,
+            "  {:<22} {:<7} {:>8} {:>8} {:>18} {:>8}{}",
+            r.delegate,
+            r.skill,
+            format!("{:.2}", r.accuracy),
+            num(r.declared),
+            observed,
+            num(r.blended),
+            if below {
+                format!("  ← below min_quality {floor}: not routed to")
+            } else {
+                String::new()
+            }
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -420,6 +707,7 @@ mod tests {
             tokens: 10,
             latency_ms: ms,
             sent: Instant::now(),
+            right: None,
         }
     }
 
@@ -511,6 +799,7 @@ mod tests {
             tokens: 0,
             latency_ms: ms,
             sent: t0 + Duration::from_millis(sent_ms),
+            right: None,
         };
         // reasoning and code-review are tasks 1, 3, 6, 8; the liar's first answer is at 1800.
         let o = [
@@ -529,6 +818,153 @@ mod tests {
         assert_eq!(split, Some(((3, 3), (0, 1))));
         let none = before_and_after_first_answer(&o, &t, &["summarize"], "liar");
         assert_eq!(none, None);
+    }
+
+    fn quiz(d: &str, right: Option<bool>) -> Outcome {
+        match served(d, 0.001, 50.0) {
+            Outcome::Served {
+                delegate,
+                cost_usd,
+                tokens,
+                latency_ms,
+                sent,
+                ..
+            } => Outcome::Served {
+                delegate,
+                cost_usd,
+                tokens,
+                latency_ms,
+                sent,
+                right,
+            },
+            other => other,
+        }
+    }
+
+    #[test]
+    fn a_quiz_batch_counts_the_liar_right_answers_failures_and_the_ledger() {
+        let outcomes = [
+            quiz("liar", Some(true)),
+            quiz("liar", Some(false)),
+            quiz("honest", Some(true)),
+            Outcome::Failed("VERIFICATION_FAILED: x".into()),
+        ];
+        let rows = [
+            (0.001, false),
+            (0.0023, true),
+            (0.004, false),
+            (0.0061, false),
+        ];
+        let b = QuizBatch::new(20, &outcomes, rows, "liar", Some(0.66), 3.8);
+        assert_eq!(
+            (b.first, b.tasks, b.liar, b.right, b.failed),
+            (20, 4, 2, 2, 1)
+        );
+        assert_eq!(
+            b.failures.iter().collect::<Vec<_>>(),
+            ["VERIFICATION_FAILED"]
+        );
+        assert_eq!(b.checked, 1);
+        assert!((b.cost_usd - 0.0134).abs() < 1e-12);
+        let blind = QuizBatch::new(
+            0,
+            &outcomes[..2],
+            [(0.001, false), (0.001, false)],
+            "liar",
+            Some(0.95),
+            0.0,
+        );
+        let table = render_quiz(
+            &[blind.clone(), blind],
+            &[
+                QuizBatch {
+                    first: 0,
+                    ..b.clone()
+                },
+                b,
+            ],
+        );
+        let rows: Vec<&str> = table.lines().collect();
+        assert_eq!(rows.len(), 5, "{table}");
+        let first: Vec<&str> = rows[2].split_whitespace().collect();
+        assert_eq!(
+            first[..5],
+            ["1–2", "100%", "0.95", "50%", "0.0020"],
+            "{table}"
+        );
+        assert_eq!(
+            first[5..],
+            ["50%", "0.66", "(3.8)", "1", "50%", "1", "0.0134"],
+            "{table}"
+        );
+        let all: Vec<&str> = rows[4].split_whitespace().collect();
+        assert_eq!(all[0], "all");
+        assert_eq!(
+            all[5..],
+            ["50%", "0.66", "(3.8)", "2", "50%", "2", "0.0268"],
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn the_quiz_story_says_when_the_liar_fell_and_what_it_cost() {
+        let batch = |first, liar, right, q, cost| QuizBatch {
+            first,
+            tasks: 20,
+            liar,
+            right,
+            liar_quality: Some(q),
+            liar_evidence: 1.0,
+            cost_usd: cost,
+            ..QuizBatch::default()
+        };
+        let unverified = [batch(0, 20, 10, 0.95, 0.02), batch(20, 20, 10, 0.95, 0.02)];
+        let mut verified = [batch(0, 12, 14, 0.97, 0.05), batch(20, 0, 20, 0.49, 0.11)];
+        verified[1].failed = 1;
+        verified[1].failures.insert("VERIFICATION_FAILED".into());
+        let story = quiz_story("liar", 0.95, 0.8, &unverified, &verified);
+        assert!(
+            story.contains("40 of 40 answers, 50% of them right"),
+            "{story}"
+        );
+        assert!(
+            story.contains("from 0.95 to 0.49, under the floor of 0.8, by task 40"),
+            "{story}"
+        );
+        assert!(story.contains("it answered 12 of 40 tasks"), "{story}");
+        assert!(
+            story.contains(
+                "85% right (1 without an answer: VERIFICATION_FAILED), for 4.0× the cost"
+            ),
+            "{story}"
+        );
+        let kept = quiz_story("liar", 0.95, 0.8, &unverified, &unverified);
+        assert!(kept.contains("did not fall under the floor"), "{kept}");
+    }
+
+    #[test]
+    fn quality_under_the_floor_is_flagged() {
+        let row = |d: &str, observed, blended| QualityRow {
+            delegate: d.into(),
+            skill: "quiz".into(),
+            declared: Some(0.95),
+            accuracy: 0.5,
+            observed,
+            blended,
+        };
+        let t = render_quality(
+            &[
+                row("liar", Some((0.2, 3.8)), Some(0.49)),
+                row("fresh", None, Some(0.95)),
+            ],
+            0.8,
+        );
+        let flagged: Vec<&str> = t.lines().filter(|l| l.contains('←')).collect();
+        assert_eq!(flagged.len(), 1, "{t}");
+        assert!(
+            flagged[0].contains("liar") && flagged[0].contains("0.20 (3.8)"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! Sample traffic: a fixed list of tasks across skills, sent through the gateway under one
 //! policy, or straight to the top-quality delegate of each skill ("blind" routing: over LDP,
 //! or as a chat completion when that delegate is OpenAI-compatible), with bounded
-//! concurrency. Every task's outcome is recorded for the report.
+//! concurrency; and quiz tasks, whose input carries the `expected` answer (which only the
+//! simulated delegates read: the gateway never does) so that each answer can be marked right
+//! or wrong. Every task's outcome is recorded for the report.
 
+use super::fleet::QUIZ_SKILL;
 use ldp_gateway::ldp::{Body, Envelope, IdentityCard, PayloadMode, SessionConfig};
 use ldp_gateway::openai::wire::Turn;
 use ldp_gateway::openai::{Backend, Params};
@@ -27,18 +30,32 @@ pub struct Task {
     pub skill: &'static str,
     /// `(instruction, input)` of the semantic frame.
     pub frame: (&'static str, &'static str),
+    /// The right answer, carried in the frame as `expected` (quiz tasks only).
+    pub expected: Option<&'static str>,
 }
 
 impl Task {
-    /// The input in `mode`: a semantic frame, or its text rendering.
+    /// The input in `mode`: a semantic frame (with `expected`, if any), or its text rendering.
     fn input(&self, mode: PayloadMode) -> Value {
         let (instruction, input) = self.frame;
         match mode {
             PayloadMode::SemanticFrame => {
-                json!({"task_type": self.skill, "instruction": instruction, "input": input})
+                let mut frame =
+                    json!({"task_type": self.skill, "instruction": instruction, "input": input});
+                if let Some(expected) = self.expected {
+                    frame["expected"] = Value::String(expected.to_owned());
+                }
+                frame
             }
             _ => Value::String(format!("{instruction}\n\n{input}")),
         }
+    }
+
+    /// Whether `output` answers it right: its `answer` is the expected one. `None` for a task
+    /// without an expected answer.
+    fn judge(&self, output: &Value) -> Option<bool> {
+        let expected = self.expected?;
+        Some(output.get("answer").and_then(Value::as_str) == Some(expected))
     }
 }
 
@@ -65,6 +82,35 @@ const SAMPLES: [(&str, &str, &str); 10] = [
      "It routes requests from our applications to whichever language model fits the request best."),
 ];
 
+/// Quiz questions and their answers.
+const QUESTIONS: [(&str, &str); 10] = [
+    ("What is 17 × 23?", "391"),
+    ("What is the capital of Australia?", "Canberra"),
+    ("How many bits are in a kibibyte?", "8192"),
+    ("Which planet has the shortest year?", "Mercury"),
+    ("What is the chemical symbol of tungsten?", "W"),
+    ("In which year did the Berlin Wall fall?", "1989"),
+    ("What is the square root of 1764?", "42"),
+    ("Which HTTP status code means Too Many Requests?", "429"),
+    ("Who wrote 'On the Origin of Species'?", "Charles Darwin"),
+    ("How many edges does a cube have?", "12"),
+];
+
+/// `n` quiz tasks (skill [`QUIZ_SKILL`]) cycling through the questions, each carrying its
+/// expected answer.
+pub fn quiz_tasks(n: usize) -> Vec<Task> {
+    (0..n)
+        .map(|i| {
+            let (question, answer) = QUESTIONS[i % QUESTIONS.len()];
+            Task {
+                skill: QUIZ_SKILL,
+                frame: ("Answer the question; give only the answer.", question),
+                expected: Some(answer),
+            }
+        })
+        .collect()
+}
+
 /// `n` tasks cycling through the skills (a different sample each round), the same list for
 /// every policy so that the policies and blind routing serve identical traffic.
 pub fn tasks(n: usize) -> Vec<Task> {
@@ -77,6 +123,7 @@ pub fn tasks(n: usize) -> Vec<Task> {
             Task {
                 skill,
                 frame: (s.1, s.2),
+                expected: None,
             }
         })
         .collect()
@@ -97,6 +144,8 @@ pub enum Outcome {
         latency_ms: f64,
         /// When it was sent.
         sent: Instant,
+        /// Whether the answer is the expected one (tasks that carry one).
+        right: Option<bool>,
     },
     /// `NO_ELIGIBLE_DELEGATE`: the policy allows no delegate for the skill.
     Unroutable(String),
@@ -280,13 +329,22 @@ async fn submit(
     let answer = client.send(url, &env, TASK_TIMEOUT).await;
     let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
     match answer.map(|a| a.body) {
-        Ok(Body::TaskResult { provenance, .. }) => {
+        Ok(Body::TaskResult {
+            output, provenance, ..
+        }) => {
+            let right = output
+                .to_value()
+                .map_or(task.expected.map(|_| false), |o| task.judge(&o));
             let cost_usd = provenance.as_ref().and_then(|p| p.cost_usd).unwrap_or(0.0);
             let tokens = provenance.as_ref().and_then(|p| p.tokens_used).unwrap_or(0);
+            // The gateway's `route` step names the delegate (a `verify` step, newer, names
+            // the verifiers).
             let delegate = blind_name.map(str::to_owned).or_else(|| {
-                provenance
-                    .as_ref()
-                    .and_then(|p| p.lineage.first())
+                let lineage = &provenance.as_ref()?.lineage;
+                lineage
+                    .iter()
+                    .find(|l| l.step == "route")
+                    .or_else(|| lineage.first())
                     .and_then(|l| l.routed_to.clone())
             });
             let delegate = delegate.unwrap_or_else(|| {
@@ -298,6 +356,7 @@ async fn submit(
                 tokens,
                 latency_ms,
                 sent: started,
+                right,
             }
         }
         Ok(Body::TaskFailed { error, .. }) if error.code == "NO_ELIGIBLE_DELEGATE" => {
@@ -349,6 +408,7 @@ async fn complete(
                 tokens: usage.total_tokens,
                 latency_ms,
                 sent: started,
+                right: None,
             }
         }
         Err(e) => Outcome::Failed(e.to_string()),
@@ -385,6 +445,29 @@ mod tests {
                 "{skill}"
             );
         }
+    }
+
+    #[test]
+    fn quiz_tasks_carry_their_answer_in_the_frame_and_are_judged_by_it() {
+        let t = quiz_tasks(12);
+        assert!(t
+            .iter()
+            .all(|t| t.skill == QUIZ_SKILL && t.expected.is_some()));
+        assert_eq!(t[0].frame, t[10].frame);
+        let frame = t[0].input(PayloadMode::SemanticFrame);
+        assert_eq!(frame["expected"], "391");
+        assert_eq!(frame["task_type"], QUIZ_SKILL);
+        assert_eq!(t[0].judge(&json!({"answer": "391"})), Some(true));
+        assert_eq!(
+            t[0].judge(&json!({"answer": {"wrong": "391"}})),
+            Some(false)
+        );
+        assert_eq!(t[0].judge(&json!({"text": "391"})), Some(false));
+        assert_eq!(tasks(1)[0].judge(&json!({"answer": "x"})), None);
+        assert!(tasks(1)[0]
+            .input(PayloadMode::SemanticFrame)
+            .get("expected")
+            .is_none());
     }
 
     #[test]

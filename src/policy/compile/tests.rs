@@ -63,6 +63,10 @@ fn every_shipped_policy_compiles() {
     assert_eq!(balanced.weights, Weights::default());
     assert_eq!(balanced.tolerance, 0.05);
     assert_eq!(balanced.max_attempts, 3);
+    // Verification is documented there but not enabled by any shipped policy.
+    for p in &set.policies {
+        assert_eq!(p.verify, None, "{} enables [verify]", p.name);
+    }
     let matching = set.policies.iter().filter(|p| p.matcher.is_some()).count();
     assert!(matching <= 1, "{matching} shipped policies have [match]");
     let cheapest = set.get("cheapest").unwrap();
@@ -149,6 +153,13 @@ max_attempts = 10
 [limits]
 rps = 50
 burst = 100
+[verify]
+skill = "judge.v2"
+verifiers = 5
+threshold = 0.6
+max_rounds = 4
+sample = 0.1
+independent = false
 "#;
     let p = parse_str("dir/eu.toml", text).unwrap();
     let expected = Policy {
@@ -181,6 +192,14 @@ burst = 100
             rps: 50.0,
             burst: 100,
         }),
+        verify: Some(Verify {
+            skill: "judge.v2".into(),
+            verifiers: 5,
+            threshold: 0.6,
+            max_rounds: 4,
+            sample: 0.1,
+            independent: false,
+        }),
         source: PathBuf::from("dir/eu.toml"),
     };
     assert_eq!(p, expected);
@@ -207,6 +226,7 @@ fn defaults_apply_to_absent_keys() {
     assert_eq!(p.tolerance, 0.05);
     assert_eq!(p.max_attempts, 3);
     assert_eq!(p.limits, Some(Limits { rps: 2.5, burst: 3 }));
+    assert_eq!(p.verify, None);
     assert_eq!(
         parse_str("p.toml", "name = \"a.b_c-D9\"\n")
             .map(|p| p.name.0)
@@ -484,6 +504,230 @@ fn match_everything() {
     );
 }
 
+#[test]
+fn verify_defaults_when_empty_and_absent_means_off() {
+    let on = |text: &str| parse_str("p.toml", text).map(|p| p.verify);
+    assert_eq!(on("name = \"x\"\n"), Ok(None));
+    assert_eq!(on("name = \"x\"\n[verify]\n"), Ok(Some(Verify::default())));
+    assert_eq!(
+        on("name = \"x\"\nverify = {}\n"),
+        Ok(Some(Verify::default()))
+    );
+    assert_eq!(
+        Verify::default(),
+        Verify {
+            skill: "verify".into(),
+            verifiers: 2,
+            threshold: 0.75,
+            max_rounds: 3,
+            sample: 1.0,
+            independent: true,
+        }
+    );
+    // Each key alone changes only itself.
+    let d = Verify::default();
+    let one_key = |line: &str| on(&format!("name = \"x\"\n[verify]\n{line}\n"));
+    assert_eq!(
+        one_key("skill = \"fact-check\""),
+        Ok(Some(Verify {
+            skill: "fact-check".into(),
+            ..d.clone()
+        }))
+    );
+    assert_eq!(
+        one_key("verifiers = 10"),
+        Ok(Some(Verify {
+            verifiers: 10,
+            ..d.clone()
+        }))
+    );
+    assert_eq!(
+        one_key("threshold = 1"),
+        Ok(Some(Verify {
+            threshold: 1.0,
+            ..d.clone()
+        }))
+    );
+    assert_eq!(
+        one_key("max_rounds = 1"),
+        Ok(Some(Verify {
+            max_rounds: 1,
+            ..d.clone()
+        }))
+    );
+    assert_eq!(
+        one_key("sample = 0"),
+        Ok(Some(Verify {
+            sample: 0.0,
+            ..d.clone()
+        }))
+    );
+    assert_eq!(
+        one_key("independent = false"),
+        Ok(Some(Verify {
+            independent: false,
+            ..d.clone()
+        }))
+    );
+    assert_eq!(
+        on("name = \"x\"\nverify.verifiers = 1\n"),
+        Ok(Some(Verify { verifiers: 1, ..d }))
+    );
+}
+
+#[test]
+fn verify_bad_skill() {
+    assert_eq!(
+        one("[verify]\nskill = \"\"\n"),
+        "p.toml:3: verify.skill: empty skill name"
+    );
+    assert_eq!(
+        one("[verify]\nskill = \"fact check\"\n"),
+        "p.toml:3: verify.skill: invalid skill name 'fact check' \
+         (no spaces, control characters or '@')"
+    );
+    assert_eq!(
+        one("[verify]\nskill = \"verify\\t\"\n"),
+        "p.toml:3: verify.skill: invalid skill name 'verify\\t' \
+         (no spaces, control characters or '@')"
+    );
+    assert_eq!(
+        one("[verify]\n\nskill = \"verify@2\"\n"),
+        "p.toml:4: verify.skill: invalid skill name 'verify@2' \
+         (no spaces, control characters or '@')"
+    );
+}
+
+#[test]
+fn verify_verifiers_out_of_range() {
+    assert_eq!(
+        one("[verify]\nverifiers = 0\n"),
+        "p.toml:3: verify.verifiers: must be between 1 and 10, got 0"
+    );
+    assert_eq!(
+        one("[verify]\nverifiers = 11\n"),
+        "p.toml:3: verify.verifiers: must be between 1 and 10, got 11"
+    );
+    assert_eq!(
+        one("[verify]\nverifiers = -9223372036854775808\n"),
+        "p.toml:3: verify.verifiers: must be between 1 and 10, got -9223372036854775808"
+    );
+}
+
+#[test]
+fn verify_threshold_out_of_range() {
+    assert_eq!(
+        one("[verify]\nthreshold = 0\n"),
+        "p.toml:3: verify.threshold: must be above 0 and at most 1, got 0"
+    );
+    assert_eq!(
+        one("[verify]\nthreshold = 1.01\n"),
+        "p.toml:3: verify.threshold: must be above 0 and at most 1, got 1.01"
+    );
+    assert_eq!(
+        one("[verify]\nthreshold = -0.5\n"),
+        "p.toml:3: verify.threshold: must be above 0 and at most 1, got -0.5"
+    );
+    assert_eq!(
+        one("[verify]\nthreshold = nan\n"),
+        "p.toml:3: verify.threshold: must be a finite number, got NaN"
+    );
+}
+
+#[test]
+fn verify_max_rounds_out_of_range() {
+    assert_eq!(
+        one("[verify]\nmax_rounds = 0\n"),
+        "p.toml:3: verify.max_rounds: must be between 1 and 10, got 0"
+    );
+    assert_eq!(
+        one("[verify]\nmax_rounds = 11\n"),
+        "p.toml:3: verify.max_rounds: must be between 1 and 10, got 11"
+    );
+}
+
+#[test]
+fn verify_sample_out_of_range() {
+    assert_eq!(
+        one("[verify]\nsample = 1.5\n"),
+        "p.toml:3: verify.sample: must be between 0 and 1, got 1.5"
+    );
+    assert_eq!(
+        one("[verify]\nsample = -0.1\n"),
+        "p.toml:3: verify.sample: must be between 0 and 1, got -0.1"
+    );
+    assert_eq!(
+        one("[verify]\nsample = inf\n"),
+        "p.toml:3: verify.sample: must be a finite number, got inf"
+    );
+}
+
+#[test]
+fn verify_wrong_types() {
+    assert_eq!(
+        one("[verify]\nindependent = \"yes\"\n"),
+        "p.toml:3: verify.independent: expected a boolean, got a string"
+    );
+    assert_eq!(
+        one("[verify]\nverifiers = 2.0\n"),
+        "p.toml:3: verify.verifiers: expected an integer, got a float"
+    );
+    assert_eq!(
+        one("[verify]\nthreshold = \"75%\"\n"),
+        "p.toml:3: verify.threshold: expected a number, got a string"
+    );
+    assert_eq!(
+        one("[verify]\nskill = [\"verify\"]\n"),
+        "p.toml:3: verify.skill: expected a string, got an array"
+    );
+    assert_eq!(
+        one("verify = true\n"),
+        "p.toml:2: verify: expected a table, got a boolean"
+    );
+    assert_eq!(
+        one("[[verify]]\nverifiers = 2\n"),
+        "p.toml:2: verify: expected a table, got an array"
+    );
+}
+
+#[test]
+fn verify_unknown_key() {
+    assert_eq!(
+        one("[verify]\nverifiers = 2\nquorum = 0.5\n"),
+        "p.toml:4: verify.quorum: unknown key (expected one of: skill, verifiers, threshold, \
+         max_rounds, sample, independent)"
+    );
+}
+
+#[test]
+fn every_verify_problem_is_reported() {
+    let text = "\
+name = \"x\"
+[verify]
+skill = \"a b\"
+verifiers = 0
+threshold = 2
+max_rounds = 11
+sample = -1
+independent = 1
+extra = true
+";
+    assert_eq!(
+        problems(text),
+        vec![
+            "p.toml:3: verify.skill: invalid skill name 'a b' (no spaces, control characters \
+             or '@')",
+            "p.toml:4: verify.verifiers: must be between 1 and 10, got 0",
+            "p.toml:5: verify.threshold: must be above 0 and at most 1, got 2",
+            "p.toml:6: verify.max_rounds: must be between 1 and 10, got 11",
+            "p.toml:7: verify.sample: must be between 0 and 1, got -1",
+            "p.toml:8: verify.independent: expected a boolean, got an integer",
+            "p.toml:9: verify.extra: unknown key (expected one of: skill, verifiers, threshold, \
+             max_rounds, sample, independent)",
+        ]
+    );
+}
+
 // ---- collecting ----
 
 #[test]
@@ -505,7 +749,7 @@ max_attempts = 0
         vec![
             "p.toml:1: name: must be one or more of A-Z a-z 0-9 . _ -, got 'bad name'",
             "p.toml:2: colour: unknown key (expected one of: name, description, match, \
-             require, weights, balance, fallback, limits)",
+             require, weights, balance, fallback, limits, verify)",
             "p.toml:4: require.min_quality: must be between 0 and 1, got 2",
             "p.toml:5: require.payload_modes: unknown payload mode 'telepathy' (known: text, \
              semantic_frame, embedding_hints, semantic_graph, latent_capsules, cache_slices)",

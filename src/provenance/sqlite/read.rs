@@ -1,4 +1,5 @@
-//! Reads of a SQLite ledger: the row query and the spend sum, on the writer's connection (an
+//! Reads of a SQLite ledger: the row query (with a task's votes), the spend sum, ratings and
+//! quality evidence, on the writer's connection (an
 //! in-memory ledger) or on read connections of their own ([`ReadConns`]).
 //!
 //! Why the writer opens the read connections (at open, and again each time it moved its rows
@@ -7,16 +8,17 @@
 //! Opened by the writer at a moment it knows the files are its own, and used once at once
 //! (which opens the `-wal` and `-shm`), a read connection keeps those files for its life.
 
+use super::super::evidence::{self, merge};
 use super::super::readers::{Cancel, READERS, READ_DEADLINE};
 use super::super::{
-    Feedback, Given, JsonText, LedgerError, LedgerRow, Outcome, Query, RatedTask, Reader,
-    FEEDBACK_PER_TASK,
+    Evidence, Feedback, Given, JsonText, LedgerError, LedgerRow, Outcome, Query, RatedTask, Reader,
+    Vote, FEEDBACK_PER_TASK,
 };
 use super::checkpoint::Pacing;
 use rusqlite::{params, Connection, OpenFlags};
 use std::sync::{Arc, Mutex, PoisonError};
 
-/// Rows matching `q`, newest first.
+/// Rows matching `q`, newest first; by task id, with their votes.
 pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
     let mut sql = String::from(
         "SELECT task_id, session_id, upstream_session_id, tenant, skill, policy, delegate,
@@ -31,7 +33,7 @@ pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, Led
     if let Some(session) = q
         .session_id
         .as_ref()
-        .filter(|_| has_session_index(conn).unwrap_or(false))
+        .filter(|_| schema(conn).unwrap_or(0) >= 3)
     {
         // The merged index, plus the rows not merged yet.
         args.push(text(session));
@@ -101,6 +103,7 @@ pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, Led
                 lineage: JsonText::default(),
                 routing: JsonText::default(),
                 payload: None,
+                votes: Vec::new(),
             },
             fallbacks,
             lineage,
@@ -121,7 +124,35 @@ pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, Led
             .map_err(|e| LedgerError::Corrupt(e.to_string()))?;
         out.push(r);
     }
+    // A task's rows are few: their votes are looked up one row at a time, through the
+    // votes' time index (a vote's time is its row's).
+    if q.task_id.is_some() && schema(conn)? >= 6 {
+        read_votes(conn, &mut out)?;
+    }
     Ok(out)
+}
+
+/// Fills each row's votes, in the order they were written.
+fn read_votes(conn: &Connection, rows: &mut [LedgerRow]) -> Result<(), LedgerError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT round, producer, skill, verifier, passed, confidence, weight FROM votes
+         WHERE created_ms = ?1 AND task_id = ?2 AND tenant = ?3 ORDER BY id",
+    )?;
+    for row in rows {
+        let votes = stmt.query_map(params![row.finished_ms, row.task_id, row.tenant], |r| {
+            Ok(Vote {
+                round: r.get(0)?,
+                producer: r.get(1)?,
+                skill: r.get(2)?,
+                verifier: r.get(3)?,
+                passed: r.get(4)?,
+                confidence: r.get(5)?,
+                weight: r.get(6)?,
+            })
+        })?;
+        row.votes = votes.collect::<Result<_, _>>()?;
+    }
+    Ok(())
 }
 
 /// Total `cost_usd` per tenant of rows finished at or after `since_ms`.
@@ -178,11 +209,57 @@ pub(super) fn feedback(conn: &Connection, task_id: &str) -> Result<Vec<Feedback>
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
-/// Whether the file has the merged session index (schema 3 and later; a read-only open of an
-/// older file has not).
-fn has_session_index(conn: &Connection) -> Result<bool, LedgerError> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    Ok(version >= 3)
+/// Quality evidence since `since_ms`: the newest `limit` votes and ratings naming a delegate,
+/// each through its table's time index, merged oldest first.
+pub(super) fn evidence(
+    conn: &Connection,
+    since_ms: i64,
+    limit: u32,
+) -> Result<Vec<Evidence>, LedgerError> {
+    let version = schema(conn)?;
+    let mut votes = Vec::new();
+    if version >= 6 {
+        let mut stmt = conn.prepare_cached(
+            "SELECT producer, skill, passed,
+                    weight / SUM(weight) OVER (PARTITION BY task_id, tenant, round, created_ms),
+                    created_ms FROM votes
+             WHERE created_ms >= ?1 ORDER BY created_ms DESC, id DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![since_ms, limit], |r| {
+            Ok(evidence::of_vote(
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+            ))
+        })?;
+        votes = rows.collect::<Result<_, _>>()?;
+    }
+    let mut ratings = Vec::new();
+    if version >= 5 {
+        let mut stmt = conn.prepare_cached(
+            "SELECT delegate, skill, score, created_ms FROM feedback
+             WHERE created_ms >= ?1 AND delegate IS NOT NULL
+             ORDER BY created_ms DESC, task_id DESC, tenant DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![since_ms, limit], |r| {
+            Ok(evidence::of_rating(
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+            ))
+        })?;
+        ratings = rows.collect::<Result<_, _>>()?;
+    }
+    Ok(merge(votes, ratings))
+}
+
+/// The file's schema version: a read-only open of an older file (not migrated) lacks the
+/// later tables (the session index from 3, feedback from 5, votes from 6).
+fn schema(conn: &Connection) -> Result<i64, LedgerError> {
+    Ok(conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
 }
 
 /// The read connections of one SQLite ledger, shared by its writer (which opens them) and its
@@ -299,6 +376,15 @@ impl Reader for ReadConns {
 
     fn feedback(&self, task_id: &str, cancel: &Cancel) -> Result<Vec<Feedback>, LedgerError> {
         self.with(cancel, |conn| feedback(conn, task_id))
+    }
+
+    fn evidence(
+        &self,
+        since_ms: i64,
+        limit: u32,
+        cancel: &Cancel,
+    ) -> Result<Vec<Evidence>, LedgerError> {
+        self.with(cancel, |conn| evidence(conn, since_ms, limit))
     }
 
     fn close(&self) {

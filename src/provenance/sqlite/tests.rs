@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 use super::*;
-use crate::provenance::Outcome;
+use crate::provenance::{Cancel, Evidence, EvidenceSource, Feedback, Given, Outcome, Vote};
 use serde_json::json;
 
 /// A plausible row for `task` in `session`, finished at `finished_ms`.
@@ -42,6 +42,7 @@ pub(in crate::provenance) fn row(task: &str, session: &str, finished_ms: i64) ->
         lineage: JsonText::of(&json!([{"delegate_id": "ldp:delegate:gateway", "step": "route"}])),
         routing: JsonText::of(&json!({"policy": "balanced", "reused_binding": false})),
         payload: None,
+        votes: Vec::new(),
     }
 }
 
@@ -378,7 +379,7 @@ fn a_ledger_from_before_feedback_migrates_and_its_tasks_can_be_rated() {
         b.insert(&[row("old", "s", 1_000)]).unwrap();
     }
     let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
-    assert_eq!(b.schema_version().unwrap(), 5);
+    assert_eq!(b.schema_version().unwrap(), MIGRATIONS.len() as i64);
     let task = b.task_of("anonymous", "old").unwrap().unwrap();
     assert_eq!(
         (task.delegate.as_deref(), task.skill.as_str()),
@@ -400,4 +401,266 @@ fn a_ledger_from_before_feedback_migrates_and_its_tasks_can_be_rated() {
     // Running the migration again (a file a newer build touched) changes nothing.
     b.connection().execute_batch(MIGRATIONS[4]).unwrap();
     assert_eq!(b.feedback("old").unwrap().len(), 1);
+}
+
+/// A vote of `verifier` on `producer`'s result in `round`.
+fn vote(round: u32, producer: &str, verifier: &str, passed: bool, weight: f64) -> Vote {
+    Vote {
+        round,
+        producer: producer.into(),
+        skill: "echo".into(),
+        verifier: verifier.into(),
+        passed,
+        confidence: passed.then_some(0.8),
+        weight,
+    }
+}
+
+/// `task`'s row, finished at `finished_ms`, with `votes`.
+fn voted(task: &str, finished_ms: i64, votes: Vec<Vote>) -> LedgerRow {
+    LedgerRow {
+        verification_status: Some("verified".into()),
+        votes,
+        ..row(task, "s", finished_ms)
+    }
+}
+
+/// A rating of `task` (its delegate `delegate`) given at `created_ms`.
+fn rating(task: &str, delegate: Option<&str>, score: f64, created_ms: i64) -> Feedback {
+    Feedback {
+        task_id: task.into(),
+        tenant: "anonymous".into(),
+        score,
+        outcome: Given::Score,
+        delegate: delegate.map(str::to_owned),
+        skill: "echo".into(),
+        created_at: "2026-01-01T00:00:02Z".into(),
+        created_ms,
+    }
+}
+
+fn evidence(
+    delegate: &str,
+    score: f64,
+    weight: f64,
+    at_ms: i64,
+    source: EvidenceSource,
+) -> Evidence {
+    Evidence {
+        delegate: delegate.into(),
+        skill: "echo".into(),
+        score,
+        weight,
+        at_ms,
+        source,
+    }
+}
+
+fn by_task(task: &str) -> Query {
+    Query {
+        task_id: Some(task.into()),
+        ..Query::default()
+    }
+}
+
+fn vote_count(b: &SqliteBackend) -> i64 {
+    b.connection()
+        .query_row("SELECT count(*) FROM votes", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// A verified task's votes are stored with its row, read back with it by task id, and read
+/// as evidence beside the ratings that name a delegate, oldest first, on the writer's
+/// connection and on a reader alike.
+#[test]
+fn votes_are_stored_with_their_row_and_read_back_as_evidence() {
+    use EvidenceSource::{Feedback as Rated, Vote as Voted};
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_path(&dir);
+    let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    let votes = vec![
+        vote(1, "d0", "v1", true, 0.9),
+        vote(1, "d0", "v2", false, 0.6),
+        vote(2, "d1", "v1", true, 0.9),
+    ];
+    let t1 = voted("t1", 1_000, votes.clone());
+    b.insert(&[row("t0", "s", 900), t1.clone(), row("t2", "s", 1_100)])
+        .unwrap();
+    assert!(b.rate(&rating("t1", Some("d0"), 0.75, 1_500)).unwrap());
+    // A rating of a task no delegate answered is no evidence about one.
+    assert!(b.rate(&rating("t2", None, 0.0, 1_600)).unwrap());
+    let expected = vec![
+        evidence("d0", 1.0, 0.9, 1_000, Voted),
+        evidence("d0", 0.0, 0.6, 1_000, Voted),
+        evidence("d1", 1.0, 0.9, 1_000, Voted),
+        evidence("d0", 0.75, 1.0, 1_500, Rated),
+    ];
+    assert_eq!(b.evidence(0, 100).unwrap(), expected);
+    let reader = b.reader().unwrap();
+    assert_eq!(
+        reader.evidence(0, 100, &Cancel::default()).unwrap(),
+        expected
+    );
+    // By task id the row reads back whole, its votes in the order written; other queries
+    // leave them out.
+    assert_eq!(b.query(&by_task("t1")).unwrap(), vec![t1.clone()]);
+    assert_eq!(
+        reader.query(&by_task("t1"), &Cancel::default()).unwrap(),
+        vec![t1]
+    );
+    assert_eq!(b.query(&by_task("t0")).unwrap()[0].votes, Vec::new());
+    let all = b.query(&Query::default()).unwrap();
+    assert!(all.iter().all(|r| r.votes.is_empty()), "{all:?}");
+    // Another tenant's task of the same id has its own votes.
+    let theirs = LedgerRow {
+        tenant: "acme".into(),
+        ..voted("t1", 1_000, vec![vote(1, "d2", "v9", true, 1.0)])
+    };
+    b.insert(std::slice::from_ref(&theirs)).unwrap();
+    let rows = b.query(&by_task("t1")).unwrap();
+    let votes_of = |tenant: &str| {
+        rows.iter()
+            .find(|r| r.tenant == tenant)
+            .map(|r| r.votes.clone())
+            .unwrap()
+    };
+    assert_eq!(votes_of("anonymous"), votes);
+    assert_eq!(votes_of("acme"), theirs.votes);
+}
+
+/// Evidence keeps the newest `limit` votes and the newest `limit` ratings, and nothing given
+/// before `since_ms`.
+#[test]
+fn evidence_keeps_the_newest_within_its_limit_and_since() {
+    let mut b = SqliteBackend::open(":memory:", Durability::Commit).unwrap();
+    let rows: Vec<LedgerRow> = (0..5)
+        .map(|i| {
+            voted(
+                &format!("t{i}"),
+                1_000 + 100 * i,
+                vec![vote(1, "d0", "v", true, 1.0)],
+            )
+        })
+        .collect();
+    b.insert(&rows).unwrap();
+    for i in 0..5 {
+        let rated = rating(&format!("t{i}"), Some("d0"), 0.5, 1_050 + 100 * i);
+        assert!(b.rate(&rated).unwrap());
+    }
+    let times = |e: Vec<Evidence>| e.iter().map(|e| e.at_ms).collect::<Vec<_>>();
+    assert_eq!(
+        times(b.evidence(0, 2).unwrap()),
+        [1_300, 1_350, 1_400, 1_450],
+        "the two newest of each, oldest first"
+    );
+    assert_eq!(
+        times(b.evidence(1_350, 100).unwrap()),
+        [1_350, 1_400, 1_450],
+        "since is inclusive"
+    );
+    assert_eq!(times(b.evidence(1_350, 1).unwrap()), [1_400, 1_450]);
+    assert_eq!(b.evidence(0, 0).unwrap(), Vec::new());
+    assert_eq!(b.evidence(2_000, 100).unwrap(), Vec::new());
+}
+
+/// A row's votes commit with it or not at all; a batch without votes writes none.
+#[test]
+fn votes_commit_in_their_rows_transaction() {
+    let mut b = SqliteBackend::open(":memory:", Durability::Commit).unwrap();
+    b.connection()
+        .execute_batch(
+            "CREATE TRIGGER no_votes BEFORE INSERT ON votes BEGIN SELECT RAISE(ABORT, 'no'); END;",
+        )
+        .unwrap();
+    let refused = voted("t1", 1_000, vec![vote(1, "d0", "v", true, 1.0)]);
+    assert!(b.insert(&[row("t0", "s", 999), refused]).is_err());
+    assert_eq!(ids(&mut b, Query::default()), Vec::<String>::new());
+    b.insert(&[row("t2", "s", 1_001)]).unwrap();
+    assert_eq!(ids(&mut b, Query::default()), ["t2"]);
+    assert_eq!(vote_count(&b), 0);
+}
+
+/// Pruning deletes votes older than the cut-off, with their rows: all at once, or in
+/// batches that take the votes of the rows they delete.
+#[test]
+fn pruning_deletes_old_votes() {
+    let three = || {
+        vec![
+            vote(1, "d0", "v1", true, 1.0),
+            vote(1, "d0", "v2", true, 1.0),
+            vote(2, "d1", "v1", false, 1.0),
+        ]
+    };
+    let rows: Vec<LedgerRow> = (0..4)
+        .map(|i| voted(&format!("t{i}"), 1_000 + i, three()))
+        .collect();
+    let mut b = SqliteBackend::open(":memory:", Durability::Commit).unwrap();
+    b.insert(&rows).unwrap();
+    assert!(b.rate(&rating("t0", Some("d0"), 1.0, 1_000)).unwrap());
+    assert_eq!(b.prune(1_002).unwrap(), 2);
+    assert_eq!(vote_count(&b), 6);
+    let left = b.evidence(0, 100).unwrap();
+    assert!(left.iter().all(|e| e.at_ms >= 1_002), "{left:?}");
+    assert_eq!(
+        left.len(),
+        6,
+        "no rating left: it was given before the cut-off"
+    );
+    // In batches: a one-row batch takes that row's three votes, not one vote.
+    let mut b = SqliteBackend::open(":memory:", Durability::Commit).unwrap();
+    b.insert(&rows).unwrap();
+    assert_eq!(b.prune_batch(1_003, 1).unwrap(), 1);
+    assert_eq!(vote_count(&b), 9);
+    assert_eq!(b.prune_batch(1_003, 250).unwrap(), 2);
+    assert_eq!(vote_count(&b), 3);
+    assert_eq!(b.prune_batch(1_003, 250).unwrap(), 0);
+    assert_eq!(b.query(&by_task("t3")).unwrap()[0].votes, three());
+    // Votes left without a row before the cut-off go with the next batch.
+    b.connection()
+        .execute(
+            "INSERT INTO votes (task_id, tenant, round, producer, skill, verifier, passed,
+                weight, created_ms) VALUES ('gone', 'anonymous', 1, 'd0', 'echo', 'v', 1, 1, 5)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(b.prune_batch(1_003, 250).unwrap(), 0);
+    assert_eq!(vote_count(&b), 3);
+}
+
+/// A ledger of schema 5 (feedback, no votes) gains the votes table on open and keeps its
+/// rows and ratings; its rows then take votes.
+#[test]
+fn a_ledger_from_before_votes_migrates_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_path(&dir);
+    std::fs::create_dir_all(dir.path().join("nested")).unwrap();
+    let old = row("old", "s", 1_000);
+    {
+        let mut b = SqliteBackend::wrap(Connection::open(&path).unwrap());
+        b.migrate(5).unwrap();
+        assert_eq!(b.schema_version().unwrap(), 5);
+        b.insert(std::slice::from_ref(&old)).unwrap();
+        assert!(b.rate(&rating("old", Some("d0"), 1.0, 1_100)).unwrap());
+        // A read-only reader of the old file reads rows and ratings, and no votes.
+        drop(b);
+        let mut ro = SqliteBackend::open_read_only(&path).unwrap();
+        assert_eq!(ro.query(&by_task("old")).unwrap(), vec![old.clone()]);
+        assert_eq!(ro.evidence(0, 100).unwrap().len(), 1);
+    }
+    let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    assert_eq!(b.schema_version().unwrap(), 6);
+    assert_eq!(b.query(&Query::default()).unwrap(), vec![old]);
+    let new = voted("new", 2_000, vec![vote(1, "d0", "v", false, 0.5)]);
+    b.insert(std::slice::from_ref(&new)).unwrap();
+    assert_eq!(b.query(&by_task("new")).unwrap(), vec![new]);
+    assert_eq!(
+        b.evidence(0, 100).unwrap(),
+        vec![
+            evidence("d0", 1.0, 1.0, 1_100, EvidenceSource::Feedback),
+            evidence("d0", 0.0, 0.5, 2_000, EvidenceSource::Vote),
+        ]
+    );
+    // Running the migration again (a file a newer build touched) changes nothing.
+    b.connection().execute_batch(MIGRATIONS[5]).unwrap();
+    assert_eq!(vote_count(&b), 1);
 }

@@ -376,6 +376,9 @@ impl Backend for Stepped {
     fn feedback(&mut self, task_id: &str) -> Result<Vec<Feedback>, LedgerError> {
         self.inner.feedback(task_id)
     }
+    fn evidence(&mut self, since_ms: i64, limit: u32) -> Result<Vec<Evidence>, LedgerError> {
+        self.inner.evidence(since_ms, limit)
+    }
     fn rate(&mut self, fb: &Feedback) -> Result<bool, LedgerError> {
         self.inner.rate(fb)
     }

@@ -1,9 +1,10 @@
 //! What every ledger backend promises, checked the same way on SQLite (`ledger` tests) and
-//! Postgres (`cluster` tests): filters, paging, read-back of every field, spend, feedback,
-//! pruning.
+//! Postgres (`cluster` tests): filters, paging, read-back of every field (a verified task's
+//! votes included), spend, feedback, quality evidence, pruning.
 
 use ldp_gateway::provenance::{
-    Backend, Cancel, Feedback, Given, JsonText, LedgerRow, Outcome, Query, RatedTask,
+    Backend, Cancel, Evidence, EvidenceSource, Feedback, Given, JsonText, LedgerRow, Outcome,
+    Query, RatedTask, Vote,
 };
 use serde_json::json;
 
@@ -42,6 +43,7 @@ pub fn row(task: &str, session: &str, tenant: &str, finished_ms: i64) -> LedgerR
         lineage: JsonText::of(&json!([{"step": "route"}])),
         routing: JsonText::of(&json!({"policy": "balanced"})),
         payload: None,
+        votes: Vec::new(),
     }
 }
 
@@ -60,8 +62,22 @@ fn query(f: fn(&mut Query)) -> Query {
     q
 }
 
+/// A vote of `verifier` on `producer`'s result in `round`.
+pub fn vote(round: u32, producer: &str, verifier: &str, passed: bool, weight: f64) -> Vote {
+    Vote {
+        round,
+        producer: producer.into(),
+        skill: "echo".into(),
+        verifier: verifier.into(),
+        passed,
+        confidence: passed.then_some(0.8),
+        weight,
+    }
+}
+
 /// Writes ten rows (t0…t9, finished at 1,000…1,009 ms; t3 a failure of tenant `acme` on
-/// delegate `d1`) in two batches and checks what `b` answers; leaves t5…t9.
+/// delegate `d1`; t4 verified by three votes, t6 by one) in two batches and checks what `b`
+/// answers; leaves t5…t9.
 pub fn check(b: &mut dyn Backend) {
     let rows: Vec<LedgerRow> = (0..10)
         .map(|i| {
@@ -76,6 +92,16 @@ pub fn check(b: &mut dyn Backend) {
                 r.tokens = None;
                 r.cost_usd = None;
                 r.payload = Some(JsonText::of(&json!({"input": "[redacted]"})));
+            }
+            if i == 4 {
+                r.votes = vec![
+                    vote(1, "d0", "v1", true, 0.9),
+                    vote(1, "d0", "v2", false, 0.6),
+                    vote(2, "d1", "v1", true, 0.75),
+                ];
+            }
+            if i == 6 {
+                r.votes = vec![vote(1, "d0", "v1", true, 1.0)];
             }
             r
         })
@@ -102,8 +128,9 @@ pub fn check(b: &mut dyn Backend) {
         q.offset = Some(2);
     });
     assert_eq!(ids(b, page), ["t7", "t6", "t5"]);
-    // Every field reads back as written, the failure's payload preview included.
-    for i in [3, 4] {
+    // Every field reads back as written, the failure's payload preview and the votes
+    // included (queries by anything but the task id leave the votes out).
+    for i in [3, 4, 6] {
         let task = Query {
             task_id: Some(format!("t{i}")),
             ..Query::default()
@@ -120,13 +147,30 @@ pub fn check(b: &mut dyn Backend) {
     );
     assert_eq!(spend[1].0, "anonymous");
     assert!((spend[1].1 - 0.018).abs() < 1e-9, "{spend:?}");
+    let listed = b.query(&Query::default()).unwrap();
+    assert!(listed.iter().all(|r| r.votes.is_empty()), "{listed:?}");
     assert!(b.healthy());
     feedback(b);
-    // Pruning is strictly before the cut-off (ratings by when they were given).
+    evidence(b);
+    // Pruning is strictly before the cut-off (ratings by when they were given, votes with
+    // their rows).
     assert_eq!(b.prune(1_005).unwrap(), 5);
     assert_eq!(b.feedback("t4").unwrap(), Vec::<Feedback>::new());
     assert_eq!(b.feedback("t7").unwrap().len(), 1, "a later rating stays");
     assert_eq!(b.prune(1_005).unwrap(), 0);
+    assert_eq!(
+        at(&b.evidence(0, 100).unwrap()),
+        [
+            (1_006, EvidenceSource::Vote),
+            (1_007, EvidenceSource::Feedback)
+        ],
+        "t4's votes went with it"
+    );
+    let t6 = Query {
+        task_id: Some("t6".into()),
+        ..Query::default()
+    };
+    assert_eq!(b.query(&t6).unwrap(), vec![rows[6].clone()]);
     assert_eq!(
         ids(b, Query::default()).last().map(String::as_str),
         Some("t5")
@@ -186,4 +230,51 @@ fn feedback(b: &mut dyn Backend) {
         );
     }
     assert!(b.rate(&rating("t7", "anonymous", 0.5, 1_007)).unwrap());
+}
+
+/// When and what each piece of evidence is.
+fn at(e: &[Evidence]) -> Vec<(i64, EvidenceSource)> {
+    e.iter().map(|e| (e.at_ms, e.source)).collect()
+}
+
+/// Quality evidence after `feedback`: t4's three votes (1,004 ms), t6's (1,006), and the
+/// ratings naming a delegate (t4's by `anonymous` at 1,004, t7's at 1,007; `acme`'s of t4
+/// names none), oldest first, votes before ratings at the same time; the newest `limit` of
+/// each; none before `since_ms`. The writer and the readers alike.
+fn evidence(b: &mut dyn Backend) {
+    use EvidenceSource::{Feedback as Rated, Vote as Voted};
+    let piece = |delegate: &str, score: f64, weight: f64, at_ms: i64, source| Evidence {
+        delegate: delegate.into(),
+        skill: "echo".into(),
+        score,
+        weight,
+        at_ms,
+        source,
+    };
+    let all = vec![
+        piece("d0", 1.0, 0.9, 1_004, Voted),
+        piece("d0", 0.0, 0.6, 1_004, Voted),
+        piece("d1", 1.0, 0.75, 1_004, Voted),
+        piece("d0", 0.25, 1.0, 1_004, Rated),
+        piece("d0", 1.0, 1.0, 1_006, Voted),
+        piece("d0", 0.5, 1.0, 1_007, Rated),
+    ];
+    let newest_two = vec![
+        all[2].clone(),
+        all[3].clone(),
+        all[4].clone(),
+        all[5].clone(),
+    ];
+    let since = vec![all[4].clone(), all[5].clone()];
+    assert_eq!(b.evidence(0, 100).unwrap(), all);
+    assert_eq!(b.evidence(0, 2).unwrap(), newest_two, "two of each");
+    assert_eq!(b.evidence(1_005, 100).unwrap(), since);
+    assert_eq!(b.evidence(1_005, 1).unwrap(), since);
+    assert_eq!(b.evidence(1_008, 100).unwrap(), Vec::new());
+    if let Some(r) = b.reader() {
+        let cancel = Cancel::default();
+        assert_eq!(r.evidence(0, 100, &cancel).unwrap(), all);
+        assert_eq!(r.evidence(0, 2, &cancel).unwrap(), newest_two);
+        assert_eq!(r.evidence(1_005, 100, &cancel).unwrap(), since);
+    }
 }

@@ -1,0 +1,486 @@
+//! Verified tasks (a policy's `[verify]`; LADP §5 chain of verification, §9 weighted voting,
+//! §13 retry policy): the producer's result is judged by independent verifier delegates
+//! before it is answered. Each verifier is sent an LDP task of the verify skill whose input
+//! is `{"input": <the task's input>, "output": <the result>, "skill": "<the task's skill>"}`
+//! and whose output is `{"passed": bool, "confidence": 0..1, "reason": "…"}`. Votes are
+//! weighted by each verifier's quality; the result passes when the weighted yes reaches
+//! `threshold` of the total weight. A result voted down is routed again, to a producer not
+//! yet voted down, for at most `max_rounds` rounds; then `VERIFICATION_FAILED`. Every vote is
+//! evidence of the producer's quality (`registry::quality`), a round counting as one
+//! observation (each vote its share of the round's weight), and goes into the ledger row.
+
+use super::task::{Answer, TaskCtx, TaskIn, TaskRun};
+use super::Proxy;
+use crate::ldp::error::GatewayCode;
+use crate::ldp::{
+    provenance::EvidenceRef, Json, LdpError, LineageEntry, Provenance, TaskId, VerificationStatus,
+};
+use crate::policy::Verify;
+use crate::provenance::Vote;
+use crate::registry::Delegate;
+use crate::routing::Need;
+use crate::session::Binding;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// How one verification round ended.
+enum Round {
+    /// The weighted yes reached the threshold.
+    Passed { yes: f64, total: f64 },
+    /// It did not.
+    Failed { yes: f64, total: f64 },
+    /// Nobody voted: why.
+    NoVote(LdpError),
+}
+
+/// One verifier's answer, read.
+struct Verdict {
+    passed: bool,
+    confidence: Option<f64>,
+    reason: Option<String>,
+}
+
+impl Proxy {
+    /// Runs the task, verified when its policy has `[verify]` and the task is sampled; the
+    /// whole run (every round, every verifier) within one deadline.
+    pub(super) async fn run_checked(&self, t: &TaskCtx<'_>, run: &mut TaskRun) -> Answer {
+        let deadline = Instant::now() + self.task_timeout(&t.need());
+        let policy = t.policy.clone();
+        let verify = match policy.verify.as_ref() {
+            Some(v) if !t.task.verifying && sampled(v.sample) => v,
+            _ => return self.run_task(t, run, &[], deadline).await,
+        };
+        let mut voted_down: Vec<String> = Vec::new();
+        for round in 1..=verify.max_rounds {
+            // Each round may try the policy's `max_attempts` producers.
+            run.delegates = 0;
+            let (output, mut provenance) = match self.run_task(t, run, &voted_down, deadline).await
+            {
+                Answer::Result { output, provenance } => (output, provenance),
+                // Every other producer is voted down or ineligible.
+                Answer::Failed(e)
+                    if !voted_down.is_empty()
+                        && e.code == GatewayCode::NoEligibleDelegate.as_str() =>
+                {
+                    return Answer::Failed(exhausted(&voted_down, &e.message))
+                }
+                failed => return failed,
+            };
+            let Some(producer) = run.binding.as_ref().map(|b| b.delegate.clone()) else {
+                return Answer::Result { output, provenance };
+            };
+            let first_vote = run.votes.len();
+            let outcome = self
+                .vote(t, verify, round, &producer, &output, deadline, run)
+                .await;
+            let result = match &outcome {
+                Round::Passed { .. } => "passed",
+                Round::Failed { .. } => "failed",
+                Round::NoVote(_) => "no_verifier",
+            };
+            self.metrics
+                .verifications
+                .with_label_values(&[policy.name.0.as_str(), result])
+                .inc();
+            match outcome {
+                Round::Passed { yes, total } => {
+                    let votes = &run.votes[first_vote..];
+                    self.peer_verified(t, &mut provenance, votes, round, yes, total, verify);
+                    return Answer::Result { output, provenance };
+                }
+                Round::Failed { yes, total } => {
+                    let cost = provenance
+                        .cost_usd
+                        .or_else(|| self.declared_cost(&producer, t.task.skill))
+                        .unwrap_or(0.0);
+                    self.extra_cost(t, run, &producer, t.task.skill, cost);
+                    let note = format!(
+                        "round {round}: {} voted down (weighted yes {yes:.2} of {total:.2})",
+                        producer.name
+                    );
+                    tracing::info!(delegate = %producer.name, round, yes, total, "result voted down");
+                    t.tell(self.id(), None, format_args!("{note}; routing again"));
+                    run.notes.push(note);
+                    voted_down.push(producer.name.clone());
+                }
+                Round::NoVote(e) => return Answer::Failed(e),
+            }
+        }
+        Answer::Failed(exhausted(&voted_down, "the policy's max_rounds is reached"))
+    }
+
+    /// One round: the verifiers chosen (by the policy's routing, among delegates offering
+    /// the verify skill, never the producer nor, when `independent`, its model family), each
+    /// sent the verification task at once, their votes weighed. Every vote is recorded in
+    /// `run` and learnt as evidence of the producer's quality.
+    #[allow(clippy::too_many_arguments)]
+    async fn vote(
+        &self,
+        t: &TaskCtx<'_>,
+        verify: &Verify,
+        round: u32,
+        producer: &Arc<Delegate>,
+        output: &Json,
+        deadline: Instant,
+        run: &mut TaskRun,
+    ) -> Round {
+        let skill = verify.skill.as_str();
+        let mut exclude = self.not_independent(verify, producer);
+        // What the contract's budget leaves once the results so far are paid for.
+        let base = Need {
+            skill,
+            contract_max_cost_usd: t
+                .need()
+                .contract_max_cost_usd
+                .map(|m| (m - run.extra_cost_usd).max(0.0)),
+            ..t.need()
+        };
+        // The verification task: the original input and the result, as JSON text.
+        let input = match verification_input(t.task.input, output, t.task.skill) {
+            Ok(i) => i,
+            Err(e) => {
+                let why = format!("the result cannot be sent for verification: {e}");
+                return Round::NoVote(LdpError::gateway(GatewayCode::BadRequest, why));
+            }
+        };
+        let mut ballots: Vec<(Binding, f64, TaskId)> = Vec::new();
+        let mut why_none: Option<LdpError> = None;
+        for _ in 0..verify.verifiers {
+            let need = Need {
+                exclude: &exclude,
+                ..base
+            };
+            let picked = match self.decide(&t.policy, &need) {
+                Ok(p) => p,
+                Err(e) => {
+                    why_none.get_or_insert(e);
+                    break;
+                }
+            };
+            exclude.push(picked.delegate.name.clone());
+            let task_id = TaskId::from(format!(
+                "{}~verify-{}",
+                t.task.task_id,
+                crate::ldp::new_id()
+            ));
+            let sub = sub_task(t, &task_id, skill, &input);
+            let mut sub_run = TaskRun::default();
+            let need = Need {
+                exclude: &exclude,
+                ..base
+            };
+            match self.bind_verifier(&sub, &need, &mut sub_run, picked).await {
+                Ok(binding) => {
+                    let weight = self.vote_weight(&binding.delegate, skill);
+                    ballots.push((binding, weight, task_id));
+                }
+                Err(e) => {
+                    why_none = Some(e);
+                }
+            }
+        }
+        if ballots.is_empty() {
+            let why = why_none.map(|e| e.message).unwrap_or_default();
+            let error = LdpError::gateway(
+                GatewayCode::NoEligibleDelegate,
+                format!("no independent verifier (skill '{skill}') could be had: {why}"),
+            );
+            return Round::NoVote(error);
+        }
+        let casts = ballots.iter().map(|(binding, _, task_id)| {
+            let sub = sub_task(t, task_id, skill, &input);
+            let binding = binding.clone();
+            async move {
+                let mut sub_run = TaskRun::default();
+                let answer = match self.attempt(&sub, &mut sub_run, binding, deadline).await {
+                    super::attempt::Attempt::Done(a) => a,
+                    super::attempt::Attempt::Failed(f) => Answer::Failed(f.error),
+                };
+                (answer, sub_run)
+            }
+        });
+        let answers = futures_util::future::join_all(casts).await;
+        let (mut yes, mut total) = (0.0, 0.0);
+        let first_vote = run.votes.len();
+        for ((binding, weight, _), (answer, sub_run)) in ballots.iter().zip(answers) {
+            let verifier = &binding.delegate;
+            run.upstream += sub_run.upstream;
+            let verdict = match answer {
+                Answer::Result { output, provenance } => {
+                    let cost = provenance
+                        .cost_usd
+                        .or_else(|| self.declared_cost(verifier, skill))
+                        .unwrap_or(0.0);
+                    self.extra_cost(t, run, verifier, skill, cost);
+                    read_verdict(&output)
+                }
+                Answer::Failed(e) => {
+                    run.notes
+                        .push(format!("verifier {} failed: {}", verifier.name, e.code));
+                    None
+                }
+            };
+            let Some(v) = verdict else {
+                continue;
+            };
+            total += weight;
+            if v.passed {
+                yes += weight;
+            }
+            run.votes.push(Vote {
+                round,
+                producer: producer.name.clone(),
+                skill: t.task.skill.to_owned(),
+                verifier: verifier.name.clone(),
+                passed: v.passed,
+                confidence: v.confidence,
+                weight: *weight,
+            });
+            if let Some(reason) = v.reason {
+                tracing::debug!(verifier = %verifier.name, passed = v.passed, reason, "vote");
+            }
+        }
+        // The round is one observation of the producer: each vote counts for its share of
+        // the round's weight (two verifiers agreeing are not two independent facts).
+        let now = crate::registry::quality::now_ms();
+        for v in &run.votes[first_vote..] {
+            let score = if v.passed { 1.0 } else { 0.0 };
+            self.registry
+                .observe(&producer.name, t.task.skill, score, v.weight / total, now);
+        }
+        if total <= 0.0 {
+            let error = LdpError::gateway(
+                GatewayCode::UpstreamFailed,
+                format!("no verifier (skill '{skill}') gave a usable vote"),
+            );
+            return Round::NoVote(error);
+        }
+        if yes >= verify.threshold * total {
+            Round::Passed { yes, total }
+        } else {
+            Round::Failed { yes, total }
+        }
+    }
+
+    /// The delegates that may not judge `producer`'s result: itself, and when `independent`
+    /// every delegate of its model family.
+    fn not_independent(&self, verify: &Verify, producer: &Delegate) -> Vec<String> {
+        let mut out = vec![producer.name.clone()];
+        if !verify.independent {
+            return out;
+        }
+        let Some(family) = producer.card().map(|c| c.model_family.clone()) else {
+            return out;
+        };
+        let index = self.registry.index();
+        for o in index.offers(&verify.skill) {
+            if o.card.model_family.eq_ignore_ascii_case(&family) && o.delegate.name != producer.name
+            {
+                out.push(o.delegate.name.clone());
+            }
+        }
+        out
+    }
+
+    /// A vote's weight: the verifier's quality at the verify skill as routing sees it
+    /// (declared and learnt, blended), else the routing's score for an unknown value.
+    fn vote_weight(&self, verifier: &Delegate, skill: &str) -> f64 {
+        self.registry
+            .quality_of(&verifier.name, skill)
+            .and_then(|q| q.blended)
+            .unwrap_or(self.cfg.routing.missing_score)
+            .max(0.01)
+    }
+
+    /// Binds a chosen verifier (its own rate limit, an upstream session kept per (skill,
+    /// delegate) in the client's session).
+    async fn bind_verifier(
+        &self,
+        sub: &TaskCtx<'_>,
+        need: &Need<'_>,
+        run: &mut TaskRun,
+        picked: super::bind::Chosen,
+    ) -> Result<Binding, LdpError> {
+        match self.rebind(sub, need, run, picked).await {
+            Ok(b) => Ok(b),
+            Err(super::bind::NoBinding::None(e)) => Err(e),
+            Err(super::bind::NoBinding::Open { delegate, error }) => {
+                self.judge(&delegate, super::attempt::Health::of_error(&error, None));
+                Err(super::upstream_failed(&delegate, &error))
+            }
+        }
+    }
+
+    /// Counts `cost` (a verifier's, or a voted-down result's) under its delegate in the
+    /// metrics and into the task's total.
+    fn extra_cost(&self, t: &TaskCtx<'_>, run: &mut TaskRun, d: &Delegate, skill: &str, cost: f64) {
+        if !(cost.is_finite() && cost > 0.0) {
+            return;
+        }
+        run.extra_cost_usd += cost;
+        self.metrics
+            .cost_usd
+            .with_label_values(&[
+                t.tenant.name.as_str(),
+                skill,
+                d.name.as_str(),
+                t.policy.name.0.as_str(),
+            ])
+            .inc_by(cost);
+        self.metrics.spend_total.inc_by(cost);
+    }
+
+    /// Marks a result that passed: `peer_verified`, the passing round's votes as evidence,
+    /// and a lineage entry for the verification step (newest first).
+    #[allow(clippy::too_many_arguments)]
+    fn peer_verified(
+        &self,
+        t: &TaskCtx<'_>,
+        p: &mut Provenance,
+        votes: &[Vote],
+        round: u32,
+        yes: f64,
+        total: f64,
+        verify: &Verify,
+    ) {
+        p.verification_status = VerificationStatus::PeerVerified;
+        p.normalize();
+        for v in votes {
+            let source = self
+                .registry
+                .get(&v.verifier)
+                .and_then(|d| d.card())
+                .map_or_else(|| v.verifier.clone(), |c| c.delegate_id.clone());
+            p.evidence.push(EvidenceRef {
+                source,
+                kind: "peer_vote".into(),
+                uri: None,
+                summary: Some(format!("{} judged by {}", v.skill, v.verifier)),
+                decision: Some(if v.passed { "passed" } else { "failed" }.into()),
+                weight: Some(v.weight),
+                confidence: v.confidence,
+            });
+        }
+        let verifiers: Vec<&str> = votes.iter().map(|v| v.verifier.as_str()).collect();
+        p.lineage.insert(
+            0,
+            LineageEntry {
+                delegate_id: self.id().to_owned(),
+                model_version: self.version.clone(),
+                step: "verify".into(),
+                timestamp: Some(crate::ldp::now_rfc3339()),
+                verification_status: VerificationStatus::PeerVerified,
+                policy: Some(t.policy.name.0.clone()),
+                routed_to: Some(verifiers.join(", ")),
+                attempts: Some(round),
+                note: Some(format!(
+                    "weighted yes {yes:.2} of {total:.2} (threshold {}) in round {round}",
+                    verify.threshold
+                )),
+            },
+        );
+    }
+}
+
+/// Whether this task is verified: `sample` of them are (all at 1, none at 0).
+fn sampled(sample: f64) -> bool {
+    sample >= 1.0 || (sample > 0.0 && fastrand::f64() < sample)
+}
+
+/// `VERIFICATION_FAILED`, naming the rounds' producers.
+fn exhausted(voted_down: &[String], why: &str) -> LdpError {
+    LdpError::gateway(
+        GatewayCode::VerificationFailed,
+        format!(
+            "the result was voted down in {} round(s) (producers: {}); {why}",
+            voted_down.len(),
+            voted_down.join(", ")
+        ),
+    )
+}
+
+/// The task a verifier is sent, in the client's session, envelope and policy.
+fn sub_task<'a>(
+    t: &TaskCtx<'a>,
+    task_id: &'a TaskId,
+    skill: &'a str,
+    input: &'a Json,
+) -> TaskCtx<'a> {
+    TaskCtx {
+        env: t.env,
+        task: TaskIn {
+            task_id,
+            skill,
+            input,
+            contract: None,
+            chat: None,
+            verifying: true,
+        },
+        session: t.session,
+        tenant: t.tenant,
+        policy: t.policy.clone(),
+        hops: t.hops,
+        progress: super::task::Progress::Quiet,
+        started: Instant::now(),
+        started_at: t.started_at.clone(),
+    }
+}
+
+/// `{"input": …, "output": …, "skill": …}` from the texts as they came (no re-serialising).
+fn verification_input(input: &Json, output: &Json, skill: &str) -> Result<Json, serde_json::Error> {
+    let skill = serde_json::to_string(skill)?;
+    Json::from_text(format!(
+        "{{\"input\":{},\"output\":{},\"skill\":{skill}}}",
+        input.get(),
+        output.get()
+    ))
+}
+
+/// A verifier's output read as a vote: `passed` (a boolean) is required; `confidence` (0..1)
+/// and `reason` are kept when present. Anything else is no vote.
+fn read_verdict(output: &Json) -> Option<Verdict> {
+    #[derive(serde::Deserialize)]
+    struct Raw {
+        passed: bool,
+        #[serde(default)]
+        confidence: Option<f64>,
+        #[serde(default)]
+        reason: Option<String>,
+    }
+    let raw: Raw = serde_json::from_str(output.get()).ok()?;
+    Some(Verdict {
+        passed: raw.passed,
+        confidence: raw.confidence.filter(|c| (0.0..=1.0).contains(c)),
+        reason: raw.reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(text: &str) -> Json {
+        Json::from_text(text.to_owned()).unwrap()
+    }
+
+    #[test]
+    fn verdicts_are_read_or_ignored() {
+        let v = read_verdict(&json(r#"{"passed":true,"confidence":0.8,"reason":"ok"}"#)).unwrap();
+        assert!(v.passed && v.confidence == Some(0.8));
+        let v = read_verdict(&json(r#"{"passed":false,"confidence":7}"#)).unwrap();
+        assert!(!v.passed && v.confidence.is_none());
+        assert!(read_verdict(&json(r#"{"passed":"yes"}"#)).is_none());
+        assert!(read_verdict(&json(r#""passed""#)).is_none());
+    }
+
+    #[test]
+    fn the_verification_input_keeps_both_texts() {
+        let i = verification_input(&json(r#"{"expected": 4}"#), &json(r#"{"answer":4}"#), "qa")
+            .unwrap();
+        let v = i.to_value().unwrap();
+        assert_eq!(v["input"]["expected"], 4);
+        assert_eq!(v["output"]["answer"], 4);
+        assert_eq!(v["skill"], "qa");
+        assert!(sampled(1.0) && !sampled(0.0));
+    }
+}
