@@ -18,7 +18,10 @@ use ldp_gateway::policy::{Glob, Policy, Require, Weights};
 use ldp_gateway::routing::{
     decide, decide_with, explain, statics, Need, Offer, RoutingParams, Static,
 };
+use ldp_gateway::registry::quality::{now_ms, Estimate, Learned};
+use ldp_gateway::routing::Observed;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::hint::black_box;
 
 const SKILL: &str = "summarize";
@@ -31,6 +34,8 @@ struct BenchOffer {
     healthy: bool,
     observed: Option<f64>,
     weight: f64,
+    /// Learned quality, as the registry's `SkillOffer` holds it.
+    estimate: Option<Arc<Estimate>>,
 }
 
 impl Offer for BenchOffer {
@@ -51,6 +56,9 @@ impl Offer for BenchOffer {
     }
     fn weight(&self) -> f64 {
         self.weight
+    }
+    fn observed_quality(&self, now_ms: i64) -> Option<Observed> {
+        self.estimate.as_ref()?.observed(now_ms)
     }
 }
 
@@ -100,6 +108,7 @@ fn fleet(n: usize) -> Vec<BenchOffer> {
                 healthy: rng.u8(..20) != 0,
                 observed: (rng.u8(..2) == 0).then(|| 100.0 + rng.f64() * 5_000.0),
                 weight: 1.0,
+                estimate: None,
             }
         })
         .collect()
@@ -161,6 +170,34 @@ fn bench_decide(c: &mut Criterion) {
             })
         });
     }
+    // Every offer with learned quality (votes a minute old): the clock is read and the
+    // evidence aged per offer, as the registry's offers do.
+    let learned = Learned::default();
+    let mut offers = fleet(100);
+    for (i, o) in offers.iter_mut().enumerate() {
+        if let Some(e) = learned.estimate(&o.name) {
+            e.observe(if i % 3 == 0 { 0.0 } else { 1.0 }, 1.0, now_ms() - 60_000);
+            o.estimate = Some(e);
+        }
+    }
+    let st = statics(&offers, &policy, &params);
+    let mut rng = fastrand::Rng::with_seed(7);
+    let now = Need {
+        now_ms: now_ms(),
+        ..need
+    };
+    group.bench_function("evidence/100", |b| {
+        b.iter(|| {
+            decide_with(
+                black_box(offers.as_slice()),
+                &st,
+                &policy,
+                &now,
+                &params,
+                &mut rng,
+            )
+        })
+    });
     let offers = fleet(100);
     let mut rng = fastrand::Rng::with_seed(7);
     group.bench_function("full/100", |b| {

@@ -332,8 +332,8 @@ impl Offer for SkillOffer {
     fn observed_latency_ms(&self) -> Option<f64> {
         self.delegate.observed_latency_ms()
     }
-    fn observed_quality(&self) -> Option<crate::routing::Observed> {
-        self.estimate.as_ref()?.observed_now()
+    fn observed_quality(&self, now_ms: i64) -> Option<crate::routing::Observed> {
+        self.estimate.as_ref()?.observed(now_ms)
     }
     fn weight(&self) -> f64 {
         self.delegate.weight

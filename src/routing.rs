@@ -101,8 +101,10 @@ pub trait Offer {
     fn healthy(&self) -> bool;
     /// Observed latency EWMA in ms, once it has samples.
     fn observed_latency_ms(&self) -> Option<f64>;
-    /// Observed quality at the skill (verifier votes, client ratings), once there is any.
-    fn observed_quality(&self) -> Option<Observed> {
+    /// Observed quality at the skill (verifier votes, client ratings) as of `now_ms` (Unix
+    /// ms), once there is any.
+    fn observed_quality(&self, now_ms: i64) -> Option<Observed> {
+        let _ = now_ms;
         None
     }
     /// Relative share among near-equals.
@@ -166,6 +168,8 @@ pub struct Need<'a> {
     pub contract_max_cost_usd: Option<f64>,
     /// Milliseconds left until the contract's deadline (0 if already past).
     pub contract_ms_left: Option<u64>,
+    /// Unix ms now: learned quality is aged to it (routing reads no clock of its own).
+    pub now_ms: i64,
 }
 
 /// Every offer's evaluation, the components and score of the eligible ones (`None` for the

@@ -444,7 +444,7 @@ async fn evidence_is_read_beside_the_writer_or_through_it() {
         assert_eq!(
             sources,
             [
-                (1_000, 0.0, 0.5, EvidenceSource::Vote),
+                (1_000, 0.0, 1.0, EvidenceSource::Vote),
                 (2_000, 1.0, 1.0, EvidenceSource::Feedback)
             ],
             "{store}"

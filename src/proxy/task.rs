@@ -43,6 +43,7 @@ impl TaskCtx<'_> {
     /// What routing needs to know of the task (no delegate excluded yet).
     pub(super) fn need(&self) -> Need<'_> {
         let contract = self.task.contract;
+        let now = chrono::Utc::now();
         Need {
             skill: self.task.skill,
             exclude: &[],
@@ -53,7 +54,8 @@ impl TaskCtx<'_> {
                 .and_then(|b| b.max_cost_usd),
             contract_ms_left: contract
                 .and_then(|c| c.deadline_at())
-                .map(|d| (d - chrono::Utc::now()).num_milliseconds().max(0) as u64),
+                .map(|d| (d - now).num_milliseconds().max(0) as u64),
+            now_ms: now.timestamp_millis(),
         }
     }
 

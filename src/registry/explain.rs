@@ -1,7 +1,7 @@
 //! Explaining a routing decision from the registry and the policies alone: what
 //! `GET /admin/route` and `ldp-gateway route` print, with no gateway running.
 
-use super::Registry;
+use super::{quality, Registry};
 use crate::policy::PolicySet;
 use crate::routing::{self, Explanation, Need, RoutingParams};
 use std::sync::Arc;
@@ -55,6 +55,7 @@ pub fn explain(
         .collect();
     let need = Need {
         skill: q.skill,
+        now_ms: quality::now_ms(),
         client_domain: q.client_domain.unwrap_or(own_domain),
         ..Need::default()
     };

@@ -311,6 +311,7 @@ fn need() -> impl Strategy<Value = Need<'static>> {
                 contract_max_cost_usd,
                 contract_ms_left,
                 exclude: &[],
+                now_ms: 0,
             },
         )
 }

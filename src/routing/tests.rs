@@ -32,7 +32,7 @@ impl Offer for TestOffer {
     fn observed_latency_ms(&self) -> Option<f64> {
         self.observed
     }
-    fn observed_quality(&self) -> Option<Observed> {
+    fn observed_quality(&self, _now_ms: i64) -> Option<Observed> {
         self.quality_seen
     }
     fn weight(&self) -> f64 {
@@ -216,7 +216,7 @@ fn unknown_values_fail_bounds_unless_configured() {
 fn tier_prices_stand_in_for_missing_prices() {
     let mut o = offer("a", Some(0.8), None, Some(100));
     o.hints.cost_tier = Some(CostTier::High);
-    let f = figures(&o, &RoutingParams::default());
+    let f = figures(&o, &RoutingParams::default(), 0);
     assert_eq!(f.cost_usd, Some(0.05));
 }
 
@@ -224,11 +224,11 @@ fn tier_prices_stand_in_for_missing_prices() {
 fn observed_latency_replaces_the_declared_one() {
     let mut o = offer("a", Some(0.8), Some(0.01), Some(100));
     assert_eq!(
-        figures(&o, &RoutingParams::default()).latency_source,
+        figures(&o, &RoutingParams::default(), 0).latency_source,
         LatencySource::Declared
     );
     o.observed = Some(900.0);
-    let f = figures(&o, &RoutingParams::default());
+    let f = figures(&o, &RoutingParams::default(), 0);
     assert_eq!(
         (f.latency_ms, f.latency_source),
         (Some(900.0), LatencySource::Observed)

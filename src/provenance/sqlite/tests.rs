@@ -489,10 +489,11 @@ fn votes_are_stored_with_their_row_and_read_back_as_evidence() {
     assert!(b.rate(&rating("t1", Some("d0"), 0.75, 1_500)).unwrap());
     // A rating of a task no delegate answered is no evidence about one.
     assert!(b.rate(&rating("t2", None, 0.0, 1_600)).unwrap());
+    // Each vote weighs its share of its round: round 1's 0.9 and 0.6, round 2's 0.9 alone.
     let expected = vec![
-        evidence("d0", 1.0, 0.9, 1_000, Voted),
-        evidence("d0", 0.0, 0.6, 1_000, Voted),
-        evidence("d1", 1.0, 0.9, 1_000, Voted),
+        evidence("d0", 1.0, 0.9 / (0.9 + 0.6), 1_000, Voted),
+        evidence("d0", 0.0, 0.6 / (0.9 + 0.6), 1_000, Voted),
+        evidence("d1", 1.0, 1.0, 1_000, Voted),
         evidence("d0", 0.75, 1.0, 1_500, Rated),
     ];
     assert_eq!(b.evidence(0, 100).unwrap(), expected);
@@ -657,7 +658,7 @@ fn a_ledger_from_before_votes_migrates_and_keeps_its_rows() {
         b.evidence(0, 100).unwrap(),
         vec![
             evidence("d0", 1.0, 1.0, 1_100, EvidenceSource::Feedback),
-            evidence("d0", 0.0, 0.5, 2_000, EvidenceSource::Vote),
+            evidence("d0", 0.0, 1.0, 2_000, EvidenceSource::Vote),
         ]
     );
     // Running the migration again (a file a newer build touched) changes nothing.

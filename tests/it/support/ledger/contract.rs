@@ -237,7 +237,8 @@ fn at(e: &[Evidence]) -> Vec<(i64, EvidenceSource)> {
     e.iter().map(|e| (e.at_ms, e.source)).collect()
 }
 
-/// Quality evidence after `feedback`: t4's three votes (1,004 ms), t6's (1,006), and the
+/// Quality evidence after `feedback`: t4's three votes (1,004 ms; each weighing its share of
+/// its round), t6's (1,006), and the
 /// ratings naming a delegate (t4's by `anonymous` at 1,004, t7's at 1,007; `acme`'s of t4
 /// names none), oldest first, votes before ratings at the same time; the newest `limit` of
 /// each; none before `since_ms`. The writer and the readers alike.
@@ -251,10 +252,11 @@ fn evidence(b: &mut dyn Backend) {
         at_ms,
         source,
     };
+    // A vote weighs its share of its round: t4's round 1 (0.9 and 0.6), round 2 (0.75 alone).
     let all = vec![
-        piece("d0", 1.0, 0.9, 1_004, Voted),
-        piece("d0", 0.0, 0.6, 1_004, Voted),
-        piece("d1", 1.0, 0.75, 1_004, Voted),
+        piece("d0", 1.0, 0.9 / (0.9 + 0.6), 1_004, Voted),
+        piece("d0", 0.0, 0.6 / (0.9 + 0.6), 1_004, Voted),
+        piece("d1", 1.0, 1.0, 1_004, Voted),
         piece("d0", 0.25, 1.0, 1_004, Rated),
         piece("d0", 1.0, 1.0, 1_006, Voted),
         piece("d0", 0.5, 1.0, 1_007, Rated),
