@@ -15,14 +15,14 @@ use ldp_gateway::ldp::{
     Capability, CapabilityHints, CostTier, IdentityCard, PayloadMode, TrustDomain,
 };
 use ldp_gateway::policy::{Glob, Policy, Require, Weights};
+use ldp_gateway::registry::quality::{now_ms, Estimate, Learned};
+use ldp_gateway::routing::Observed;
 use ldp_gateway::routing::{
     decide, decide_with, explain, statics, Need, Offer, RoutingParams, Static,
 };
-use ldp_gateway::registry::quality::{now_ms, Estimate, Learned};
-use ldp_gateway::routing::Observed;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::hint::black_box;
+use std::sync::Arc;
 
 const SKILL: &str = "summarize";
 
