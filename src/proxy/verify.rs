@@ -33,6 +33,28 @@ enum Round {
     NoVote(LdpError),
 }
 
+/// What one round of votes is about.
+struct Ballot<'a> {
+    verify: &'a Verify,
+    round: u32,
+    /// The delegate whose result is judged.
+    producer: &'a Arc<Delegate>,
+    /// Its result.
+    output: &'a Json,
+    /// The whole task's deadline.
+    deadline: Instant,
+    /// What the task has cost so far, this result included (USD).
+    spent: f64,
+}
+
+/// How a passing round went, for the provenance.
+#[derive(Clone, Copy)]
+struct Tally {
+    round: u32,
+    yes: f64,
+    total: f64,
+}
+
 /// One verifier's answer, read.
 struct Verdict {
     passed: bool,
@@ -70,9 +92,19 @@ impl Proxy {
                 return Answer::Result { output, provenance };
             };
             let first_vote = run.votes.len();
-            let outcome = self
-                .vote(t, verify, round, &producer, &output, deadline, run)
-                .await;
+            let cost = provenance
+                .cost_usd
+                .or_else(|| self.declared_cost(&producer, t.task.skill))
+                .unwrap_or(0.0);
+            let ballot = Ballot {
+                verify,
+                round,
+                producer: &producer,
+                output: &output,
+                deadline,
+                spent: run.extra_cost_usd + cost,
+            };
+            let outcome = self.vote(t, &ballot, run).await;
             let result = match &outcome {
                 Round::Passed { .. } => "passed",
                 Round::Failed { .. } => "failed",
@@ -85,14 +117,12 @@ impl Proxy {
             match outcome {
                 Round::Passed { yes, total } => {
                     let votes = &run.votes[first_vote..];
-                    self.peer_verified(t, &mut provenance, votes, round, yes, total, verify);
+                    let tally = Tally { round, yes, total };
+                    self.peer_verified(t, &mut provenance, votes, &tally, verify);
                     return Answer::Result { output, provenance };
                 }
                 Round::Failed { yes, total } => {
-                    let cost = provenance
-                        .cost_usd
-                        .or_else(|| self.declared_cost(&producer, t.task.skill))
-                        .unwrap_or(0.0);
+                    // The result is not answered, but it was paid for.
                     self.extra_cost(t, run, &producer, t.task.skill, cost);
                     let note = format!(
                         "round {round}: {} voted down (weighted yes {yes:.2} of {total:.2})",
@@ -103,7 +133,10 @@ impl Proxy {
                     run.notes.push(note);
                     voted_down.push(producer.name.clone());
                 }
-                Round::NoVote(e) => return Answer::Failed(e),
+                Round::NoVote(e) => {
+                    self.extra_cost(t, run, &producer, t.task.skill, cost);
+                    return Answer::Failed(e);
+                }
             }
         }
         Answer::Failed(exhausted(&voted_down, "the policy's max_rounds is reached"))
@@ -113,17 +146,8 @@ impl Proxy {
     /// the verify skill, never the producer nor, when `independent`, its model family), each
     /// sent the verification task at once, their votes weighed. Every vote is recorded in
     /// `run` and learnt as evidence of the producer's quality.
-    #[allow(clippy::too_many_arguments)]
-    async fn vote(
-        &self,
-        t: &TaskCtx<'_>,
-        verify: &Verify,
-        round: u32,
-        producer: &Arc<Delegate>,
-        output: &Json,
-        deadline: Instant,
-        run: &mut TaskRun,
-    ) -> Round {
+    async fn vote(&self, t: &TaskCtx<'_>, b: &Ballot<'_>, run: &mut TaskRun) -> Round {
+        let (verify, producer, deadline) = (b.verify, b.producer, b.deadline);
         let skill = verify.skill.as_str();
         let mut exclude = self.not_independent(verify, producer);
         // What the contract's budget leaves once the results so far are paid for.
@@ -132,11 +156,11 @@ impl Proxy {
             contract_max_cost_usd: t
                 .need()
                 .contract_max_cost_usd
-                .map(|m| (m - run.extra_cost_usd).max(0.0)),
+                .map(|m| (m - b.spent).max(0.0)),
             ..t.need()
         };
         // The verification task: the original input and the result, as JSON text.
-        let input = match verification_input(t.task.input, output, t.task.skill) {
+        let input = match verification_input(t.task.input, b.output, t.task.skill) {
             Ok(i) => i,
             Err(e) => {
                 let why = format!("the result cannot be sent for verification: {e}");
@@ -228,7 +252,7 @@ impl Proxy {
                 yes += weight;
             }
             run.votes.push(Vote {
-                round,
+                round: b.round,
                 producer: producer.name.clone(),
                 skill: t.task.skill.to_owned(),
                 verifier: verifier.name.clone(),
@@ -332,17 +356,15 @@ impl Proxy {
 
     /// Marks a result that passed: `peer_verified`, the passing round's votes as evidence,
     /// and a lineage entry for the verification step (newest first).
-    #[allow(clippy::too_many_arguments)]
     fn peer_verified(
         &self,
         t: &TaskCtx<'_>,
         p: &mut Provenance,
         votes: &[Vote],
-        round: u32,
-        yes: f64,
-        total: f64,
+        tally: &Tally,
         verify: &Verify,
     ) {
+        let Tally { round, yes, total } = *tally;
         p.verification_status = VerificationStatus::PeerVerified;
         p.normalize();
         for v in votes {
