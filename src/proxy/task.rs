@@ -39,7 +39,7 @@ pub(super) struct TaskCtx<'a> {
     pub(super) started_at: String,
 }
 
-impl TaskCtx<'_> {
+impl<'a> TaskCtx<'a> {
     /// What routing needs to know of the task (no delegate excluded yet).
     pub(super) fn need(&self) -> Need<'_> {
         let contract = self.task.contract;
@@ -56,6 +56,22 @@ impl TaskCtx<'_> {
                 .and_then(|c| c.deadline_at())
                 .map(|d| (d - now).num_milliseconds().max(0) as u64),
             now_ms: now.timestamp_millis(),
+        }
+    }
+
+    /// The same task with nothing streamed to its client while it runs (a verified task: its
+    /// answer is not known until the votes are in, so no producer's text or note goes out).
+    pub(super) fn quiet(&self) -> TaskCtx<'a> {
+        TaskCtx {
+            env: self.env,
+            task: self.task,
+            session: self.session,
+            tenant: self.tenant,
+            policy: self.policy.clone(),
+            hops: self.hops,
+            progress: Progress::Quiet,
+            started: self.started,
+            started_at: self.started_at.clone(),
         }
     }
 
@@ -148,6 +164,7 @@ pub(super) enum Answer {
 }
 
 /// The task as the client sent it.
+#[derive(Clone, Copy)]
 pub(super) struct TaskIn<'a> {
     pub task_id: &'a TaskId,
     pub skill: &'a str,

@@ -64,7 +64,8 @@ struct Verdict {
 
 impl Proxy {
     /// Runs the task, verified when its policy has `[verify]` and the task is sampled; the
-    /// whole run (every round, every verifier) within one deadline.
+    /// whole run (every round, every verifier) within one deadline. A verified task streams
+    /// nothing to its client: a result may yet be voted down.
     pub(super) async fn run_checked(&self, t: &TaskCtx<'_>, run: &mut TaskRun) -> Answer {
         let deadline = Instant::now() + self.task_timeout(&t.need());
         let policy = t.policy.clone();
@@ -72,6 +73,8 @@ impl Proxy {
             Some(v) if !t.task.verifying && sampled(v.sample) => v,
             _ => return self.run_task(t, run, &[], deadline).await,
         };
+        let quiet = t.quiet();
+        let t = &quiet;
         let mut voted_down: Vec<String> = Vec::new();
         for round in 1..=verify.max_rounds {
             // Each round may try the policy's `max_attempts` producers.

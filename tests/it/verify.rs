@@ -194,3 +194,28 @@ async fn without_an_independent_verifier_the_task_is_refused() {
     assert_eq!(gw.sim(1).stats().verdicts_passed, 0);
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_verified_task_streams_nothing_before_its_verdict() {
+    // The cheapest producer is always wrong: its result is voted down, and nothing of its
+    // run (not even the gateway's "routed to" note) may reach a streaming client.
+    let gw = TestGateway::builder()
+        .sim(producer("p-liar", "alpha", 0.95, 0.001, 0.0))
+        .sim(producer("p-right", "delta", 0.9, 0.01, 1.0))
+        .sim(verifier("v-beta", "beta", 1.0))
+        .policy("verified.toml", &policy(1, 3, 1.0))
+        .config(|c| c.policies.default = "verified".into())
+        .spawn()
+        .await;
+    let (c, s) = session(&gw).await;
+    let env = c.envelope(&s, crate::support::client::submit_body("qa", question(4)));
+    let (status, events) = c.stream(&env).await;
+    assert_eq!(status, 200);
+    assert_eq!(events.len(), 1, "only the answer: {events:?}");
+    let answer = &events[0]["body"];
+    assert_eq!(answer["type"], "TASK_RESULT", "{answer}");
+    assert_eq!(answer["output"]["answer"], 8);
+    assert_eq!(answer["provenance"]["verification_status"], "peer_verified");
+    assert_eq!(gw.sim(0).stats().wrong_answers, 1, "the liar was asked first");
+    gw.shutdown().await;
+}
