@@ -216,6 +216,10 @@ async fn a_verified_task_streams_nothing_before_its_verdict() {
     assert_eq!(answer["type"], "TASK_RESULT", "{answer}");
     assert_eq!(answer["output"]["answer"], 8);
     assert_eq!(answer["provenance"]["verification_status"], "peer_verified");
-    assert_eq!(gw.sim(0).stats().wrong_answers, 1, "the liar was asked first");
+    assert_eq!(
+        gw.sim(0).stats().wrong_answers,
+        1,
+        "the liar was asked first"
+    );
     gw.shutdown().await;
 }
