@@ -46,6 +46,8 @@ const REQUIRED: &[&str] = &[
     "ldp_gateway_http_requests_total",
     "ldp_gateway_overhead_seconds",
     "ldp_gateway_cost_discrepancies_total",
+    "ldp_gateway_delegate_quality",
+    "ldp_gateway_verifications_total",
 ];
 
 /// One PromQL target of one panel.
@@ -272,17 +274,49 @@ async fn delegates() -> Vec<(&'static str, SimHandle)> {
         ],
     ));
     best.latency = Duration::from_millis(60);
+    // A verifier of another model family, for the `verified` policy's rounds.
+    let judge = SimOptions {
+        verifier: true,
+        ..SimOptions::new(
+            Card::new("judge")
+                .priced("verify", 0.9, 0.0005, 5)
+                .set("model_family", json!("judges"))
+                .build(),
+        )
+    };
     vec![
         ("fast", sim(fast).await),
         ("cheap", sim(cheap).await),
         ("best", sim(best).await),
+        ("judge", sim(judge).await),
     ]
+}
+
+/// The shipped policies, plus `verified` (`balanced` with every result voted on).
+fn policies() -> Vec<(String, String)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/policies");
+    let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
+        .expect("policies dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&p).expect("policy"))
+        })
+        .collect();
+    files.push((
+        "verified.toml".into(),
+        "name = \"verified\"\n[verify]\nverifiers = 1\n".into(),
+    ));
+    files
 }
 
 async fn start_gateway(sims: &[(&'static str, SimHandle)]) -> TestGateway {
     let urls: Vec<String> = sims.iter().map(|(_, s)| s.url()).collect();
     let names: Vec<&str> = sims.iter().map(|(n, _)| *n).collect();
-    TestGateway::builder()
+    policies()
+        .iter()
+        .fold(TestGateway::builder(), |b, (file, text)| b.policy(file, text))
         .delegates(&urls)
         .config(|cfg| {
             for (d, n) in cfg.delegates.iter_mut().zip(names) {
@@ -527,11 +561,12 @@ fn count_series(data: &Value) -> (usize, usize) {
 }
 
 /// Policies the traffic is spread over (`None`: the default the gateway selects).
-const POLICIES: [Option<&str>; 4] = [
+const POLICIES: [Option<&str>; 5] = [
     None,
     Some("cheapest"),
     Some("best-quality"),
     Some("balanced"),
+    Some("verified"),
 ];
 const SKILLS: [&str; 2] = ["summarize", "classify"];
 const ROUNDS: usize = 5;
