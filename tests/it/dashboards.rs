@@ -316,7 +316,9 @@ async fn start_gateway(sims: &[(&'static str, SimHandle)]) -> TestGateway {
     let names: Vec<&str> = sims.iter().map(|(n, _)| *n).collect();
     policies()
         .iter()
-        .fold(TestGateway::builder(), |b, (file, text)| b.policy(file, text))
+        .fold(TestGateway::builder(), |b, (file, text)| {
+            b.policy(file, text)
+        })
         .delegates(&urls)
         .config(|cfg| {
             for (d, n) in cfg.delegates.iter_mut().zip(names) {
