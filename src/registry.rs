@@ -489,6 +489,8 @@ pub struct QualityView {
     pub observed: Option<crate::routing::Observed>,
     /// The blend routing uses.
     pub blended: Option<f64>,
+    /// What `min_quality` is compared with: the blend plus one standard deviation.
+    pub plausible: Option<f64>,
 }
 
 /// All delegates, swapped as a whole so readers never lock.
@@ -584,6 +586,7 @@ impl Registry {
             declared,
             observed,
             blended: crate::routing::blend(declared, claim, observed),
+            plausible: crate::routing::plausible(declared, claim, observed),
         })
     }
 

@@ -99,7 +99,7 @@ async fn phase(
             .filter(|r| seen.insert(r.task_id.clone()))
             .map(charged);
         let liar = registry.quality_of(QUIZ_LIAR, QUIZ_SKILL);
-        batches.push(QuizBatch::new(
+        let mut batch = QuizBatch::new(
             i * BATCH,
             &outcomes,
             charged,
@@ -108,7 +108,9 @@ async fn phase(
             liar.as_ref()
                 .and_then(|q| q.observed)
                 .map_or(0.0, |o| o.count),
-        ));
+        );
+        batch.liar_plausible = liar.as_ref().and_then(|q| q.plausible);
+        batches.push(batch);
     }
     Phase {
         policy,
@@ -139,6 +141,7 @@ pub fn quality_rows(gateway: &Gateway) -> Vec<QualityRow> {
                     .and_then(|v| v.observed)
                     .map(|o| (o.mean, o.count)),
                 blended: view.as_ref().and_then(|v| v.blended),
+                plausible: view.as_ref().and_then(|v| v.plausible),
             }
         })
         .collect()

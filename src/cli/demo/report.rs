@@ -433,6 +433,9 @@ pub struct QuizBatch {
     pub liar_quality: Option<f64>,
     /// The (decayed) weight of the votes on the liar so far.
     pub liar_evidence: f64,
+    /// What `min_quality` compares: the liar's blend plus one standard deviation (none: the
+    /// blend itself).
+    pub liar_plausible: Option<f64>,
 }
 
 impl QuizBatch {
@@ -594,17 +597,21 @@ pub fn quiz_story(
         u.tasks,
         u.pct(u.right)
     );
-    // The first batch after which the liar's blend was under the policy's floor.
-    let fell = verified
-        .iter()
-        .find(|b| b.liar_quality.is_some_and(|q| q < floor));
+    // The first batch after which the liar was under the policy's floor, as `min_quality`
+    // judges it (its blend with the benefit of the evidence's doubt).
+    let fell = verified.iter().find(|b| {
+        b.liar_plausible
+            .or(b.liar_quality)
+            .is_some_and(|q| q < floor)
+    });
     match (fell, v.liar_quality) {
         (Some(b), Some(q)) => {
             let _ = write!(
                 out,
                 "verified: the votes on a sample of its answers took its quality from \
-                 {declared} to {q:.2}, under the floor of {floor}, by task {}; it answered {} \
-                 of {} tasks and the honest producers the rest: {} right",
+                 {declared} to {q:.2}; by task {} even its most favourable reading was under the \
+                 floor of {floor}, so routing stopped choosing it; it answered {} of {} tasks and \
+                 the honest producers the rest: {} right",
                 b.first + b.tasks,
                 v.liar,
                 v.tasks,
@@ -659,10 +666,12 @@ pub struct QualityRow {
     pub observed: Option<(f64, f64)>,
     /// The blend routing uses.
     pub blended: Option<f64>,
+    /// What `min_quality` compares (none: the blend).
+    pub plausible: Option<f64>,
 }
 
-/// The declared-versus-observed quality table; rows whose blend is below `floor` (the
-/// policy's `min_quality`) are flagged.
+/// The declared-versus-observed quality table; rows `min_quality` (`floor`) excludes (their
+/// blend plus one standard deviation below it) are flagged.
 pub fn render_quality(rows: &[QualityRow], floor: f64) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -675,7 +684,7 @@ pub fn render_quality(rows: &[QualityRow], floor: f64) -> String {
         let observed = r
             .observed
             .map_or_else(|| "-".into(), |(m, n)| format!("{m:.2} ({n:.1})"));
-        let below = r.blended.is_some_and(|b| b < floor);
+        let below = r.plausible.or(r.blended).is_some_and(|b| b < floor);
         let _ = writeln!(
             out,
             "  {:<22} {:<7} {:>8} {:>8} {:>18} {:>8}{}",
@@ -928,7 +937,7 @@ mod tests {
             "{story}"
         );
         assert!(
-            story.contains("from 0.95 to 0.49, under the floor of 0.8, by task 40"),
+            story.contains("from 0.95 to 0.49; by task 40 even its most favourable reading"),
             "{story}"
         );
         assert!(story.contains("it answered 12 of 40 tasks"), "{story}");
@@ -951,6 +960,7 @@ mod tests {
             accuracy: 0.5,
             observed,
             blended,
+            plausible: None,
         };
         let t = render_quality(
             &[
