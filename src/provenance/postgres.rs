@@ -689,10 +689,16 @@ fn evidence(client: &mut Client, since_ms: i64, limit: u32) -> Result<Vec<Eviden
     let limit = i64::from(limit);
     let votes = client
         .query(
+            // The window runs over the newest `limit` votes only (found through the time
+            // index), not over every vote since `since_ms`: a round cut by the limit weighs
+            // its remaining votes a little more, once.
             "SELECT producer, skill, passed,
                     weight / SUM(weight) OVER (PARTITION BY task_id, tenant, round, created_ms),
-                    created_ms FROM votes
-             WHERE created_ms >= $1 ORDER BY created_ms DESC, id DESC LIMIT $2",
+                    created_ms
+             FROM (SELECT id, task_id, tenant, round, producer, skill, passed, weight, created_ms
+                   FROM votes WHERE created_ms >= $1
+                   ORDER BY created_ms DESC, id DESC LIMIT $2) AS recent
+             ORDER BY created_ms DESC, id DESC",
             &[&since_ms, &limit],
         )
         .map_err(pg)?;

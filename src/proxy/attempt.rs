@@ -242,7 +242,7 @@ impl Proxy {
                     ..Failure::upstream(&delegate, &e)
                 });
             }
-            if run.attempts > MAX_TRIES {
+            if run.attempts - run.attempts_before_round > MAX_TRIES {
                 let e =
                     LdpError::gateway(GatewayCode::UpstreamFailed, "too many upstream attempts");
                 return Attempt::Done(Answer::Failed(e));

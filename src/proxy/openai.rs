@@ -66,6 +66,8 @@ impl Proxy {
         let (user, turns) = match t.task.chat {
             Some(_) => (String::new(), Vec::new()),
             None => match user_text(t) {
+                // A verification is judged on its own: no conversation read or kept.
+                Ok(user) if t.task.verifying => (user, Vec::new()),
                 Ok(user) => {
                     let turns = self.fitted_turns(t, openai, &user);
                     (user, turns)
@@ -128,7 +130,7 @@ impl Proxy {
                 p.cost_usd = Some(cost);
                 let provenance =
                     self.route_provenance(t, &binding, PayloadMode::Text, Some(p), run);
-                if t.task.chat.is_none() {
+                if t.task.chat.is_none() && !t.task.verifying {
                     let turn = Turn {
                         user: user.into(),
                         assistant: reply.content.as_str().into(),

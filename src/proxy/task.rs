@@ -119,6 +119,9 @@ pub(super) struct TaskRun {
     pub(super) route: Option<RouteInfo>,
     /// Upstream requests sent (mode fallbacks and re-handshakes included).
     pub(super) attempts: u32,
+    /// `attempts` when the current verification round began (the cap on upstream requests,
+    /// `MAX_TRIES`, is per round).
+    pub(super) attempts_before_round: u32,
     /// Delegates tried.
     pub(super) delegates: u32,
     /// Reason codes of extra attempts (`payload_mode`, `session_lost`, `timeout`, …).

@@ -79,6 +79,7 @@ impl Proxy {
         for round in 1..=verify.max_rounds {
             // Each round may try the policy's `max_attempts` producers.
             run.delegates = 0;
+            run.attempts_before_round = run.attempts;
             let (output, mut provenance) = match self.run_task(t, run, &voted_down, deadline).await
             {
                 Answer::Result { output, provenance } => (output, provenance),
@@ -92,7 +93,9 @@ impl Proxy {
                 failed => return failed,
             };
             let Some(producer) = run.binding.as_ref().map(|b| b.delegate.clone()) else {
-                return Answer::Result { output, provenance };
+                // Never answered unverified: a result always comes from a binding.
+                let why = "a result without its producer cannot be verified";
+                return Answer::Failed(LdpError::gateway(GatewayCode::Internal, why));
             };
             let first_vote = run.votes.len();
             let cost = provenance
@@ -153,15 +156,10 @@ impl Proxy {
         let (verify, producer, deadline) = (b.verify, b.producer, b.deadline);
         let skill = verify.skill.as_str();
         let mut exclude = self.not_independent(verify, producer);
-        // What the contract's budget leaves once the results so far are paid for.
-        let base = Need {
-            skill,
-            contract_max_cost_usd: t
-                .need()
-                .contract_max_cost_usd
-                .map(|m| (m - b.spent).max(0.0)),
-            ..t.need()
-        };
+        // The contract's budget, less the results so far and each verifier chosen.
+        let contract_budget = t.need().contract_max_cost_usd;
+        let mut spent = b.spent;
+        let base = Need { skill, ..t.need() };
         // The verification task: the original input and the result, as JSON text.
         let input = match verification_input(t.task.input, b.output, t.task.skill) {
             Ok(i) => i,
@@ -175,6 +173,7 @@ impl Proxy {
         for _ in 0..verify.verifiers {
             let need = Need {
                 exclude: &exclude,
+                contract_max_cost_usd: contract_budget.map(|m| (m - spent).max(0.0)),
                 ..base
             };
             let picked = match self.decide(&t.policy, &need) {
@@ -194,10 +193,29 @@ impl Proxy {
             let mut sub_run = TaskRun::default();
             let need = Need {
                 exclude: &exclude,
+                contract_max_cost_usd: contract_budget.map(|m| (m - spent).max(0.0)),
                 ..base
             };
-            match self.bind_verifier(&sub, &need, &mut sub_run, picked).await {
+            // Binding may open an upstream session: within the task's deadline too.
+            let bound = tokio::time::timeout_at(
+                deadline,
+                self.bind_verifier(&sub, &need, &mut sub_run, picked),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                let why = "the task's deadline passed while verifiers were chosen";
+                Err(LdpError::gateway(GatewayCode::UpstreamFailed, why))
+            });
+            match bound {
+                // The claim may have swapped in another delegate (the one picked was at its
+                // rate limit): never two ballots for one verifier.
+                Ok(binding)
+                    if ballots
+                        .iter()
+                        .any(|(b, _, _)| Arc::ptr_eq(&b.delegate, &binding.delegate)) => {}
                 Ok(binding) => {
+                    exclude.push(binding.delegate.name.clone());
+                    spent += self.declared_cost(&binding.delegate, skill).unwrap_or(0.0);
                     let weight = self.vote_weight(&binding.delegate, skill);
                     ballots.push((binding, weight, task_id));
                 }
@@ -207,11 +225,17 @@ impl Proxy {
             }
         }
         if ballots.is_empty() {
-            let why = why_none.map(|e| e.message).unwrap_or_default();
-            let error = LdpError::gateway(
-                GatewayCode::NoEligibleDelegate,
-                format!("no independent verifier (skill '{skill}') could be had: {why}"),
-            );
+            let error = match why_none {
+                // Verifiers exist but none could be bound: their failure, as it is.
+                Some(e) if e.code != GatewayCode::NoEligibleDelegate.as_str() => e,
+                other => LdpError::gateway(
+                    GatewayCode::NoEligibleDelegate,
+                    format!(
+                        "no independent verifier (skill '{skill}') could be had: {}",
+                        other.map(|e| e.message).unwrap_or_default()
+                    ),
+                ),
+            };
             return Round::NoVote(error);
         }
         let casts = ballots.iter().map(|(binding, _, task_id)| {
@@ -219,19 +243,20 @@ impl Proxy {
             let binding = binding.clone();
             async move {
                 let mut sub_run = TaskRun::default();
-                let answer = match self.attempt(&sub, &mut sub_run, binding, deadline).await {
+                match self.attempt(&sub, &mut sub_run, binding, deadline).await {
                     super::attempt::Attempt::Done(a) => a,
                     super::attempt::Attempt::Failed(f) => Answer::Failed(f.error),
-                };
-                (answer, sub_run)
+                }
             }
         });
+        let asked = Instant::now();
         let answers = futures_util::future::join_all(casts).await;
+        // The verifiers ran side by side: the round's upstream time is the wall time.
+        run.upstream += asked.elapsed();
         let (mut yes, mut total) = (0.0, 0.0);
         let first_vote = run.votes.len();
-        for ((binding, weight, _), (answer, sub_run)) in ballots.iter().zip(answers) {
+        for ((binding, weight, _), answer) in ballots.iter().zip(answers) {
             let verifier = &binding.delegate;
-            run.upstream += sub_run.upstream;
             let verdict = match answer {
                 Answer::Result { output, provenance } => {
                     let cost = provenance
@@ -296,7 +321,12 @@ impl Proxy {
         if !verify.independent {
             return out;
         }
-        let Some(family) = producer.card().map(|c| c.model_family.clone()) else {
+        // A card that names no family shares it with nobody.
+        let Some(family) = producer
+            .card()
+            .map(|c| c.model_family.clone())
+            .filter(|f| !f.is_empty())
+        else {
             return out;
         };
         let index = self.registry.index();
@@ -462,8 +492,23 @@ fn verification_input(input: &Json, output: &Json, skill: &str) -> Result<Json, 
 }
 
 /// A verifier's output read as a vote: `passed` (a boolean) is required; `confidence` (0..1)
-/// and `reason` are kept when present. Anything else is no vote.
+/// and `reason` are kept when present. The verdict may also come as text holding that JSON
+/// (a model's answer, as an OpenAI-backed or text-mode verifier gives it; a Markdown code
+/// fence around it is allowed). Anything else is no vote.
 fn read_verdict(output: &Json) -> Option<Verdict> {
+    if let Some(text) = output.as_string() {
+        let body = text
+            .trim()
+            .trim_start_matches("```json")
+            .trim_start_matches("```")
+            .trim_end_matches("```")
+            .trim();
+        return read_verdict(
+            &Json::from_text(body.to_owned())
+                .ok()
+                .filter(|j| j.as_string().is_none())?,
+        );
+    }
     #[derive(serde::Deserialize)]
     struct Raw {
         passed: bool,
@@ -496,6 +541,11 @@ mod tests {
         assert!(!v.passed && v.confidence.is_none());
         assert!(read_verdict(&json(r#"{"passed":"yes"}"#)).is_none());
         assert!(read_verdict(&json(r#""passed""#)).is_none());
+        // A model's answer: the verdict as text, fenced or not.
+        let text = Json::from("```json\n{\"passed\": true, \"confidence\": 0.7}\n```");
+        assert!(read_verdict(&text).is_some_and(|v| v.passed && v.confidence == Some(0.7)));
+        assert!(read_verdict(&Json::from("{\"passed\": false}")).is_some_and(|v| !v.passed));
+        assert!(read_verdict(&Json::from("looks right to me")).is_none());
     }
 
     #[test]

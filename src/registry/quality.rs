@@ -37,13 +37,15 @@ pub struct Beta {
 }
 
 impl Beta {
-    /// This evidence aged to `now_ms` (never grown by a clock that went back).
-    fn aged(self, now_ms: i64, half_life_ms: u64) -> Beta {
+    /// This evidence aged to `now_ms` (never grown by a clock that went back). `exact`:
+    /// always decay; else a read under a thousandth of a half-life after the last write skips
+    /// the power (the weight has moved by under 0.07%; routing reads every offer's estimate
+    /// per decision, and the power is most of its cost). Writes are exact: a skipped decay
+    /// would be lost when `at_ms` moves on.
+    fn aged(self, now_ms: i64, half_life_ms: u64, exact: bool) -> Beta {
         let dt = (now_ms - self.at_ms).max(0) as f64;
         let hl = half_life_ms as f64;
-        // Under a thousandth of a half-life the weight has moved by under 0.07%: routing
-        // reads every offer's estimate per decision, and the power is most of its cost.
-        let factor = if half_life_ms == 0 || dt * 1000.0 < hl {
+        let factor = if half_life_ms == 0 || (!exact && dt * 1000.0 < hl) {
             1.0
         } else {
             (-dt / hl).exp2()
@@ -57,7 +59,7 @@ impl Beta {
 
     /// Adds one observation (score 0..1, weight > 0) at `at_ms`.
     pub fn observe(self, score: f64, weight: f64, at_ms: i64, half_life_ms: u64) -> Beta {
-        let b = self.aged(at_ms, half_life_ms);
+        let b = self.aged(at_ms, half_life_ms, true);
         Beta {
             good: b.good + weight * score,
             bad: b.bad + weight * (1.0 - score),
@@ -98,7 +100,7 @@ impl Estimate {
     /// What has been observed, aged to `now_ms`; none before the first observation.
     pub fn observed(&self, now_ms: i64) -> Option<Observed> {
         let b = *self.beta.load().as_deref()?;
-        let b = b.aged(now_ms, self.half_life_ms.load(Ordering::Relaxed));
+        let b = b.aged(now_ms, self.half_life_ms.load(Ordering::Relaxed), false);
         let count = b.good + b.bad;
         (count > 1e-9).then(|| Observed {
             mean: b.good / count,
@@ -264,6 +266,18 @@ mod tests {
         e.observe(2.0, 1.0, 3000);
         e.observe(0.5, f64::NAN, 3000);
         assert!((e.observed(3000).unwrap().count - 1.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn steady_evidence_still_fades() {
+        // One observation a second for eight half-lives of an hour: the count settles near
+        // 1 / (1 − 2^(−1/3600)) ≈ 5,194, far below the 28,800 observations made.
+        let e = Learned::default().estimate("qa").unwrap();
+        for s in 0..28_800i64 {
+            e.observe(1.0, 1.0, s * 1000);
+        }
+        let n = e.observed(28_799_000).unwrap().count;
+        assert!((5_000.0..5_300.0).contains(&n), "{n}");
     }
 
     #[test]

@@ -323,15 +323,13 @@ pub(super) fn evaluate_with<O: Offer>(
             need.required_domain,
         ),
     );
-    fail(
-        Constraint::MinQuality,
-        bound(
-            policy.require.min_quality,
-            f.plausible_quality(),
-            unknown,
-            |min, q| q >= min,
-        ),
-    );
+    // Worked out only when the policy has the bound.
+    if let Some(min) = policy.require.min_quality {
+        fail(
+            Constraint::MinQuality,
+            bound(Some(min), f.plausible_quality(), unknown, |min, q| q >= min),
+        );
+    }
     fail(
         Constraint::MaxLatency,
         bound(

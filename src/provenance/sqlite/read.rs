@@ -220,10 +220,16 @@ pub(super) fn evidence(
     let mut votes = Vec::new();
     if version >= 6 {
         let mut stmt = conn.prepare_cached(
+            // The window runs over the newest `limit` votes only (found through the time
+            // index), not over every vote since `since_ms`: a round cut by the limit weighs
+            // its remaining votes a little more, once.
             "SELECT producer, skill, passed,
                     weight / SUM(weight) OVER (PARTITION BY task_id, tenant, round, created_ms),
-                    created_ms FROM votes
-             WHERE created_ms >= ?1 ORDER BY created_ms DESC, id DESC LIMIT ?2",
+                    created_ms
+             FROM (SELECT id, task_id, tenant, round, producer, skill, passed, weight, created_ms
+                   FROM votes WHERE created_ms >= ?1
+                   ORDER BY created_ms DESC, id DESC LIMIT ?2) AS recent
+             ORDER BY created_ms DESC, id DESC",
         )?;
         let rows = stmt.query_map(params![since_ms, limit], |r| {
             Ok(evidence::of_vote(
