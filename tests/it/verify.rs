@@ -223,3 +223,44 @@ async fn a_verified_task_streams_nothing_before_its_verdict() {
     );
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_openai_ingress_answers_verified_results_whole_or_streamed() {
+    use crate::support::openai::{chunks, declared, entry, start, streamed_text};
+    use ldp_gateway::sim::openai::OpenAiOptions;
+    let model = start(OpenAiOptions::new("sim-mini")).await;
+    let gw = TestGateway::builder()
+        .entry(entry(
+            "oai",
+            &model.url(),
+            "sim-mini",
+            declared(&["chat"], 0.9),
+        ))
+        .sim(verifier("v-beta", "beta", 1.0))
+        .policy("verified.toml", &policy(1, 2, 1.0))
+        .config(|c| c.policies.default = "verified".into())
+        .spawn()
+        .await;
+    let c = gw.client();
+    let ask = |stream: bool| {
+        json!({"model": "chat@verified", "stream": stream,
+               "messages": [{"role": "user", "content": "say hi"}]})
+    };
+    let r = c.post_json("/v1/chat/completions", &ask(false)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let whole: Value = serde_json::from_str(&r.text()).unwrap();
+    let content = whole["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(!content.is_empty(), "{whole}");
+    let task = r.headers["x-ldp-task-id"].to_str().unwrap();
+    let row = gw.ledger_row(task).await;
+    assert_eq!(row.verification_status.as_deref(), Some("peer_verified"));
+    assert_eq!(row.votes.len(), 1, "{row:?}");
+    // Streamed: the verified answer comes whole, as a short stream ending in [DONE].
+    let r = c.post_json("/v1/chat/completions", &ask(true)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (events, done) = chunks(&r);
+    assert!(done, "{}", r.text());
+    assert_eq!(streamed_text(&events), content, "the same answer");
+    assert_eq!(gw.sim(0).stats().verdicts_passed, 2);
+    gw.shutdown().await;
+}
