@@ -61,6 +61,18 @@ pub(crate) fn question(i: usize) -> Value {
     json!({"instruction": format!("what is {i} + {i}?"), "expected": i * 2})
 }
 
+/// A gateway over simulated `delegates` (`d0`, `d1`, … in order) whose only and default
+/// policy is `verified` (`policy_text`).
+pub(crate) async fn fleet(policy_text: &str, delegates: Vec<SimOptions>) -> TestGateway {
+    delegates
+        .into_iter()
+        .fold(TestGateway::builder(), |b, d| b.sim(d))
+        .policy("verified.toml", policy_text)
+        .config(|c| c.policies.default = "verified".into())
+        .spawn()
+        .await
+}
+
 async fn session(gw: &TestGateway) -> (Client, String) {
     let c = gw.client();
     let s = c.accepted(json!({"payload_mode": "text"})).await;
@@ -69,15 +81,16 @@ async fn session(gw: &TestGateway) -> (Client, String) {
 
 #[tokio::test]
 async fn a_passed_result_carries_peer_verified_and_the_votes() {
-    let gw = TestGateway::builder()
-        .sim(producer("p-good", "alpha", 0.9, 0.001, 1.0))
-        .sim(verifier("v-beta", "beta", 1.0))
-        .sim(verifier("v-gamma", "gamma", 1.0))
-        .sim(verifier("v-alpha", "alpha", 1.0))
-        .policy("verified.toml", &policy(2, 3, 1.0))
-        .config(|c| c.policies.default = "verified".into())
-        .spawn()
-        .await;
+    let gw = fleet(
+        &policy(2, 3, 1.0),
+        vec![
+            producer("p-good", "alpha", 0.9, 0.001, 1.0),
+            verifier("v-beta", "beta", 1.0),
+            verifier("v-gamma", "gamma", 1.0),
+            verifier("v-alpha", "alpha", 1.0),
+        ],
+    )
+    .await;
     let (c, s) = session(&gw).await;
     let body = c.task(&s, "qa", question(21), "text").await;
     assert_eq!(body["type"], "TASK_RESULT", "{body}");
@@ -127,15 +140,16 @@ async fn a_passed_result_carries_peer_verified_and_the_votes() {
 #[tokio::test]
 async fn a_wrong_producer_is_routed_around_and_all_wrong_fails_after_max_rounds() {
     // The cheapest producer is always wrong; the dearer one always right.
-    let gw = TestGateway::builder()
-        .sim(producer("p-liar", "alpha", 0.95, 0.001, 0.0))
-        .sim(producer("p-right", "delta", 0.9, 0.01, 1.0))
-        .sim(verifier("v-beta", "beta", 1.0))
-        .sim(verifier("v-gamma", "gamma", 1.0))
-        .policy("verified.toml", &policy(2, 3, 1.0))
-        .config(|c| c.policies.default = "verified".into())
-        .spawn()
-        .await;
+    let gw = fleet(
+        &policy(2, 3, 1.0),
+        vec![
+            producer("p-liar", "alpha", 0.95, 0.001, 0.0),
+            producer("p-right", "delta", 0.9, 0.01, 1.0),
+            verifier("v-beta", "beta", 1.0),
+            verifier("v-gamma", "gamma", 1.0),
+        ],
+    )
+    .await;
     let (c, s) = session(&gw).await;
     let body = c.task(&s, "qa", question(5), "text").await;
     assert_eq!(body["type"], "TASK_RESULT", "{body}");
@@ -151,15 +165,16 @@ async fn a_wrong_producer_is_routed_around_and_all_wrong_fails_after_max_rounds(
     gw.shutdown().await;
 
     // Every producer wrong: VERIFICATION_FAILED after max_rounds, naming them.
-    let gw = TestGateway::builder()
-        .sim(producer("w1", "alpha", 0.9, 0.001, 0.0))
-        .sim(producer("w2", "delta", 0.9, 0.002, 0.0))
-        .sim(producer("w3", "eps", 0.9, 0.003, 0.0))
-        .sim(verifier("v-beta", "beta", 1.0))
-        .policy("verified.toml", &policy(1, 2, 1.0))
-        .config(|c| c.policies.default = "verified".into())
-        .spawn()
-        .await;
+    let gw = fleet(
+        &policy(1, 2, 1.0),
+        vec![
+            producer("w1", "alpha", 0.9, 0.001, 0.0),
+            producer("w2", "delta", 0.9, 0.002, 0.0),
+            producer("w3", "eps", 0.9, 0.003, 0.0),
+            verifier("v-beta", "beta", 1.0),
+        ],
+    )
+    .await;
     let (c, s) = session(&gw).await;
     let body = c.task(&s, "qa", question(3), "text").await;
     assert_eq!(body["type"], "TASK_FAILED", "{body}");
@@ -180,13 +195,14 @@ async fn a_wrong_producer_is_routed_around_and_all_wrong_fails_after_max_rounds(
 
 #[tokio::test]
 async fn without_an_independent_verifier_the_task_is_refused() {
-    let gw = TestGateway::builder()
-        .sim(producer("p", "alpha", 0.9, 0.001, 1.0))
-        .sim(verifier("v-alpha", "alpha", 1.0))
-        .policy("verified.toml", &policy(2, 3, 1.0))
-        .config(|c| c.policies.default = "verified".into())
-        .spawn()
-        .await;
+    let gw = fleet(
+        &policy(2, 3, 1.0),
+        vec![
+            producer("p", "alpha", 0.9, 0.001, 1.0),
+            verifier("v-alpha", "alpha", 1.0),
+        ],
+    )
+    .await;
     let (c, s) = session(&gw).await;
     let body = c.task(&s, "qa", question(1), "text").await;
     assert_eq!(body["type"], "TASK_FAILED", "{body}");
@@ -199,14 +215,15 @@ async fn without_an_independent_verifier_the_task_is_refused() {
 async fn a_verified_task_streams_nothing_before_its_verdict() {
     // The cheapest producer is always wrong: its result is voted down, and nothing of its
     // run (not even the gateway's "routed to" note) may reach a streaming client.
-    let gw = TestGateway::builder()
-        .sim(producer("p-liar", "alpha", 0.95, 0.001, 0.0))
-        .sim(producer("p-right", "delta", 0.9, 0.01, 1.0))
-        .sim(verifier("v-beta", "beta", 1.0))
-        .policy("verified.toml", &policy(1, 3, 1.0))
-        .config(|c| c.policies.default = "verified".into())
-        .spawn()
-        .await;
+    let gw = fleet(
+        &policy(1, 3, 1.0),
+        vec![
+            producer("p-liar", "alpha", 0.95, 0.001, 0.0),
+            producer("p-right", "delta", 0.9, 0.01, 1.0),
+            verifier("v-beta", "beta", 1.0),
+        ],
+    )
+    .await;
     let (c, s) = session(&gw).await;
     let env = c.envelope(&s, crate::support::client::submit_body("qa", question(4)));
     let (status, events) = c.stream(&env).await;
