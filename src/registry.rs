@@ -234,6 +234,20 @@ impl Delegate {
         ejected
     }
 
+    /// Its quality at `skill` as routing sees it now, by `card` (its current one).
+    pub fn quality_at(&self, card: &IdentityCard, skill: &str) -> QualityView {
+        let hints = card.effective_hints(skill);
+        let declared = hints.as_ref().and_then(|h| h.quality);
+        let claim = hints.as_ref().and_then(|h| h.claim_type);
+        let observed = self.learned.estimate(skill).and_then(|e| e.observed_now());
+        QualityView {
+            declared,
+            observed,
+            blended: crate::routing::blend(declared, claim, observed),
+            plausible: crate::routing::plausible(declared, claim, observed),
+        }
+    }
+
     /// Load and outlier state for routing, now.
     pub fn load(&self) -> Load {
         let a = self
@@ -533,23 +547,12 @@ impl Registry {
         }
     }
 
-    /// Adds one observation of `delegate`'s quality at `skill` (a vote or a rating); false
-    /// when no such delegate is registered.
-    pub fn observe(
-        &self,
-        delegate: &str,
-        skill: &str,
-        score: f64,
-        weight: f64,
-        at_ms: i64,
-    ) -> bool {
-        let Some(d) = self.get(delegate) else {
-            return false;
-        };
-        if let Some(e) = d.learned.estimate(skill) {
+    /// Adds one observation of `delegate`'s quality at `skill` (a vote or a rating); nothing
+    /// when no such delegate is registered (any more).
+    pub fn observe(&self, delegate: &str, skill: &str, score: f64, weight: f64, at_ms: i64) {
+        if let Some(e) = self.get(delegate).and_then(|d| d.learned.estimate(skill)) {
             e.observe(score, weight, at_ms);
         }
-        true
     }
 
     /// Replaces every delegate's learned quality by what `evidence` (oldest first, as the
@@ -578,16 +581,7 @@ impl Registry {
     pub fn quality_of(&self, delegate: &str, skill: &str) -> Option<QualityView> {
         let d = self.get(delegate)?;
         let card = d.card()?;
-        let hints = card.effective_hints(skill);
-        let declared = hints.as_ref().and_then(|h| h.quality);
-        let claim = hints.as_ref().and_then(|h| h.claim_type);
-        let observed = d.learned.estimate(skill).and_then(|e| e.observed_now());
-        Some(QualityView {
-            declared,
-            observed,
-            blended: crate::routing::blend(declared, claim, observed),
-            plausible: crate::routing::plausible(declared, claim, observed),
-        })
+        Some(d.quality_at(&card, skill))
     }
 
     /// The current list.

@@ -85,10 +85,7 @@ fn learn_from_ledger(registry: &Registry, config: &Config) -> anyhow::Result<()>
         return Ok(());
     };
     let q = &config.quality;
-    let horizon = i64::try_from(q.horizon().as_millis()).unwrap_or(i64::MAX);
-    let since = chrono::Utc::now()
-        .timestamp_millis()
-        .saturating_sub(horizon);
+    let since = q.since_ms(chrono::Utc::now().timestamp_millis());
     registry.set_quality_half_life(q.half_life);
     registry.rebuild_quality(&ledger.evidence(since, q.max_evidence)?);
     Ok(())

@@ -45,9 +45,11 @@ impl QualityConfig {
         }
     }
 
-    /// How far back a rebuild reads: eight half-lives (older evidence weighs under 0.4%).
-    pub fn horizon(&self) -> Duration {
-        self.half_life.saturating_mul(8)
+    /// From when (Unix ms) a rebuild at `now_ms` reads evidence: eight half-lives back (older
+    /// evidence weighs under 0.4%).
+    pub fn since_ms(&self, now_ms: i64) -> i64 {
+        let horizon = self.half_life.saturating_mul(8).as_millis();
+        now_ms.saturating_sub(i64::try_from(horizon).unwrap_or(i64::MAX))
     }
 }
 

@@ -171,6 +171,11 @@ impl Proxy {
         let mut ballots: Vec<(Binding, f64, TaskId)> = Vec::new();
         let mut why_none: Option<LdpError> = None;
         for _ in 0..verify.verifiers {
+            let task_id = TaskId::from(format!(
+                "{}~verify-{}",
+                t.task.task_id,
+                crate::ldp::new_id()
+            ));
             let need = Need {
                 exclude: &exclude,
                 contract_max_cost_usd: contract_budget.map(|m| (m - spent).max(0.0)),
@@ -183,19 +188,9 @@ impl Proxy {
                     break;
                 }
             };
-            exclude.push(picked.delegate.name.clone());
-            let task_id = TaskId::from(format!(
-                "{}~verify-{}",
-                t.task.task_id,
-                crate::ldp::new_id()
-            ));
+            let picked_name = picked.delegate.name.clone();
             let sub = sub_task(t, &task_id, skill, &input);
             let mut sub_run = TaskRun::default();
-            let need = Need {
-                exclude: &exclude,
-                contract_max_cost_usd: contract_budget.map(|m| (m - spent).max(0.0)),
-                ..base
-            };
             // Binding may open an upstream session: within the task's deadline too.
             let bound = tokio::time::timeout_at(
                 deadline,
@@ -206,6 +201,7 @@ impl Proxy {
                 let why = "the task's deadline passed while verifiers were chosen";
                 Err(LdpError::gateway(GatewayCode::UpstreamFailed, why))
             });
+            exclude.push(picked_name);
             match bound {
                 // The claim may have swapped in another delegate (the one picked was at its
                 // rate limit): never two ballots for one verifier.

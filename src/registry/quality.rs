@@ -166,17 +166,6 @@ impl Learned {
         self.half_life_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// The skills with evidence, sorted, and what was observed of each at `now_ms`.
-    pub fn observed_all(&self, now_ms: i64) -> Vec<(String, Observed)> {
-        let mut out: Vec<(String, Observed)> = self
-            .skills
-            .iter()
-            .filter_map(|e| e.value().observed(now_ms).map(|o| (e.key().clone(), o)))
-            .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
-    }
-
     /// Replaces every estimate by `rebuilt` (skills absent from it lose their evidence).
     pub fn replace(&self, rebuilt: &std::collections::HashMap<&str, Beta>) {
         for e in self.skills.iter() {
@@ -200,9 +189,10 @@ impl super::Registry {
         ledger: &crate::provenance::LedgerHandle,
         cfg: &crate::config::QualityConfig,
     ) {
-        let horizon = i64::try_from(cfg.horizon().as_millis()).unwrap_or(i64::MAX);
-        let since = now_ms().saturating_sub(horizon);
-        match ledger.evidence(since, cfg.max_evidence).await {
+        match ledger
+            .evidence(cfg.since_ms(now_ms()), cfg.max_evidence)
+            .await
+        {
             Ok(evidence) => {
                 self.rebuild_quality(&evidence);
                 tracing::debug!(
@@ -294,8 +284,8 @@ mod tests {
             },
         );
         l.replace(&rebuilt);
-        let all = l.observed_all(0);
-        assert_eq!(all.len(), 1);
-        assert_eq!(all[0].0, "b");
+        let seen = |s: &str| l.estimate(s).unwrap().observed(0);
+        assert_eq!(seen("a"), None);
+        assert_eq!(seen("b").map(|o| o.count), Some(2.0));
     }
 }

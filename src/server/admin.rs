@@ -213,14 +213,11 @@ fn refresh_gauges(s: &AppState, m: &crate::telemetry::Metrics) {
                         .with_label_values(&[name, skill])
                         .set(p50 as f64 / 1000.0);
                 }
-                let declared = hints.as_ref().and_then(|h| h.quality);
-                let claim = hints.as_ref().and_then(|h| h.claim_type);
-                let observed = d.learned.estimate(skill).and_then(|e| e.observed_now());
-                let blended = crate::routing::blend(declared, claim, observed);
+                let q = d.quality_at(&card, skill);
                 let sources = [
-                    ("declared", declared),
-                    ("observed", observed.map(|o| o.mean)),
-                    ("blended", blended),
+                    ("declared", q.declared),
+                    ("observed", q.observed.map(|o| o.mean)),
+                    ("blended", q.blended),
                 ];
                 for (source, q) in sources {
                     if let Some(q) = q {
