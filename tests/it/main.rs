@@ -11,6 +11,7 @@
 
 mod support;
 
+mod a2a_wire;
 mod adapter;
 mod call;
 mod cli;
