@@ -269,7 +269,7 @@ async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32
                 Ok(Body::TaskResult { .. })
             ),
             Load::Chat { path, model } => client
-                .request(&t.base, path, Some(chat_body(model)), &auth, TIMEOUT)
+                .request(&t.base, path, Some(chat_body(model)), &auth, None, TIMEOUT)
                 .await
                 .is_ok_and(|a| completed(&a)),
         };

@@ -496,9 +496,11 @@ pub(crate) fn owner(ctx: &RequestCtx, env: &Envelope) -> String {
     o
 }
 
+/// A delegate's failure as a client is told it: the delegate's name and a generic reason,
+/// never its address or what it wrote (the log and the ledger row keep those).
 fn upstream_failed(delegate: &Delegate, e: &UpstreamError) -> LdpError {
     LdpError::upstream_failed(
-        format!("delegate '{}' failed: {e}", delegate.name),
+        format!("delegate '{}' {}", delegate.name, e.summary()),
         e.retryable(),
     )
 }

@@ -58,6 +58,41 @@ async fn fetch(d: &Delegate, client: &UpstreamClient, timeout: Duration) -> Fetc
     }
 }
 
+/// [`fetch`], its panic caught: a bug in one delegate's poll costs that poll (the delegate
+/// is marked down, the panic logged and counted in `counter`), never the poller or the
+/// process.
+async fn fetch_guarded(
+    d: &Delegate,
+    client: &UpstreamClient,
+    timeout: Duration,
+    counter: Option<&prometheus::IntCounter>,
+) -> Fetched {
+    guarded(d, fetch(d, client, timeout), counter).await
+}
+
+/// `fetching` (`d`'s poll), a panic in it caught as [`fetch_guarded`] says.
+async fn guarded(
+    d: &Delegate,
+    fetching: impl std::future::Future<Output = Fetched>,
+    counter: Option<&prometheus::IntCounter>,
+) -> Fetched {
+    use futures_util::FutureExt as _;
+    match std::panic::AssertUnwindSafe(fetching).catch_unwind().await {
+        Ok(f) => f,
+        Err(payload) => {
+            if let Some(c) = counter {
+                c.inc();
+            }
+            let message = crate::telemetry::panic_message(payload.as_ref());
+            tracing::error!(delegate = %d.name, panic = message, "card poll panicked (a bug); the delegate is marked down");
+            Fetched {
+                changed: d.record_fetch_failure("the card poll failed inside the gateway".into()),
+                own: false,
+            }
+        }
+    }
+}
+
 /// What one card fetch did.
 struct Fetched {
     /// The delegate's offers changed (the index needs rebuilding).
@@ -124,7 +159,7 @@ impl Delegate {
         outlier: OutlierConfig,
     ) -> Result<Delegate, RegistryError> {
         let base_url = normalize_url(&cfg.url)?;
-        let name = cfg.name.clone().unwrap_or_else(|| cfg.url.clone());
+        let name = cfg.registry_name();
         let openai = Backend::from_config(cfg, &name)?.map(|backend| OpenAiDelegate {
             card: Arc::new(crate::openai::card::build(
                 &name,
@@ -166,8 +201,14 @@ impl Delegate {
 
     /// Whether it is paused by a 429 now.
     pub fn is_paused(&self) -> bool {
+        self.paused_for().is_some()
+    }
+
+    /// How much longer it is paused by a 429 (none when it is not).
+    pub fn paused_for(&self) -> Option<Duration> {
         let until = self.paused_until_ms.load(Ordering::Acquire);
-        until != 0 && clock_ms() < until
+        let now = clock_ms();
+        (until != 0 && now < until).then(|| Duration::from_millis(until - now))
     }
 
     /// The last card fetched, if any.
@@ -516,6 +557,8 @@ pub struct Registry {
     outlier: OutlierConfig,
     /// `[quality] half_life` in ms, for delegates registered later.
     half_life_ms: AtomicU64,
+    /// Counts card polls that panicked (`ldp_gateway_panics_total{where="card_poll"}`).
+    poll_panics: std::sync::OnceLock<prometheus::IntCounter>,
 }
 
 impl Registry {
@@ -534,7 +577,13 @@ impl Registry {
             writer: Mutex::new(()),
             outlier,
             half_life_ms: AtomicU64::new(quality::DEFAULT_HALF_LIFE_MS),
+            poll_panics: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Counts card polls that panic in `counter` (set once, at start).
+    pub fn count_poll_panics(&self, counter: prometheus::IntCounter) {
+        let _ = self.poll_panics.set(counter);
     }
 
     /// Sets how fast learned-quality evidence fades (`[quality] half_life`), for every
@@ -633,7 +682,7 @@ impl Registry {
         let mut next = (*current).clone();
         next.push(d.clone());
         self.delegates.store(Arc::new(next));
-        tracing::info!(delegate = %d.name, url = %d.base_url, "delegate registered");
+        tracing::info!(delegate = %d.name, url = %crate::secret::redact_url(&d.base_url), "delegate registered");
         Ok(d)
     }
 
@@ -665,7 +714,7 @@ impl Registry {
         client: &UpstreamClient,
         timeout: Duration,
     ) -> Result<(), RegistryError> {
-        let f = fetch(d, client, timeout).await;
+        let f = fetch_guarded(d, client, timeout, self.poll_panics.get()).await;
         if f.changed {
             self.reindex();
         }
@@ -676,13 +725,15 @@ impl Registry {
     }
 
     /// Fetches every due card once (`force` ignores backoff); the client runs at most its
-    /// card concurrency of them at a time.
+    /// card concurrency of them at a time. A fetch that panics marks its delegate down and
+    /// leaves the others alone.
     pub async fn poll_all(&self, client: &UpstreamClient, timeout: Duration, force: bool) {
         let list = self.snapshot();
+        let counter = self.poll_panics.get();
         let fetches = list
             .iter()
             .filter(|d| force || d.due())
-            .map(|d| fetch(d, client, timeout));
+            .map(|d| fetch_guarded(d, client, timeout, counter));
         let fetched = futures_util::future::join_all(fetches).await;
         if fetched.iter().any(|f| f.changed) {
             self.reindex();
@@ -730,6 +781,39 @@ mod tests {
         .unwrap();
         d.record_card(card);
         Arc::new(d)
+    }
+
+    async fn a_poll_with_a_bug() -> Fetched {
+        panic!("a bug in one delegate's poll")
+    }
+
+    #[tokio::test]
+    async fn a_card_poll_that_panics_marks_its_delegate_down_and_is_counted() {
+        let d = delegate("a", "eu-west");
+        assert!(d.is_healthy());
+        let counter = prometheus::IntCounter::new("panics", "panics").unwrap();
+        let f = guarded(&d, a_poll_with_a_bug(), Some(&counter)).await;
+        assert!(f.changed && !f.own, "its health changed");
+        assert!(!d.is_healthy());
+        assert_eq!(
+            d.last_error().as_deref().map(String::as_str),
+            Some("the card poll failed inside the gateway")
+        );
+        assert_eq!(counter.get(), 1);
+        // The poll after it runs as usual.
+        let ok = guarded(
+            &d,
+            async {
+                Fetched {
+                    changed: false,
+                    own: false,
+                }
+            },
+            Some(&counter),
+        )
+        .await;
+        assert!(!ok.changed);
+        assert_eq!(counter.get(), 1);
     }
 
     #[test]

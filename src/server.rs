@@ -181,7 +181,7 @@ impl Gateway {
                 let secret = crate::secret::Secret::from_env(var).ok_or_else(|| {
                     ConfigError::Invalid(vec![format!(
                         "delegates: signing secret variable {var} for {} is not set",
-                        d.url
+                        d.registry_name()
                     )])
                 })?;
                 let base = crate::config::normalize_url(&d.url)
@@ -189,6 +189,7 @@ impl Gateway {
                 upstream.sign_for(&base, secret);
             }
         }
+        registry.count_poll_panics(metrics.panics.with_label_values(&["card_poll"]));
         registry
             .poll_all(&upstream, config.discovery.fetch_timeout, true)
             .await;

@@ -32,6 +32,11 @@ const OVERHEAD_BUCKETS: [f64; 12] = [
 /// Reasons for an extra upstream attempt, as `ldp_gateway_fallbacks_total{reason}` counts them.
 pub const FALLBACK_REASONS: [&str; 2] = ["payload_mode", "session_lost"];
 
+/// Where a panic was caught, as `ldp_gateway_panics_total{where}` counts them: a task (its
+/// hold and row settled, the client answered), one card poll (the poller goes on), a request
+/// (answered with a generic 500).
+pub const PANIC_PLACES: [&str; 3] = ["task", "card_poll", "request"];
+
 /// How a client rated a task, as `ldp_gateway_feedback_total{outcome}` counts them (the
 /// ledger's `provenance::Given`, pinned equal by its test).
 pub const FEEDBACK_OUTCOMES: [&str; 3] = ["good", "bad", "score"];
@@ -40,6 +45,15 @@ pub const FEEDBACK_OUTCOMES: [&str; 3] = ["good", "bad", "score"];
 /// the verifiers passed the result, voted it down, or none could vote (no independent
 /// verifier eligible, or none answered).
 pub const VERIFICATION_RESULTS: [&str; 3] = ["passed", "failed", "no_verifier"];
+
+/// A caught panic's message (`panic!`'s text, if it was text).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
 
 /// Removes each series of `vec` whose `label` is `value` (the crate has no partial-match
 /// removal: the series are listed and removed one by one; deregistration is rare).
@@ -139,6 +153,8 @@ pub struct Metrics {
     /// `ldp_gateway_delegate_quality{delegate,skill,source}`: quality as routing sees it
     /// (`declared`, `observed`, `blended`), set at each scrape.
     pub delegate_quality: GaugeVec,
+    /// `ldp_gateway_panics_total{where}`: panics caught ([`PANIC_PLACES`]); any is a bug.
+    pub panics: IntCounterVec,
 }
 
 fn counter_vec(
@@ -365,6 +381,15 @@ impl Metrics {
             "Delegate quality per skill: declared by its card, observed from votes and ratings, and the blend routing uses",
             &["delegate", "skill", "source"],
         )?;
+        let panics = counter_vec(
+            &r,
+            "ldp_gateway_panics_total",
+            "Panics caught (a bug, logged with its message), by where: task, card_poll, request",
+            &["where"],
+        )?;
+        for place in PANIC_PLACES {
+            panics.with_label_values(&[place]);
+        }
         Ok(Metrics {
             registry: r,
             tasks,
@@ -399,6 +424,7 @@ impl Metrics {
             feedback,
             verifications,
             delegate_quality,
+            panics,
             scrape: std::sync::Mutex::new(()),
         })
     }
@@ -413,6 +439,16 @@ impl Metrics {
         self.delegate_quality.reset();
         refresh(self);
         self.render()
+    }
+
+    /// Counts and logs a panic caught at `place` (one of [`PANIC_PLACES`]).
+    pub fn panicked(&self, place: &'static str, payload: &(dyn std::any::Any + Send)) {
+        self.panics.with_label_values(&[place]).inc();
+        tracing::error!(
+            place,
+            panic = panic_message(payload),
+            "a panic was caught (a bug)"
+        );
     }
 
     /// Removes every series labelled with delegate `name` (it was deregistered).

@@ -110,10 +110,23 @@ impl DelegateConfig {
         }
     }
 
+    /// The name it is registered, labelled and recorded under: `name`, else its URL with
+    /// any password masked (a URL is a label in `/metrics`, readable without a token).
+    pub fn registry_name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| crate::secret::redact_url(&self.url))
+    }
+
     /// Checks entry `i` (`delegates[i]`); names are checked across the list by [`check_all`].
     fn check(&self, i: usize, c: &mut Checks) {
-        if let Err(reason) = normalize_url(&self.url) {
-            c.push(format!("delegates[{i}].url"), reason.to_string());
+        match normalize_url(&self.url) {
+            Ok(_) => {}
+            Err(reason @ UrlError::Userinfo(_)) => c.push(
+                format!("delegates[{i}].url"),
+                format!("{reason} (an OpenAI-backed delegate's key goes in api_key_env)"),
+            ),
+            Err(reason) => c.push(format!("delegates[{i}].url"), reason.to_string()),
         }
         if let Some(w) = self.weight {
             if !(w.is_finite() && w > 0.0) {
@@ -228,7 +241,7 @@ pub(super) fn check_all(delegates: &[DelegateConfig], c: &mut Checks) {
     let mut names = HashSet::new();
     for (i, d) in delegates.iter().enumerate() {
         d.check(i, c);
-        let name = d.name.clone().unwrap_or_else(|| d.url.clone());
+        let name = d.registry_name();
         if !names.insert(name.clone()) {
             c.push(
                 format!("delegates[{i}].name"),
@@ -269,6 +282,23 @@ mod tests {
         let mut c = Checks::default();
         d.check(0, &mut c);
         c.out
+    }
+
+    #[test]
+    fn credentials_in_a_url_are_refused_without_being_shown() {
+        let d = DelegateConfig::new("http://admin:hunter2@127.0.0.1:9/x");
+        assert_eq!(
+            problems(&d),
+            [(
+                "delegates[0].url".to_owned(),
+                "'http://***@127.0.0.1:9/x' carries credentials (user:password@ before the host), \
+                 which are never sent and would be shown wherever the URL is: give the URL \
+                 without them (an OpenAI-backed delegate's key goes in api_key_env)"
+                    .to_owned()
+            )]
+        );
+        // An unnamed delegate is named by its URL: never with the password.
+        assert_eq!(d.registry_name(), "http://admin:***@127.0.0.1:9/x");
     }
 
     #[test]

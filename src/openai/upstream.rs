@@ -12,6 +12,7 @@ use crate::secret::Secret;
 use crate::upstream::{UpstreamClient, UpstreamError};
 use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION};
+use ldp_client::requests_own;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::time::Duration;
@@ -162,25 +163,25 @@ pub enum ChatError {
 
 impl ChatError {
     /// Whether another delegate may be tried: a delegate at fault (unreachable, 5xx, 429,
-    /// its own key or model refused, nonsense) before anything reached the client. A 400 (a
-    /// bad request, a context too long) is the request's own and is not retried.
+    /// its own key or model refused, a redirect, a proxy asking for credentials, nonsense)
+    /// before anything reached the client. Only the request's own refusals (400 a bad
+    /// request or a context too long, 413, 422) are not retried: they are the client's
+    /// answer.
     pub fn retryable(&self) -> bool {
         match self {
             ChatError::Transport(e) => e.retryable(),
-            ChatError::Status { status, .. } => {
-                *status >= 500 || matches!(status, 401 | 403 | 404 | 408 | 409 | 429)
-            }
+            ChatError::Status { status, .. } => !requests_own(*status),
             ChatError::Malformed { .. } => true,
             ChatError::Broken { relayed, .. } => !relayed,
         }
     }
 
-    /// Whether it says the delegate is unwell (a 4xx about the request does not; nor does a
-    /// 429, which pauses the delegate instead).
+    /// Whether it says the delegate is unwell: any status but the request's own refusals
+    /// and a 429 (which pauses the delegate instead).
     pub fn is_delegate_fault(&self) -> bool {
         match self {
             ChatError::Transport(e) => e.is_delegate_fault(),
-            ChatError::Status { status, .. } => *status >= 500 || matches!(status, 401 | 403 | 404),
+            ChatError::Status { status, .. } => !requests_own(*status) && *status != 429,
             ChatError::Malformed { .. } | ChatError::Broken { .. } => true,
         }
     }
@@ -190,8 +191,7 @@ impl ChatError {
         match self {
             ChatError::Transport(e) => e.reason(),
             ChatError::Status { status: 429, .. } => "rate_limited",
-            ChatError::Status { status, .. } if *status >= 500 => "http_5xx",
-            ChatError::Status { .. } => "http_4xx",
+            ChatError::Status { status, .. } => ldp_client::status_reason(*status),
             ChatError::Malformed { .. } => "malformed",
             ChatError::Broken { .. } => "stream_broken",
         }
@@ -209,9 +209,32 @@ impl ChatError {
         }
     }
 
+    /// What it says without the delegate's address or its own words: fit for a client.
+    /// Read as "the delegate {summary}".
+    pub fn summary(&self) -> ChatSummary<'_> {
+        ChatSummary(self)
+    }
+
     /// Whether the delegate timed out.
     pub fn timed_out(&self) -> bool {
         matches!(self, ChatError::Transport(UpstreamError::Timeout { .. }))
+    }
+}
+
+/// [`ChatError::summary`].
+#[derive(Debug, Clone, Copy)]
+pub struct ChatSummary<'a>(&'a ChatError);
+
+impl std::fmt::Display for ChatSummary<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            ChatError::Transport(e) => e.summary().fmt(f),
+            ChatError::Status { status, .. } => {
+                write!(f, "answered {}", ldp_client::status_text(*status))
+            }
+            ChatError::Malformed { .. } => f.write_str("sent an unreadable answer"),
+            ChatError::Broken { .. } => f.write_str("ended its stream before it finished"),
+        }
     }
 }
 
@@ -230,6 +253,9 @@ pub struct Params<'a> {
     pub max_completion_tokens: Option<u64>,
     /// The client's other parameters (ingress).
     pub extra: Option<&'a Map<String, Value>>,
+    /// Sent in `x-ldp-hops`: the gateways the task passed through, this one included (a
+    /// gateway behind this delegate refuses a loop as it would over LDP).
+    pub hops: Option<u32>,
 }
 
 impl Backend {
@@ -267,7 +293,7 @@ impl Backend {
         timeout: Duration,
     ) -> Result<(), ChatError> {
         let answer = client
-            .request(base, MODELS, None, &self.auth, timeout)
+            .request(base, MODELS, None, &self.auth, None, timeout)
             .await?;
         if answer.head.status.is_success() {
             return Ok(());
@@ -291,7 +317,7 @@ impl Backend {
         let url = format!("{base}{CHAT}");
         let body = self.body(messages, params, false, &url)?;
         let answer = client
-            .request(base, CHAT, Some(body), &self.auth, timeout)
+            .request(base, CHAT, Some(body), &self.auth, params.hops, timeout)
             .await?;
         if !answer.head.status.is_success() {
             return Err(status_error(url, answer.head, &answer.body));
@@ -338,7 +364,9 @@ impl Backend {
         let url = format!("{base}{CHAT}");
         let body = self.body(messages, params, true, &url)?;
         let deadline = Instant::now() + timeout;
-        let (head, mut events) = client.events(base, CHAT, body, &self.auth, timeout).await?;
+        let (head, mut events) = client
+            .events(base, CHAT, body, &self.auth, params.hops, timeout)
+            .await?;
         if !head.status.is_success() {
             let body = tokio::time::timeout_at(deadline, events.body())
                 .await
@@ -480,6 +508,11 @@ mod tests {
             (400, false, false, "http_4xx"),
             (413, false, false, "http_4xx"),
             (422, false, false, "http_4xx"),
+            // A broken delegate's answers, never the request's own.
+            (302, true, true, "http_3xx"),
+            (304, true, true, "http_3xx"),
+            (407, true, true, "http_4xx"),
+            (409, true, true, "http_4xx"),
         ];
         for (code, retryable, fault, reason) in table {
             let e = status(code, None);

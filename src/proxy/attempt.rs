@@ -29,12 +29,19 @@ pub(super) enum Attempt {
 
 /// A delegate's failure at a task.
 pub(super) struct Failure {
-    /// What the client gets if no other delegate is tried.
+    /// What the client gets if no other delegate is tried: the delegate's name and a
+    /// generic reason, never its address or its own words.
     pub(super) error: LdpError,
     /// The reason code for the row and `ldp_gateway_fallbacks_total` (`timeout`, …).
     pub(super) reason: &'static str,
     /// Whether another delegate may be tried.
     pub(super) retryable: bool,
+    /// What happened, whole (the URL, the delegate's own message): for the log and the
+    /// ledger row only.
+    pub(super) detail: String,
+    /// How long the delegate asked not to be called (a 429): if no other delegate takes
+    /// the task, the client is answered with this rate limit.
+    pub(super) pause: Option<Duration>,
 }
 
 impl Failure {
@@ -44,6 +51,25 @@ impl Failure {
             error: upstream_failed(delegate, e),
             reason: e.reason(),
             retryable: e.retryable(),
+            detail: e.to_string(),
+            pause: None,
+        }
+    }
+
+    /// The delegate's own retryable TASK_FAILED: its code and category are kept, its
+    /// message goes to the log and the ledger only.
+    fn task_failed(delegate: &Delegate, mut error: LdpError) -> Failure {
+        let told = match crate::upstream::code_shown(&error.code) {
+            Some(code) => format!("delegate '{}' failed the task ({code})", delegate.name),
+            None => format!("delegate '{}' failed the task", delegate.name),
+        };
+        let detail = std::mem::replace(&mut error.message, told);
+        Failure {
+            error,
+            reason: "task_failed",
+            retryable: true,
+            detail,
+            pause: None,
         }
     }
 }
@@ -120,11 +146,7 @@ impl Exchange {
                 (Exchange::ModeFailed(error), Health::Answered(took))
             }
             Body::TaskFailed { error, .. } if error.retryable => {
-                let failure = Failure {
-                    error,
-                    reason: "task_failed",
-                    retryable: true,
-                };
+                let failure = Failure::task_failed(delegate, error);
                 (Exchange::Failed(failure), Health::Faulted(Some(took)))
             }
             Body::TaskFailed { error, .. } => (Exchange::Refused(error), Health::Answered(took)),
@@ -168,8 +190,8 @@ impl Proxy {
         let delegate = binding.delegate.clone();
         tracing::Span::current().record("delegate", delegate.name.as_str());
         let _in_flight = delegate.start_task();
-        let reservation = match self.reserve(t, &delegate).await {
-            Ok(r) => r,
+        let held = match self.reserve(t, &delegate).await {
+            Ok(r) => self.held(t, r),
             Err(e) => return Attempt::Done(Answer::Failed(e)),
         };
         let mut charged = 0.0;
@@ -183,9 +205,7 @@ impl Proxy {
                     .await
             }
         };
-        if let Some(hold) = reservation {
-            self.settle(hold, t.session, charged).await;
-        }
+        held.settle(charged).await;
         outcome
     }
 

@@ -172,7 +172,7 @@ impl Proxy {
         picked: Chosen,
     ) -> Result<Arc<Delegate>, NoBinding> {
         let Chosen { delegate, route } = self
-            .claim(&t.policy, need, picked)
+            .claim(&t.policy, need, picked, run)
             .await
             .map_err(NoBinding::None)?;
         run.route = Some(route);
@@ -211,15 +211,20 @@ impl Proxy {
     }
 
     /// Takes the chosen delegate's own rate-limit token; a delegate at its limit is skipped,
-    /// not failed, and the router asked again without it.
+    /// not failed, and the router asked again without it. When every one is limited, the
+    /// run learns the shortest wait a 429 asked for.
     async fn claim(
         &self,
         policy: &Arc<Policy>,
         need: &Need<'_>,
         mut picked: Chosen,
+        run: &mut TaskRun,
     ) -> Result<Chosen, LdpError> {
         let mut limited: Vec<String> = Vec::new();
         while !self.admits(&picked.delegate).await {
+            if let Some(wait) = picked.delegate.paused_for() {
+                run.retry_after = Some(run.retry_after.map_or(wait, |w| w.min(wait)));
+            }
             limited.push(picked.delegate.name.clone());
             let exclude: Vec<String> = need.exclude.iter().chain(&limited).cloned().collect();
             let need = Need {

@@ -62,6 +62,8 @@ pub struct ChatRefusal {
     /// An OpenAI-backed delegate's own refusal of the request (status and error), to pass
     /// on as it came.
     pub upstream: Option<(u16, ErrorDetail)>,
+    /// A delegate's rate limit: how long it asked to wait (`Retry-After`).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl Proxy {
@@ -104,6 +106,7 @@ impl Proxy {
                         result: Err(ChatRefusal {
                             error,
                             upstream: None,
+                            retry_after: None,
                         }),
                     });
                 }
@@ -159,6 +162,9 @@ impl Proxy {
                     })
                 }
                 Body::TaskFailed { error, .. } => Err(ChatRefusal {
+                    retry_after: trip
+                        .retry_after
+                        .filter(|_| error.code == GatewayCode::RateLimited.as_str()),
                     error: error.clone(),
                     upstream: trip.refused_upstream,
                 }),
@@ -168,6 +174,7 @@ impl Proxy {
                         format!("unexpected {} for a task", other.message_type().as_str()),
                     ),
                     upstream: None,
+                    retry_after: None,
                 }),
             };
             return Ok(ChatOutcome {

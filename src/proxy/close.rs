@@ -100,7 +100,10 @@ impl Proxy {
         }
         let message = match self.send_cancel(&b, task_id).await {
             Ok(_) => "cancelled".to_owned(),
-            Err(e) => format!("cancel could not reach the delegate: {e}"),
+            Err(e) => {
+                tracing::info!(delegate = %b.delegate.name, error = %e, "upstream TASK_CANCEL failed");
+                format!("cancel could not reach the delegate: it {}", e.summary())
+            }
         };
         self.cancel_answer(env, task_id, message)
     }

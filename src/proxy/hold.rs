@@ -66,10 +66,14 @@ impl Proxy {
         Err(unavailable(&"the tenant's spend could not be seeded"))
     }
 
-    /// Releases `hold` and charges `charged` (what cannot be recorded now is retried in the
-    /// background, as tracked work).
-    pub(super) async fn settle(&self, hold: Hold, session: &ClientSession, charged: f64) {
-        self.budgets.settle(hold, session, charged).await;
+    /// Holds `hold` for an attempt at `t`: settled by [`Held::settle`], or released with
+    /// nothing charged if the attempt is dropped or unwinds first.
+    pub(super) fn held<'a>(&'a self, t: &TaskCtx<'a>, hold: Option<Hold>) -> Held<'a> {
+        Held {
+            budgets: &self.budgets,
+            session: t.session,
+            hold,
+        }
     }
 
     /// What the task is expected to cost at `delegate`: for a token-priced (OpenAI-backed)
@@ -101,6 +105,38 @@ impl Proxy {
         let h = delegate.card()?.effective_hints(skill)?;
         h.cost_per_call_usd
             .or_else(|| h.cost_tier.map(|t| self.cfg.routing.tier_prices.of(t)))
+    }
+}
+
+/// A task's budget hold while its attempt runs. Settled with what the attempt cost
+/// ([`Held::settle`]); an attempt that never gets there — dropped (a deadline, a cancel,
+/// shutdown) or unwinding from a panic — releases it on drop with nothing charged, so money
+/// is never held until a restart.
+#[must_use = "a hold is settled with what the attempt cost"]
+pub(super) struct Held<'a> {
+    budgets: &'a crate::state::Budgets,
+    session: &'a ClientSession,
+    hold: Option<Hold>,
+}
+
+impl Held<'_> {
+    /// Releases the hold and charges `charged` (what cannot be recorded now is retried in
+    /// the background, as tracked work).
+    pub(super) async fn settle(mut self, charged: f64) {
+        if let Some(hold) = self.hold.take() {
+            self.budgets.settle(hold, self.session, charged).await;
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            if std::thread::panicking() {
+                tracing::warn!("budget hold released while a task unwound");
+            }
+            self.budgets.release(hold, self.session);
+        }
     }
 }
 
@@ -157,4 +193,68 @@ fn spend_of(spend: &[(String, f64)], tenant: &str) -> f64 {
         .iter()
         .find(|(n, _)| n == tenant)
         .map_or(0.0, |(_, s)| *s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BudgetConfig, Config};
+    use crate::session::{NewSession, SessionTable};
+    use crate::state::{BudgetStore, Reserved, Stores};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_hold_is_released_when_its_attempt_unwinds_or_is_dropped() {
+        let budgets = Stores::local(&Config::default()).budgets;
+        let table = SessionTable::default();
+        let session = table.open(NewSession {
+            owner: "o".into(),
+            tenant: "acme".into(),
+            client_domain: "default".into(),
+            required_domain: None,
+            payload: crate::ldp::NegotiatedPayload::text(),
+            policy: None,
+            ttl: Duration::from_secs(60),
+        });
+        let limits = BudgetConfig {
+            usd_per_day: Some(1.0),
+            ..BudgetConfig::default()
+        };
+        let hold = || async {
+            match budgets
+                .reserve("acme", &limits, &session, 0.6)
+                .await
+                .unwrap()
+            {
+                Reserved::Held(h) => Some(h),
+                other => panic!("not held: {other:?}"),
+            }
+        };
+        // An attempt that panics while it holds 0.6 of the 1.0.
+        let first = hold().await;
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _held = Held {
+                budgets: &budgets,
+                session: &session,
+                hold: first,
+            };
+            panic!("a bug while the attempt runs");
+        }));
+        assert!(unwound.is_err());
+        // An attempt dropped before it settles (a deadline, shutdown).
+        let second = hold().await;
+        drop(Held {
+            budgets: &budgets,
+            session: &session,
+            hold: second,
+        });
+        // Both released, nothing charged: 0.6 fits again, and is settled as it cost.
+        let third = Held {
+            budgets: &budgets,
+            session: &session,
+            hold: hold().await,
+        };
+        third.settle(0.25).await;
+        assert!((budgets.spent("acme").await.unwrap().0 - 0.25).abs() < 1e-9);
+    }
 }

@@ -96,11 +96,15 @@ impl Proxy {
                 Prompt::Turns(m)
             }
         };
-        let params = t.task.chat.map_or_else(Params::default, |c| Params {
+        let mut params = t.task.chat.map_or_else(Params::default, |c| Params {
             max_tokens: c.max_tokens,
             max_completion_tokens: c.max_completion_tokens,
             extra: Some(&c.extra),
+            ..Params::default()
         });
+        // As over LDP: a gateway behind this delegate (this one, say, by a URL that is its
+        // own `/v1`) counts the hop and refuses a loop at `upstream.max_hops`.
+        params.hops = Some(t.hops.saturating_add(1));
         let limit = Self::attempt_timeout(&t.policy, left);
         let sent = Instant::now();
         let answered = self
@@ -262,6 +266,8 @@ impl Proxy {
         self.judge(delegate, health);
         let retryable = e.retryable();
         match e {
+            // The request's own refusal (400, 413, 422): the client's answer, with the
+            // delegate's words (they are about the request).
             ChatError::Status { status, detail, .. } if !retryable => {
                 let message = format!(
                     "delegate '{}' refused the request (HTTP {status}): {}",
@@ -274,6 +280,8 @@ impl Proxy {
                 )))
             }
             e => {
+                // The client hears the delegate's name and a generic reason; the log and the
+                // ledger row get the rest (its address, the provider's message).
                 let error = match pause {
                     // What the client hears if no other delegate can take it: a rate limit.
                     Some(p) => LdpError::gateway(
@@ -285,7 +293,7 @@ impl Proxy {
                         ),
                     ),
                     None => LdpError::upstream_failed(
-                        format!("delegate '{}' failed: {e}", delegate.name),
+                        format!("delegate '{}' {}", delegate.name, e.summary()),
                         retryable,
                     ),
                 };
@@ -293,6 +301,8 @@ impl Proxy {
                     error,
                     reason: e.reason(),
                     retryable,
+                    detail: e.to_string(),
+                    pause,
                 })
             }
         }

@@ -33,6 +33,7 @@ impl Proxy {
             band: run.route.as_ref().map(|r| r.band),
             excluded: run.route.as_ref().map(|r| Excluded(&r.excluded)),
             notes: &run.notes,
+            upstream_errors: &run.upstream_errors,
         });
         let payload = self.cfg.provenance.store_payloads.then(|| {
             JsonText::of(&serde_json::json!({
@@ -161,6 +162,10 @@ struct RoutingSummary<'a> {
     excluded: Option<Excluded<'a>>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     notes: &'a [String],
+    /// What each failed attempt's delegate did, whole (its address, its own message): the
+    /// operator's record of what the client was told only generically.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    upstream_errors: &'a [String],
 }
 
 /// Constraints that excluded candidates, as `{constraint: count}`.

@@ -87,6 +87,11 @@ impl Proxy {
                     (delegate, failure)
                 }
             };
+            // The whole story for the operator (log and ledger row); the client's answer
+            // names the delegate and a generic reason only.
+            tracing::info!(delegate = %delegate.name, reason = failure.reason,
+                error = super::task::cut_detail(&failure.detail).0, "delegate failed the task");
+            run.upstream_error(&delegate.name, &failure.detail);
             tried.push(delegate.name.clone());
             let need = Need {
                 exclude: &tried,
@@ -94,13 +99,19 @@ impl Proxy {
             };
             let next = match self.failover(t, run, &need, deadline, &failure) {
                 Ok(next) => next,
-                Err(stop) => return Answer::Failed(stop),
+                Err(stop) => {
+                    // A 429 that no other delegate takes up: a rate limit, with its wait.
+                    if stop.code == GatewayCode::RateLimited.as_str() {
+                        run.retry_after = failure.pause;
+                    }
+                    return Answer::Failed(stop);
+                }
             };
             let reason = failure.reason;
             run.fallbacks.push(reason);
             run.notes
                 .push(format!("failover from {} ({reason})", delegate.name));
-            tracing::info!(delegate = %delegate.name, reason, "failing over");
+            tracing::debug!(delegate = %delegate.name, reason, "failing over");
             t.tell(
                 self.id(),
                 None,
@@ -127,6 +138,26 @@ impl Proxy {
         if !failure.retryable {
             return Err(failure.error.clone());
         }
+        let stop = |why: &str| {
+            if failure.pause.is_some() {
+                // The delegate asked to wait (429) and nobody else can take the task: the
+                // client is told so, as it will be while the delegate waits.
+                return failure.error.clone();
+            }
+            // A gateway behind the last delegate refused a loop (HTTP 508): told as one, so
+            // every gateway on the way back tells its client the same.
+            let code = match failure.reason {
+                "loop_detected" => GatewayCode::LoopDetected,
+                _ => GatewayCode::UpstreamFailed,
+            };
+            LdpError::gateway(
+                code,
+                format!(
+                    "every attempt failed ({why}); last: {}",
+                    failure.error.message
+                ),
+            )
+        };
         let why = if Instant::now() >= deadline {
             "the task's deadline passed"
         } else if run.delegates >= t.policy.max_attempts {
@@ -138,12 +169,6 @@ impl Proxy {
                 Ok(_) => "the retry budget is spent",
             }
         };
-        Err(LdpError::gateway(
-            GatewayCode::UpstreamFailed,
-            format!(
-                "every attempt failed ({why}); last: {}",
-                failure.error.message
-            ),
-        ))
+        Err(stop(why))
     }
 }

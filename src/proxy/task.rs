@@ -141,9 +141,42 @@ pub(super) struct TaskRun {
     /// What the task cost besides its answer's own cost: voted-down results and the
     /// verifiers (USD; already counted under their delegates in the metrics).
     pub(super) extra_cost_usd: f64,
+    /// Each failed attempt's whole story (`delegate: detail`), for the ledger row only: the
+    /// client is told the delegate's name and a generic reason.
+    pub(super) upstream_errors: Vec<String>,
+    /// How long the client should wait when it is answered with a delegate's rate limit.
+    pub(super) retry_after: Option<Duration>,
+}
+
+/// Most bytes of one upstream error kept for the ledger row (a delegate's message can be as
+/// long as its answer).
+const MAX_ERROR_DETAIL: usize = 512;
+
+/// Most upstream errors kept for one task's row (attempts are bounded anyway).
+const MAX_ERRORS_KEPT: usize = 16;
+
+/// At most [`MAX_ERROR_DETAIL`] bytes of an upstream error (cut at a character), and
+/// whether it was cut.
+pub(super) fn cut_detail(detail: &str) -> (&str, bool) {
+    let mut end = detail.len().min(MAX_ERROR_DETAIL);
+    while !detail.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&detail[..end], end < detail.len())
 }
 
 impl TaskRun {
+    /// Keeps a failed attempt's detail for the ledger row, cut to [`MAX_ERROR_DETAIL`].
+    pub(super) fn upstream_error(&mut self, delegate: &str, detail: &str) {
+        if self.upstream_errors.len() >= MAX_ERRORS_KEPT {
+            return;
+        }
+        let (kept, cut) = cut_detail(detail);
+        let more = if cut { "…" } else { "" };
+        self.upstream_errors
+            .push(format!("{delegate}: {kept}{more}"));
+    }
+
     /// The trip, once the task is answered with `reply`.
     fn trip(self, reply: Arc<Envelope>, policy: Arc<Policy>) -> Trip {
         Trip {
@@ -153,6 +186,7 @@ impl TaskRun {
             usage: self.usage,
             refused_upstream: self.refused_upstream,
             finish_reason: self.finish_reason,
+            retry_after: self.retry_after,
         }
     }
 }
@@ -207,6 +241,8 @@ pub(crate) struct Trip {
     pub(crate) refused_upstream: Option<(u16, ErrorDetail)>,
     /// Why an OpenAI-backed delegate's answer stopped.
     pub(crate) finish_reason: Option<String>,
+    /// How long to wait, when the answer is a delegate's rate limit.
+    pub(crate) retry_after: Option<Duration>,
 }
 
 impl Proxy {
@@ -246,6 +282,7 @@ impl Proxy {
                 usage: None,
                 refused_upstream: None,
                 finish_reason: None,
+                retry_after: None,
             })
         };
         let session = match self.session(&env.session_id, &super::owner(ctx, env)).await {
@@ -292,11 +329,29 @@ impl Proxy {
         self.retries.task();
         session.task_started(t.task.task_id, t.task.skill);
         let mut run = TaskRun::default();
-        let answer = self.run_checked(&t, &mut run).await;
+        let answer = self.run_unwinding(&t, &mut run).await;
         session.task_finished(t.task.task_id);
         let policy = t.policy.clone();
         let reply = self.finish(t, &run, answer).await;
         Ok(run.trip(reply, policy))
+    }
+
+    /// Runs the task; a panic on the way (a bug) is caught here, so the task still gets
+    /// its ledger row, its status and an answer in the protocol: `INTERNAL`, with no panic
+    /// text. Its budget hold was released on the way out ([`super::hold::Held`]).
+    async fn run_unwinding(&self, t: &TaskCtx<'_>, run: &mut TaskRun) -> Answer {
+        use futures_util::FutureExt as _;
+        let running = std::panic::AssertUnwindSafe(self.run_checked(t, run)).catch_unwind();
+        match running.await {
+            Ok(answer) => answer,
+            Err(payload) => {
+                self.metrics.panicked("task", payload.as_ref());
+                Answer::Failed(LdpError::gateway(
+                    GatewayCode::Internal,
+                    "internal error in the gateway while the task ran",
+                ))
+            }
+        }
     }
 
     /// Records the task's ledger row and metrics, then answers (a result only once its

@@ -34,6 +34,10 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .merge(admin)
+        .layer(middleware::from_fn_with_state(
+            state.metrics.clone(),
+            super::api_error::catch_panics,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), report_errors))
         .with_state(state)
 }
@@ -236,7 +240,7 @@ fn delegate_json(d: &crate::registry::Delegate) -> serde_json::Value {
     let card = d.card();
     json!({
         "name": d.name,
-        "url": d.base_url,
+        "url": crate::secret::redact_url(&d.base_url),
         "weight": d.weight,
         "labels": d.labels,
         "health": if d.is_healthy() { "healthy" } else { "down" },
@@ -290,6 +294,11 @@ async fn register(State(s): State<AppState>, body: axum::body::Bytes) -> Respons
         max_in_flight: reg.max_in_flight,
         ..DelegateConfig::new(reg.url)
     };
+    // An unusable URL (credentials in it, say) is the request's mistake, whatever the
+    // allowlist says; its message never shows the credentials.
+    if let Err(why) = crate::config::normalize_url(&cfg.url) {
+        return ApiError::new(GatewayCode::BadRequest, format!("url: {why}")).into_response();
+    }
     if let Err(why) = registration_allowed(&cfg.url, &s.config.security.registration_allow) {
         let error = crate::ldp::LdpError::gateway(GatewayCode::BadRequest, why.to_string());
         return (StatusCode::FORBIDDEN, Json(json!({ "error": error }))).into_response();

@@ -145,7 +145,7 @@ impl ApiError {
                 retry_after.as_secs_f64()
             ),
         );
-        e.retry_after = Some(retry_after.as_secs_f64().ceil().max(1.0) as u32);
+        e.retry_after = Some(retry_secs(retry_after));
         e
     }
 
@@ -168,6 +168,14 @@ impl ApiError {
         }
     }
 
+    /// With `Retry-After` of `wait` (at least a second), when it is a rate limit.
+    pub fn with_retry_after(mut self, wait: Option<Duration>) -> Self {
+        if let (Some(w), Some(_)) = (wait, self.retry_after) {
+            self.retry_after = Some(retry_secs(w));
+        }
+        self
+    }
+
     /// Written in OpenAI's shape (the OpenAI routes).
     pub fn openai(mut self) -> Self {
         self.openai.get_or_insert_with(Default::default);
@@ -177,6 +185,13 @@ impl ApiError {
     /// In OpenAI's shape, naming the request field at fault.
     pub fn openai_param(mut self, param: impl Into<String>) -> Self {
         self.openai.get_or_insert_with(Default::default).param = Some(param.into());
+        self
+    }
+
+    /// In OpenAI's shape with exactly these fields (OpenAI's own answer to a case the
+    /// gateway's codes do not name, such as an unknown URL).
+    pub fn openai_detail(mut self, detail: ErrorDetail) -> Self {
+        self.openai.get_or_insert_with(Default::default).detail = Some(detail);
         self
     }
 
@@ -218,6 +233,11 @@ impl From<Refused> for ApiError {
             ..ApiError::from(r.refusal)
         }
     }
+}
+
+/// Whole seconds to wait, at least one (`Retry-After`).
+fn retry_secs(wait: Duration) -> u32 {
+    wait.as_secs_f64().ceil().clamp(1.0, f64::from(u32::MAX)) as u32
 }
 
 /// What [`report`] needs of an error answer, left in the response's extensions.
@@ -284,6 +304,42 @@ fn openai_code(kind: ErrorKind, telling: Telling) -> String {
         _ => telling.code,
     }
     .to_owned()
+}
+
+/// What a client is told of a fault inside the gateway (a panic): nothing of its text.
+const INTERNAL_MESSAGE: &str = "internal error in the gateway";
+
+/// The answer for a request whose work ended without one: its task panicked (counted and
+/// logged here with the panic's text, which is never answered) or was cut at shutdown.
+pub(super) fn task_lost(metrics: &Metrics, e: tokio::task::JoinError) -> ApiError {
+    match e.try_into_panic() {
+        Ok(payload) => metrics.panicked("request", payload.as_ref()),
+        Err(e) => tracing::warn!(error = %e, "a request's task ended without an answer"),
+    }
+    ApiError::new(GatewayCode::Internal, INTERNAL_MESSAGE)
+}
+
+/// The layer that keeps a panic from reaching a client: a handler that panics is answered
+/// with a generic 500 in its route's protocol's shape (OpenAI's under `/v1/`, LDP's
+/// elsewhere), and the panic is counted and logged, never answered.
+pub(super) async fn catch_panics(
+    axum::extract::State(metrics): axum::extract::State<std::sync::Arc<Metrics>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use futures_util::FutureExt as _;
+    let openai = req.uri().path().starts_with("/v1/");
+    match std::panic::AssertUnwindSafe(next.run(req))
+        .catch_unwind()
+        .await
+    {
+        Ok(resp) => resp,
+        Err(payload) => {
+            metrics.panicked("request", payload.as_ref());
+            let e = ApiError::new(GatewayCode::Internal, INTERNAL_MESSAGE);
+            if openai { e.openai() } else { e }.into_response()
+        }
+    }
 }
 
 /// The one layer that reports errors: counts every error answer by code and logs it at its
@@ -375,6 +431,47 @@ mod tests {
             assert_eq!(t.level == Level::ERROR, c == GatewayCode::Internal, "{c:?}");
         }
         assert_eq!(telling(ErrorKind::NoRoute).status, StatusCode::NOT_FOUND);
+    }
+
+    async fn a_handler_with_a_bug() -> &'static str {
+        panic!("secret panic text")
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_answered_500_in_its_routes_shape_without_its_text() {
+        let metrics = std::sync::Arc::new(Metrics::new().unwrap());
+        let app = axum::Router::new()
+            .route("/ldp/boom", axum::routing::get(a_handler_with_a_bug))
+            .route("/v1/boom", axum::routing::get(a_handler_with_a_bug))
+            .layer(axum::middleware::from_fn_with_state(
+                metrics.clone(),
+                catch_panics,
+            ));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", l.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(l, app).await });
+        let get = |path: &'static str| {
+            let url = format!("{base}{path}");
+            async move {
+                let r = reqwest::get(url).await.unwrap();
+                let status = r.status().as_u16();
+                let body = r.bytes().await.unwrap();
+                let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                (status, body)
+            }
+        };
+        let (st, ldp) = get("/ldp/boom").await;
+        assert_eq!(st, 500);
+        assert_eq!(ldp["error"]["code"], "INTERNAL", "{ldp}");
+        assert_eq!(ldp["error"]["category"], "runtime", "{ldp}");
+        let (st, openai) = get("/v1/boom").await;
+        assert_eq!(st, 500);
+        assert_eq!(openai["error"]["type"], "server_error", "{openai}");
+        assert!(openai["error"].get("category").is_none(), "{openai}");
+        for body in [&ldp, &openai] {
+            assert!(!body.to_string().contains("secret"), "{body}");
+        }
+        assert_eq!(metrics.panics.with_label_values(&["request"]).get(), 2);
     }
 
     async fn body_of(e: ApiError) -> (StatusCode, serde_json::Value) {

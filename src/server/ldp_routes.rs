@@ -29,6 +29,11 @@ pub fn router(state: AppState) -> Router {
         .merge(super::openai_routes::router(&state))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
+        // Inside the counting layer: a panic's 500 is counted and reported like any error.
+        .layer(axum::middleware::from_fn_with_state(
+            state.metrics.clone(),
+            super::api_error::catch_panics,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             count_requests,
@@ -288,10 +293,7 @@ async fn answer(
     guard.done = true;
     match joined {
         Ok(answer) => Ok(answer?),
-        Err(e) => Err(ApiError::new(
-            GatewayCode::Internal,
-            format!("task failed: {e}"),
-        )),
+        Err(e) => Err(super::api_error::task_lost(&s.metrics, e)),
     }
 }
 
@@ -367,6 +369,7 @@ async fn stream(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Envelope>(64);
     let proxy = s.proxy.clone();
+    let metrics = s.metrics.clone();
     let Some(task) = s
         .proxy
         .spawn_tracked(async move { proxy.handle_with(env, &ctx, Some(&tx)).await })
@@ -378,27 +381,30 @@ async fn stream(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -
     };
     let events = futures_util::stream::unfold(
         (rx, Some(task), guard),
-        |(mut rx, task, mut guard)| async move {
-            let mut task = task?;
-            let heartbeat = tokio::time::sleep(HEARTBEAT);
-            tokio::select! {
-                biased;
-                Some(update) = rx.recv() => {
-                    Some((Ok::<Event, Infallible>(event(&update)), (rx, Some(task), guard)))
-                }
-                joined = &mut task => {
-                    // `biased`: queued updates always went out before this branch runs.
-                    if let Some(g) = guard.as_mut() {
-                        g.done = true;
+        move |(mut rx, task, mut guard)| {
+            let metrics = metrics.clone();
+            async move {
+                let mut task = task?;
+                let heartbeat = tokio::time::sleep(HEARTBEAT);
+                tokio::select! {
+                    biased;
+                    Some(update) = rx.recv() => {
+                        Some((Ok::<Event, Infallible>(event(&update)), (rx, Some(task), guard)))
                     }
-                    let ev = match joined {
-                        Ok(Ok(env)) => event(&env),
-                        Ok(Err(e)) => error_event(&ApiError::from(e)),
-                        Err(e) => error_event(&ApiError::new(GatewayCode::Internal, format!("task failed: {e}"))),
-                    };
-                    Some((Ok(ev), (rx, None, guard)))
+                    joined = &mut task => {
+                        // `biased`: queued updates always went out before this branch runs.
+                        if let Some(g) = guard.as_mut() {
+                            g.done = true;
+                        }
+                        let ev = match joined {
+                            Ok(Ok(env)) => event(&env),
+                            Ok(Err(e)) => error_event(&ApiError::from(e)),
+                            Err(e) => error_event(&super::api_error::task_lost(&metrics, e)),
+                        };
+                        Some((Ok(ev), (rx, None, guard)))
+                    }
+                    _ = heartbeat => Some((Ok(Event::default().comment("")), (rx, Some(task), guard))),
                 }
-                _ = heartbeat => Some((Ok(Event::default().comment("")), (rx, Some(task), guard))),
             }
         },
     );

@@ -10,14 +10,14 @@ use super::ldp_routes::{read_body, refuse, request_ctx};
 use super::AppState;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::TaskId;
-use crate::openai::wire::{ChatRequest, Usage};
+use crate::openai::wire::{ChatRequest, ErrorDetail, Usage};
 use crate::proxy::{ChatDelta, ChatOutcome, ChatReply};
 use axum::body::Body as HttpBody;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
@@ -31,8 +31,23 @@ pub(super) fn router(state: &AppState) -> Router<AppState> {
         return Router::new();
     }
     Router::new()
-        .route("/v1/chat/completions", post(chat))
-        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat).fallback(unknown))
+        .route("/v1/models", get(models).fallback(unknown))
+        .route("/v1", any(unknown))
+        .route("/v1/{*rest}", any(unknown))
+}
+
+/// Any other `/v1/…` path: a 404 as OpenAI answers it, in its shape (an OpenAI client reads
+/// no other).
+async fn unknown(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let message = format!("Invalid URL ({method} {})", uri.path());
+    let detail = ErrorDetail {
+        message: message.clone(),
+        kind: Some("invalid_request_error".into()),
+        param: None,
+        code: None,
+    };
+    refuse(ApiError::of(ErrorKind::NoRoute, message).openai_detail(detail))
 }
 
 /// Deltas buffered between the task and a slow client (then the task's read waits).
@@ -159,9 +174,9 @@ async fn completion(
         include_usage,
     };
     if let Some(rx) = rx {
-        stream(reply, task_id, rx, task).await
+        stream(s, reply, task_id, rx, task).await
     } else {
-        let outcome = joined(task.await)?;
+        let outcome = joined(s, task.await)?;
         let headers = ldp_headers(&task_id, Some(&outcome.policy), outcome.delegate.as_deref());
         match outcome.result {
             Ok(answer) => Ok((headers, axum::Json(reply.completion(&answer))).into_response()),
@@ -177,15 +192,13 @@ async fn completion(
 
 /// The task's outcome, or the gateway's refusal of it.
 fn joined(
+    s: &AppState,
     j: Result<Result<ChatOutcome, crate::proxy::Refusal>, tokio::task::JoinError>,
 ) -> Result<ChatOutcome, ApiError> {
     match j {
         Ok(Ok(o)) => Ok(o),
         Ok(Err(refusal)) => Err(ApiError::from(refusal)),
-        Err(e) => Err(ApiError::new(
-            GatewayCode::Internal,
-            format!("task failed: {e}"),
-        )),
+        Err(e) => Err(super::api_error::task_lost(&s.metrics, e)),
     }
 }
 
@@ -194,7 +207,7 @@ fn joined(
 fn refusal(r: crate::proxy::ChatRefusal) -> ApiError {
     match r.upstream {
         Some((status, detail)) => ApiError::openai_upstream(r.error, status, detail),
-        None => ApiError::task_failed(r.error),
+        None => ApiError::task_failed(r.error).with_retry_after(r.retry_after),
     }
 }
 
@@ -299,6 +312,7 @@ type ChatTask = JoinHandle<Result<ChatOutcome, crate::proxy::Refusal>>;
 /// with its status). A failure after deltas went out ends the stream with an error event and
 /// no `[DONE]`, so no client takes it for finished.
 async fn stream(
+    s: &AppState,
     reply: Reply,
     task_id: TaskId,
     mut rx: mpsc::Receiver<ChatDelta>,
@@ -307,7 +321,7 @@ async fn stream(
     let first = tokio::select! {
         biased;
         Some(d) = rx.recv() => Ok(d),
-        j = &mut task => Err(joined(j)?),
+        j = &mut task => Err(joined(s, j)?),
     };
     let mut out = VecDeque::new();
     let (headers, model, pending) = match first {
@@ -344,6 +358,7 @@ async fn stream(
         }
     };
     let state = Streaming {
+        state: s.clone(),
         reply,
         model,
         rx,
@@ -362,6 +377,7 @@ async fn stream(
 
 /// A stream under way: events ready to go, then deltas until the task ends.
 struct Streaming {
+    state: AppState,
     reply: Reply,
     model: String,
     rx: mpsc::Receiver<ChatDelta>,
@@ -382,7 +398,7 @@ impl Streaming {
             }
             j = task => {
                 self.task = None;
-                match joined(j).and_then(|o| o.result.map_err(refusal)) {
+                match joined(&self.state, j).and_then(|o| o.result.map_err(refusal)) {
                     Ok(answer) => self.reply.ending(&self.model, &answer, &mut self.out),
                     Err(e) => {
                         let e = e.openai();

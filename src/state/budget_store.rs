@@ -102,6 +102,21 @@ impl Budgets {
     }
 }
 
+impl Budgets {
+    /// Releases `hold` with nothing charged, without waiting: for a hold whose task was
+    /// dropped or unwound before it could settle (the local book at once; Redis in the
+    /// background, as tracked work).
+    pub fn release(&self, hold: Hold, session: &ClientSession) {
+        match (self, hold) {
+            (Budgets::Local(l), Hold::Local(h)) => l.book.settle(h, &session.spend, 0.0),
+            (Budgets::Shared(r), Hold::Shared(h)) => r.settle_later(h, 0.0, &[0, 1_000, 5_000]),
+            (Budgets::Local(_), Hold::Shared(_)) | (Budgets::Shared(_), Hold::Local(_)) => {
+                tracing::error!("a budget hold was released in a store that did not make it");
+            }
+        }
+    }
+}
+
 impl BudgetStore for Budgets {
     type Hold = Hold;
 

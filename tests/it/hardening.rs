@@ -5,4 +5,9 @@
 mod bounds;
 mod checks;
 mod conn;
+mod credentials;
+mod ingress;
 mod ledger;
+mod liar;
+mod panics;
+mod upstream;

@@ -146,7 +146,9 @@ impl Error {
             | Error::Unanswered { .. }
             | Error::StreamBroken { .. }
             | Error::Unexpected { .. } => true,
-            Error::Status { status, .. } => *status >= 500,
+            // Another delegate may answer what this one would not, unless the request
+            // itself is at fault.
+            Error::Status { status, .. } => !requests_own(*status),
             Error::Failed { error } => error.retryable,
             Error::Broken { .. }
             | Error::Config { .. }
@@ -161,7 +163,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Rejected { .. } | Error::Untrusted { .. } => ErrorKind::Refused,
-            Error::Status { status, .. } if *status < 500 => ErrorKind::Refused,
+            Error::Status { status, .. } if (400..500).contains(status) => ErrorKind::Refused,
             Error::Failed { error } => match error.category {
                 ErrorCategory::Identity
                 | ErrorCategory::Capability
@@ -189,7 +191,9 @@ impl Error {
     /// Whether this says something about the delegate's health (a refused session does not).
     pub fn is_delegate_fault(&self) -> bool {
         match self {
-            Error::Status { status, .. } => *status >= 500,
+            // A redirect, a proxy asking for credentials, a 304 to a POST, a 5xx: the
+            // delegate is broken. The request's own refusal and a rate limit are not faults.
+            Error::Status { status, .. } => !requests_own(*status) && *status != 429,
             Error::Rejected { .. }
             | Error::Config { .. }
             | Error::Url(_)
@@ -201,13 +205,19 @@ impl Error {
         }
     }
 
+    /// What the error says without where it happened or what the other side wrote (no URL,
+    /// no upstream text): fit for a message to someone other than the operator. Read as
+    /// "the delegate {summary}".
+    pub fn summary(&self) -> Summary<'_> {
+        Summary(self)
+    }
+
     /// Low-cardinality reason for metrics and the ledger.
     pub fn reason(&self) -> &'static str {
         match self {
             Error::Connect { .. } => "connect",
             Error::Timeout { .. } => "timeout",
-            Error::Status { status, .. } if *status >= 500 => "http_5xx",
-            Error::Status { .. } => "http_4xx",
+            Error::Status { status, .. } => status_reason(*status),
             Error::Malformed { .. } | Error::Unexpected { .. } => "malformed",
             Error::Rejected { .. } => "session_rejected",
             Error::Broken { .. } => "broken",
@@ -220,5 +230,169 @@ impl Error {
             Error::Cancelled { .. } => "cancelled",
             Error::UnknownTask { .. } => "unknown_task",
         }
+    }
+}
+
+/// Statuses that refuse the request itself (malformed, too large, unprocessable): the same
+/// request fails anywhere, so it is the caller's answer, not a reason to try elsewhere.
+pub fn requests_own(status: u16) -> bool {
+    matches!(status, 400 | 413 | 422)
+}
+
+/// The low-cardinality reason of a non-2xx status: `loop_detected` (508: a gateway behind
+/// refused a routing loop), else `http_3xx`, `http_4xx` or `http_5xx` (anything else,
+/// `http_other`).
+pub fn status_reason(status: u16) -> &'static str {
+    match status {
+        508 => "loop_detected",
+        300..=399 => "http_3xx",
+        400..=499 => "http_4xx",
+        500..=599 => "http_5xx",
+        _ => "http_other",
+    }
+}
+
+/// An HTTP status as a client may be told it: `HTTP 502 Bad Gateway`.
+pub fn status_text(status: u16) -> StatusText {
+    StatusText(status)
+}
+
+/// See [`status_text`].
+#[derive(Debug, Clone, Copy)]
+pub struct StatusText(u16);
+
+impl std::fmt::Display for StatusText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let phrase = hyper::StatusCode::from_u16(self.0)
+            .ok()
+            .and_then(|s| s.canonical_reason());
+        match phrase {
+            Some(p) => write!(f, "HTTP {} {p}", self.0),
+            None => write!(f, "HTTP {}", self.0),
+        }
+    }
+}
+
+/// [`Error::summary`]: the error told without its URL or the other side's text.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary<'a>(&'a Error);
+
+impl std::fmt::Display for Summary<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Error::Connect { .. } => f.write_str("could not be reached"),
+            Error::Timeout { after, .. } => write!(f, "did not answer within {after:?}"),
+            Error::Status { status, .. } => write!(f, "answered {}", status_text(*status)),
+            Error::Malformed { .. } => f.write_str("sent an unreadable answer"),
+            Error::Rejected { .. } => f.write_str("refused the session"),
+            Error::Broken { .. } => f.write_str("broke the connection while answering"),
+            Error::Unanswered { .. } => f.write_str("closed the connection without answering"),
+            Error::StreamBroken { .. } => {
+                f.write_str("ended before its final message (a broken stream)")
+            }
+            Error::Unexpected { got, .. } => write!(f, "answered with an unexpected {got}"),
+            Error::Config { .. } => {
+                f.write_str("cannot be called with this client's configuration")
+            }
+            Error::Url(_) => f.write_str("has a URL this build cannot call"),
+            Error::Untrusted { .. } => f.write_str("is not in a trust domain this session accepts"),
+            Error::Failed { error } => match code_shown(&error.code) {
+                Some(code) => write!(f, "failed the task ({code})"),
+                None => f.write_str("failed the task"),
+            },
+            Error::Cancelled { .. } => f.write_str("had the task cancelled"),
+            Error::UnknownTask { .. } => f.write_str("has no record of the task"),
+        }
+    }
+}
+
+/// A delegate's error code, if it reads as one (`UPPER_SNAKE`, at most 64 bytes): a code is
+/// shown to clients, free text is not.
+pub fn code_shown(code: &str) -> Option<&str> {
+    let ok = !code.is_empty()
+        && code.len() <= 64
+        && code
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+    ok.then_some(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16) -> Error {
+        Error::Status {
+            url: "http://10.0.0.7:9000/ldp/messages".into(),
+            status: code,
+            error: Some(Box::new(LdpError::new(
+                "INTERNAL",
+                ErrorCategory::Runtime,
+                ldp_wire::ErrorSeverity::Error,
+                true,
+                "db at 10.0.0.8 refused password CANARY",
+            ))),
+        }
+    }
+
+    #[test]
+    fn only_the_requests_own_statuses_are_its_answer() {
+        // (status, retryable, the delegate's fault, kind, reason)
+        let table = [
+            (302, true, true, ErrorKind::Transport, "http_3xx"),
+            (304, true, true, ErrorKind::Transport, "http_3xx"),
+            (401, true, true, ErrorKind::Refused, "http_4xx"),
+            (407, true, true, ErrorKind::Refused, "http_4xx"),
+            (429, true, false, ErrorKind::Refused, "http_4xx"),
+            (400, false, false, ErrorKind::Refused, "http_4xx"),
+            (413, false, false, ErrorKind::Refused, "http_4xx"),
+            (422, false, false, ErrorKind::Refused, "http_4xx"),
+            (500, true, true, ErrorKind::Transport, "http_5xx"),
+            (508, true, true, ErrorKind::Transport, "loop_detected"),
+        ];
+        for (code, retryable, fault, kind, reason) in table {
+            let e = status(code);
+            assert_eq!(e.retryable(), retryable, "{code}");
+            assert_eq!(e.is_delegate_fault(), fault, "{code}");
+            assert_eq!(e.kind(), kind, "{code}");
+            assert_eq!(e.reason(), reason, "{code}");
+        }
+    }
+
+    #[test]
+    fn a_summary_has_no_address_and_no_upstream_text() {
+        let e = status(500);
+        assert!(e.to_string().contains("CANARY"), "the detail keeps it: {e}");
+        assert_eq!(
+            e.summary().to_string(),
+            "answered HTTP 500 Internal Server Error"
+        );
+        assert_eq!(
+            status(508).summary().to_string(),
+            "answered HTTP 508 Loop Detected"
+        );
+        let connect = Error::Connect {
+            url: "http://10.0.0.7:9000".into(),
+            reason: "refused".into(),
+        };
+        assert_eq!(connect.summary().to_string(), "could not be reached");
+        let failed = |code: &str| Error::Failed {
+            error: Box::new(LdpError::new(
+                code,
+                ErrorCategory::Runtime,
+                ldp_wire::ErrorSeverity::Error,
+                true,
+                "CANARY",
+            )),
+        };
+        assert_eq!(
+            failed("MODEL_OVERLOADED").summary().to_string(),
+            "failed the task (MODEL_OVERLOADED)"
+        );
+        // A code that is free text is not shown.
+        assert_eq!(
+            failed("see http://10.0.0.8").summary().to_string(),
+            "failed the task"
+        );
     }
 }

@@ -22,8 +22,10 @@ mod url;
 pub use adapter::{
     Adapter, Config, Discovery, Event, Outcome, Task, TaskHandle, TaskState, TaskStream,
 };
-pub use error::{Error, ErrorKind};
+pub use error::{
+    code_shown, requests_own, status_reason, status_text, Error, ErrorKind, StatusText, Summary,
+};
 pub use ldp_wire;
 pub use secret::Secret;
 pub use transport::{CardLimits, Session, Transport, DEFAULT_MAX_RESPONSE_BYTES, HOPS_HEADER};
-pub use url::{base_url, UrlError};
+pub use url::{base_url, masked as masked_url, UrlError};

@@ -212,6 +212,34 @@ impl RedisBudgets {
     }
 }
 
+impl RedisBudgets {
+    /// Settles `hold` in the background (tracked work), after each of `waits` (ms) until it
+    /// is recorded; nothing outside a runtime (it lapses after its hold time then).
+    pub(in crate::state) fn settle_later(
+        &self,
+        hold: SharedReservation,
+        actual: f64,
+        waits: &'static [u64],
+    ) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let this = self.clone();
+        self.tasks.spawn_on(
+            async move {
+                for wait in waits {
+                    tokio::time::sleep(Duration::from_millis(*wait)).await;
+                    if this.settle_once(&hold, actual).await.is_ok() {
+                        return;
+                    }
+                }
+                tracing::error!(actual, "budget settle not recorded in the shared state");
+            },
+            &rt,
+        );
+    }
+}
+
 impl BudgetStore for RedisBudgets {
     type Hold = SharedReservation;
 
@@ -231,22 +259,7 @@ impl BudgetStore for RedisBudgets {
         if self.settle_once(&hold, actual).await.is_ok() {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let this = self.clone();
-        self.tasks.spawn_on(
-            async move {
-                for wait in [100, 1_000, 5_000, 30_000] {
-                    tokio::time::sleep(Duration::from_millis(wait)).await;
-                    if this.settle_once(&hold, actual).await.is_ok() {
-                        return;
-                    }
-                }
-                tracing::error!(actual, "budget settle not recorded in the shared state");
-            },
-            &rt,
-        );
+        self.settle_later(hold, actual, &[100, 1_000, 5_000, 30_000]);
     }
 
     async fn seed(&self, tenant: &str, day_spent: f64, month_spent: f64) -> Result<(), StoreError> {

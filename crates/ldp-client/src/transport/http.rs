@@ -31,7 +31,9 @@ impl Head {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(|s| Duration::from_secs_f64(s).min(MAX_RETRY_AFTER));
+            // Capped before it becomes a `Duration`: `1e30` seconds is no `Duration`, and
+            // converting it first panicked.
+            .map(|s| Duration::from_secs_f64(s.min(MAX_RETRY_AFTER.as_secs_f64())));
         Head {
             status,
             retry_after,
@@ -89,21 +91,23 @@ impl Events {
 
 impl Transport {
     /// POSTs `body` (JSON) to `base` + `path`, or GETs it without a body, with `headers`
-    /// (an `Authorization` for the endpoint) instead of the transport's own, and reads the
-    /// whole answer within `timeout` (the same exchange as every LDP call). Any status is an
-    /// answer; only the exchange can fail.
+    /// (an `Authorization` for the endpoint) instead of the transport's own, and `hops` in
+    /// [`super::HOPS_HEADER`] (a forwarded task), and reads the whole answer within `timeout`
+    /// (the same exchange as every LDP call). Any status is an answer; only the exchange can
+    /// fail.
     pub async fn request(
         &self,
         base: &str,
         path: &'static str,
         body: Option<Bytes>,
         headers: &[(HeaderName, HeaderValue)],
+        hops: Option<u32>,
         timeout: Duration,
     ) -> Result<HttpAnswer, Error> {
         let req = Req {
             path,
             body,
-            hops: None,
+            hops,
             events: false,
             headers,
         };
@@ -113,22 +117,23 @@ impl Transport {
         Ok(HttpAnswer { head, body })
     }
 
-    /// POSTs `body` to `base` + `path` asking for Server-Sent Events; the answer's head
-    /// (within `timeout`), and its events to read as they come (the caller holds the deadline
-    /// for the rest). A non-2xx answer's events are its body: read it with
-    /// [`Transport::request`]'s rules by the caller, or drop it.
+    /// POSTs `body` to `base` + `path` asking for Server-Sent Events (`hops` as for
+    /// [`Transport::request`]); the answer's head (within `timeout`), and its events to read
+    /// as they come (the caller holds the deadline for the rest). A non-2xx answer's events
+    /// are its body: read it with [`Transport::request`]'s rules by the caller, or drop it.
     pub async fn events(
         &self,
         base: &str,
         path: &'static str,
         body: Bytes,
         headers: &[(HeaderName, HeaderValue)],
+        hops: Option<u32>,
         timeout: Duration,
     ) -> Result<(Head, Events), Error> {
         let req = Req {
             path,
             body: Some(body),
-            hops: None,
+            hops,
             events: true,
             headers,
         };
@@ -185,6 +190,12 @@ mod tests {
         assert_eq!(head("3").retry_after, Some(Duration::from_secs(3)));
         assert_eq!(head(" 0.5 ").retry_after, Some(Duration::from_millis(500)));
         assert_eq!(head("99999999").retry_after, Some(MAX_RETRY_AFTER));
+        // Past what a `Duration` holds: capped, never a panic.
+        for huge in ["1e30", "1.8e19", "18446744073709551616", "1e308"] {
+            assert_eq!(head(huge).retry_after, Some(MAX_RETRY_AFTER), "{huge}");
+        }
+        assert_eq!(head("inf").retry_after, None);
+        assert_eq!(head("NaN").retry_after, None);
         assert_eq!(head("Wed, 21 Oct 2015 07:28:00 GMT").retry_after, None);
         assert_eq!(head("-1").retry_after, None);
         assert_eq!(
