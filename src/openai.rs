@@ -10,5 +10,5 @@ pub mod upstream;
 pub mod wire;
 
 pub use card::Prices;
-pub use upstream::{Backend, BackendError, ChatError, Params, Reply};
+pub use upstream::{Backend, BackendError, ChatError, Params, Piece, Reply, Stopped, Streamed};
 pub use wire::{estimate_tokens, Usage};

@@ -136,11 +136,27 @@ pub(super) struct TaskRun {
     pub(super) refused_upstream: Option<(u16, ErrorDetail)>,
     /// Why an OpenAI-backed delegate's answer stopped (`stop`, `length`, …).
     pub(super) finish_reason: Option<String>,
+    /// An OpenAI-backed delegate's message fields besides its text (`tool_calls`,
+    /// `function_call`, `refusal`, …), for the ingress to answer with.
+    pub(super) reply_fields: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What an answer that never finished used (an OpenAI stream that broke, passed the
+    /// answer cap, or that nobody listened to any more): charged, and recorded in the row of
+    /// the failed task.
+    pub(super) unfinished: Option<Unfinished>,
     /// A verified task's votes, every round's.
     pub(super) votes: Vec<crate::provenance::Vote>,
     /// What the task cost besides its answer's own cost: voted-down results and the
     /// verifiers (USD; already counted under their delegates in the metrics).
     pub(super) extra_cost_usd: f64,
+}
+
+/// What an answer that never finished used.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Unfinished {
+    /// Tokens, as charged.
+    pub(super) tokens: u64,
+    /// Their cost, USD.
+    pub(super) cost_usd: f64,
 }
 
 impl TaskRun {
@@ -153,6 +169,7 @@ impl TaskRun {
             usage: self.usage,
             refused_upstream: self.refused_upstream,
             finish_reason: self.finish_reason,
+            reply_fields: self.reply_fields,
         }
     }
 }
@@ -207,6 +224,8 @@ pub(crate) struct Trip {
     pub(crate) refused_upstream: Option<(u16, ErrorDetail)>,
     /// Why an OpenAI-backed delegate's answer stopped.
     pub(crate) finish_reason: Option<String>,
+    /// An OpenAI-backed delegate's message fields besides its text (`tool_calls`, …).
+    pub(crate) reply_fields: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl Proxy {
@@ -246,6 +265,7 @@ impl Proxy {
                 usage: None,
                 refused_upstream: None,
                 finish_reason: None,
+                reply_fields: None,
             })
         };
         let session = match self.session(&env.session_id, &super::owner(ctx, env)).await {
