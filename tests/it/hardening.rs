@@ -6,3 +6,4 @@ mod bounds;
 mod checks;
 mod conn;
 mod ledger;
+mod openai;
