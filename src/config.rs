@@ -26,7 +26,9 @@ mod upstream;
 
 pub use admin::AdminConfig;
 pub use cluster::ClusterConfig;
-pub use delegates::{normalize_url, DeclaredCard, DelegateConfig, DelegateKind, UrlError};
+pub use delegates::{
+    normalize_url, DeclaredCard, DelegateConfig, DelegateKind, MaxTokensParam, UrlError,
+};
 pub use discovery::DiscoveryConfig;
 pub use fallback::FallbackConfig;
 pub use identity::IdentityConfig;

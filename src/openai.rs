@@ -10,5 +10,7 @@ pub mod upstream;
 pub mod wire;
 
 pub use card::Prices;
-pub use upstream::{Backend, BackendError, ChatError, ChatSummary, Params, Reply};
+pub use upstream::{
+    Backend, BackendError, ChatError, ChatSummary, Params, Piece, Reply, Stopped, Streamed,
+};
 pub use wire::{estimate_tokens, Usage};

@@ -114,6 +114,9 @@ pub struct Metrics {
     pub overhead: Histogram,
     /// `ldp_gateway_cost_discrepancies_total{delegate}`: reported and declared cost disagree.
     pub cost_discrepancies: IntCounterVec,
+    /// `ldp_gateway_usage_clamped_total{delegate}`: an OpenAI-backed delegate reported more
+    /// tokens than it could have used (charged within the bound instead).
+    pub usage_clamped: IntCounterVec,
     /// `ldp_gateway_ledger_dropped_rows_total`: rows lost in `async` durability.
     pub ledger_dropped: IntCounter,
     /// `ldp_gateway_ledger_rows_total`: rows committed.
@@ -278,6 +281,12 @@ impl Metrics {
             "Results whose reported cost differs from the declared price beyond the configured ratio",
             &["delegate"],
         )?;
+        let usage_clamped = counter_vec(
+            &r,
+            "ldp_gateway_usage_clamped_total",
+            "Completions whose reported token usage exceeded what the request allowed (charged within the bound)",
+            &["delegate"],
+        )?;
         let ledger_dropped = IntCounter::new(
             "ldp_gateway_ledger_dropped_rows_total",
             "Provenance rows lost (async durability: queue overflow or shutdown)",
@@ -407,6 +416,7 @@ impl Metrics {
             errors,
             overhead,
             cost_discrepancies,
+            usage_clamped,
             ledger_dropped,
             ledger_rows,
             ledger_queue,
@@ -459,6 +469,7 @@ impl Metrics {
         forget(&self.tokens, "delegate", name);
         forget(&self.routing_decisions, "delegate", name);
         forget(&self.cost_discrepancies, "delegate", name);
+        forget(&self.usage_clamped, "delegate", name);
         forget(&self.delegate_up, "delegate", name);
         forget(&self.delegate_quality, "delegate", name);
         forget(&self.delegate_latency_ewma, "delegate", name);

@@ -19,6 +19,16 @@ pub enum DelegateKind {
     OpenAi,
 }
 
+/// The request field an OpenAI-backed delegate is sent its output bound in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensParam {
+    /// `max_tokens`: every OpenAI-compatible server reads it.
+    MaxTokens,
+    /// `max_completion_tokens`: OpenAI's newer name, the only one its reasoning models take.
+    MaxCompletionTokens,
+}
+
 /// `[delegates.card]`: the identity an operator declares for an OpenAI-backed delegate, which
 /// has no card of its own. The gateway builds a full LDP identity card from it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -90,6 +100,10 @@ pub struct DelegateConfig {
     /// OpenAI-backed: the declared identity.
     #[serde(default)]
     pub card: Option<DeclaredCard>,
+    /// OpenAI-backed: the field every request's output bound is sent in (default: the one
+    /// an ingress client named, else `max_tokens`).
+    #[serde(default)]
+    pub max_tokens_param: Option<MaxTokensParam>,
 }
 
 impl DelegateConfig {
@@ -107,6 +121,7 @@ impl DelegateConfig {
             model: None,
             api_key_env: None,
             card: None,
+            max_tokens_param: None,
         }
     }
 
@@ -151,6 +166,7 @@ impl DelegateConfig {
                     ("model", self.model.is_some()),
                     ("api_key_env", self.api_key_env.is_some()),
                     ("card", self.card.is_some()),
+                    ("max_tokens_param", self.max_tokens_param.is_some()),
                 ] {
                     if set {
                         c.push(
@@ -333,9 +349,26 @@ mod tests {
         let ldp = DelegateConfig {
             model: Some("m".into()),
             card: openai().card,
+            max_tokens_param: Some(MaxTokensParam::MaxCompletionTokens),
             ..DelegateConfig::new("http://127.0.0.1:4000")
         };
         let keys: Vec<String> = problems(&ldp).into_iter().map(|(k, _)| k).collect();
-        assert_eq!(keys, ["delegates[0].model", "delegates[0].card"]);
+        assert_eq!(
+            keys,
+            [
+                "delegates[0].model",
+                "delegates[0].card",
+                "delegates[0].max_tokens_param"
+            ]
+        );
+        // The field's two names, as an operator writes them.
+        let entry: DelegateConfig = serde_json::from_value(serde_json::json!({
+            "url": "http://x/v1", "kind": "openai", "max_tokens_param": "max_completion_tokens"
+        }))
+        .unwrap();
+        assert_eq!(
+            entry.max_tokens_param,
+            Some(MaxTokensParam::MaxCompletionTokens)
+        );
     }
 }

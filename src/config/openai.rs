@@ -8,10 +8,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OpenAiConfig {
-    /// Output tokens a task is assumed to use when it names no `max_tokens`: the budget hold
-    /// of a token-priced delegate is its input estimate plus this, at the declared prices.
-    /// It is an estimate, not a cap (nothing is cut at it): a longer answer is charged what
-    /// it cost when the task settles.
+    /// Output tokens a task is allowed when it names no `max_tokens`: sent as the request's
+    /// output bound, and what the budget hold of a token-priced delegate assumes (its input
+    /// estimate plus this, at the declared prices). Within a quarter of a declared context
+    /// window.
     pub default_max_tokens: u64,
     /// Most bytes of conversation kept per client session for OpenAI-backed delegates
     /// (user and assistant turns of every skill together; the oldest turns go first).

@@ -7,7 +7,7 @@ use super::card::{prices, Prices};
 use super::wire::{
     Chunk, Completion, ErrorBody, ErrorDetail, StreamOptions, UpstreamRequest, Usage,
 };
-use crate::config::{DelegateConfig, DelegateKind};
+use crate::config::{DelegateConfig, DelegateKind, MaxTokensParam};
 use crate::secret::Secret;
 use crate::upstream::{UpstreamClient, UpstreamError};
 use bytes::Bytes;
@@ -15,6 +15,7 @@ use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION};
 use ldp_client::requests_own;
 use serde::Serialize;
 use serde_json::{Map, Value};
+use std::ops::ControlFlow;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -29,6 +30,8 @@ pub struct Backend {
     pub prices: Prices,
     /// The declared context window, in tokens.
     pub context_window: Option<u64>,
+    /// The field the output bound is sent in, if the operator chose one.
+    pub max_tokens_param: Option<MaxTokensParam>,
     /// `Authorization: Bearer <key>` (marked sensitive: never printed), if a key is set.
     auth: Vec<(HeaderName, HeaderValue)>,
 }
@@ -106,6 +109,7 @@ impl Backend {
             model: cfg.model.clone().unwrap_or_default(),
             prices: card.map(prices).unwrap_or_default(),
             context_window: card.and_then(|c| c.context_window),
+            max_tokens_param: cfg.max_tokens_param,
             auth,
         })
     }
@@ -116,12 +120,57 @@ impl Backend {
 pub struct Reply {
     /// The assistant's text.
     pub content: String,
+    /// The answered message's other fields (`tool_calls`, `function_call`, `refusal`, …) as
+    /// they came, but `role`; a stream's are relayed as its deltas instead, and left empty.
+    pub other: Map<String, Value>,
     /// The model that answered (the response's `model`; the configured one if it sent none).
     pub model: String,
     /// Token counts, if the delegate reported them.
     pub usage: Option<Usage>,
     /// Why it stopped.
     pub finish_reason: Option<String>,
+    /// Bytes of the request sent (what a plausible prompt count is bounded by).
+    pub request_bytes: usize,
+}
+
+/// A piece of a streamed answer, as it comes.
+#[derive(Debug, Default)]
+pub struct Piece {
+    /// Text added (may be empty).
+    pub text: String,
+    /// The delta's other fields (a piece of `tool_calls` or `function_call`, a `refusal`), as
+    /// they came, but `role` and nulls.
+    pub other: Option<Map<String, Value>>,
+}
+
+impl Piece {
+    /// Whether it adds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty() && self.other.is_none()
+    }
+}
+
+/// What a streamed completion used, kept up to date as it is read, so that a stream that
+/// fails, or that the gateway stops reading, still says what it cost.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Streamed {
+    /// Bytes of answer handed on: text, and the other fields' JSON (tool calls).
+    pub bytes: usize,
+    /// Bytes of the request sent.
+    pub request_bytes: usize,
+    /// Usage, if the delegate reported it.
+    pub usage: Option<Usage>,
+    /// Why the gateway stopped reading before the end, if it did.
+    pub stopped: Option<Stopped>,
+}
+
+/// Why the gateway stopped reading a stream before its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// Nobody listens any more (the client left).
+    Unheard,
+    /// The answer grew past the transport's answer cap (`max_response_bytes`).
+    Cap(usize),
 }
 
 /// Why a completion failed, and what that says.
@@ -316,6 +365,7 @@ impl Backend {
     ) -> Result<Reply, ChatError> {
         let url = format!("{base}{CHAT}");
         let body = self.body(messages, params, false, &url)?;
+        let request_bytes = body.len();
         let answer = client
             .request(base, CHAT, Some(body), &self.auth, params.hops, timeout)
             .await?;
@@ -333,8 +383,16 @@ impl Backend {
                 reason: "no choices".into(),
             });
         };
+        let (content, other) = match choice.message {
+            Some(mut m) => {
+                m.rest.remove("role");
+                (m.content.unwrap_or_default(), m.rest)
+            }
+            None => (String::new(), Map::new()),
+        };
         Ok(Reply {
-            content: choice.message.and_then(|m| m.content).unwrap_or_default(),
+            content,
+            other,
             model: if c.model.is_empty() {
                 self.model.clone()
             } else {
@@ -342,12 +400,21 @@ impl Backend {
             },
             usage: c.usage,
             finish_reason: choice.finish_reason,
+            request_bytes,
         })
     }
 
-    /// One streamed completion of `messages`: each content delta goes to `on_delta` as it
-    /// comes (awaited, so a slow consumer slows the read), all within `timeout`. A stream that
-    /// ends before `[DONE]` or a `finish_reason` is [`ChatError::Broken`], never a reply.
+    /// One streamed completion of `messages`, all within `timeout`: each choice's delta of
+    /// each chunk goes to `on_piece` as it comes (awaited, so a slow consumer slows the read;
+    /// an empty piece too, so that a consumer gone is noticed), and `used` is kept up to date.
+    /// Reading stops, failing the stream, when `on_piece` breaks (nobody listens) or the
+    /// answer handed on passes the transport's answer cap (`used.stopped` says which); a
+    /// stream that ends before `[DONE]` or a `finish_reason` is [`ChatError::Broken`], never a
+    /// reply.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call, every part of it needed"
+    )]
     pub async fn stream<M: Serialize, F, Fut>(
         &self,
         client: &UpstreamClient,
@@ -355,14 +422,16 @@ impl Backend {
         messages: M,
         params: Params<'_>,
         timeout: Duration,
-        mut on_delta: F,
+        used: &mut Streamed,
+        mut on_piece: F,
     ) -> Result<Reply, ChatError>
     where
-        F: FnMut(String) -> Fut,
-        Fut: std::future::Future<Output = ()>,
+        F: FnMut(Piece) -> Fut,
+        Fut: std::future::Future<Output = ControlFlow<()>>,
     {
         let url = format!("{base}{CHAT}");
         let body = self.body(messages, params, true, &url)?;
+        used.request_bytes = body.len();
         let deadline = Instant::now() + timeout;
         let (head, mut events) = client
             .events(base, CHAT, body, &self.auth, params.hops, timeout)
@@ -375,28 +444,26 @@ impl Backend {
         }
         let mut reply = Reply {
             model: self.model.clone(),
+            request_bytes: used.request_bytes,
             ..Reply::default()
         };
+        let cap = client.max_response_bytes();
         let mut relayed = false;
         let read = async {
+            let broken = |relayed| ChatError::Broken {
+                url: url.clone(),
+                relayed,
+            };
             loop {
                 let data = match events.next().await {
                     Ok(Some(d)) => d,
                     Ok(None) if reply.finish_reason.is_some() => return Ok(()),
-                    Ok(None) | Err(_) => {
-                        return Err(ChatError::Broken {
-                            url: url.clone(),
-                            relayed,
-                        })
-                    }
+                    Ok(None) | Err(_) => return Err(broken(relayed)),
                 };
                 if data.trim() == "[DONE]" {
                     return match reply.finish_reason {
                         Some(_) => Ok(()),
-                        None => Err(ChatError::Broken {
-                            url: url.clone(),
-                            relayed,
-                        }),
+                        None => Err(broken(relayed)),
                     };
                 }
                 // Only a chunk that mentions an error is read as one (chunks never do).
@@ -406,10 +473,7 @@ impl Backend {
                 if let Some(Ok(e)) = error {
                     // An error event mid-stream (some servers send one): the stream failed.
                     tracing::debug!(error = %e.error.message, "error event in an upstream stream");
-                    return Err(ChatError::Broken {
-                        url: url.clone(),
-                        relayed,
-                    });
+                    return Err(broken(relayed));
                 }
                 let chunk: Chunk =
                     serde_json::from_str(&data).map_err(|e| ChatError::Malformed {
@@ -421,14 +485,25 @@ impl Backend {
                 }
                 if chunk.usage.is_some() {
                     reply.usage = chunk.usage;
+                    used.usage = chunk.usage;
                 }
                 for choice in chunk.choices {
-                    if let Some(text) = choice.delta.and_then(|d| d.content) {
-                        if !text.is_empty() {
-                            reply.content.push_str(&text);
-                            relayed = true;
-                            on_delta(text).await;
-                        }
+                    let piece = choice.delta.map(piece_of).unwrap_or_default();
+                    // What is held and handed on: the text, and a tool call's piece as it came.
+                    let size = piece.text.len() + piece.other.as_ref().map_or(0, |_| data.len());
+                    if used.bytes + size > cap {
+                        used.stopped = Some(Stopped::Cap(cap));
+                        tracing::warn!(url = %url, cap, "a streamed answer passed the answer cap; stopped reading");
+                        return Err(broken(relayed));
+                    }
+                    used.bytes += size;
+                    if !piece.is_empty() {
+                        reply.content.push_str(&piece.text);
+                        relayed = true;
+                    }
+                    if on_piece(piece).await.is_break() {
+                        used.stopped = Some(Stopped::Unheard);
+                        return Err(broken(relayed));
                     }
                     if choice.finish_reason.is_some() {
                         reply.finish_reason = choice.finish_reason;
@@ -456,6 +531,16 @@ impl Backend {
                 after: timeout,
             })),
         }
+    }
+}
+
+/// A delta as a [`Piece`]: its text, and its other fields but `role` and nulls.
+fn piece_of(d: super::wire::Delta) -> Piece {
+    let mut other = d.rest;
+    other.retain(|k, v| k != "role" && !v.is_null());
+    Piece {
+        text: d.content.unwrap_or_default(),
+        other: (!other.is_empty()).then_some(other),
     }
 }
 

@@ -111,18 +111,32 @@ pub struct UpstreamRequest<'a, M: Serialize> {
     pub extra: Option<&'a Map<String, Value>>,
 }
 
-/// Token counts.
+/// Token counts. Read leniently, as a delegate reports them: any JSON number is taken,
+/// saturated into `0..=u64::MAX` (a negative, fractional or astronomical count is no reason
+/// to lose the answer; what is charged is bounded by the proxy).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     /// Input tokens.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "saturating_count")]
     pub prompt_tokens: u64,
     /// Output tokens.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "saturating_count")]
     pub completion_tokens: u64,
     /// Both.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "saturating_count")]
     pub total_tokens: u64,
+}
+
+/// A count as any JSON number (or null: 0), saturated into `u64`.
+fn saturating_count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    Ok(match Option::<serde_json::Number>::deserialize(d)? {
+        None => 0,
+        Some(n) => n.as_u64().unwrap_or_else(|| match n.as_f64() {
+            // `as` saturates a float (and takes NaN to 0); a negative i64 is below 0.
+            Some(f) => f as u64,
+            None => 0,
+        }),
+    })
 }
 
 impl Usage {
@@ -161,12 +175,16 @@ pub struct Choice {
     pub finish_reason: Option<String>,
 }
 
-/// An answered message (only its content is read).
+/// An answered message: its content, and every other field (`tool_calls`, the legacy
+/// `function_call`, `refusal`, …) kept as it came, for the ingress's client.
 #[derive(Debug, Deserialize)]
 pub struct ChoiceMessage {
     /// The text (null when the answer is a tool call).
     #[serde(default)]
     pub content: Option<String>,
+    /// Every other field (`role` included).
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
 }
 
 /// A `chat.completion.chunk` as a delegate streams it.
@@ -194,12 +212,16 @@ pub struct ChunkChoice {
     pub finish_reason: Option<String>,
 }
 
-/// New content.
+/// New content: text, and every other field of the delta (a piece of `tool_calls` or of a
+/// legacy `function_call`, …) kept as it came.
 #[derive(Debug, Deserialize)]
 pub struct Delta {
     /// The text added.
     #[serde(default)]
     pub content: Option<String>,
+    /// Every other field (`role` included).
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
 }
 
 /// OpenAI's error body, `{"error": {"message", "type", "param", "code"}}`.
@@ -230,4 +252,50 @@ pub struct ErrorDetail {
 /// and context windows are estimated with; usage, when a delegate reports it, is the truth).
 pub fn estimate_tokens(bytes: usize) -> u64 {
     (bytes as u64).div_ceil(4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn usage_counts_saturate_whatever_number_they_are() {
+        let u: Usage = serde_json::from_value(json!({"prompt_tokens": u64::MAX,
+            "completion_tokens": 1e30, "total_tokens": -5}))
+        .unwrap();
+        assert_eq!(u.prompt_tokens, u64::MAX);
+        assert_eq!(u.completion_tokens, u64::MAX);
+        assert_eq!(u.total_tokens, 0);
+        let u: Usage =
+            serde_json::from_value(json!({"prompt_tokens": null, "completion_tokens": 2.5}))
+                .unwrap();
+        assert_eq!(
+            u,
+            Usage {
+                prompt_tokens: 0,
+                completion_tokens: 2,
+                total_tokens: 0
+            }
+        );
+        assert!(serde_json::from_value::<Usage>(json!({"prompt_tokens": "lots"})).is_err());
+    }
+
+    #[test]
+    fn messages_and_deltas_keep_the_fields_they_do_not_model() {
+        let call = json!([{"id": "call_1", "type": "function",
+            "function": {"name": "f", "arguments": "{}"}}]);
+        let m: ChoiceMessage = serde_json::from_value(
+            json!({"role": "assistant", "content": null, "tool_calls": call}),
+        )
+        .unwrap();
+        assert_eq!(m.content, None);
+        assert_eq!(m.rest["tool_calls"], call);
+        let d: Delta = serde_json::from_value(
+            json!({"function_call": {"arguments": "{\"a\""}, "content": "x"}),
+        )
+        .unwrap();
+        assert_eq!(d.content.as_deref(), Some("x"));
+        assert_eq!(d.rest["function_call"]["arguments"], "{\"a\"");
+    }
 }

@@ -519,7 +519,8 @@ fn insert_rows(conn: &Connection, rows: &[LedgerRow]) -> Result<(), LedgerError>
             r.latency_ms,
             r.upstream_ms,
             r.cost_usd,
-            r.tokens.map(|t| t as i64),
+            // SQLite integers are i64: a larger count is stored as the largest, never wrapped.
+            r.tokens.map(|t| i64::try_from(t).unwrap_or(i64::MAX)),
             r.confidence,
             r.verification_status,
             r.started_at,

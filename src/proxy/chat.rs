@@ -11,6 +11,7 @@ use crate::openai::estimate_tokens;
 use crate::openai::wire::{ChatRequest, ErrorDetail, Message, Usage};
 use crate::policy::Policy;
 use crate::registry::Delegate;
+use serde_json::{Map, Value};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -20,8 +21,11 @@ const INGRESS_FROM: &str = "ldp:client:openai-ingress";
 /// A piece of an answer as it streams, with who is answering (for the response's headers).
 #[derive(Debug)]
 pub struct ChatDelta {
-    /// The text added.
+    /// The text added (may be empty).
     pub text: String,
+    /// The delta's other fields (a piece of `tool_calls` or `function_call`, …) as the
+    /// delegate sent them.
+    pub other: Option<Map<String, Value>>,
     /// The delegate answering.
     pub delegate: Arc<Delegate>,
     /// The policy the task runs under.
@@ -52,6 +56,9 @@ pub struct ChatReply {
     pub usage: Usage,
     /// Why the answer stopped: an OpenAI-backed delegate's `finish_reason`, else `stop`.
     pub finish_reason: String,
+    /// An OpenAI-backed delegate's message fields besides its text (`tool_calls`,
+    /// `function_call`, `refusal`, …), as it sent them.
+    pub other: Map<String, Value>,
 }
 
 /// A completion refused or failed.
@@ -131,7 +138,7 @@ impl Proxy {
                 chat: Some(req),
                 verifying: false,
             };
-            let trip = self.submit(&env, ctx, task, progress).await?;
+            let mut trip = self.submit(&env, ctx, task, progress).await?;
             let lost = matches!(&trip.reply.body,
                 Body::TaskFailed { error, .. } if error.code == GatewayCode::SessionNotFound.as_str());
             if lost && !fresh {
@@ -159,6 +166,7 @@ impl Proxy {
                         model,
                         usage,
                         finish_reason: trip.finish_reason.clone().unwrap_or_else(|| "stop".into()),
+                        other: trip.reply_fields.take().unwrap_or_default(),
                     })
                 }
                 Body::TaskFailed { error, .. } => Err(ChatRefusal {

@@ -57,7 +57,8 @@ impl Proxy {
             return false;
         };
         if b.delegate.openai.is_some() {
-            // Nothing to send: the completion runs to its end, and is settled and recorded.
+            // Nothing to send: a streamed completion stops being read once nobody listens (a
+            // whole one runs to its end, within the answer cap), and is settled and recorded.
             return false;
         }
         let sent = self.send_cancel(&b, task_id).await;

@@ -4,8 +4,10 @@
 
 use super::task::TaskCtx;
 use super::Proxy;
+use crate::config::BudgetConfig;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::LdpError;
+use crate::limits::BudgetExceeded;
 use crate::provenance::LedgerError;
 use crate::registry::Delegate;
 use crate::session::ClientSession;
@@ -27,17 +29,51 @@ impl Proxy {
     /// Reserves the delegate's declared cost against the tenant's and the session's budgets
     /// (refused, retryable, when the shared state does not answer: a budget is never
     /// guessed). An account the store has lost is seeded from the ledger, once.
+    ///
+    /// An OpenAI ingress request is a session of its own: `usd_per_session` caps each one
+    /// (what it may hold), not the tenant's ingress traffic together.
     pub(super) async fn reserve(
         &self,
         t: &TaskCtx<'_>,
         delegate: &Delegate,
     ) -> Result<Option<Hold>, LdpError> {
         let (session, tenant): (&ClientSession, &Tenant) = (t.session, t.tenant);
-        let b = &tenant.budget;
-        if b.usd_per_day.is_none() && b.usd_per_month.is_none() && b.usd_per_session.is_none() {
+        let per_request = t.task.chat.is_some();
+        let request_cap = tenant.budget.usd_per_session.filter(|_| per_request);
+        let ingress_limits;
+        let b = if per_request {
+            ingress_limits = BudgetConfig {
+                usd_per_session: None,
+                ..tenant.budget.clone()
+            };
+            &ingress_limits
+        } else {
+            &tenant.budget
+        };
+        if b.usd_per_day.is_none()
+            && b.usd_per_month.is_none()
+            && b.usd_per_session.is_none()
+            && request_cap.is_none()
+        {
             return Ok(None);
         }
         let amount = self.estimated_cost(t, delegate) * self.cfg.routing.budget_reserve_factor;
+        if let Some(limit) = request_cap.filter(|limit| amount > limit + 1e-12) {
+            let e = BudgetExceeded {
+                which: "session",
+                limit,
+                spent: 0.0,
+                reserved: 0.0,
+                asked: amount,
+            };
+            return Err(LdpError::gateway(
+                GatewayCode::BudgetExceeded,
+                format!("{e} (on the OpenAI ingress, per request)"),
+            ));
+        }
+        if b.usd_per_day.is_none() && b.usd_per_month.is_none() && b.usd_per_session.is_none() {
+            return Ok(None);
+        }
         let unavailable = |e: &dyn std::fmt::Display| {
             LdpError::gateway(GatewayCode::Unavailable, format!("budget not checked: {e}"))
         };
@@ -78,8 +114,8 @@ impl Proxy {
 
     /// What the task is expected to cost at `delegate`: for a token-priced (OpenAI-backed)
     /// delegate, its input (and the conversation sent with it) estimated in tokens plus the
-    /// output it may use (`max_tokens`, else `openai.default_max_tokens`) at the declared
-    /// prices; else the card's price per call.
+    /// output its request allows (`Proxy::output_tokens`) at the declared prices; else the
+    /// card's price per call.
     fn estimated_cost(&self, t: &TaskCtx<'_>, delegate: &Delegate) -> f64 {
         match &delegate.openai {
             Some(o) if !o.backend.prices.is_free() => {
@@ -87,11 +123,8 @@ impl Proxy {
                     Some(chat) => chat.messages.iter().map(|m| m.text().len()).sum(),
                     None => t.task.input.get().len() + t.session.conversation.bytes(),
                 };
-                let output = t
-                    .task
-                    .chat
-                    .and_then(|c| c.max_output_tokens())
-                    .unwrap_or(self.cfg.openai.default_max_tokens);
+                // What the request will allow (proxy/openai.rs sends this bound).
+                let output = self.output_tokens(t.task.chat, &o.backend);
                 o.backend
                     .prices
                     .cost(crate::openai::estimate_tokens(input_bytes), output)

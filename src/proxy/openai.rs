@@ -7,16 +7,18 @@
 
 use super::attempt::{Attempt, Failure, Health};
 use super::chat::ChatDelta;
-use super::task::{Answer, Progress, TaskCtx, TaskRun};
+use super::task::{Answer, Progress, TaskCtx, TaskRun, Unfinished};
 use super::Proxy;
+use crate::config::MaxTokensParam;
 use crate::ldp::error::GatewayCode;
-use crate::ldp::{Body, Json, LdpError, PayloadMode, Provenance};
+use crate::ldp::{Body, ErrorCategory, ErrorSeverity, Json, LdpError, PayloadMode, Provenance};
 use crate::openai::conversation::Turn;
-use crate::openai::wire::{self, Usage};
-use crate::openai::{estimate_tokens, ChatError, Params, Reply};
+use crate::openai::wire::{self, ChatRequest, Usage};
+use crate::openai::{estimate_tokens, Backend, ChatError, Params, Piece, Reply, Stopped, Streamed};
 use crate::registry::{Delegate, OpenAiDelegate};
 use crate::session::Binding;
 use crate::translate::{render_text, translate_input};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -96,59 +98,184 @@ impl Proxy {
                 Prompt::Turns(m)
             }
         };
-        let mut params = t.task.chat.map_or_else(Params::default, |c| Params {
-            max_tokens: c.max_tokens,
-            max_completion_tokens: c.max_completion_tokens,
-            extra: Some(&c.extra),
-            ..Params::default()
-        });
+        let backend = &openai.backend;
+        // The output bound the budget hold assumed: the request allows no more.
+        let most_out = self.output_tokens(t.task.chat, backend);
+        let mut params = bounded_params(t.task.chat, backend, most_out);
         // As over LDP: a gateway behind this delegate (this one, say, by a URL that is its
         // own `/v1`) counts the hop and refuses a loop at `upstream.max_hops`.
         params.hops = Some(t.hops.saturating_add(1));
         let limit = Self::attempt_timeout(&t.policy, left);
         let sent = Instant::now();
+        let mut used = Streamed::default();
         let answered = self
-            .call(t, &delegate, openai, &prompt, params, limit)
+            .call(t, &delegate, openai, &prompt, params, limit, &mut used)
             .await;
         let took = sent.elapsed();
         run.upstream += took;
-        match answered {
-            Ok(reply) => {
-                self.judge(&delegate, Health::Answered(took));
-                let usage = reply
-                    .usage
-                    .unwrap_or_else(|| estimate_usage(&prompt, &reply));
-                let cost = openai
-                    .backend
-                    .prices
-                    .cost(usage.prompt_tokens, usage.completion_tokens);
-                *charged = cost;
-                run.usage = Some(usage);
-                run.finish_reason = reply.finish_reason.clone();
-                let mut p = Provenance::new(
-                    openai.card.delegate_id.clone(),
-                    reply.model.clone(),
-                    PayloadMode::Text,
-                );
-                p.tokens_used = Some(usage.total_tokens);
-                p.cost_usd = Some(cost);
-                let provenance =
-                    self.route_provenance(t, &binding, PayloadMode::Text, Some(p), run);
-                if t.task.chat.is_none() && !t.task.verifying {
-                    let turn = Turn {
-                        user: user.into(),
-                        assistant: reply.content.as_str().into(),
-                    };
-                    self.remember(t, turn);
+        // What the delegate could have used: the output the request allowed, and a prompt
+        // within its context window (undeclared: no more tokens than the request's bytes).
+        let most = |request_bytes: usize| {
+            Usage::new(
+                backend.context_window.unwrap_or(request_bytes as u64),
+                most_out,
+            )
+        };
+        let mut reply = match answered {
+            Ok(reply) => reply,
+            Err(e) => {
+                // An answer cut short (the client left, the cap, a break) was used all the
+                // same: it is charged and recorded.
+                if used.bytes > 0 || used.usage.is_some() {
+                    let estimated = estimate_usage(&prompt, used.bytes);
+                    let usage = self.charged_usage(
+                        run,
+                        &delegate,
+                        used.usage,
+                        estimated,
+                        most(used.request_bytes),
+                    );
+                    let cost = backend
+                        .prices
+                        .cost(usage.prompt_tokens, usage.completion_tokens);
+                    *charged = cost;
+                    run.usage = Some(usage);
+                    run.unfinished = Some(Unfinished {
+                        tokens: usage.total_tokens,
+                        cost_usd: cost,
+                    });
                 }
-                let output = Json::from(serde_json::Value::String(reply.content));
-                Attempt::Done(Answer::Result { output, provenance })
+                return match used.stopped {
+                    Some(Stopped::Unheard) => {
+                        // No failover, no fault: nobody is left to answer.
+                        let error = LdpError::new(
+                            "CANCELLED",
+                            ErrorCategory::Runtime,
+                            ErrorSeverity::Error,
+                            false,
+                            format!(
+                                "the client went away; the answer from delegate '{}' was stopped after {} bytes",
+                                delegate.name, used.bytes
+                            ),
+                        );
+                        Attempt::Done(Answer::Failed(error))
+                    }
+                    Some(Stopped::Cap(cap)) => {
+                        let mut failed = self.chat_failed(&delegate, run, e, took);
+                        if let Attempt::Failed(f) = &mut failed {
+                            f.error.message = format!(
+                                "delegate '{}' streamed an answer larger than {cap} bytes; stopped reading",
+                                delegate.name
+                            );
+                        }
+                        failed
+                    }
+                    None => self.chat_failed(&delegate, run, e, took),
+                };
             }
-            Err(e) => self.chat_failed(&delegate, run, e, took),
+        };
+        self.judge(&delegate, Health::Answered(took));
+        let estimated = estimate_usage(&prompt, reply.content.len());
+        let usage = self.charged_usage(
+            run,
+            &delegate,
+            reply.usage,
+            estimated,
+            most(reply.request_bytes),
+        );
+        let cost = backend
+            .prices
+            .cost(usage.prompt_tokens, usage.completion_tokens);
+        *charged = cost;
+        run.usage = Some(usage);
+        run.finish_reason = reply.finish_reason.clone();
+        run.reply_fields = (!reply.other.is_empty()).then(|| std::mem::take(&mut reply.other));
+        let mut p = Provenance::new(
+            openai.card.delegate_id.clone(),
+            reply.model.clone(),
+            PayloadMode::Text,
+        );
+        p.tokens_used = Some(usage.total_tokens);
+        p.cost_usd = Some(cost);
+        let provenance = self.route_provenance(t, &binding, PayloadMode::Text, Some(p), run);
+        if t.task.chat.is_none() && !t.task.verifying {
+            let turn = Turn {
+                user: user.into(),
+                assistant: reply.content.as_str().into(),
+            };
+            self.remember(t, turn);
+        }
+        let output = Json::from(serde_json::Value::String(reply.content));
+        Attempt::Done(Answer::Result { output, provenance })
+    }
+
+    /// The most output tokens a completion at `backend` is asked for, which is what its
+    /// budget hold assumes and what its request allows: the ingress client's `max_tokens` (or
+    /// `max_completion_tokens`), held for however large, within the context window; else
+    /// `openai.default_max_tokens`, within the room left for the answer (a quarter of the
+    /// window).
+    pub(super) fn output_tokens(&self, chat: Option<&ChatRequest>, backend: &Backend) -> u64 {
+        let asked = chat.and_then(ChatRequest::max_output_tokens);
+        let default = self.cfg.openai.default_max_tokens;
+        match (asked, backend.context_window) {
+            (Some(asked), Some(window)) => asked.min(window),
+            (Some(asked), None) => asked,
+            (None, Some(window)) => default.min(window / 4).max(1),
+            (None, None) => default,
         }
     }
 
-    /// Sends the prompt, streamed when the client streams.
+    /// Usage as charged: `reported` (else `estimated` from the text) within `most`, what the
+    /// delegate could have used. A reported count beyond it is a delegate's error or lie:
+    /// clamped, logged, counted (`ldp_gateway_usage_clamped_total`) and noted in the row.
+    fn charged_usage(
+        &self,
+        run: &mut TaskRun,
+        delegate: &Delegate,
+        reported: Option<Usage>,
+        estimated: Usage,
+        most: Usage,
+    ) -> Usage {
+        let within = |u: Usage| {
+            Usage::new(
+                u.prompt_tokens.min(most.prompt_tokens),
+                u.completion_tokens.min(most.completion_tokens),
+            )
+        };
+        let Some(r) = reported else {
+            return within(estimated);
+        };
+        let usage = within(r);
+        if usage != Usage::new(r.prompt_tokens, r.completion_tokens) {
+            tracing::warn!(
+                delegate = %delegate.name,
+                reported_prompt = r.prompt_tokens,
+                reported_completion = r.completion_tokens,
+                most_prompt = most.prompt_tokens,
+                most_completion = most.completion_tokens,
+                "a delegate reported more tokens than it could have used; charged within the bound"
+            );
+            self.metrics
+                .usage_clamped
+                .with_label_values(&[delegate.name.as_str()])
+                .inc();
+            run.notes.push(format!(
+                "usage clamped: {} reported {} prompt and {} completion tokens, at most {} and {} possible",
+                delegate.name,
+                r.prompt_tokens,
+                r.completion_tokens,
+                most.prompt_tokens,
+                most.completion_tokens
+            ));
+        }
+        usage
+    }
+
+    /// Sends the prompt, streamed when the client streams (`used` says what a stream used).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call, every part of it needed"
+    )]
     async fn call(
         &self,
         t: &TaskCtx<'_>,
@@ -157,42 +284,59 @@ impl Proxy {
         prompt: &Prompt<'_>,
         params: Params<'_>,
         limit: std::time::Duration,
+        used: &mut Streamed,
     ) -> Result<Reply, ChatError> {
         let (b, client, base) = (&openai.backend, &self.upstream, delegate.base_url.as_str());
         match t.progress {
             Progress::Quiet => b.complete(client, base, prompt, params, limit).await,
             Progress::Deltas(tx) => {
-                // The answer's text itself: waited for, never dropped (a slow client slows
-                // the read; one that left is not waited for).
-                let relay = |text: String| {
-                    let delta = ChatDelta {
-                        text,
+                let relay = |piece: Piece| {
+                    let delta = (!piece.is_empty()).then(|| ChatDelta {
+                        text: piece.text,
+                        other: piece.other,
                         delegate: Arc::clone(delegate),
                         policy: Arc::clone(&t.policy),
-                    };
+                    });
                     async move {
-                        let _ = tx.send(delta).await;
+                        match delta {
+                            // The answer itself: waited for, never dropped (a slow client
+                            // slows the read); nobody to take it stops the read.
+                            Some(d) => match tx.send(d).await {
+                                Ok(()) => ControlFlow::Continue(()),
+                                Err(_) => ControlFlow::Break(()),
+                            },
+                            None if tx.is_closed() => ControlFlow::Break(()),
+                            None => ControlFlow::Continue(()),
+                        }
                     }
                 };
-                b.stream(client, base, prompt, params, limit, relay).await
+                b.stream(client, base, prompt, params, limit, used, relay)
+                    .await
             }
             Progress::Updates(tx) => {
-                let relay = |delta: String| {
-                    let update = t.env.reply(
-                        self.id(),
-                        Body::TaskUpdate {
-                            task_id: t.task.task_id.clone(),
-                            progress: None,
-                            message: Some(delta),
-                        },
-                        PayloadMode::Text,
-                    );
-                    // Dropped if the client is not keeping up: its TASK_RESULT carries the
-                    // whole answer.
-                    let _ = tx.try_send(update);
-                    std::future::ready(())
+                let relay = |piece: Piece| {
+                    if tx.is_closed() {
+                        // The client left: nobody reads the rest.
+                        return std::future::ready(ControlFlow::Break(()));
+                    }
+                    if !piece.text.is_empty() {
+                        let update = t.env.reply(
+                            self.id(),
+                            Body::TaskUpdate {
+                                task_id: t.task.task_id.clone(),
+                                progress: None,
+                                message: Some(piece.text),
+                            },
+                            PayloadMode::Text,
+                        );
+                        // Dropped if the client is not keeping up: its TASK_RESULT carries
+                        // the whole answer.
+                        let _ = tx.try_send(update);
+                    }
+                    std::future::ready(ControlFlow::Continue(()))
                 };
-                b.stream(client, base, prompt, params, limit, relay).await
+                b.stream(client, base, prompt, params, limit, used, relay)
+                    .await
             }
         }
     }
@@ -206,7 +350,7 @@ impl Proxy {
         let Some(window) = openai.backend.context_window else {
             return turns;
         };
-        let answer = (window / 4).min(self.cfg.openai.default_max_tokens);
+        let answer = self.output_tokens(None, &openai.backend);
         let mut room = window
             .saturating_sub(answer)
             .saturating_sub(estimate_tokens(user.len()));
@@ -322,11 +466,77 @@ fn user_text(t: &TaskCtx<'_>) -> Result<String, LdpError> {
     Ok(render_text(&text.to_value().map_err(bad)?))
 }
 
-/// Usage estimated from the text sent and answered, for a delegate that reports none.
-fn estimate_usage(prompt: &Prompt<'_>, reply: &Reply) -> Usage {
+/// Usage estimated from the text sent and `answered` bytes, for a delegate that reports none.
+fn estimate_usage(prompt: &Prompt<'_>, answered: usize) -> Usage {
     let sent: usize = match prompt {
         Prompt::Chat(m) => m.iter().map(|m| m.text().len()).sum(),
         Prompt::Turns(m) => m.iter().map(|m| m.content.len()).sum(),
     };
-    Usage::new(estimate_tokens(sent), estimate_tokens(reply.content.len()))
+    Usage::new(estimate_tokens(sent), estimate_tokens(answered))
+}
+
+/// The request's parameters, its output bound `most_out` sent in the field the delegate is
+/// configured for (else the one the ingress client named, else `max_tokens`).
+fn bounded_params<'a>(
+    chat: Option<&'a ChatRequest>,
+    backend: &Backend,
+    most_out: u64,
+) -> Params<'a> {
+    let newer = match backend.max_tokens_param {
+        Some(p) => p == MaxTokensParam::MaxCompletionTokens,
+        None => chat.is_some_and(|c| c.max_completion_tokens.is_some() && c.max_tokens.is_none()),
+    };
+    Params {
+        max_tokens: (!newer).then_some(most_out),
+        max_completion_tokens: newer.then_some(most_out),
+        extra: chat.map(|c| &c.extra),
+        hops: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DelegateConfig, DelegateKind};
+
+    fn backend(param: Option<MaxTokensParam>) -> Backend {
+        let mut cfg = DelegateConfig::new("http://127.0.0.1:1/v1");
+        cfg.kind = DelegateKind::OpenAi;
+        cfg.max_tokens_param = param;
+        Backend::new(&cfg, "d", None).unwrap()
+    }
+
+    fn chat(v: serde_json::Value) -> ChatRequest {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_output_bound_goes_in_the_field_the_delegate_or_the_client_names() {
+        let messages = serde_json::json!([{"role": "user", "content": "hi"}]);
+        let plain = chat(serde_json::json!({"model": "m", "messages": messages}));
+        let newer = chat(serde_json::json!({"model": "m", "messages": messages,
+            "max_completion_tokens": 9}));
+        let sent = |p: Params<'_>| (p.max_tokens, p.max_completion_tokens);
+        assert_eq!(
+            sent(bounded_params(None, &backend(None), 7)),
+            (Some(7), None)
+        );
+        assert_eq!(
+            sent(bounded_params(Some(&plain), &backend(None), 7)),
+            (Some(7), None)
+        );
+        assert_eq!(
+            sent(bounded_params(Some(&newer), &backend(None), 7)),
+            (None, Some(7))
+        );
+        let reasoning = backend(Some(MaxTokensParam::MaxCompletionTokens));
+        assert_eq!(sent(bounded_params(None, &reasoning, 7)), (None, Some(7)));
+        let classic = backend(Some(MaxTokensParam::MaxTokens));
+        assert_eq!(
+            sent(bounded_params(Some(&newer), &classic, 7)),
+            (Some(7), None)
+        );
+        // The client's other parameters still go.
+        assert!(bounded_params(Some(&plain), &classic, 7).extra.is_some());
+    }
 }

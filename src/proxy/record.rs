@@ -67,16 +67,18 @@ impl Proxy {
             latency_ms: t.started.elapsed().as_secs_f64() * 1000.0,
             upstream_ms: run.upstream.as_secs_f64() * 1000.0,
             cost_usd: total_cost(
-                reported.or(if outcome == Outcome::Result {
-                    declared
-                } else {
-                    None
-                }),
+                match outcome {
+                    Outcome::Result => reported.or(declared),
+                    // An answer cut short was charged what it used.
+                    Outcome::Failed => run.unfinished.map(|u| u.cost_usd),
+                },
                 run.extra_cost_usd,
             ),
             reported_cost_usd: reported,
             declared_cost_usd: declared,
-            tokens: provenance.and_then(|p| p.tokens_used),
+            tokens: provenance
+                .and_then(|p| p.tokens_used)
+                .or(run.unfinished.map(|u| u.tokens)),
             confidence: provenance.and_then(|p| p.confidence),
             verification_status: provenance.map(|p| p.verification_status.as_str().to_owned()),
             started_at: t.started_at.clone(),
@@ -128,9 +130,9 @@ impl Proxy {
             m.spend_total.inc_by(cost.max(0.0));
         }
         if let Some(t) = row.tokens {
-            m.tokens
-                .with_label_values(&[row.tenant.as_str(), delegate])
-                .inc_by(t);
+            let c = m.tokens.with_label_values(&[row.tenant.as_str(), delegate]);
+            // Saturating: a delegate's absurd count must not wrap the counter to nothing.
+            c.inc_by(t.min(u64::MAX - c.get()));
         }
         if let (Some(r), Some(d)) = (row.reported_cost_usd, row.declared_cost_usd) {
             let ratio = self.cfg.provenance.cost_discrepancy_ratio;

@@ -136,6 +136,13 @@ pub(super) struct TaskRun {
     pub(super) refused_upstream: Option<(u16, ErrorDetail)>,
     /// Why an OpenAI-backed delegate's answer stopped (`stop`, `length`, …).
     pub(super) finish_reason: Option<String>,
+    /// An OpenAI-backed delegate's message fields besides its text (`tool_calls`,
+    /// `function_call`, `refusal`, …), for the ingress to answer with.
+    pub(super) reply_fields: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What an answer that never finished used (an OpenAI stream that broke, passed the
+    /// answer cap, or that nobody listened to any more): charged, and recorded in the row of
+    /// the failed task.
+    pub(super) unfinished: Option<Unfinished>,
     /// A verified task's votes, every round's.
     pub(super) votes: Vec<crate::provenance::Vote>,
     /// What the task cost besides its answer's own cost: voted-down results and the
@@ -165,6 +172,15 @@ pub(super) fn cut_detail(detail: &str) -> (&str, bool) {
     (&detail[..end], end < detail.len())
 }
 
+/// What an answer that never finished used.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Unfinished {
+    /// Tokens, as charged.
+    pub(super) tokens: u64,
+    /// Their cost, USD.
+    pub(super) cost_usd: f64,
+}
+
 impl TaskRun {
     /// Keeps a failed attempt's detail for the ledger row, cut to [`MAX_ERROR_DETAIL`].
     pub(super) fn upstream_error(&mut self, delegate: &str, detail: &str) {
@@ -187,6 +203,7 @@ impl TaskRun {
             refused_upstream: self.refused_upstream,
             finish_reason: self.finish_reason,
             retry_after: self.retry_after,
+            reply_fields: self.reply_fields,
         }
     }
 }
@@ -243,6 +260,8 @@ pub(crate) struct Trip {
     pub(crate) finish_reason: Option<String>,
     /// How long to wait, when the answer is a delegate's rate limit.
     pub(crate) retry_after: Option<Duration>,
+    /// An OpenAI-backed delegate's message fields besides its text (`tool_calls`, …).
+    pub(crate) reply_fields: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl Proxy {
@@ -283,6 +302,7 @@ impl Proxy {
                 refused_upstream: None,
                 finish_reason: None,
                 retry_after: None,
+                reply_fields: None,
             })
         };
         let session = match self.session(&env.session_id, &super::owner(ctx, env)).await {

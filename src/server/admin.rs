@@ -203,6 +203,7 @@ fn refresh_gauges(s: &AppState, m: &crate::telemetry::Metrics) {
             .with_label_values(&[name])
             .set(i64::from(d.is_healthy()));
         m.cost_discrepancies.with_label_values(&[name]);
+        m.usage_clamped.with_label_values(&[name]);
         if let Some(ms) = d.observed_latency_ms() {
             m.delegate_latency_ewma
                 .with_label_values(&[name])

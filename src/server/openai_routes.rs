@@ -19,7 +19,7 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::Router;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use tokio::sync::mpsc;
@@ -118,6 +118,32 @@ async fn read_request(
                 .openai_param("messages"),
         );
     }
+    // An output bound is what the budget holds for and the request allows: at least a token
+    // (some servers read 0 as no bound at all).
+    for (param, bound) in [
+        ("max_tokens", req.max_tokens),
+        ("max_completion_tokens", req.max_completion_tokens),
+    ] {
+        if bound == Some(0) {
+            return Err(ApiError::new(
+                GatewayCode::BadRequest,
+                format!("`{param}` must be at least 1"),
+            )
+            .openai_param(param));
+        }
+    }
+    // One choice per request: several would each be charged, and one answered.
+    match req.extra.get("n") {
+        None | Some(Value::Null) => {}
+        Some(n) if n.as_u64() == Some(1) => {}
+        Some(n) => {
+            return Err(ApiError::new(
+                GatewayCode::BadRequest,
+                format!("`n` must be 1 (got {n}): the gateway answers one choice per request"),
+            )
+            .openai_param("n"))
+        }
+    }
     let unknown = |what: String| {
         ApiError::of(
             ErrorKind::NoRoute,
@@ -179,7 +205,7 @@ async fn completion(
         let outcome = joined(s, task.await)?;
         let headers = ldp_headers(&task_id, Some(&outcome.policy), outcome.delegate.as_deref());
         match outcome.result {
-            Ok(answer) => Ok((headers, axum::Json(reply.completion(&answer))).into_response()),
+            Ok(answer) => Ok((headers, axum::Json(reply.completion(answer))).into_response()),
             // A failed task has its ledger row too: its headers name it.
             Err(r) => {
                 let mut resp = refuse(refusal(r).openai());
@@ -237,15 +263,26 @@ struct Reply {
 }
 
 impl Reply {
-    fn completion(&self, a: &ChatReply) -> Value {
+    fn completion(&self, a: ChatReply) -> Value {
+        let model = model_of(&a.model, &self.model);
+        // The delegate's message as it came (`tool_calls`, `function_call`, …), with the text.
+        let mut message = a.other;
+        let calls = message.contains_key("tool_calls") || message.contains_key("function_call");
+        let content = match a.content {
+            c if c.is_empty() && calls => Value::Null,
+            c => Value::String(c),
+        };
+        message.insert("role".into(), json!("assistant"));
+        message.insert("content".into(), content);
+        message.entry("refusal").or_insert(Value::Null);
         json!({
             "id": self.id,
             "object": "chat.completion",
             "created": self.created,
-            "model": model_of(&a.model, &self.model),
+            "model": model,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": a.content, "refusal": null},
+                "message": message,
                 "logprobs": null,
                 "finish_reason": a.finish_reason,
             }],
@@ -287,6 +324,41 @@ impl Reply {
         }
         out.push_back(Event::default().data("[DONE]"));
     }
+}
+
+/// A relayed delta: the text, when there is some, and the delegate's other fields (a piece
+/// of `tool_calls`, …) as they came.
+fn delta_json(text: String, other: Option<Map<String, Value>>) -> Value {
+    let mut d = other.unwrap_or_default();
+    if !text.is_empty() || d.is_empty() {
+        d.insert("content".into(), Value::String(text));
+    }
+    Value::Object(d)
+}
+
+/// A whole answer as one delta (an answer that came whole, sent as a short stream): its text
+/// (unless it has none but a call), and its other fields, each tool call given the `index`
+/// a streamed one carries.
+fn whole_delta(a: &mut ChatReply) -> Value {
+    let mut d = std::mem::take(&mut a.other);
+    if d.get("refusal").is_some_and(Value::is_null) {
+        d.remove("refusal");
+    }
+    if let Some(Value::Array(calls)) = d.get_mut("tool_calls") {
+        for (i, call) in calls.iter_mut().enumerate() {
+            if let Value::Object(c) = call {
+                c.entry("index").or_insert(json!(i));
+            }
+        }
+    }
+    let calls = d.contains_key("tool_calls") || d.contains_key("function_call");
+    if !a.content.is_empty() || !calls {
+        d.insert(
+            "content".into(),
+            Value::String(std::mem::take(&mut a.content)),
+        );
+    }
+    Value::Object(d)
 }
 
 fn model_of<'a>(answered: &'a str, asked: &'a str) -> &'a str {
@@ -336,8 +408,14 @@ async fn stream(
                 Some(&delta.policy.name.0),
                 Some(&delta.delegate.name),
             );
-            out.push_back(reply.chunk(&model, json!({"role": "assistant", "content": ""}), None));
-            out.push_back(reply.chunk(&model, json!({"content": delta.text}), None));
+            let content = if delta.text.is_empty() && delta.other.is_some() {
+                Value::Null
+            } else {
+                json!("")
+            };
+            let first = json!({"role": "assistant", "content": content});
+            out.push_back(reply.chunk(&model, first, None));
+            out.push_back(reply.chunk(&model, delta_json(delta.text, delta.other), None));
             (headers, model, Some(task))
         }
         Err(outcome) => {
@@ -350,9 +428,17 @@ async fn stream(
                     return Ok(resp);
                 }
             };
+            let mut answer = answer;
             let model = model_of(&answer.model, &reply.model).to_owned();
-            out.push_back(reply.chunk(&model, json!({"role": "assistant", "content": ""}), None));
-            out.push_back(reply.chunk(&model, json!({"content": answer.content}), None));
+            let whole = whole_delta(&mut answer);
+            let content = if whole.get("content").is_some() {
+                json!("")
+            } else {
+                Value::Null
+            };
+            let first = json!({"role": "assistant", "content": content});
+            out.push_back(reply.chunk(&model, first, None));
+            out.push_back(reply.chunk(&model, whole, None));
             reply.ending(&model, &answer, &mut out);
             (headers, model, None)
         }
@@ -394,7 +480,7 @@ impl Streaming {
         tokio::select! {
             biased;
             Some(d) = self.rx.recv() => {
-                Some(self.reply.chunk(&self.model, json!({"content": d.text}), None))
+                Some(self.reply.chunk(&self.model, delta_json(d.text, d.other), None))
             }
             j = task => {
                 self.task = None;
@@ -413,5 +499,64 @@ impl Streaming {
                 self.out.pop_front()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(content: &str, other: Value) -> ChatReply {
+        ChatReply {
+            content: content.to_owned(),
+            model: "m".into(),
+            usage: Usage::default(),
+            finish_reason: "tool_calls".into(),
+            other: match other {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_delta_carries_its_text_and_its_tool_call_piece_as_they_came() {
+        assert_eq!(delta_json("hé".into(), None), json!({"content": "hé"}));
+        assert_eq!(delta_json(String::new(), None), json!({"content": ""}));
+        let piece = json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"a"}}]});
+        let Value::Object(other) = piece.clone() else {
+            unreachable!()
+        };
+        assert_eq!(delta_json(String::new(), Some(other)), piece);
+    }
+
+    #[test]
+    fn a_whole_tool_call_answers_with_null_content_and_streams_with_indexes() {
+        let calls = json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}}]);
+        let r = Reply {
+            id: "x".into(),
+            created: 0,
+            model: "asked".into(),
+            include_usage: false,
+        };
+        let c = r.completion(reply("", json!({"tool_calls": calls, "refusal": null})));
+        let m = &c["choices"][0]["message"];
+        assert_eq!(m["content"], Value::Null, "{m}");
+        assert_eq!(m["role"], "assistant");
+        assert_eq!(m["tool_calls"], calls);
+        assert_eq!(m["refusal"], Value::Null);
+        // Text, when there is some, stays.
+        let c = r.completion(reply("hi", Value::Null));
+        assert_eq!(c["choices"][0]["message"]["content"], "hi");
+
+        let mut a = reply("", json!({"tool_calls": calls, "refusal": null}));
+        let d = whole_delta(&mut a);
+        assert_eq!(d.get("content"), None, "{d}");
+        assert_eq!(d.get("refusal"), None, "{d}");
+        assert_eq!(d["tool_calls"][1]["index"], 1);
+        assert_eq!(d["tool_calls"][1]["function"]["name"], "g");
+        let mut a = reply("plain", Value::Null);
+        assert_eq!(whole_delta(&mut a), json!({"content": "plain"}));
     }
 }

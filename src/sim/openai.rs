@@ -10,15 +10,23 @@
 //! `rate_limit_exceeded` with `Retry-After`; then the latency; then with probability `fail_rate`
 //! → 500 `server_error`.
 //!
-//! The answer is deterministic: `content = "echo: " + the text of the last user message` (a
-//! string, or the `text` parts of an array, concatenated). Token counts are estimates,
-//! `tokens(s) = ceil(bytes(s) / 4)`: `prompt_tokens` = tokens of all message texts joined,
-//! `completion_tokens` = tokens of the content, each at least 1. With `max_tokens` (or
+//! The answer is deterministic: `content = "echo: " + the text of the last user (or tool)
+//! message` (a string, or the `text` parts of an array, concatenated). Token counts are
+//! estimates, `tokens(s) = ceil(bytes(s) / 4)`: `prompt_tokens` = tokens of all message texts
+//! joined, `completion_tokens` = tokens of the content, each at least 1. With `max_tokens` (or
 //! `max_completion_tokens`) below the estimate the content is cut to `4 × max_tokens` bytes
 //! and `finish_reason` is `"length"`, else `"stop"`.
 //!
+//! Tools: a request offering `tools` whose last message is not a tool's result is answered
+//! with a call of the first tool, `arguments = {"text": <the last user message's text>}` and
+//! content null,
+//! `finish_reason: "tool_calls"`; with the legacy `functions` instead, a `function_call`, and
+//! `finish_reason: "function_call"` (`completion_tokens` = tokens of the name and arguments).
+//! A tool's result is then echoed like a user message.
+//!
 //! A stream (`"stream": true`) sends a `chat.completion.chunk` with `delta.role`, the content in
-//! up to [`STREAM_PIECES`] deltas, a chunk with `finish_reason`, then `data: [DONE]`; with
+//! up to [`STREAM_PIECES`] deltas (a call: its name and id first, then its arguments in up to
+//! as many pieces), a chunk with `finish_reason`, then `data: [DONE]`; with
 //! `stream_options.include_usage` every chunk carries `"usage": null` and one more chunk with
 //! empty `choices` carries the usage. `break_stream_after = Some(n)` ends the response cleanly
 //! after `n` content deltas: no `finish_reason`, no usage, no `[DONE]`.
@@ -405,11 +413,82 @@ async fn models(State(state): State<OpenAiState>, headers: HeaderMap) -> Respons
     Json(json!({"object": "list", "data": data})).into_response()
 }
 
+/// A call the answer makes instead of text.
+struct Call {
+    /// `tool_calls` (a tool) or the legacy `function_call`.
+    tool: bool,
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+impl Call {
+    /// The call as a whole message's field: `(key, value)`.
+    fn whole(&self) -> (&'static str, Value) {
+        let function = json!({"name": self.name, "arguments": self.arguments});
+        if self.tool {
+            let call = json!({"id": self.id, "type": "function", "function": function});
+            ("tool_calls", json!([call]))
+        } else {
+            ("function_call", function)
+        }
+    }
+
+    /// The call's first streamed delta (name and id, no arguments yet), then one per piece of
+    /// its arguments.
+    fn deltas(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        let head = json!({"name": self.name, "arguments": ""});
+        if self.tool {
+            out.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                {"index": 0, "id": self.id, "type": "function", "function": head}]}));
+        } else {
+            out.push(json!({"role": "assistant", "content": null, "function_call": head}));
+        }
+        for piece in split(&self.arguments, STREAM_PIECES) {
+            let args = json!({"arguments": piece});
+            out.push(if self.tool {
+                json!({"tool_calls": [{"index": 0, "function": args}]})
+            } else {
+                json!({"function_call": args})
+            });
+        }
+        out
+    }
+}
+
+/// The call a request with `tools` (or legacy `functions`) gets, unless it ends with a tool's
+/// result.
+fn call_for(obj: &serde_json::Map<String, Value>, last_role: &str, text: &str) -> Option<Call> {
+    if last_role == "tool" || last_role == "function" {
+        return None;
+    }
+    let first = |key: &str| {
+        obj.get(key)
+            .and_then(Value::as_array)
+            .and_then(|a| a.first())
+            .cloned()
+    };
+    let (tool, name) = match (first("tools"), first("functions")) {
+        (Some(t), _) => (true, t["function"]["name"].as_str().map(str::to_owned)),
+        (None, Some(f)) => (false, f["name"].as_str().map(str::to_owned)),
+        (None, None) => return None,
+    };
+    Some(Call {
+        tool,
+        id: format!("call_{}", uuid::Uuid::new_v4().simple()),
+        name: name.unwrap_or_else(|| "tool".to_owned()),
+        arguments: json!({ "text": text }).to_string(),
+    })
+}
+
 /// What a valid request asks for.
 struct Ask {
     model: String,
     /// The completion's text, cut to `max_tokens`.
     content: String,
+    /// A tool (or function) call instead of text.
+    call: Option<Call>,
     finish_reason: &'static str,
     prompt_tokens: u64,
     completion_tokens: u64,
@@ -482,6 +561,7 @@ fn validate(state: &OpenAiState, body: &Value, knobs: &Knobs) -> Result<Ask, Api
         };
     let mut prompt_bytes = 0;
     let mut last_user = String::new();
+    let mut last_role = "";
     for (i, m) in messages.iter().enumerate() {
         let Some(role) = m.get("role").and_then(Value::as_str) else {
             return Err(ApiError::invalid(
@@ -492,7 +572,8 @@ fn validate(state: &OpenAiState, body: &Value, knobs: &Knobs) -> Result<Ask, Api
         };
         let text = text_of(m.get("content"));
         prompt_bytes += text.len();
-        if role == "user" {
+        last_role = role;
+        if matches!(role, "user" | "tool" | "function") {
             last_user = text;
         }
     }
@@ -521,7 +602,15 @@ fn validate(state: &OpenAiState, body: &Value, knobs: &Knobs) -> Result<Ask, Api
         }
     }
     let mut content = format!("echo: {last_user}");
-    let mut finish_reason = "stop";
+    let call = call_for(obj, last_role, &last_user);
+    let mut finish_reason = match &call {
+        Some(c) if c.tool => "tool_calls",
+        Some(_) => "function_call",
+        None => "stop",
+    };
+    if call.is_some() {
+        content.clear();
+    }
     let max_tokens = obj
         .get("max_completion_tokens")
         .or_else(|| obj.get("max_tokens"))
@@ -543,10 +632,15 @@ fn validate(state: &OpenAiState, body: &Value, knobs: &Knobs) -> Result<Ask, Api
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    let answered = match &call {
+        Some(c) => c.name.len() + c.arguments.len(),
+        None => content.len(),
+    };
     Ok(Ask {
         model,
-        completion_tokens: tokens(content.len()),
+        completion_tokens: tokens(answered),
         content,
+        call,
         finish_reason,
         prompt_tokens,
         stream,
@@ -637,6 +731,12 @@ async fn answer(
     });
     if !ask.stream {
         state.count(|s| &mut s.completions);
+        let mut message = json!({"role": "assistant", "content": ask.content, "refusal": null});
+        if let Some(call) = &ask.call {
+            let (key, value) = call.whole();
+            message["content"] = Value::Null;
+            message[key] = value;
+        }
         return Ok(Json(json!({
             "id": id,
             "object": "chat.completion",
@@ -644,7 +744,7 @@ async fn answer(
             "model": ask.model,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": ask.content, "refusal": null},
+                "message": message,
                 "logprobs": null,
                 "finish_reason": ask.finish_reason,
             }],
@@ -666,11 +766,26 @@ async fn answer(
         }
         Event::default().data(c.to_string())
     };
-    let mut events = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
-    let pieces = split(&ask.content, STREAM_PIECES);
-    let broken = knobs.break_stream_after.filter(|n| *n < pieces.len());
-    for piece in pieces.iter().take(broken.unwrap_or(usize::MAX)) {
-        events.push(chunk(json!({"content": piece}), None));
+    let deltas = match &ask.call {
+        Some(call) => call.deltas(),
+        None => {
+            let mut d = vec![json!({"role": "assistant", "content": ""})];
+            d.extend(
+                split(&ask.content, STREAM_PIECES)
+                    .into_iter()
+                    .map(|piece| json!({ "content": piece })),
+            );
+            d
+        }
+    };
+    // The first delta (the role) is no content delta.
+    let broken = knobs.break_stream_after.filter(|n| *n + 1 < deltas.len());
+    let mut events = Vec::with_capacity(deltas.len() + 3);
+    for delta in deltas
+        .into_iter()
+        .take(broken.map_or(usize::MAX, |n| n + 1))
+    {
+        events.push(chunk(delta, None));
     }
     if broken.is_some() {
         state.count(|s| &mut s.broken_streams);
@@ -731,6 +846,54 @@ mod tests {
         assert_eq!(ask.content, "echo: é");
         assert_eq!(ask.finish_reason, "length");
         assert_eq!(ask.prompt_tokens, 3);
+    }
+
+    #[test]
+    fn a_tool_is_called_and_its_result_echoed() {
+        let state = OpenAiState::new(OpenAiOptions::new("m"));
+        let tools = json!([{"type": "function", "function": {"name": "lookup", "parameters": {}}}]);
+        let asked = json!([{"role": "user", "content": "héllo"}]);
+        let body = json!({"model": "m", "tools": tools, "messages": asked});
+        let ask = validate(&state, &body, &state.knobs()).ok().unwrap();
+        let call = ask.call.unwrap();
+        assert!(call.tool);
+        assert_eq!(
+            (call.name.as_str(), ask.finish_reason),
+            ("lookup", "tool_calls")
+        );
+        assert_eq!(call.arguments, r#"{"text":"héllo"}"#);
+        assert_eq!(ask.content, "");
+        let (key, whole) = call.whole();
+        assert_eq!(key, "tool_calls");
+        assert_eq!(whole[0]["function"]["arguments"], call.arguments);
+        let deltas = call.deltas();
+        assert_eq!(deltas[0]["tool_calls"][0]["id"], whole[0]["id"]);
+        let streamed: String = deltas[1..]
+            .iter()
+            .map(|d| {
+                d["tool_calls"][0]["function"]["arguments"]
+                    .as_str()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(streamed, call.arguments);
+
+        let answered = json!([{"role": "user", "content": "héllo"},
+            {"role": "assistant", "content": null, "tool_calls": whole},
+            {"role": "tool", "tool_call_id": "x", "content": "42"}]);
+        let body = json!({"model": "m", "tools": tools, "messages": answered});
+        let ask = validate(&state, &body, &state.knobs()).ok().unwrap();
+        assert!(ask.call.is_none());
+        assert_eq!(
+            (ask.content.as_str(), ask.finish_reason),
+            ("echo: 42", "stop")
+        );
+
+        let functions = json!([{"name": "legacy", "parameters": {}}]);
+        let body = json!({"model": "m", "functions": functions, "messages": asked});
+        let ask = validate(&state, &body, &state.knobs()).ok().unwrap();
+        assert_eq!(ask.finish_reason, "function_call");
+        assert_eq!(ask.call.unwrap().whole().0, "function_call");
     }
 
     #[test]

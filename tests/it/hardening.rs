@@ -9,5 +9,6 @@ mod credentials;
 mod ingress;
 mod ledger;
 mod liar;
+mod openai;
 mod panics;
 mod upstream;

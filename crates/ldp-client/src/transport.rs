@@ -13,6 +13,7 @@ use std::time::Duration;
 mod card;
 mod http;
 mod pool;
+mod sse;
 mod stream;
 #[cfg(feature = "tls")]
 mod tls;
@@ -131,6 +132,12 @@ impl Transport {
     /// Caps how much of a delegate's answer is read.
     pub fn set_max_response_bytes(&mut self, max: usize) {
         self.max_response_bytes = max.max(1024);
+    }
+
+    /// The most of a delegate's answer that is read (a streamed answer's reader caps what it
+    /// accumulates at the same).
+    pub fn max_response_bytes(&self) -> usize {
+        self.max_response_bytes
     }
 
     /// The JSON bytes to send to `base`: signed when a secret is registered for it.

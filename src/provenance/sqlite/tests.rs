@@ -115,6 +115,17 @@ fn an_empty_file_migrates_to_the_current_schema() {
 }
 
 #[test]
+fn a_token_count_past_i64_is_stored_as_the_largest_not_wrapped() {
+    let mut b = SqliteBackend::wrap(Connection::open_in_memory().unwrap());
+    b.migrate(MIGRATIONS.len()).unwrap();
+    let mut r = row("t-max", "s", 1_000);
+    r.tokens = Some(u64::MAX);
+    b.insert(std::slice::from_ref(&r)).unwrap();
+    let stored = b.query(&Query::default()).unwrap();
+    assert_eq!(stored[0].tokens, Some(i64::MAX as u64));
+}
+
+#[test]
 fn migrating_step_by_step_reaches_the_same_schema() {
     let mut b = SqliteBackend::wrap(Connection::open_in_memory().unwrap());
     b.migrate(1).unwrap();

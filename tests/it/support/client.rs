@@ -406,7 +406,7 @@ impl Client {
         assert!(ctype.starts_with("text/event-stream"), "{ctype}");
         Events {
             resp,
-            buf: String::new(),
+            buf: Vec::new(),
             heartbeats: 0,
         }
     }
@@ -436,7 +436,9 @@ const READ_LIMIT: Duration = Duration::from_secs(10);
 /// One open Server-Sent Events response, read event by event.
 pub struct Events {
     resp: reqwest::Response,
-    buf: String,
+    /// Bytes received, `\r` dropped (SSE's line ends; JSON escapes its own), decoded to text
+    /// only as whole events: a read may split a character.
+    buf: Vec<u8>,
     /// Comment-only events seen (the gateway's heartbeats).
     pub heartbeats: usize,
 }
@@ -445,8 +447,9 @@ impl Events {
     /// The next envelope (or error object), `None` once the stream has ended.
     pub async fn next(&mut self) -> Option<Value> {
         loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let event: String = self.buf.drain(..end + 2).collect();
+            if let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = self.buf.drain(..end + 2).collect();
+                let event = String::from_utf8(event).expect("an event in UTF-8");
                 let data: Vec<&str> = event
                     .lines()
                     .filter_map(|l| l.strip_prefix("data:"))
@@ -465,11 +468,10 @@ impl Events {
                 .expect("the stream went quiet")
                 .expect("the stream failed");
             match chunk {
-                Some(bytes) => self
-                    .buf
-                    .push_str(&String::from_utf8_lossy(&bytes).replace("\r\n", "\n")),
+                Some(bytes) => self.buf.extend(bytes.iter().filter(|b| **b != b'\r')),
                 None => {
-                    assert!(self.buf.trim().is_empty(), "a partial event: {}", self.buf);
+                    let rest = String::from_utf8_lossy(&self.buf);
+                    assert!(rest.trim().is_empty(), "a partial event: {rest}");
                     return None;
                 }
             }

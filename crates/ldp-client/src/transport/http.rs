@@ -2,6 +2,7 @@
 //! over the same pool, deadlines and size caps as every LDP call: a whole answer
 //! ([`Transport::request`]) or one read as Server-Sent Events ([`Transport::events`]).
 
+use super::sse::SseDecoder;
 use super::{Answer, Req, Transport};
 use crate::Error;
 use bytes::Bytes;
@@ -53,7 +54,7 @@ pub struct HttpAnswer {
 /// An answer read as Server-Sent Events: each event's `data` text, in order.
 pub struct Events {
     answer: Answer,
-    buf: String,
+    decoder: SseDecoder,
     ready: std::collections::VecDeque<String>,
     cap: usize,
     url: String,
@@ -77,14 +78,13 @@ impl Events {
                     })
                 }
             };
-            self.buf.push_str(&String::from_utf8_lossy(&chunk));
-            if self.buf.len() > self.cap {
+            // Decoded per whole event, never per read: a read may split a character.
+            if self.decoder.feed(&chunk, &mut self.ready).is_err() {
                 return Err(Error::Malformed {
                     url: self.url.clone(),
                     reason: format!("stream event larger than {} bytes", self.cap),
                 });
             }
-            self.ready.extend(super::stream::take_events(&mut self.buf));
         }
     }
 }
@@ -152,7 +152,7 @@ impl Transport {
             head,
             Events {
                 answer,
-                buf: String::new(),
+                decoder: SseDecoder::new(self.max_response_bytes),
                 ready: Default::default(),
                 cap: self.max_response_bytes,
                 url,
@@ -162,9 +162,10 @@ impl Transport {
 }
 
 impl Events {
-    /// The rest of the answer as one body (at most the cap): a refusal's JSON.
+    /// The rest of the answer as one body (at most the cap): a refusal's JSON, read instead
+    /// of events.
     pub async fn body(mut self) -> Bytes {
-        let mut bytes = std::mem::take(&mut self.buf).into_bytes();
+        let mut bytes = Vec::new();
         while let Ok(Some(c)) = self.answer.chunk().await {
             if bytes.len() + c.len() > self.cap {
                 break;

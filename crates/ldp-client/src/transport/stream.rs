@@ -1,31 +1,10 @@
 //! Streaming a task: TASK_UPDATE events relayed as they arrive (SSE), then the final answer.
 
+use super::sse::SseDecoder;
 use super::{Req, Transport};
 use crate::Error;
 use ldp_wire::{Body, Envelope};
 use std::time::Duration;
-
-/// Splits complete SSE events off the front of `buf`, returning each event's `data` text.
-pub(super) fn take_events(buf: &mut String) -> Vec<String> {
-    let mut out = Vec::new();
-    loop {
-        let normalized = buf.replace("\r\n", "\n");
-        if normalized.len() != buf.len() {
-            *buf = normalized;
-        }
-        let Some(end) = buf.find("\n\n") else { break };
-        let event: String = buf.drain(..end + 2).collect();
-        let data: Vec<&str> = event
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .map(|d| d.strip_prefix(' ').unwrap_or(d))
-            .collect();
-        if !data.is_empty() {
-            out.push(data.join("\n"));
-        }
-    }
-    out
-}
 
 impl Transport {
     /// Sends one envelope to `base/ldp/stream` and reads Server-Sent Events: every TASK_UPDATE
@@ -66,20 +45,20 @@ impl Transport {
                 }
                 return Err(Self::status_error(url.clone(), status.as_u16(), &answer));
             }
-            let mut buf = String::new();
+            let mut decoder = SseDecoder::new(cap);
+            let mut ready = std::collections::VecDeque::new();
             loop {
                 let chunk = match body.chunk().await {
                     Ok(Some(c)) => c,
                     Ok(None) | Err(_) => return Err(Error::StreamBroken { url: url.clone() }),
                 };
-                buf.push_str(&String::from_utf8_lossy(&chunk));
-                if buf.len() > cap {
+                if decoder.feed(&chunk, &mut ready).is_err() {
                     return Err(Error::Malformed {
                         url: url.clone(),
                         reason: format!("stream event larger than {cap} bytes"),
                     });
                 }
-                for data in take_events(&mut buf) {
+                while let Some(data) = ready.pop_front() {
                     let env =
                         Envelope::from_slice(data.as_bytes()).map_err(|e| Error::Malformed {
                             url: url.clone(),

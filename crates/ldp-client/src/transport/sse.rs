@@ -1,0 +1,141 @@
+//! Server-Sent Events read from bytes as they arrive: lines are found in the bytes and an
+//! event's `data` is decoded to text only once the event is whole, so a multi-byte character
+//! that a network read splits arrives whole. Bounded: the event being received (its data and
+//! the line under way) may not grow past a cap.
+//!
+//! (Hand-written rather than `eventsource-stream`: that crate buffers an event without bound.)
+
+use std::collections::VecDeque;
+
+/// An event grew past the cap before it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Oversize;
+
+/// Splits a byte stream into SSE events (lines end in `\n` or `\r\n`; a blank line ends an
+/// event), keeping each event's `data` lines joined by `\n`. Other fields and comments are
+/// skipped; an event without data is none.
+#[derive(Debug)]
+pub(super) struct SseDecoder {
+    /// The bytes of the line under way (no `\n` seen yet).
+    line: Vec<u8>,
+    /// The data of the event under way.
+    data: Vec<u8>,
+    /// Whether the event under way has a `data` line (an empty one counts).
+    has_data: bool,
+    /// Most bytes of `line` and `data` together.
+    cap: usize,
+}
+
+impl SseDecoder {
+    /// A decoder whose event under way may hold at most `cap` bytes.
+    pub(super) fn new(cap: usize) -> SseDecoder {
+        SseDecoder {
+            line: Vec::new(),
+            data: Vec::new(),
+            has_data: false,
+            cap,
+        }
+    }
+
+    /// Reads `chunk`, appending the data of each event it completes to `out`.
+    pub(super) fn feed(
+        &mut self,
+        chunk: &[u8],
+        out: &mut VecDeque<String>,
+    ) -> Result<(), Oversize> {
+        let mut rest = chunk;
+        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+            let (head, tail) = rest.split_at(end);
+            rest = &tail[1..];
+            if self.line.is_empty() {
+                self.line_done(head, out);
+            } else {
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(head);
+                self.line_done(&line, out);
+                line.clear();
+                // Keep the allocation for the next partial line.
+                self.line = line;
+            }
+            self.check()?;
+        }
+        self.line.extend_from_slice(rest);
+        self.check()
+    }
+
+    fn check(&self) -> Result<(), Oversize> {
+        if self.line.len() + self.data.len() > self.cap {
+            return Err(Oversize);
+        }
+        Ok(())
+    }
+
+    /// One whole line (without its `\n`).
+    fn line_done(&mut self, line: &[u8], out: &mut VecDeque<String>) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            if std::mem::take(&mut self.has_data) {
+                let data = std::mem::take(&mut self.data);
+                // Whole: only bytes that are not UTF-8 at all are replaced.
+                out.push_back(
+                    String::from_utf8(data)
+                        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+                );
+            }
+            return;
+        }
+        if let Some(value) = line.strip_prefix(b"data:") {
+            let value = value.strip_prefix(b" ").unwrap_or(value);
+            if self.has_data {
+                self.data.push(b'\n');
+            }
+            self.data.extend_from_slice(value);
+            self.has_data = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(pieces: &[&[u8]], cap: usize) -> Result<Vec<String>, Oversize> {
+        let mut d = SseDecoder::new(cap);
+        let mut out = VecDeque::new();
+        for p in pieces {
+            d.feed(p, &mut out)?;
+        }
+        Ok(out.into())
+    }
+
+    #[test]
+    fn a_character_split_across_reads_arrives_whole_at_every_split_point() {
+        let text = "data: {\"c\":\"héllo wörld ✓ 你好 🎉\"}\r\n\r\ndata: a\ndata: b\n\n: comment\nevent: x\n\n";
+        let bytes = text.as_bytes();
+        let want = vec![
+            "{\"c\":\"héllo wörld ✓ 你好 🎉\"}".to_owned(),
+            "a\nb".to_owned(),
+        ];
+        for i in 0..=bytes.len() {
+            for j in i..=bytes.len() {
+                let got = events(&[&bytes[..i], &bytes[i..j], &bytes[j..]], 1024).unwrap();
+                assert_eq!(got, want, "split at {i} and {j}");
+            }
+        }
+        // One byte at a time.
+        let singles: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(events(&singles, 1024).unwrap(), want);
+    }
+
+    #[test]
+    fn an_event_is_bounded_and_bytes_that_are_no_utf8_are_replaced() {
+        assert_eq!(events(&[b"data: 123456789\n"], 8), Err(Oversize));
+        assert_eq!(events(&[b"data: 1234", b"56789"], 8), Err(Oversize));
+        // Within the cap once each event is handed out.
+        let many = "data: 1234\n\n".repeat(100);
+        assert_eq!(events(&[many.as_bytes()], 8).unwrap().len(), 100);
+        assert_eq!(events(&[b"data: a\xffb\n\n"], 64).unwrap(), ["a\u{fffd}b"]);
+        // No data, no event; an empty data line is an empty event.
+        assert_eq!(events(&[b"id: 1\n\ndata:\n\n"], 64).unwrap(), [""]);
+    }
+}
