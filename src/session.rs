@@ -56,6 +56,28 @@ pub struct ClientSession {
 }
 
 impl ClientSession {
+    /// A stand-in for session `id` when it could not be looked up (the shared state did not
+    /// answer, or no such session): never stored, it carries what the ledger row of the task
+    /// failed for that reason needs, so every answered task has its row.
+    pub fn stand_in(id: &str, owner: String, tenant: String) -> Self {
+        ClientSession {
+            id: id.into(),
+            owner,
+            tenant,
+            spend: Default::default(),
+            client_domain: String::new(),
+            required_domain: None,
+            payload: NegotiatedPayload::text(),
+            policy: None,
+            ttl: Duration::ZERO,
+            last_used_ms: AtomicU64::new(0),
+            bindings: Mutex::new(HashMap::new()),
+            handshake: tokio::sync::Mutex::new(()),
+            running: Mutex::new(HashMap::new()),
+            conversation: Conversations::default(),
+        }
+    }
+
     /// The binding for `skill`.
     pub fn binding(&self, skill: &str) -> Option<Binding> {
         self.bindings.lock().ok()?.get(skill).cloned()

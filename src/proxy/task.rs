@@ -293,32 +293,28 @@ impl Proxy {
         task: TaskIn<'_>,
         progress: Progress<'_>,
     ) -> Result<Trip, Refusal> {
-        let early = |reply: Envelope| {
-            Ok(Trip {
-                reply: Arc::new(reply),
-                policy: self.policies.load().default_policy().clone(),
-                delegate: None,
-                usage: None,
-                refused_upstream: None,
-                finish_reason: None,
-                retry_after: None,
-                reply_fields: None,
-            })
-        };
-        let session = match self.session(&env.session_id, &super::owner(ctx, env)).await {
-            Ok(Some(s)) => s,
-            Ok(None) => {
-                let error = self.session_not_found(env);
-                return early(self.task_failed(env, task.task_id, error));
-            }
-            Err(e) => return early(self.task_failed(env, task.task_id, e)),
-        };
-        self.admit_task_skill(ctx, task.skill).await?;
         let started = Instant::now();
         let started_at = crate::ldp::now_rfc3339();
-        let (policy, refused) = match self.task_policy(session.policy.as_deref(), ctx, task.skill) {
-            Ok(p) => (p, None),
-            Err((p, error)) => (p, Some(error)),
+        let owner = super::owner(ctx, env);
+        let (session, unchecked) = match self.session(&env.session_id, &owner).await {
+            Ok(Some(s)) => (s, None),
+            found => {
+                let error = found.err().unwrap_or_else(|| self.session_not_found(env));
+                let tenant = ctx.tenant.name.clone();
+                let stand_in = ClientSession::stand_in(&env.session_id, owner, tenant);
+                (Arc::new(stand_in), Some(error))
+            }
+        };
+        if unchecked.is_none() {
+            self.admit_task_skill(ctx, task.skill).await?;
+        }
+        let (policy, refused) = match unchecked {
+            // No session to run in: failed, and recorded like any other task.
+            Some(error) => (self.policies.load().default_policy().clone(), Some(error)),
+            None => match self.task_policy(session.policy.as_deref(), ctx, task.skill) {
+                Ok(p) => (p, None),
+                Err((p, error)) => (p, Some(error)),
+            },
         };
         tracing::Span::current().record("policy", policy.name.0.as_str());
         let t = TaskCtx {

@@ -559,7 +559,8 @@ async fn ledger_rows_across_replicas_equal_outcomes_and_survive_kill_9() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let sid = sid.expect("a session");
-    let acknowledged = Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
+    // (task id, answer kind, error text if it failed)
+    let acknowledged = Arc::new(std::sync::Mutex::new(Vec::<(String, String, String)>::new()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers: Vec<_> = (0..8)
         .map(|w| {
@@ -575,7 +576,8 @@ async fn ledger_rows_across_replicas_equal_outcomes_and_survive_kill_9() {
                     if let Some(v) = post(c, sid.clone(), body).await {
                         let kind = v["body"]["type"].as_str().unwrap_or("").to_owned();
                         if kind == "TASK_RESULT" || kind == "TASK_FAILED" {
-                            acknowledged.lock().unwrap().push((task_id, kind));
+                            let error = v["body"]["error"].to_string();
+                            acknowledged.lock().unwrap().push((task_id, kind, error));
                         } else {
                             eprintln!("unexpected answer: {v}");
                         }
@@ -597,7 +599,7 @@ async fn ledger_rows_across_replicas_equal_outcomes_and_survive_kill_9() {
     let acknowledged = acknowledged.lock().unwrap().clone();
     let results = acknowledged
         .iter()
-        .filter(|(_, k)| k == "TASK_RESULT")
+        .filter(|(_, k, _)| k == "TASK_RESULT")
         .count();
     assert!(
         acknowledged.len() >= 200 && results > 0,
@@ -610,17 +612,16 @@ async fn ledger_rows_across_replicas_equal_outcomes_and_survive_kill_9() {
         *by_task.entry(t.clone()).or_insert(0) += 1;
         let _ = o;
     }
-    let missing: Vec<&String> = acknowledged
+    let missing: Vec<_> = acknowledged
         .iter()
-        .map(|(t, _)| t)
-        .filter(|t| !by_task.contains_key(*t))
+        .filter(|(t, _, _)| !by_task.contains_key(t))
         .collect();
     assert!(
         missing.is_empty(),
         "acknowledged but not recorded: {missing:?}"
     );
     assert!(by_task.values().all(|n| *n == 1), "a task recorded twice");
-    for (t, kind) in &acknowledged {
+    for (t, kind, _) in &acknowledged {
         let outcome = rows.iter().find(|(id, _)| id == t).map(|(_, o)| o.as_str());
         let want = if kind == "TASK_RESULT" {
             "result"

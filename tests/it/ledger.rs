@@ -351,6 +351,26 @@ async fn cli(db: &std::path::Path, session: &str, format: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// A task answered TASK_FAILED before it could run (its session is gone, or the shared state
+/// did not answer) has its row like any other: every answered task is recorded.
+#[tokio::test]
+async fn a_task_failed_for_want_of_its_session_has_its_row() {
+    let (a, _b) = fleet().await;
+    let gw = TestGateway::builder().delegate(&a.url()).spawn().await;
+    let gone = uuid::Uuid::new_v4().to_string();
+    let r = gw.client().task(&gone, "echo", json!("x"), "text").await;
+    assert_eq!(r["type"], "TASK_FAILED", "{r}");
+    assert_eq!(r["error"]["code"], "SESSION_NOT_FOUND", "{r}");
+    let (rows, _) = ledger::page(&gw.admin(), &format!("session_id={gone}")).await;
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let row = &rows[0];
+    assert_eq!(row.task_id, r["task_id"].as_str().unwrap());
+    assert_eq!(row.outcome, Outcome::Failed);
+    assert_eq!(row.error_code.as_deref(), Some("SESSION_NOT_FOUND"));
+    assert_eq!((row.delegate.as_ref(), row.attempts), (None, 0));
+    gw.shutdown().await;
+}
+
 #[tokio::test]
 async fn payload_previews_are_opt_in_and_redacted() {
     const CANARY: &str = "sk-CANARY-123";
