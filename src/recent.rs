@@ -11,9 +11,8 @@ use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// Weight of an entry beyond its ids and output: the envelope, the provenance or error (an
-/// estimate: weighing them exactly would serialise them once more per task).
-const ENTRY_OVERHEAD: usize = 1024;
+/// Weight of an entry beyond its ids and answer: the map slot, the change queue, the key.
+const ENTRY_OVERHEAD: usize = 256;
 
 /// Independent parts of the store: writers on different shards never wait for one another.
 const SHARDS: usize = 16;
@@ -207,6 +206,14 @@ impl RecentTasks {
         Arc::new(query.reply(me, body, PayloadMode::Text))
     }
 
+    /// Bytes the entries weigh together (never above the bound once a change is done).
+    pub fn bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()).bytes)
+            .sum()
+    }
+
     /// The task's state, if this client submitted it and it has not expired.
     pub fn get(&self, key: &StatusKey) -> Option<TaskStatus> {
         let hash = self.hash(&key.scope, &key.from, &key.task);
@@ -224,16 +231,13 @@ pub fn task_not_found(task_id: &TaskId) -> LdpError {
     )
 }
 
-/// An entry's weight in bytes, about: its ids, its output or error text, and an overhead.
+/// An entry's weight in bytes, about: its ids, the whole answer kept (output, provenance,
+/// error and partial output, [`crate::provenance::bounds::envelope_weight`]), and an overhead.
 fn weight(k: &StatusKey, v: &TaskStatus) -> usize {
     let ids = k.scope.len() + k.from.len() + k.task.len();
     let value = match v {
         TaskStatus::Running(session) => session.len(),
-        TaskStatus::Done(env) => match &env.body {
-            Body::TaskResult { output, .. } => output.get().len(),
-            Body::TaskFailed { error, .. } => error.message.len(),
-            _ => 0,
-        },
+        TaskStatus::Done(env) => crate::provenance::bounds::envelope_weight(env),
     };
     ids + value + ENTRY_OVERHEAD
 }

@@ -26,6 +26,11 @@ impl Proxy {
             .answer_query(&key(ctx, env, task_id), env, self.id())
     }
 
+    /// What this replica's status store weighs now, in bytes.
+    pub fn status_bytes(&self) -> usize {
+        self.statuses.bytes()
+    }
+
     /// What the store knows of this client's task.
     pub(super) fn task_status(
         &self,
