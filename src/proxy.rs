@@ -161,6 +161,8 @@ pub struct Proxy {
     policy_limits: crate::limits::LimiterMap,
     /// Replay nonces of signed messages.
     nonces: Nonces,
+    /// Conversations kept for OpenAI-backed delegates.
+    conversations: crate::state::Conversations,
     /// Recent task outcomes, for status queries (this replica's tasks).
     statuses: status::RecentTasks,
     /// The OpenAI ingress's session per tenant (one entry per configured tenant at most).
@@ -195,6 +197,7 @@ impl Proxy {
             budgets,
             sessions,
             nonces,
+            conversations,
             redis,
         } = Stores::local(&cfg);
         Proxy {
@@ -213,6 +216,7 @@ impl Proxy {
             limits,
             policy_limits: Default::default(),
             nonces,
+            conversations,
             redis,
             version,
             tasks: tokio_util::task::TaskTracker::new(),
@@ -227,11 +231,18 @@ impl Proxy {
             budgets,
             sessions,
             nonces,
+            conversations,
             redis,
         } = stores;
         (self.limits, self.budgets, self.sessions) = (limits, budgets, sessions);
-        (self.nonces, self.redis) = (nonces, redis);
+        (self.nonces, self.conversations, self.redis) = (nonces, conversations, redis);
         self
+    }
+
+    /// Bytes of conversation this node keeps for OpenAI-backed delegates (`None` in cluster
+    /// mode: they are in Redis).
+    pub fn conversation_bytes(&self) -> Option<usize> {
+        self.conversations.local_bytes()
     }
 
     /// Cluster mode: whether the shared state (Redis) answers now; `None` on a single node.

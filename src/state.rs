@@ -8,6 +8,7 @@
 //! | budgets | [`BudgetStore`] → [`Budgets`] | the `BudgetBook` (`crate::limits::budget`) | `{p}:budget:{tenant}:day:{n}`, `…:month:{n}`, `{p}:budget:session:{id}` | reservations refused, retryable; settles retried in the background |
 //! | client sessions | [`SessionStore`] → [`Sessions`] | the `SessionTable` (`crate::session`) | `{p}:session:{id}`, `{p}:session:{id}:bindings` | refused, retryable |
 //! | replay nonces | [`NonceStore`] → [`Nonces`] | the `ReplayGuard` (`crate::ldp::replay`) | `{p}:nonce:{hash}` | refused, retryable (503) |
+//! | conversations for OpenAI-backed delegates | [`ConversationStore`] → [`Conversations`] | the `ConversationMemory` (`crate::openai::conversation`) | `{p}:conv:{session}`, `{p}:conv:lru`, `{p}:conv:sizes`, `{p}:conv:bytes` | the task runs without its earlier turns; its own is not kept (logged) |
 //!
 //! Each concern is a file (`limit_store.rs`, `budget_store.rs`, `session_store.rs`, `nonce_store.rs`: the trait,
 //! the enum, the local implementation) and a folder holding its Redis implementation
@@ -21,12 +22,14 @@
 //! a single node's answers are ready futures, so its hot path stays allocation-free.
 
 pub mod budget_store;
+pub mod conversation_store;
 pub mod limit_store;
 pub mod nonce_store;
 pub mod redis;
 pub mod session_store;
 
 pub use budget_store::{BudgetStore, Budgets, Hold, Reserved};
+pub use conversation_store::{ConversationStore, Conversations};
 pub use limit_store::{LimitStore, Limits};
 pub use nonce_store::{NonceRefusal, NonceStore, Nonces};
 pub use session_store::{Found, OpenError, SessionStore, Sessions};
@@ -48,7 +51,7 @@ pub enum StoreError {
     Redis(String),
 }
 
-/// The four stores, chosen together.
+/// The stores, chosen together.
 pub struct Stores {
     /// Rate-limit admission.
     pub limits: Limits,
@@ -58,6 +61,8 @@ pub struct Stores {
     pub sessions: Sessions,
     /// Replay nonces of signed messages.
     pub nonces: Nonces,
+    /// Conversations kept for OpenAI-backed delegates.
+    pub conversations: Conversations,
     /// The shared connection, in cluster mode (only `/readyz` asks it directly).
     pub redis: Option<redis::Redis>,
 }
@@ -73,6 +78,11 @@ impl Stores {
                 cfg.security.replay_window,
                 cfg.security.replay_capacity,
             )),
+            conversations: Conversations::Local(
+                crate::openai::conversation::ConversationMemory::new(
+                    usize::try_from(cfg.openai.memory_bytes).unwrap_or(usize::MAX),
+                ),
+            ),
             redis: None,
         }
     }
@@ -101,6 +111,11 @@ impl Stores {
             nonces: Nonces::Shared(nonce_store::RedisNonces::new(
                 redis.clone(),
                 cfg.security.replay_window,
+            )),
+            conversations: Conversations::Shared(conversation_store::RedisConversations::new(
+                redis.clone(),
+                cfg.openai.memory_bytes,
+                cfg.sessions.max_ttl,
             )),
             redis: Some(redis),
         })

@@ -5,6 +5,7 @@
 mod bounds;
 mod checks;
 mod conn;
+mod conversation_budget;
 mod credentials;
 mod ingress;
 mod ledger;
