@@ -163,8 +163,8 @@ pub struct Proxy {
     nonces: Nonces,
     /// Conversations kept for OpenAI-backed delegates.
     conversations: crate::state::Conversations,
-    /// Recent task outcomes, for status queries (this replica's tasks).
-    statuses: status::RecentTasks,
+    /// Recent task outcomes, for status queries.
+    statuses: crate::state::Statuses,
     /// The OpenAI ingress's session per tenant (one entry per configured tenant at most).
     ingress_sessions: dashmap::DashMap<String, crate::ldp::SessionId>,
     /// Cluster mode: the Redis connection, which only `/readyz` asks directly.
@@ -198,11 +198,12 @@ impl Proxy {
             sessions,
             nonces,
             conversations,
+            statuses,
             redis,
         } = Stores::local(&cfg);
         Proxy {
             retries: RetryBudget::new(cfg.fallback.clone()),
-            statuses: status::RecentTasks::new(cfg.task_status.ttl, cfg.task_status.max_bytes),
+            statuses,
             ingress_sessions: dashmap::DashMap::new(),
             cfg,
             registry,
@@ -232,10 +233,12 @@ impl Proxy {
             sessions,
             nonces,
             conversations,
+            statuses,
             redis,
         } = stores;
         (self.limits, self.budgets, self.sessions) = (limits, budgets, sessions);
         (self.nonces, self.conversations, self.redis) = (nonces, conversations, redis);
+        self.statuses = statuses;
         self
     }
 
@@ -386,7 +389,7 @@ impl Proxy {
         }
         let env = &*env;
         if let Some(task_id) = env.body.status_query() {
-            return Ok(self.status_query(env, ctx, task_id));
+            return Ok(self.status_query(env, ctx, task_id).await);
         }
         match &env.body {
             Body::Hello { .. } => Ok(Arc::new(self.hello(env))),

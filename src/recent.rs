@@ -37,6 +37,11 @@ impl StatusKey {
         }
     }
 
+    /// Its scope, sender and task.
+    pub fn parts(&self) -> (&str, &str, &TaskId) {
+        (&self.scope, &self.from, &self.task)
+    }
+
     fn is(&self, scope: &str, from: &str, task: &str) -> bool {
         self.scope == scope && self.from == from && self.task.as_str() == task
     }
@@ -191,19 +196,7 @@ impl RecentTasks {
     /// as its client received it, TASK_UPDATE `working` while it runs, or TASK_FAILED
     /// `TASK_NOT_FOUND` (unknown, expired, or another client's: the same answer for all three).
     pub fn answer_query(&self, key: &StatusKey, query: &Envelope, me: &str) -> Arc<Envelope> {
-        let body = match self.get(key) {
-            Some(TaskStatus::Done(answer)) => return answer,
-            Some(TaskStatus::Running(_)) => Body::TaskUpdate {
-                task_id: key.task.clone(),
-                progress: None,
-                message: Some("working".into()),
-            },
-            None => Body::TaskFailed {
-                task_id: key.task.clone(),
-                error: task_not_found(&key.task),
-            },
-        };
-        Arc::new(query.reply(me, body, PayloadMode::Text))
+        answer_query(self.get(key), key, query, me)
     }
 
     /// Bytes the entries weigh together (never above the bound once a change is done).
@@ -221,6 +214,29 @@ impl RecentTasks {
         let e = shard.entries.get(&hash)?;
         (e.key == *key && e.changed.elapsed() < self.ttl).then(|| e.status.clone())
     }
+}
+
+/// The answer, sent as `me`, to `query`, a status query for `key`'s task whose state is
+/// `status` (see [`RecentTasks::answer_query`]).
+pub fn answer_query(
+    status: Option<TaskStatus>,
+    key: &StatusKey,
+    query: &Envelope,
+    me: &str,
+) -> Arc<Envelope> {
+    let body = match status {
+        Some(TaskStatus::Done(answer)) => return answer,
+        Some(TaskStatus::Running(_)) => Body::TaskUpdate {
+            task_id: key.task.clone(),
+            progress: None,
+            message: Some("working".into()),
+        },
+        None => Body::TaskFailed {
+            task_id: key.task.clone(),
+            error: task_not_found(&key.task),
+        },
+    };
+    Arc::new(query.reply(me, body, PayloadMode::Text))
 }
 
 /// `TASK_NOT_FOUND` for `task_id`.

@@ -1,4 +1,4 @@
-//! Conversations in Redis: each session's turns in one list (`{p}:conv:{session}`, oldest
+//! Conversations in Redis: each session's turns in one list (`{p}:conv:s:{session}`, oldest
 //! first, each element its skill's tag and the turn as JSON, expiring with the session's idle
 //! TTL), and for the global budget the sessions by last use (`{p}:conv:lru`, a sorted set),
 //! their bytes (`{p}:conv:sizes`, a hash) and the total (`{p}:conv:bytes`). Each change is one
@@ -140,7 +140,7 @@ impl RedisConversations {
     }
 
     fn list(&self, session: &str) -> String {
-        self.redis.key(format_args!("conv:{session}"))
+        self.redis.key(format_args!("conv:s:{session}"))
     }
 
     fn index(&self) -> (String, String, String) {
@@ -208,7 +208,7 @@ impl RedisConversations {
             .arg(ttl.as_millis().max(1) as u64)
             .arg(self.budget)
             .arg(session)
-            .arg(self.redis.key(format_args!("conv:")))
+            .arg(self.redis.key(format_args!("conv:s:")))
             .arg(self.keep.as_millis() as u64);
         let (dropped, evicted): (usize, usize) = self.redis.invoke("conv_push", &inv).await?;
         Ok(Pushed { dropped, evicted })
