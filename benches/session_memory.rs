@@ -10,7 +10,7 @@
 #[path = "support/sessions.rs"]
 mod sessions;
 
-use ldp_gateway::openai::conversation::Turn;
+use ldp_gateway::openai::conversation::{ConversationMemory, Turn};
 use ldp_gateway::session::SessionTable;
 use sessions::new_session;
 use std::sync::Arc;
@@ -35,6 +35,7 @@ fn measure(turns: usize) -> f64 {
     let Ok(rt) = rt else { return 0.0 };
     let _guard = rt.enter();
     let table = SessionTable::default();
+    let memory = ConversationMemory::new(usize::MAX);
     let before = rss();
     let mut kept = Vec::with_capacity(SESSIONS);
     for i in 0..SESSIONS {
@@ -44,12 +45,12 @@ fn measure(turns: usize) -> f64 {
                 user: Arc::from("q".repeat(QUESTION).as_str()),
                 assistant: Arc::from(format!("{t:0>ANSWER$}").as_str()),
             };
-            s.conversation.push("chat", turn, usize::MAX);
+            memory.push(&s.id, "chat", turn, usize::MAX, s.ttl);
         }
         kept.push(s);
     }
     let per = rss().saturating_sub(before) as f64 / SESSIONS as f64;
-    std::hint::black_box(&kept);
+    std::hint::black_box((&kept, &memory));
     per
 }
 

@@ -14,6 +14,7 @@
 //! connections of their own ([`Reader`], `readers.rs`), so a slow read never delays a commit;
 //! pruning runs on the writer in small batches between commits (`writer.rs` says why).
 
+pub mod bounds;
 mod evidence;
 mod feedback;
 mod postgres;

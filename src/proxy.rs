@@ -161,8 +161,10 @@ pub struct Proxy {
     policy_limits: crate::limits::LimiterMap,
     /// Replay nonces of signed messages.
     nonces: Nonces,
-    /// Recent task outcomes, for status queries (this replica's tasks).
-    statuses: status::RecentTasks,
+    /// Conversations kept for OpenAI-backed delegates.
+    conversations: crate::state::Conversations,
+    /// Recent task outcomes, for status queries.
+    statuses: crate::state::Statuses,
     /// The OpenAI ingress's session per tenant (one entry per configured tenant at most).
     ingress_sessions: dashmap::DashMap<String, crate::ldp::SessionId>,
     /// Cluster mode: the Redis connection, which only `/readyz` asks directly.
@@ -195,11 +197,13 @@ impl Proxy {
             budgets,
             sessions,
             nonces,
+            conversations,
+            statuses,
             redis,
         } = Stores::local(&cfg);
         Proxy {
             retries: RetryBudget::new(cfg.fallback.clone()),
-            statuses: status::RecentTasks::new(cfg.task_status.ttl, cfg.task_status.max_bytes),
+            statuses,
             ingress_sessions: dashmap::DashMap::new(),
             cfg,
             registry,
@@ -213,6 +217,7 @@ impl Proxy {
             limits,
             policy_limits: Default::default(),
             nonces,
+            conversations,
             redis,
             version,
             tasks: tokio_util::task::TaskTracker::new(),
@@ -227,11 +232,20 @@ impl Proxy {
             budgets,
             sessions,
             nonces,
+            conversations,
+            statuses,
             redis,
         } = stores;
         (self.limits, self.budgets, self.sessions) = (limits, budgets, sessions);
-        (self.nonces, self.redis) = (nonces, redis);
+        (self.nonces, self.conversations, self.redis) = (nonces, conversations, redis);
+        self.statuses = statuses;
         self
+    }
+
+    /// Bytes of conversation this node keeps for OpenAI-backed delegates (`None` in cluster
+    /// mode: they are in Redis).
+    pub fn conversation_bytes(&self) -> Option<usize> {
+        self.conversations.local_bytes()
     }
 
     /// Cluster mode: whether the shared state (Redis) answers now; `None` on a single node.
@@ -375,7 +389,7 @@ impl Proxy {
         }
         let env = &*env;
         if let Some(task_id) = env.body.status_query() {
-            return Ok(self.status_query(env, ctx, task_id));
+            return Ok(self.status_query(env, ctx, task_id).await);
         }
         match &env.body {
             Body::Hello { .. } => Ok(Arc::new(self.hello(env))),

@@ -11,9 +11,8 @@ use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// Weight of an entry beyond its ids and output: the envelope, the provenance or error (an
-/// estimate: weighing them exactly would serialise them once more per task).
-const ENTRY_OVERHEAD: usize = 1024;
+/// Weight of an entry beyond its ids and answer: the map slot, the change queue, the key.
+const ENTRY_OVERHEAD: usize = 256;
 
 /// Independent parts of the store: writers on different shards never wait for one another.
 const SHARDS: usize = 16;
@@ -36,6 +35,11 @@ impl StatusKey {
             from: from.to_owned(),
             task: task.clone(),
         }
+    }
+
+    /// Its scope, sender and task.
+    pub fn parts(&self) -> (&str, &str, &TaskId) {
+        (&self.scope, &self.from, &self.task)
     }
 
     fn is(&self, scope: &str, from: &str, task: &str) -> bool {
@@ -192,19 +196,15 @@ impl RecentTasks {
     /// as its client received it, TASK_UPDATE `working` while it runs, or TASK_FAILED
     /// `TASK_NOT_FOUND` (unknown, expired, or another client's: the same answer for all three).
     pub fn answer_query(&self, key: &StatusKey, query: &Envelope, me: &str) -> Arc<Envelope> {
-        let body = match self.get(key) {
-            Some(TaskStatus::Done(answer)) => return answer,
-            Some(TaskStatus::Running(_)) => Body::TaskUpdate {
-                task_id: key.task.clone(),
-                progress: None,
-                message: Some("working".into()),
-            },
-            None => Body::TaskFailed {
-                task_id: key.task.clone(),
-                error: task_not_found(&key.task),
-            },
-        };
-        Arc::new(query.reply(me, body, PayloadMode::Text))
+        answer_query(self.get(key), key, query, me)
+    }
+
+    /// Bytes the entries weigh together (never above the bound once a change is done).
+    pub fn bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()).bytes)
+            .sum()
     }
 
     /// The task's state, if this client submitted it and it has not expired.
@@ -216,6 +216,29 @@ impl RecentTasks {
     }
 }
 
+/// The answer, sent as `me`, to `query`, a status query for `key`'s task whose state is
+/// `status` (see [`RecentTasks::answer_query`]).
+pub fn answer_query(
+    status: Option<TaskStatus>,
+    key: &StatusKey,
+    query: &Envelope,
+    me: &str,
+) -> Arc<Envelope> {
+    let body = match status {
+        Some(TaskStatus::Done(answer)) => return answer,
+        Some(TaskStatus::Running(_)) => Body::TaskUpdate {
+            task_id: key.task.clone(),
+            progress: None,
+            message: Some("working".into()),
+        },
+        None => Body::TaskFailed {
+            task_id: key.task.clone(),
+            error: task_not_found(&key.task),
+        },
+    };
+    Arc::new(query.reply(me, body, PayloadMode::Text))
+}
+
 /// `TASK_NOT_FOUND` for `task_id`.
 pub fn task_not_found(task_id: &TaskId) -> LdpError {
     LdpError::gateway(
@@ -224,16 +247,13 @@ pub fn task_not_found(task_id: &TaskId) -> LdpError {
     )
 }
 
-/// An entry's weight in bytes, about: its ids, its output or error text, and an overhead.
+/// An entry's weight in bytes, about: its ids, the whole answer kept (output, provenance,
+/// error and partial output, [`crate::provenance::bounds::envelope_weight`]), and an overhead.
 fn weight(k: &StatusKey, v: &TaskStatus) -> usize {
     let ids = k.scope.len() + k.from.len() + k.task.len();
     let value = match v {
         TaskStatus::Running(session) => session.len(),
-        TaskStatus::Done(env) => match &env.body {
-            Body::TaskResult { output, .. } => output.get().len(),
-            Body::TaskFailed { error, .. } => error.message.len(),
-            _ => 0,
-        },
+        TaskStatus::Done(env) => crate::provenance::bounds::envelope_weight(env),
     };
     ids + value + ENTRY_OVERHEAD
 }

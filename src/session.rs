@@ -3,7 +3,6 @@
 //! state shared with other replicas is decided by the layer above it, which knows this one.
 
 use crate::ldp::{NegotiatedPayload, SessionId, TaskId};
-use crate::openai::conversation::Conversations;
 use crate::registry::Delegate;
 use crate::upstream::UpstreamSession;
 use dashmap::DashMap;
@@ -51,8 +50,6 @@ pub struct ClientSession {
     pub handshake: tokio::sync::Mutex<()>,
     /// Tasks in flight: task id → skill, for TASK_CANCEL.
     running: Mutex<HashMap<TaskId, String>>,
-    /// The conversations kept for OpenAI-backed delegates, per skill (this replica's).
-    pub conversation: Conversations,
 }
 
 impl ClientSession {
@@ -288,7 +285,6 @@ impl SessionTable {
             bindings: Mutex::new(HashMap::new()),
             handshake: tokio::sync::Mutex::new(()),
             running: Mutex::new(HashMap::new()),
-            conversation: Conversations::default(),
         });
         self.map.insert(session.id.clone(), session.clone());
         session

@@ -8,6 +8,8 @@
 //! | budgets | [`BudgetStore`] → [`Budgets`] | the `BudgetBook` (`crate::limits::budget`) | `{p}:budget:{tenant}:day:{n}`, `…:month:{n}`, `{p}:budget:session:{id}` | reservations refused, retryable; settles retried in the background |
 //! | client sessions | [`SessionStore`] → [`Sessions`] | the `SessionTable` (`crate::session`) | `{p}:session:{id}`, `{p}:session:{id}:bindings` | refused, retryable |
 //! | replay nonces | [`NonceStore`] → [`Nonces`] | the `ReplayGuard` (`crate::ldp::replay`) | `{p}:nonce:{hash}` | refused, retryable (503) |
+//! | task statuses (status queries) | [`StatusStore`] → [`Statuses`] | the `RecentTasks` (`crate::recent`) | `{p}:status:entries`, `{p}:status:changes`, `{p}:status:bytes` | a query answered `SHARED_STATE_UNAVAILABLE` (retryable); a change skipped (logged) |
+//! | conversations for OpenAI-backed delegates | [`ConversationStore`] → [`Conversations`] | the `ConversationMemory` (`crate::openai::conversation`) | `{p}:conv:s:{session}`, `{p}:conv:lru`, `{p}:conv:sizes`, `{p}:conv:bytes` | the task runs without its earlier turns; its own is not kept (logged) |
 //!
 //! Each concern is a file (`limit_store.rs`, `budget_store.rs`, `session_store.rs`, `nonce_store.rs`: the trait,
 //! the enum, the local implementation) and a folder holding its Redis implementation
@@ -21,15 +23,19 @@
 //! a single node's answers are ready futures, so its hot path stays allocation-free.
 
 pub mod budget_store;
+pub mod conversation_store;
 pub mod limit_store;
 pub mod nonce_store;
 pub mod redis;
 pub mod session_store;
+pub mod status_store;
 
 pub use budget_store::{BudgetStore, Budgets, Hold, Reserved};
+pub use conversation_store::{ConversationStore, Conversations};
 pub use limit_store::{LimitStore, Limits};
 pub use nonce_store::{NonceRefusal, NonceStore, Nonces};
 pub use session_store::{Found, OpenError, SessionStore, Sessions};
+pub use status_store::{StatusStore, Statuses};
 
 use crate::config::Config;
 use crate::registry::Registry;
@@ -48,7 +54,7 @@ pub enum StoreError {
     Redis(String),
 }
 
-/// The four stores, chosen together.
+/// The stores, chosen together.
 pub struct Stores {
     /// Rate-limit admission.
     pub limits: Limits,
@@ -58,6 +64,10 @@ pub struct Stores {
     pub sessions: Sessions,
     /// Replay nonces of signed messages.
     pub nonces: Nonces,
+    /// Conversations kept for OpenAI-backed delegates.
+    pub conversations: Conversations,
+    /// Recent tasks, for status queries.
+    pub statuses: Statuses,
     /// The shared connection, in cluster mode (only `/readyz` asks it directly).
     pub redis: Option<redis::Redis>,
 }
@@ -72,6 +82,15 @@ impl Stores {
             nonces: Nonces::Local(nonce_store::LocalNonces::new(
                 cfg.security.replay_window,
                 cfg.security.replay_capacity,
+            )),
+            conversations: Conversations::Local(
+                crate::openai::conversation::ConversationMemory::new(
+                    usize::try_from(cfg.openai.memory_bytes).unwrap_or(usize::MAX),
+                ),
+            ),
+            statuses: Statuses::Local(crate::recent::RecentTasks::new(
+                cfg.task_status.ttl,
+                cfg.task_status.max_bytes,
             )),
             redis: None,
         }
@@ -101,6 +120,16 @@ impl Stores {
             nonces: Nonces::Shared(nonce_store::RedisNonces::new(
                 redis.clone(),
                 cfg.security.replay_window,
+            )),
+            conversations: Conversations::Shared(conversation_store::RedisConversations::new(
+                redis.clone(),
+                cfg.openai.memory_bytes,
+                cfg.sessions.max_ttl,
+            )),
+            statuses: Statuses::Shared(status_store::RedisStatuses::new(
+                redis.clone(),
+                cfg.task_status.ttl,
+                cfg.task_status.max_bytes,
             )),
             redis: Some(redis),
         })

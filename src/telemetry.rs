@@ -105,6 +105,15 @@ pub struct Metrics {
     pub delegate_declared_latency: GaugeVec,
     /// `ldp_gateway_sessions_active`.
     pub sessions_active: IntGauge,
+    /// `ldp_gateway_task_status_bytes`: what the status store's entries weigh (this
+    /// replica's store; set at each scrape).
+    pub task_status_bytes: IntGauge,
+    /// `ldp_gateway_conversations_bytes`: conversation text kept for OpenAI-backed
+    /// delegates, every session together (this replica's; set at each scrape).
+    pub conversations_bytes: IntGauge,
+    /// `ldp_gateway_conversations_evicted_total`: sessions' conversations dropped, least
+    /// recently used first, to keep within `openai.memory_bytes`.
+    pub conversations_evicted: IntCounter,
     /// `ldp_gateway_http_requests_total{route,status}`.
     pub http_requests: IntCounterVec,
     /// `ldp_gateway_errors_total{code}`: error answers (`{"error": …}`) by the low-cardinality
@@ -255,6 +264,21 @@ impl Metrics {
         )?;
         let sessions_active = IntGauge::new("ldp_gateway_sessions_active", "Open client sessions")?;
         r.register(Box::new(sessions_active.clone()))?;
+        let task_status_bytes = IntGauge::new(
+            "ldp_gateway_task_status_bytes",
+            "Bytes the status store's entries weigh (answers kept for status queries)",
+        )?;
+        r.register(Box::new(task_status_bytes.clone()))?;
+        let conversations_bytes = IntGauge::new(
+            "ldp_gateway_conversations_bytes",
+            "Bytes of conversation kept for OpenAI-backed delegates, every session together",
+        )?;
+        r.register(Box::new(conversations_bytes.clone()))?;
+        let conversations_evicted = IntCounter::new(
+            "ldp_gateway_conversations_evicted_total",
+            "Sessions' conversations dropped (least recently used first) to stay within openai.memory_bytes",
+        )?;
+        r.register(Box::new(conversations_evicted.clone()))?;
         let http_requests = counter_vec(
             &r,
             "ldp_gateway_http_requests_total",
@@ -412,6 +436,9 @@ impl Metrics {
             delegate_latency_ewma,
             delegate_declared_latency,
             sessions_active,
+            task_status_bytes,
+            conversations_bytes,
+            conversations_evicted,
             http_requests,
             errors,
             overhead,

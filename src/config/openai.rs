@@ -16,6 +16,10 @@ pub struct OpenAiConfig {
     /// Most bytes of conversation kept per client session for OpenAI-backed delegates
     /// (user and assistant turns of every skill together; the oldest turns go first).
     pub session_memory_bytes: u64,
+    /// Most bytes of conversation kept for OpenAI-backed delegates, every session together
+    /// (this node's; cluster mode: the shared Redis's): past it, the least recently used
+    /// sessions' conversations are dropped (`ldp_gateway_conversations_evicted_total`).
+    pub memory_bytes: u64,
     /// Serve `POST /v1/chat/completions` and `GET /v1/models` on the LDP listener.
     pub ingress: bool,
 }
@@ -25,6 +29,7 @@ impl Default for OpenAiConfig {
         OpenAiConfig {
             default_max_tokens: 1024,
             session_memory_bytes: 256 * 1024,
+            memory_bytes: 256 * 1024 * 1024,
             ingress: true,
         }
     }
@@ -51,6 +56,16 @@ impl OpenAiConfig {
                 format!(
                     "must be at most {max} (1 GiB), got {}",
                     self.session_memory_bytes
+                ),
+            );
+        }
+        let most = 1 << 40;
+        if self.memory_bytes < self.session_memory_bytes || self.memory_bytes > most {
+            c.push(
+                "openai.memory_bytes",
+                format!(
+                    "must be between openai.session_memory_bytes ({}) and {most} (1 TiB), got {}",
+                    self.session_memory_bytes, self.memory_bytes
                 ),
             );
         }

@@ -12,7 +12,8 @@ pub struct TaskStatusConfig {
     /// How long a task's entry is kept after its last change (admission, then its answer).
     #[serde(with = "humantime_serde")]
     pub ttl: Duration,
-    /// Most bytes the entries may weigh together (answers counted by their output's size);
+    /// Most bytes the entries may weigh together (each its whole answer: output, provenance,
+    /// error, partial output);
     /// the least recently changed go first.
     pub max_bytes: u64,
 }

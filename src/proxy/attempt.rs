@@ -323,6 +323,14 @@ impl Proxy {
             };
             let took = sent.elapsed();
             run.upstream += took;
+            // What the delegate reports beside its output is capped before anything keeps it.
+            let answer = answer.map(|mut a| {
+                if let Some(note) = crate::provenance::bounds::cap_answer(&mut a.body) {
+                    tracing::info!(delegate = %delegate.name, %note, "oversized provenance");
+                    run.notes.push(note);
+                }
+                a
+            });
             let (exchange, health) = Exchange::of(answer, &delegate, mode, !rehandshaken, took);
             self.judge(&delegate, health);
             match exchange {

@@ -1,7 +1,7 @@
 //! Ending things: TASK_CANCEL, SESSION_CLOSE, expiry sweeps and shutdown, each closing the
 //! upstream sessions involved.
 
-use super::status::{task_not_found, TaskStatus};
+use super::status::{status_unavailable, task_not_found, TaskStatus};
 use super::{owner, Proxy, Refusal, RequestCtx};
 use crate::ldp::{Body, Envelope, PayloadMode, SessionId, TaskId};
 use crate::session::Binding;
@@ -75,10 +75,11 @@ impl Proxy {
         task_id: &TaskId,
     ) -> Envelope {
         let session_id = if env.session_id.is_empty() {
-            match self.task_status(env, ctx, task_id) {
-                Some(TaskStatus::Running(session_id)) => session_id,
-                Some(TaskStatus::Done(_)) => return self.not_running(env, task_id),
-                None => return self.task_failed(env, task_id, task_not_found(task_id)),
+            match self.task_status(env, ctx, task_id).await {
+                Ok(Some(TaskStatus::Running(session_id))) => session_id,
+                Ok(Some(TaskStatus::Done(_))) => return self.not_running(env, task_id),
+                Ok(None) => return self.task_failed(env, task_id, task_not_found(task_id)),
+                Err(e) => return self.task_failed(env, task_id, status_unavailable(&e)),
             }
         } else {
             env.session_id.clone()

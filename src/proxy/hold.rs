@@ -11,7 +11,7 @@ use crate::limits::BudgetExceeded;
 use crate::provenance::LedgerError;
 use crate::registry::Delegate;
 use crate::session::ClientSession;
-use crate::state::{BudgetStore, Hold, Reserved, StoreError};
+use crate::state::{BudgetStore, ConversationStore, Hold, Reserved, StoreError};
 use crate::tenant::Tenant;
 
 /// Why a tenant's spend could not be seeded from the ledger.
@@ -57,7 +57,8 @@ impl Proxy {
         {
             return Ok(None);
         }
-        let amount = self.estimated_cost(t, delegate) * self.cfg.routing.budget_reserve_factor;
+        let amount =
+            self.estimated_cost(t, delegate).await * self.cfg.routing.budget_reserve_factor;
         if let Some(limit) = request_cap.filter(|limit| amount > limit + 1e-12) {
             let e = BudgetExceeded {
                 which: "session",
@@ -116,12 +117,15 @@ impl Proxy {
     /// delegate, its input (and the conversation sent with it) estimated in tokens plus the
     /// output its request allows (`Proxy::output_tokens`) at the declared prices; else the
     /// card's price per call.
-    fn estimated_cost(&self, t: &TaskCtx<'_>, delegate: &Delegate) -> f64 {
+    async fn estimated_cost(&self, t: &TaskCtx<'_>, delegate: &Delegate) -> f64 {
         match &delegate.openai {
             Some(o) if !o.backend.prices.is_free() => {
                 let input_bytes = match t.task.chat {
                     Some(chat) => chat.messages.iter().map(|m| m.text().len()).sum(),
-                    None => t.task.input.get().len() + t.session.conversation.bytes(),
+                    None => {
+                        let kept = self.conversations.session_bytes(&t.session.id).await;
+                        t.task.input.get().len() + kept
+                    }
                 };
                 // What the request will allow (proxy/openai.rs sends this bound).
                 let output = self.output_tokens(t.task.chat, &o.backend);

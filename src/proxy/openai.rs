@@ -17,6 +17,7 @@ use crate::openai::wire::{self, ChatRequest, Usage};
 use crate::openai::{estimate_tokens, Backend, ChatError, Params, Piece, Reply, Stopped, Streamed};
 use crate::registry::{Delegate, OpenAiDelegate};
 use crate::session::Binding;
+use crate::state::ConversationStore as _;
 use crate::translate::{render_text, translate_input};
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -71,7 +72,7 @@ impl Proxy {
                 // A verification is judged on its own: no conversation read or kept.
                 Ok(user) if t.task.verifying => (user, Vec::new()),
                 Ok(user) => {
-                    let turns = self.fitted_turns(t, openai, &user);
+                    let turns = self.fitted_turns(t, openai, &user).await;
                     (user, turns)
                 }
                 Err(error) => return Attempt::Done(Answer::Failed(error)),
@@ -203,7 +204,7 @@ impl Proxy {
                 user: user.into(),
                 assistant: reply.content.as_str().into(),
             };
-            self.remember(t, turn);
+            self.remember(t, turn).await;
         }
         let output = Json::from(serde_json::Value::String(reply.content));
         Attempt::Done(Answer::Result { output, provenance })
@@ -344,9 +345,14 @@ impl Proxy {
     /// The session's turns for the skill that fit the delegate's context window with the
     /// input and room for an answer (a quarter of the window, at most
     /// `openai.default_max_tokens`); older ones are forgotten and counted.
-    fn fitted_turns(&self, t: &TaskCtx<'_>, openai: &OpenAiDelegate, user: &str) -> Vec<Turn> {
-        let conversation = &t.session.conversation;
-        let mut turns = conversation.turns(t.task.skill);
+    async fn fitted_turns(
+        &self,
+        t: &TaskCtx<'_>,
+        openai: &OpenAiDelegate,
+        user: &str,
+    ) -> Vec<Turn> {
+        let session = &t.session.id;
+        let mut turns = self.conversations.turns(session, t.task.skill).await;
         let Some(window) = openai.backend.context_window else {
             return turns;
         };
@@ -365,7 +371,10 @@ impl Proxy {
         }
         let drop = turns.len() - keep;
         if drop > 0 {
-            let forgotten = conversation.forget_oldest(t.task.skill, drop);
+            let forgotten = self
+                .conversations
+                .forget_oldest(session, t.task.skill, drop)
+                .await;
             self.metrics
                 .openai_turns_dropped
                 .with_label_values(&["context_window"])
@@ -375,15 +384,25 @@ impl Proxy {
         turns
     }
 
-    /// Adds the task's turn to its session's conversation, within `openai.session_memory_bytes`.
-    fn remember(&self, t: &TaskCtx<'_>, turn: Turn) {
+    /// Adds the task's turn to its session's conversation, within `openai.session_memory_bytes`
+    /// and, every session together, `openai.memory_bytes`.
+    async fn remember(&self, t: &TaskCtx<'_>, turn: Turn) {
         let cap = usize::try_from(self.cfg.openai.session_memory_bytes).unwrap_or(usize::MAX);
-        let dropped = t.session.conversation.push(t.task.skill, turn, cap);
-        if dropped > 0 {
+        let (session, skill) = (&t.session.id, t.task.skill);
+        let pushed = self
+            .conversations
+            .push(session, skill, turn, cap, t.session.ttl)
+            .await;
+        if pushed.dropped > 0 {
             self.metrics
                 .openai_turns_dropped
                 .with_label_values(&["memory_cap"])
-                .inc_by(dropped as u64);
+                .inc_by(pushed.dropped as u64);
+        }
+        if pushed.evicted > 0 {
+            self.metrics
+                .conversations_evicted
+                .inc_by(pushed.evicted as u64);
         }
     }
 

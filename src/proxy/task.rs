@@ -9,6 +9,7 @@ use crate::openai::wire::{ChatRequest, ErrorDetail, Usage};
 use crate::policy::Policy;
 use crate::routing::Need;
 use crate::session::{Binding, ClientSession};
+use crate::state::StatusStore;
 use crate::tenant::Tenant;
 use std::sync::Arc;
 use std::time::Duration;
@@ -336,12 +337,14 @@ impl Proxy {
             return Ok(run.trip(reply, policy));
         }
         self.check_policy_limit(&t.policy).await?;
-        self.statuses.running(
-            &t.tenant.name,
-            &env.from,
-            t.task.task_id,
-            env.session_id.clone(),
-        );
+        self.statuses
+            .running(
+                &t.tenant.name,
+                &env.from,
+                t.task.task_id,
+                env.session_id.clone(),
+            )
+            .await;
         self.retries.task();
         session.task_started(t.task.task_id, t.task.skill);
         let mut run = TaskRun::default();
@@ -379,7 +382,8 @@ impl Proxy {
         let reply = Arc::new(self.answer(&t, answer, recorded));
         let (tenant, from) = (&t.tenant.name, &t.env.from);
         self.statuses
-            .done(tenant, from, t.task.task_id, Arc::clone(&reply));
+            .done(tenant, from, t.task.task_id, Arc::clone(&reply))
+            .await;
         reply
     }
 

@@ -235,6 +235,12 @@ fn refresh_gauges(s: &AppState, m: &crate::telemetry::Metrics) {
         }
     }
     m.sessions_active.set(s.proxy.sessions().len() as i64);
+    m.task_status_bytes
+        .set(i64::try_from(s.proxy.status_bytes()).unwrap_or(i64::MAX));
+    if let Some(b) = s.proxy.conversation_bytes() {
+        m.conversations_bytes
+            .set(i64::try_from(b).unwrap_or(i64::MAX));
+    }
 }
 
 fn delegate_json(d: &crate::registry::Delegate) -> serde_json::Value {

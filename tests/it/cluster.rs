@@ -675,8 +675,10 @@ async fn redis_round_trips_per_task_are_one_per_shared_check() {
         "redis round trips per task: {} (session only), {} (tenant limit, tenant × skill limit, daily budget)",
         per_task[0], per_task[1]
     );
-    // The session touch; then + tenant limit + skill limit + budget reserve + settle.
-    assert_eq!(per_task, [1.0, 5.0]);
+    // The session touch and the task's status (running, then its answer, so that any
+    // replica answers a status query); then + tenant limit + skill limit + budget reserve +
+    // settle.
+    assert_eq!(per_task, [3.0, 7.0]);
     plain.shutdown().await;
     limited.shutdown().await;
 }
@@ -772,4 +774,102 @@ async fn racing_first_tasks_on_two_replicas_leave_no_upstream_session_open() {
     for gw in gws {
         gw.shutdown().await;
     }
+}
+
+/// Two replicas in front of `upstream` (an entry, or `sim` delegate URLs), sharing `shared`.
+async fn two_replicas(
+    shared: &ClusterConfig,
+    tenant: &TenantConfig,
+    build: impl Fn() -> crate::support::gateway::Builder<'static>,
+) -> Vec<TestGateway> {
+    let mut out = Vec::new();
+    for _ in 0..2 {
+        let shared = shared.clone();
+        out.push(
+            build()
+                .tenant(tenant.clone())
+                .config(move |cfg| cfg.cluster = shared)
+                .spawn()
+                .await,
+        );
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reference_adapter_polls_the_replica_that_did_not_run_the_task() {
+    use crate::ref_adapter::{adapter, completed, sim_opts, task, ME};
+    use ldp_protocol::ProtocolAdapter as _;
+    let d = sim(sim_opts()).await;
+    let key = new_key();
+    let shared = cluster(&redis_url(), 2);
+    let url = d.url();
+    let gws = two_replicas(&shared, &tenant(&key), || {
+        TestGateway::builder().delegate(&url)
+    })
+    .await;
+    let (one, two) = (gws[0].ldp_url(), gws[1].ldp_url());
+    let a = adapter(ME, Some(&key));
+    // Submitted on replica 1, polled on replica 2 (no affinity).
+    let handle = a.invoke(&one, task()).await.expect("invoke");
+    let output = completed(a.status(&two, &handle.task_id).await.expect("status"));
+    assert_eq!(
+        output["ldp_provenance"]["produced_by"], "ldp:delegate:ref-sim",
+        "{output}"
+    );
+    // The same answer from the replica that ran it.
+    let here = completed(a.status(&one, &handle.task_id).await.expect("status"));
+    assert_eq!(here, output);
+    // Still only the submitting client's.
+    let other = adapter("ldp:client:someone-else", Some(&key));
+    let theirs = other.status(&two, &handle.task_id).await.expect("status");
+    assert!(
+        matches!(&theirs, ldp_protocol::protocol::TaskStatus::Failed { error } if error.code == "TASK_NOT_FOUND"),
+        "{theirs:?}"
+    );
+    for gw in gws {
+        gw.shutdown().await;
+    }
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_two_turn_session_continues_its_conversation_on_another_replica() {
+    use crate::support::openai::{declared, entry, start};
+    use ldp_gateway::sim::openai::OpenAiOptions;
+    let oa = start(OpenAiOptions::new("m")).await;
+    let key = new_key();
+    let shared = cluster(&redis_url(), 2);
+    let url = oa.url();
+    let gws = two_replicas(&shared, &tenant(&key), || {
+        TestGateway::builder().entry(entry("mini", &url, "m", declared(&["chat"], 0.8)))
+    })
+    .await;
+    let apis: Vec<Client> = gws.iter().map(|g| tenant_client(g, &key)).collect();
+    let sid = apis[0]
+        .accepted(json!({"preferred_payload_modes": ["text"]}))
+        .await;
+    let first = apis[0]
+        .task(&sid, "chat", json!("my name is Ada"), "text")
+        .await;
+    assert_eq!(first["type"], "TASK_RESULT", "{first}");
+    let second = apis[1]
+        .task(&sid, "chat", json!("what is my name?"), "text")
+        .await;
+    assert_eq!(second["type"], "TASK_RESULT", "{second}");
+    let requests = oa.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[1]["messages"],
+        json!([
+            {"role": "user", "content": "my name is Ada"},
+            {"role": "assistant", "content": first["output"]},
+            {"role": "user", "content": "what is my name?"},
+        ]),
+        "the first turn, run on replica 1, is sent with the second, run on replica 2"
+    );
+    for gw in gws {
+        gw.shutdown().await;
+    }
+    oa.shutdown().await;
 }

@@ -5,10 +5,12 @@
 mod bounds;
 mod checks;
 mod conn;
+mod conversation_budget;
 mod credentials;
 mod ingress;
 mod ledger;
 mod liar;
 mod openai;
 mod panics;
+mod status_bytes;
 mod upstream;

@@ -18,11 +18,11 @@ use ldp_protocol::{LdpAdapter, LdpAdapterConfig, LdpClient, ProtocolAdapter, Tas
 use serde_json::{json, Value};
 use std::time::Duration;
 
-const ME: &str = "ldp:client:ref-adapter";
-const SKILL: &str = "summarize";
+pub(crate) const ME: &str = "ldp:client:ref-adapter";
+pub(crate) const SKILL: &str = "summarize";
 
 /// A reference adapter sending as `from`, with `key` as its bearer token if given.
-fn adapter(from: &str, key: Option<&str>) -> LdpAdapter {
+pub(crate) fn adapter(from: &str, key: Option<&str>) -> LdpAdapter {
     let config = LdpAdapterConfig {
         delegate_id: from.into(),
         trust_domain: TrustDomain::new("default"),
@@ -40,7 +40,7 @@ fn adapter(from: &str, key: Option<&str>) -> LdpAdapter {
     LdpAdapter::with_client(config, LdpClient::with_http_client(http))
 }
 
-fn task() -> TaskRequest {
+pub(crate) fn task() -> TaskRequest {
     TaskRequest {
         skill: SKILL.into(),
         input: json!({"task_type": "summarization", "instruction": "Summarize",
@@ -49,11 +49,11 @@ fn task() -> TaskRequest {
     }
 }
 
-fn sim_opts() -> SimOptions {
+pub(crate) fn sim_opts() -> SimOptions {
     SimOptions::new(Card::new("ref-sim").skill(SKILL, 0.8).build())
 }
 
-fn completed(status: TaskStatus) -> Value {
+pub(crate) fn completed(status: TaskStatus) -> Value {
     match status {
         TaskStatus::Completed { output } => output,
         other => panic!("expected Completed, got {other:?}"),

@@ -1,0 +1,265 @@
+//! Conversations in Redis: each session's turns in one list (`{p}:conv:s:{session}`, oldest
+//! first, each element its skill's tag and the turn as JSON, expiring with the session's idle
+//! TTL), and for the global budget the sessions by last use (`{p}:conv:lru`, a sorted set),
+//! their bytes (`{p}:conv:sizes`, a hash) and the total (`{p}:conv:bytes`). Each change is one
+//! script. Over the session's cap its oldest turns go (every skill's, oldest first); over the
+//! budget the least recently used sessions' lists are deleted (keys the script derives from
+//! the prefix: one Redis, not Redis Cluster, as every store here).
+
+use super::ConversationStore;
+use crate::openai::conversation::{Pushed, Turn};
+use crate::state::redis::Redis;
+use crate::state::StoreError;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+/// Length of a skill's tag at the head of each element.
+const TAG: usize = 16;
+
+/// A turn. KEYS: the session's list, the use order, the sizes, the total. ARGV: the element,
+/// the session's cap, its TTL (ms), the budget, the session id, the list keys' prefix, how
+/// long the bookkeeping lives (ms). Returns `{dropped, evicted}`.
+static PUSH: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local el, cap, ttl, budget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local sid, pre, keep = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local over = 32
+local w = #el + over
+if w > cap then return {1, 0} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local stale = tonumber(redis.call('HGET', KEYS[3], sid) or '0')
+  if stale ~= 0 then redis.call('DECRBY', KEYS[4], stale) end
+  redis.call('HDEL', KEYS[3], sid)
+end
+redis.call('RPUSH', KEYS[1], el)
+local size = redis.call('HINCRBY', KEYS[3], sid, w)
+local total = redis.call('INCRBY', KEYS[4], w)
+local dropped = 0
+while size > cap do
+  local old = redis.call('LPOP', KEYS[1])
+  if not old then break end
+  size = redis.call('HINCRBY', KEYS[3], sid, -(#old + over))
+  total = redis.call('INCRBY', KEYS[4], -(#old + over))
+  dropped = dropped + 1
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('ZADD', KEYS[2], now, sid)
+local evicted = 0
+while total > budget do
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if not first or first == sid then break end
+  local b = tonumber(redis.call('HGET', KEYS[3], first) or '0')
+  redis.call('HDEL', KEYS[3], first)
+  redis.call('ZREM', KEYS[2], first)
+  if redis.call('DEL', pre .. first) == 1 then evicted = evicted + 1 end
+  total = redis.call('INCRBY', KEYS[4], -b)
+end
+if total < 0 then redis.call('SET', KEYS[4], 0) end
+for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], keep) end
+return {dropped, evicted}
+",
+    )
+});
+
+/// A read. KEYS: the session's list, the use order. ARGV: the session id. The list; the
+/// session counts as used.
+static TURNS: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local l = redis.call('LRANGE', KEYS[1], 0, -1)
+if #l > 0 then
+  local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[2], 'XX', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[1])
+end
+return l
+",
+    )
+});
+
+/// Forgets a skill's oldest turns. KEYS: the session's list, the sizes, the total. ARGV: the
+/// skill's tag, how many, the session id. Returns how many were forgotten.
+static FORGET: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local l = redis.call('LRANGE', KEYS[1], 0, -1)
+local n, removed, freed, kept = tonumber(ARGV[2]), 0, 0, {}
+for _, e in ipairs(l) do
+  if removed < n and string.sub(e, 1, 16) == ARGV[1] then
+    removed = removed + 1
+    freed = freed + #e + 32
+  else
+    kept[#kept + 1] = e
+  end
+end
+if removed == 0 then return 0 end
+local ttl = redis.call('PTTL', KEYS[1])
+redis.call('DEL', KEYS[1])
+for _, e in ipairs(kept) do redis.call('RPUSH', KEYS[1], e) end
+if #kept > 0 and ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+redis.call('HINCRBY', KEYS[2], ARGV[3], -freed)
+redis.call('DECRBY', KEYS[3], freed)
+return removed
+",
+    )
+});
+
+/// Cluster mode: the conversations every replica reads and writes.
+pub struct RedisConversations {
+    redis: Redis,
+    budget: u64,
+    /// How long the bookkeeping outlives its last change: past any session's TTL.
+    keep: Duration,
+}
+
+/// A turn as stored.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Stored<'a> {
+    #[serde(borrow)]
+    u: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    a: std::borrow::Cow<'a, str>,
+}
+
+fn tag(skill: &str) -> String {
+    use sha2::Digest as _;
+    let h = hex::encode(sha2::Sha256::digest(skill.as_bytes()));
+    h[..TAG].to_owned()
+}
+
+impl RedisConversations {
+    /// Conversations in `redis` within `budget` bytes; sessions live at most `max_ttl`.
+    pub fn new(redis: Redis, budget: u64, max_ttl: Duration) -> RedisConversations {
+        RedisConversations {
+            redis,
+            budget,
+            keep: max_ttl + Duration::from_secs(3600),
+        }
+    }
+
+    fn list(&self, session: &str) -> String {
+        self.redis.key(format_args!("conv:s:{session}"))
+    }
+
+    fn index(&self) -> (String, String, String) {
+        (
+            self.redis.key(format_args!("conv:lru")),
+            self.redis.key(format_args!("conv:sizes")),
+            self.redis.key(format_args!("conv:bytes")),
+        )
+    }
+
+    /// The total Redis accounts for, every session together.
+    pub async fn total_bytes(&self) -> Result<u64, StoreError> {
+        let (_, _, total) = self.index();
+        let v: Option<i64> = self
+            .redis
+            .query("conv_bytes", redis::cmd("GET").arg(total))
+            .await?;
+        Ok(v.unwrap_or(0).max(0) as u64)
+    }
+
+    async fn try_turns(&self, session: &str, skill: &str) -> Result<Vec<Turn>, StoreError> {
+        let (lru, _, _) = self.index();
+        let mut inv = TURNS.prepare_invoke();
+        inv.key(self.list(session)).key(lru).arg(session);
+        let items: Vec<Vec<u8>> = self.redis.invoke("conv_turns", &inv).await?;
+        let tag = tag(skill);
+        let mut out = Vec::new();
+        for item in &items {
+            let Some(json) = item.strip_prefix(tag.as_bytes()) else {
+                continue;
+            };
+            let s: Stored<'_> =
+                serde_json::from_slice(json).map_err(|e| StoreError::Redis(e.to_string()))?;
+            out.push(Turn {
+                user: s.u.as_ref().into(),
+                assistant: s.a.as_ref().into(),
+            });
+        }
+        Ok(out)
+    }
+
+    async fn try_push(
+        &self,
+        session: &str,
+        skill: &str,
+        turn: &Turn,
+        cap: usize,
+        ttl: Duration,
+    ) -> Result<Pushed, StoreError> {
+        let mut element = tag(skill).into_bytes();
+        let stored = Stored {
+            u: std::borrow::Cow::Borrowed(&turn.user),
+            a: std::borrow::Cow::Borrowed(&turn.assistant),
+        };
+        serde_json::to_writer(&mut element, &stored)
+            .map_err(|e| StoreError::Redis(e.to_string()))?;
+        let (lru, sizes, total) = self.index();
+        let mut inv = PUSH.prepare_invoke();
+        inv.key(self.list(session))
+            .key(lru)
+            .key(sizes)
+            .key(total)
+            .arg(element)
+            .arg(cap)
+            .arg(ttl.as_millis().max(1) as u64)
+            .arg(self.budget)
+            .arg(session)
+            .arg(self.redis.key(format_args!("conv:s:")))
+            .arg(self.keep.as_millis() as u64);
+        let (dropped, evicted): (usize, usize) = self.redis.invoke("conv_push", &inv).await?;
+        Ok(Pushed { dropped, evicted })
+    }
+}
+
+fn logged<T: Default>(what: &str, r: Result<T, StoreError>) -> T {
+    r.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "conversation {what} skipped: the shared state did not answer");
+        T::default()
+    })
+}
+
+impl ConversationStore for RedisConversations {
+    async fn turns(&self, session: &str, skill: &str) -> Vec<Turn> {
+        logged("read", self.try_turns(session, skill).await)
+    }
+
+    async fn forget_oldest(&self, session: &str, skill: &str, n: usize) -> usize {
+        let (_, sizes, total) = self.index();
+        let mut inv = FORGET.prepare_invoke();
+        inv.key(self.list(session))
+            .key(sizes)
+            .key(total)
+            .arg(tag(skill))
+            .arg(n)
+            .arg(session);
+        logged("trim", self.redis.invoke("conv_forget", &inv).await)
+    }
+
+    async fn push(
+        &self,
+        session: &str,
+        skill: &str,
+        turn: Turn,
+        cap: usize,
+        ttl: Duration,
+    ) -> Pushed {
+        // A turn weighs its element (tag and JSON) and 32 bytes (`TURN_OVERHEAD` locally).
+        logged(
+            "write",
+            self.try_push(session, skill, &turn, cap, ttl).await,
+        )
+    }
+
+    async fn session_bytes(&self, session: &str) -> usize {
+        let (_, sizes, _) = self.index();
+        let v: Result<Option<i64>, _> = self
+            .redis
+            .query("conv_size", redis::cmd("HGET").arg(sizes).arg(session))
+            .await;
+        logged("size", v).unwrap_or(0).max(0) as usize
+    }
+}

@@ -1,0 +1,156 @@
+//! Recent tasks and their answers, for status queries and sessionless cancels. Single node:
+//! this process's [`RecentTasks`] (`crate::recent`). Cluster mode: Redis, so any replica
+//! answers a status query for a task another replica ran. Both keep each task for the
+//! client (scope and `from`) that submitted it, bounded in bytes (`task_status.max_bytes`,
+//! the least recently changed first) and expiring (`task_status.ttl`). When Redis does not
+//! answer, a status query is answered `SHARED_STATE_UNAVAILABLE` (retryable) and a change is skipped
+//! (logged; the Redis error is counted).
+
+use super::StoreError;
+use crate::ldp::{Envelope, SessionId, TaskId};
+use crate::recent::{RecentTasks, StatusKey, TaskStatus};
+use std::future::Future;
+use std::sync::Arc;
+
+mod redis;
+pub use redis::RedisStatuses;
+
+/// Keeps what became of recent tasks.
+pub trait StatusStore {
+    /// The task was admitted and runs in `session`.
+    fn running(
+        &self,
+        scope: &str,
+        from: &str,
+        task: &TaskId,
+        session: SessionId,
+    ) -> impl Future<Output = ()> + Send;
+
+    /// The task's answer, as its client receives it.
+    fn done(
+        &self,
+        scope: &str,
+        from: &str,
+        task: &TaskId,
+        answer: Arc<Envelope>,
+    ) -> impl Future<Output = ()> + Send;
+
+    /// The task's state, if this client submitted it and it has not expired.
+    fn get(
+        &self,
+        key: &StatusKey,
+    ) -> impl Future<Output = Result<Option<TaskStatus>, StoreError>> + Send;
+}
+
+/// The status store chosen at start.
+pub enum Statuses {
+    /// Single node.
+    Local(RecentTasks),
+    /// Cluster mode.
+    Shared(RedisStatuses),
+}
+
+impl Statuses {
+    /// What this process's store weighs (0 in cluster mode, where Redis keeps it).
+    pub fn local_bytes(&self) -> usize {
+        match self {
+            Statuses::Local(r) => r.bytes(),
+            Statuses::Shared(_) => 0,
+        }
+    }
+}
+
+impl StatusStore for Statuses {
+    async fn running(&self, scope: &str, from: &str, task: &TaskId, session: SessionId) {
+        match self {
+            Statuses::Local(r) => r.running(scope, from, task, session),
+            Statuses::Shared(r) => r.running(scope, from, task, session).await,
+        }
+    }
+
+    async fn done(&self, scope: &str, from: &str, task: &TaskId, answer: Arc<Envelope>) {
+        match self {
+            Statuses::Local(r) => r.done(scope, from, task, answer),
+            Statuses::Shared(r) => r.done(scope, from, task, answer).await,
+        }
+    }
+
+    async fn get(&self, key: &StatusKey) -> Result<Option<TaskStatus>, StoreError> {
+        match self {
+            Statuses::Local(r) => Ok(r.get(key)),
+            Statuses::Shared(r) => r.get(key).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ldp::{Body, PayloadMode};
+    use std::time::Duration;
+
+    fn result(task: &str, output_bytes: usize) -> Arc<Envelope> {
+        let output = crate::ldp::Json::from_value(&serde_json::json!("x".repeat(output_bytes)));
+        Arc::new(Envelope::new(
+            "s",
+            "gw",
+            "client",
+            Body::TaskResult {
+                task_id: task.into(),
+                output,
+                provenance: None,
+            },
+            PayloadMode::Text,
+        ))
+    }
+
+    async fn kept_for_their_client(store: &Statuses, replica: &Statuses) {
+        let t: TaskId = "t1".into();
+        store.running("acme", "alice", &t, "sess".into()).await;
+        let mine = StatusKey::new("acme", "alice", &t);
+        assert!(matches!(
+            replica.get(&mine).await.unwrap(),
+            Some(TaskStatus::Running(s)) if s.as_str() == "sess"
+        ));
+        assert!(replica
+            .get(&StatusKey::new("acme", "bob", &t))
+            .await
+            .unwrap()
+            .is_none());
+        let answer = result("t1", 10);
+        store.done("acme", "alice", &t, answer.clone()).await;
+        match replica.get(&mine).await.unwrap() {
+            Some(TaskStatus::Done(env)) => assert_eq!(*env, *answer),
+            other => panic!("{other:?}"),
+        }
+        // Bounded in bytes: the oldest go first, the newest stay.
+        for i in 0..200 {
+            let t: TaskId = format!("n{i}").into();
+            store.done("acme", "alice", &t, result(&t, 4096)).await;
+        }
+        let newest = StatusKey::new("acme", "alice", &"n199".into());
+        assert!(replica.get(&newest).await.unwrap().is_some());
+        assert!(replica.get(&mine).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn local_statuses_are_kept_for_their_client_and_bounded() {
+        let s = Statuses::Local(RecentTasks::new(Duration::from_secs(60), 256 * 1024));
+        kept_for_their_client(&s, &s).await;
+        assert!(s.local_bytes() <= 256 * 1024);
+    }
+
+    #[tokio::test]
+    async fn shared_statuses_are_read_by_another_replica_and_bounded() {
+        let (redis, _) = crate::state::redis::testing::redis();
+        let ttl = Duration::from_secs(60);
+        let a = Statuses::Shared(RedisStatuses::new(redis.clone(), ttl, 256 * 1024));
+        let b = Statuses::Shared(RedisStatuses::new(redis, ttl, 256 * 1024));
+        kept_for_their_client(&a, &b).await;
+        let Statuses::Shared(r) = &a else {
+            unreachable!()
+        };
+        let total = r.total_bytes().await.unwrap();
+        assert!(total > 0 && total <= 256 * 1024, "{total}");
+    }
+}
