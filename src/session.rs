@@ -71,7 +71,6 @@ impl ClientSession {
             bindings: Mutex::new(HashMap::new()),
             handshake: tokio::sync::Mutex::new(()),
             running: Mutex::new(HashMap::new()),
-            conversation: Conversations::default(),
         }
     }
 
