@@ -25,7 +25,8 @@ Exit codes:
   0  the task completed (with --discover: the card was read and would be accepted)
   1  any other error (such as an unwritable standard output)
   2  usage error
-  3  refused: a session rejected, the --trust-domain not satisfied (before any session),
+  3  refused: a session rejected (e.g. the endpoint does not trust --trust-domain), the
+     --require-domain not satisfied (before any session),
      a 4xx answer (401 wrong key, 429 rate limited), or a TASK_FAILED in the identity,
      policy, capability, session or security categories (e.g. NO_ELIGIBLE_DELEGATE)
   4  failed: the task was taken and failed (runtime, quality or transport category,
@@ -59,10 +60,14 @@ pub struct CallArgs {
     /// Routing policy, sent as `x-ldp-policy`.
     #[arg(long)]
     policy: Option<String>,
-    /// Required trust domain: an endpoint whose card names another is refused before any
-    /// session.
+    /// This client's own trust domain, sent with the session proposal (the reference SDK's
+    /// session config `trust_domain`); the endpoint must trust it.
+    #[arg(long, default_value = "default")]
+    trust_domain: String,
+    /// Required trust domain of the endpoint: one whose card names another is refused before
+    /// any session.
     #[arg(long)]
-    trust_domain: Option<String>,
+    require_domain: Option<String>,
     /// Payload mode to propose (`text`, `semantic_frame`, …); default: the endpoint's
     /// choice among all (a semantic frame needs `task_type` and `instruction`).
     #[arg(long, value_parser = parse_mode)]
@@ -135,7 +140,8 @@ async fn execute(mut args: CallArgs) -> anyhow::Result<()> {
         session,
         api_key: args.key.take().map(Secret::new),
         policy: args.policy.take(),
-        required_trust_domain: args.trust_domain.take(),
+        trust_domain: std::mem::take(&mut args.trust_domain),
+        required_trust_domain: args.require_domain.take(),
         deadline: args.timeout,
         connect_timeout: args.timeout.min(defaults.connect_timeout),
         ..defaults

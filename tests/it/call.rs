@@ -173,8 +173,8 @@ async fn discover_prints_labels_and_capabilities() {
     assert_eq!(v["card"]["capabilities"].as_array().map(Vec::len), Some(2));
     assert!(v["untrusted"].is_null(), "{v}");
 
-    // A card that --trust-domain would refuse: printed, and exit 3.
-    let out = call(&[&url, "--discover", "--trust-domain", "other"], &[]).await;
+    // A card that --require-domain would refuse: printed, and exit 3.
+    let out = call(&[&url, "--discover", "--require-domain", "other"], &[]).await;
     assert_eq!(out.status.code(), Some(3), "{}", said(&out));
     assert!(text(&out.stdout).contains("trust: refused before any session"));
     d.shutdown().await;
@@ -274,13 +274,83 @@ async fn through_the_gateway_with_its_route_step_and_refusals() {
     gw.shutdown().await;
 }
 
+/// `--trust-domain` is the client's own domain (the reference SDK's session config
+/// `trust_domain`): against a gateway in domain `lab` (no tenants), `--trust-domain lab` runs
+/// the task; without it the client claims `default` and is refused as before, and
+/// `--require-domain` still checks the endpoint's card.
+#[tokio::test]
+async fn trust_domain_is_the_clients_own_and_require_domain_the_endpoints() {
+    let gw = TestGateway::builder()
+        .sim(SimOptions::new(card(
+            "b",
+            "lab",
+            &[("echo", 0.9)],
+            &["text"],
+        )))
+        .config(|c| c.identity.trust_domain = ldp_gateway::ldp::TrustDomain::named("lab"))
+        .spawn()
+        .await;
+    let url = gw.client().url("");
+
+    let out = call(&[&url, "--skill", "echo", "--trust-domain", "lab"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        row(&stdout, "produced_by"),
+        Some("ldp:delegate:b"),
+        "{stdout}"
+    );
+
+    let both = [
+        &url,
+        "--skill",
+        "echo",
+        "--trust-domain",
+        "lab",
+        "--require-domain",
+        "lab",
+    ];
+    let out = call(&both, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+
+    // Without it: the client claims `default`, which a `lab` gateway does not trust.
+    let out = call(&[&url, "--skill", "echo"], &[]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", said(&out));
+    let stderr = text(&out.stderr);
+    assert!(stderr.starts_with("refused: session rejected"), "{stderr}");
+    assert!(stderr.contains("'default' is not trusted"), "{stderr}");
+
+    // The requirement is on the endpoint's card: `lab` is not `default`.
+    let out = call(
+        &[
+            &url,
+            "--skill",
+            "echo",
+            "--trust-domain",
+            "lab",
+            "--require-domain",
+            "default",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(3), "{}", said(&out));
+    assert!(
+        text(&out.stderr).contains("refused before any session"),
+        "{}",
+        said(&out)
+    );
+    assert_eq!(gw.sim(0).stats().failures, 0);
+    gw.shutdown().await;
+}
+
 #[tokio::test]
 async fn exit_codes_tell_refused_failed_and_transport_apart() {
     let d = sim(echo_sim("a", Duration::ZERO)).await;
     let url = d.url();
 
     // Refused before any session: the card's domain is not the required one.
-    let out = call(&[&url, "--skill", "echo", "--trust-domain", "other"], &[]).await;
+    let out = call(&[&url, "--skill", "echo", "--require-domain", "other"], &[]).await;
     assert_eq!(out.status.code(), Some(3), "{}", said(&out));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("refused before any session"), "{stderr}");
