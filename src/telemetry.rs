@@ -19,6 +19,31 @@ pub fn init() {
         .try_init();
 }
 
+/// Where a command that prints a report (the demo) sends its logs: to `file` when `rust_log`
+/// (the `RUST_LOG` variable) is unset, so standard output and error carry the report alone;
+/// `None` when `RUST_LOG` is set, which then says where they go (standard error, as [`init`]).
+pub fn log_file_unless_rust_log(
+    file: &std::path::Path,
+    rust_log: Option<&std::ffi::OsStr>,
+) -> Option<std::path::PathBuf> {
+    rust_log.is_none().then(|| file.to_owned())
+}
+
+/// Installs the global subscriber once, at `info`, appending plain lines (no colours) to
+/// `path`; later calls do nothing.
+pub fn init_to_file(path: &std::path::Path) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(file))
+        .try_init();
+    Ok(())
+}
+
 /// Buckets for task durations: 1 ms … 2 min.
 const TASK_BUCKETS: [f64; 16] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
@@ -599,6 +624,14 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_report_logs_to_its_file_unless_rust_log_is_set() {
+        let file = std::path::Path::new("/tmp/x/gateway.log");
+        assert_eq!(log_file_unless_rust_log(file, None), Some(file.to_owned()));
+        let set = std::ffi::OsStr::new("debug");
+        assert_eq!(log_file_unless_rust_log(file, Some(set)), None);
+    }
 
     #[test]
     fn known_label_sets_start_at_zero_bounded_and_keep_their_counts() {
