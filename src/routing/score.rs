@@ -49,16 +49,35 @@ impl Span {
         );
     }
 
-    /// 1 for the least badness, 0 for the greatest once they differ by a factor of 2 or more,
-    /// on a log scale (see [`RULE`]).
-    fn component(&self, bad: f64) -> f64 {
-        let Some((lo, hi)) = self.0 else { return 1.0 };
+    /// The normalisation this spread gives (see [`RULE`]); `None`: every value scores 1.
+    fn norm(&self) -> Option<Norm> {
+        let (lo, hi) = self.0?;
         if hi <= 0.0 {
-            return 1.0;
+            return None;
         }
-        let ln = |v: f64| v.max(hi * FLOOR).ln();
-        let divisor = (ln(hi) - ln(lo)).max(MIN_RATIO.ln());
-        (1.0 - (ln(bad) - ln(lo)) / divisor).clamp(0.0, 1.0)
+        let floor = hi * FLOOR;
+        let ln_lo = lo.max(floor).ln();
+        Some(Norm {
+            floor,
+            ln_lo,
+            divisor: (hi.ln() - ln_lo).max(MIN_RATIO.ln()),
+        })
+    }
+}
+
+/// One criterion's normalisation, computed once per decision: one logarithm per candidate.
+#[derive(Debug, Clone, Copy)]
+struct Norm {
+    floor: f64,
+    ln_lo: f64,
+    divisor: f64,
+}
+
+impl Norm {
+    /// 1 for the least badness, 0 for the greatest once they differ by a factor of 2 or more,
+    /// on a log scale.
+    fn component(&self, bad: f64) -> f64 {
+        (1.0 - (bad.max(self.floor).ln() - self.ln_lo) / self.divisor).clamp(0.0, 1.0)
     }
 }
 
@@ -84,10 +103,25 @@ impl Scale {
         }
     }
 
+    /// The normalisation of each criterion, once the candidates are all added.
+    pub(super) fn ready(&self) -> Ready {
+        Ready(self.0.map(|span| span.norm()))
+    }
+}
+
+/// A [`Scale`] ready to normalise candidates.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ready([Option<Norm>; 3]);
+
+impl Ready {
     pub(super) fn components(&self, f: &Figures, missing: f64) -> Components {
         let [quality, cost, latency] = badness(f);
         let [q, c, l] = &self.0;
-        let of = |span: &Span, bad: Option<f64>| bad.map_or(missing, |b| span.component(b));
+        let of = |norm: &Option<Norm>, bad: Option<f64>| match (norm, bad) {
+            (_, None) => missing,
+            (None, Some(_)) => 1.0,
+            (Some(n), Some(b)) => n.component(b),
+        };
         Components {
             quality: of(q, quality),
             cost: of(c, cost),
