@@ -60,6 +60,11 @@ enum Command {
 }
 
 impl Cli {
+    /// Whether the subcommand sets up its own logging (the demo: into its data directory).
+    pub fn logs_itself(&self) -> bool {
+        matches!(self.command, Command::Demo(_))
+    }
+
     /// Runs the subcommand on a multi-threaded runtime; the exit code is `call`'s (every
     /// other subcommand succeeds or fails with an error).
     pub fn run(self) -> anyhow::Result<ExitCode> {

@@ -9,6 +9,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<std::process::ExitCode> {
     let cli = <cli::Cli as clap::Parser>::parse();
-    ldp_gateway::telemetry::init();
+    if !cli.logs_itself() {
+        ldp_gateway::telemetry::init();
+    }
     cli.run()
 }

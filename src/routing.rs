@@ -18,7 +18,7 @@ pub use constraints::{
 pub use decide::{decide, decide_with, scores, NoEligible, Pick};
 pub use explain::{explain, ConstraintRow, Explanation, Picked, RowView};
 pub use quality::{blend, claim_weight, plausible, Observed};
-pub use score::{score, Components};
+pub use score::{score, Components, RULE as SCORING_RULE};
 
 use crate::ldp::{CapabilityHints, CostTier, IdentityCard};
 use serde::{Deserialize, Serialize};

@@ -19,6 +19,31 @@ pub fn init() {
         .try_init();
 }
 
+/// Where a command that prints a report (the demo) sends its logs: to `file` when `rust_log`
+/// (the `RUST_LOG` variable) is unset, so standard output and error carry the report alone;
+/// `None` when `RUST_LOG` is set, which then says where they go (standard error, as [`init`]).
+pub fn log_file_unless_rust_log(
+    file: &std::path::Path,
+    rust_log: Option<&std::ffi::OsStr>,
+) -> Option<std::path::PathBuf> {
+    rust_log.is_none().then(|| file.to_owned())
+}
+
+/// Installs the global subscriber once, at `info`, appending plain lines (no colours) to
+/// `path`; later calls do nothing.
+pub fn init_to_file(path: &std::path::Path) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(file))
+        .try_init();
+    Ok(())
+}
+
 /// Buckets for task durations: 1 ms … 2 min.
 const TASK_BUCKETS: [f64; 16] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
@@ -45,6 +70,37 @@ pub const FEEDBACK_OUTCOMES: [&str; 3] = ["good", "bad", "score"];
 /// the verifiers passed the result, voted it down, or none could vote (no independent
 /// verifier eligible, or none answered).
 pub const VERIFICATION_RESULTS: [&str; 3] = ["passed", "failed", "no_verifier"];
+
+/// How a task ended, as `ldp_gateway_tasks_total{outcome}` counts it (the ledger's
+/// `provenance::Outcome`).
+pub const TASK_OUTCOMES: [&str; 2] = ["result", "failed"];
+
+/// How a policy reload ended, as `ldp_gateway_policy_reloads_total{result}` counts it.
+pub const RELOAD_RESULTS: [&str; 2] = ["ok", "error"];
+
+/// The scopes of `ldp_gateway_rate_limited_total{scope}` and
+/// `ldp_gateway_rate_limit_local_fallbacks_total{scope}`.
+pub const RATE_LIMIT_SCOPES: [&str; 4] = ["tenant", "tenant_skill", "policy", "delegate"];
+
+/// Most label sets [`Metrics::init_known`] visits per metric and call: label sets from the
+/// configuration start at 0 up to this many (a huge fleet × tenants × policies does not flood
+/// a scrape).
+pub const MAX_INIT_SERIES: usize = 4096;
+
+/// What the configuration and the fleet say label values can be: their series are exported
+/// at 0 before anything happens, so a dashboard panel has a series from the first scrape.
+pub struct Known<'a> {
+    /// Tenant names.
+    pub tenants: &'a [&'a str],
+    /// Policy names.
+    pub policies: &'a [&'a str],
+    /// `(delegate, skill)` for each skill each delegate offers.
+    pub offers: &'a [(&'a str, &'a str)],
+    /// HTTP routes (their `200` series).
+    pub routes: &'a [&'a str],
+    /// Error codes of `ldp_gateway_errors_total`.
+    pub error_codes: &'a [&'a str],
+}
 
 /// A caught panic's message (`panic!`'s text, if it was text).
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
@@ -352,8 +408,11 @@ impl Metrics {
         let spend_total = Counter::new("ldp_gateway_spend_usd_total", "All spend in USD")?;
         r.register(Box::new(spend_total.clone()))?;
         // Known label values start at zero, so dashboards show a flat line, not "no data".
-        for scope in ["tenant", "tenant_skill", "policy", "delegate"] {
+        for scope in RATE_LIMIT_SCOPES {
             rate_limited.with_label_values(&[scope]);
+        }
+        for result in RELOAD_RESULTS {
+            policy_reloads.with_label_values(&[result]);
         }
         for reason in FALLBACK_REASONS {
             fallbacks.with_label_values(&[reason]);
@@ -384,6 +443,9 @@ impl Metrics {
             "Rate-limit decisions made locally (limit divided by replicas) while Redis was unreachable",
             &["scope"],
         )?;
+        for scope in RATE_LIMIT_SCOPES {
+            rate_limit_fallbacks.with_label_values(&[scope]);
+        }
         let openai_turns_dropped = counter_vec(
             &r,
             "ldp_gateway_openai_turns_dropped_total",
@@ -478,6 +540,78 @@ impl Metrics {
         self.render()
     }
 
+    /// Creates, at 0, the series of every label set `known` allows (each metric up to
+    /// [`MAX_INIT_SERIES`]): tasks, durations, spend, tokens, routing decisions and
+    /// verifications by the configured tenants, policies and offered skills, the routes'
+    /// `200`, every error code. Existing series keep their counts.
+    pub fn init_known(&self, known: &Known<'_>) {
+        fn each<'a>(sets: impl Iterator<Item = Vec<&'a str>>, mut init: impl FnMut(&[&'a str])) {
+            for labels in sets.take(MAX_INIT_SERIES) {
+                init(&labels);
+            }
+        }
+        let Known {
+            tenants,
+            policies,
+            offers,
+            routes,
+            error_codes,
+        } = *known;
+        let mut delegates: Vec<&str> = offers.iter().map(|(d, _)| *d).collect();
+        delegates.sort_unstable();
+        delegates.dedup();
+        let t_offers = || {
+            tenants
+                .iter()
+                .flat_map(move |t| offers.iter().map(move |(d, s)| (*t, *d, *s)))
+        };
+        each(
+            t_offers().flat_map(|(t, d, s)| TASK_OUTCOMES.iter().map(move |o| vec![t, s, d, *o])),
+            |l| {
+                self.tasks.with_label_values(l);
+            },
+        );
+        each(
+            t_offers().flat_map(|(t, d, s)| policies.iter().map(move |p| vec![t, s, d, *p])),
+            |l| {
+                self.cost_usd.with_label_values(l);
+            },
+        );
+        each(offers.iter().map(|(d, s)| vec![*s, *d]), |l| {
+            self.task_duration.with_label_values(l);
+        });
+        each(
+            tenants
+                .iter()
+                .flat_map(|t| delegates.iter().map(move |d| vec![*t, *d])),
+            |l| {
+                self.tokens.with_label_values(l);
+            },
+        );
+        each(
+            policies
+                .iter()
+                .flat_map(|p| delegates.iter().map(move |d| vec![*p, *d])),
+            |l| {
+                self.routing_decisions.with_label_values(l);
+            },
+        );
+        each(
+            policies
+                .iter()
+                .flat_map(|p| VERIFICATION_RESULTS.iter().map(move |r| vec![*p, *r])),
+            |l| {
+                self.verifications.with_label_values(l);
+            },
+        );
+        each(routes.iter().map(|r| vec![*r, "200"]), |l| {
+            self.http_requests.with_label_values(l);
+        });
+        each(error_codes.iter().map(|c| vec![*c]), |l| {
+            self.errors.with_label_values(l);
+        });
+    }
+
     /// Counts and logs a panic caught at `place` (one of [`PANIC_PLACES`]).
     pub fn panicked(&self, place: &'static str, payload: &(dyn std::any::Any + Send)) {
         self.panics.with_label_values(&[place]).inc();
@@ -511,5 +645,80 @@ impl Metrics {
             tracing::error!(error = %e, "metrics encoding failed");
         }
         buf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_logs_to_its_file_unless_rust_log_is_set() {
+        let file = std::path::Path::new("/tmp/x/gateway.log");
+        assert_eq!(log_file_unless_rust_log(file, None), Some(file.to_owned()));
+        let set = std::ffi::OsStr::new("debug");
+        assert_eq!(log_file_unless_rust_log(file, Some(set)), None);
+    }
+
+    #[test]
+    fn known_label_sets_start_at_zero_bounded_and_keep_their_counts() {
+        let m = Metrics::new().unwrap();
+        let fresh = m.render();
+        for line in [
+            "ldp_gateway_policy_reloads_total{result=\"error\"} 0",
+            "ldp_gateway_rate_limit_local_fallbacks_total{scope=\"tenant\"} 0",
+            "ldp_gateway_feedback_total{outcome=\"bad\"} 0",
+        ] {
+            assert!(fresh.contains(line), "{line} in\n{fresh}");
+        }
+        m.tasks
+            .with_label_values(&["acme", "s", "d", "result"])
+            .inc();
+        let offers: Vec<(String, String)> = (0..100)
+            .map(|i| (format!("d{i}"), "s".to_owned()))
+            .collect();
+        let offers: Vec<(&str, &str)> = offers
+            .iter()
+            .map(|(d, s)| (d.as_str(), s.as_str()))
+            .collect();
+        let tenants: Vec<String> = (0..30).map(|i| format!("t{i}")).collect();
+        let mut tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
+        tenants.push("acme");
+        let known = Known {
+            tenants: &tenants,
+            policies: &["balanced", "cheapest"],
+            offers: &[("d", "s")],
+            routes: &["/ldp/messages"],
+            error_codes: &["bad_request"],
+        };
+        m.init_known(&known);
+        let text = m.render();
+        for line in [
+            "ldp_gateway_tasks_total{delegate=\"d\",outcome=\"result\",skill=\"s\",tenant=\"acme\"} 1",
+            "ldp_gateway_tasks_total{delegate=\"d\",outcome=\"failed\",skill=\"s\",tenant=\"acme\"} 0",
+            "ldp_gateway_cost_usd_total{delegate=\"d\",policy=\"cheapest\",skill=\"s\",tenant=\"t3\"} 0",
+            "ldp_gateway_task_duration_seconds_count{delegate=\"d\",skill=\"s\"} 0",
+            "ldp_gateway_routing_decisions_total{delegate=\"d\",policy=\"balanced\"} 0",
+            "ldp_gateway_verifications_total{policy=\"cheapest\",result=\"no_verifier\"} 0",
+            "ldp_gateway_http_requests_total{route=\"/ldp/messages\",status=\"200\"} 0",
+            "ldp_gateway_errors_total{code=\"bad_request\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        // 31 tenants x 100 offers x 2 policies = 6200 label sets: capped (the 62 of the first
+        // call among them).
+        m.init_known(&Known {
+            offers: &offers,
+            ..known
+        });
+        let spend = m
+            .render()
+            .lines()
+            .filter(|l| l.starts_with("ldp_gateway_cost_usd_total{"))
+            .count();
+        assert!(
+            (MAX_INIT_SERIES..=MAX_INIT_SERIES + 62).contains(&spend),
+            "{spend}"
+        );
     }
 }

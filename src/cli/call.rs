@@ -5,6 +5,7 @@
 use ldp_client::{Adapter, Config, Discovery, Error, ErrorKind, Event, Outcome, Secret, Task};
 use ldp_gateway::ldp::{IdentityCard, PayloadMode, Provenance, SessionConfig};
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -25,7 +26,8 @@ Exit codes:
   0  the task completed (with --discover: the card was read and would be accepted)
   1  any other error (such as an unwritable standard output)
   2  usage error
-  3  refused: a session rejected, the --trust-domain not satisfied (before any session),
+  3  refused: a session rejected (e.g. the endpoint does not trust --trust-domain), the
+     --require-domain not satisfied (before any session),
      a 4xx answer (401 wrong key, 429 rate limited), or a TASK_FAILED in the identity,
      policy, capability, session or security categories (e.g. NO_ELIGIBLE_DELEGATE)
   4  failed: the task was taken and failed (runtime, quality or transport category,
@@ -59,10 +61,14 @@ pub struct CallArgs {
     /// Routing policy, sent as `x-ldp-policy`.
     #[arg(long)]
     policy: Option<String>,
-    /// Required trust domain: an endpoint whose card names another is refused before any
-    /// session.
+    /// This client's own trust domain, sent with the session proposal (the reference SDK's
+    /// session config `trust_domain`); the endpoint must trust it.
+    #[arg(long, default_value = "default")]
+    trust_domain: String,
+    /// Required trust domain of the endpoint: one whose card names another is refused before
+    /// any session.
     #[arg(long)]
-    trust_domain: Option<String>,
+    require_domain: Option<String>,
     /// Payload mode to propose (`text`, `semantic_frame`, …); default: the endpoint's
     /// choice among all (a semantic frame needs `task_type` and `instruction`).
     #[arg(long, value_parser = parse_mode)]
@@ -113,7 +119,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<ExitCode> {
                     ErrorKind::Failed => ("failed", EXIT_FAILED),
                     ErrorKind::Transport => ("transport error", EXIT_TRANSPORT),
                 };
-                eprintln!("{word}: {ldp}");
+                eprintln!("{word}: {}", shown(&ldp.to_string(), false));
                 Ok(ExitCode::from(code))
             }
             None => Err(e),
@@ -135,7 +141,8 @@ async fn execute(mut args: CallArgs) -> anyhow::Result<()> {
         session,
         api_key: args.key.take().map(Secret::new),
         policy: args.policy.take(),
-        required_trust_domain: args.trust_domain.take(),
+        trust_domain: std::mem::take(&mut args.trust_domain),
+        required_trust_domain: args.require_domain.take(),
         deadline: args.timeout,
         connect_timeout: args.timeout.min(defaults.connect_timeout),
         ..defaults
@@ -199,7 +206,7 @@ fn print_progress(
         json!({"progress": progress, "message": message}).to_string()
     } else {
         let pct = progress.map_or_else(|| "   -".to_owned(), |p| format!("{:>3.0}%", p * 100.0));
-        format!("progress {pct} {}", message.unwrap_or(""))
+        format!("progress {pct} {}", shown(message.unwrap_or(""), false))
     };
     emit(&format!("{}\n", line.trim_end()))?;
     Ok(())
@@ -223,7 +230,10 @@ fn print_outcome(o: &Outcome, as_json: bool) -> anyhow::Result<()> {
     if let Value::Object(map) = &mut output {
         map.remove("ldp_provenance");
     }
-    let mut text = format!("output:\n{}\n", serde_json::to_string_pretty(&output)?);
+    // Pretty JSON escapes C0 in strings but not DEL, C1 or bidi controls; its own line breaks
+    // stay.
+    let pretty = serde_json::to_string_pretty(&output)?;
+    let mut text = format!("output:\n{}\n", shown(&pretty, true));
     match &o.provenance {
         Some(p) => {
             text.push_str("provenance:\n");
@@ -233,8 +243,8 @@ fn print_outcome(o: &Outcome, as_json: bool) -> anyhow::Result<()> {
     }
     text.push_str(&format!(
         "timing: {elapsed_ms:.1} ms (task {}, answered by {}, payload {})\n",
-        o.task_id.as_str(),
-        o.answered_by,
+        shown(o.task_id.as_str(), false),
+        shown(&o.answered_by, false),
         o.payload_mode.as_str()
     ));
     emit(&text)?;
@@ -304,9 +314,13 @@ fn print_card(found: &Discovery, as_json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     let card = &found.card;
-    let mut text = format!("endpoint: {}\nname: {}\n", found.url, card.name);
+    let mut text = format!(
+        "endpoint: {}\nname: {}\n",
+        shown(&found.url, false),
+        shown(&card.name, false)
+    );
     if let Some(d) = &card.description {
-        text.push_str(&format!("description: {d}\n"));
+        text.push_str(&format!("description: {}\n", shown(d, false)));
     }
     text.push_str("labels:\n");
     let labels: Vec<Vec<String>> = found.labels.iter().map(|(k, v)| row(k, v)).collect();
@@ -319,8 +333,14 @@ fn print_card(found: &Discovery, as_json: bool) -> anyhow::Result<()> {
     text.push_str(&format!("capabilities: {}\n", card.capabilities.len()));
     text.push_str(&table(&capability_rows(card), "  "));
     match &found.untrusted {
-        Some(v) => text.push_str(&format!("trust: refused before any session: {v}\n")),
-        None => text.push_str(&format!("trust: ok ({})\n", card.trust_domain.name)),
+        Some(v) => text.push_str(&format!(
+            "trust: refused before any session: {}\n",
+            shown(&v.to_string(), false)
+        )),
+        None => text.push_str(&format!(
+            "trust: ok ({})\n",
+            shown(&card.trust_domain.name, false)
+        )),
     }
     emit(&text)?;
     Ok(())
@@ -358,8 +378,39 @@ fn row(key: &str, value: &str) -> Vec<String> {
     vec![key.to_owned(), value.to_owned()]
 }
 
-/// Rows as left-aligned columns, each line starting with `indent`.
+/// Whether `c` could drive a terminal: C0 and C1 controls, DEL, and the bidi controls
+/// (embeddings and overrides U+202A–202E, isolates U+2066–2069, marks U+200E/F and U+061C).
+fn is_hostile(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{61c}')
+}
+
+/// A remote string as shown in text mode: every control and bidi character escaped as
+/// `\u{1b}`, so no card, answer or error can write escape sequences (clipboard, screen,
+/// hyperlinks) or reorder text on the terminal; `keep_newlines` leaves `\n` (this program's
+/// own line breaks in a block it formatted).
+fn shown(s: &str, keep_newlines: bool) -> Cow<'_, str> {
+    let hostile = |c: char| is_hostile(c) && !(keep_newlines && c == '\n');
+    if !s.chars().any(hostile) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if hostile(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Rows as left-aligned columns, each line starting with `indent`; every cell [`shown`].
 fn table(rows: &[Vec<String>], indent: &str) -> String {
+    let rows: Vec<Vec<Cow<'_, str>>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| shown(c, false)).collect())
+        .collect();
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|i| {
@@ -403,6 +454,23 @@ mod tests {
         assert_eq!(parse_timeout("1500ms"), Ok(Duration::from_millis(1500)));
         assert!(parse_timeout("0s").is_err());
         assert!(parse_timeout("soon").is_err());
+    }
+
+    #[test]
+    fn hostile_characters_are_shown_escaped() {
+        let nasty =
+            "a\u{1b}]52;c;ZXZpbA==\u{7}b\u{9b}2J\u{7f}\u{202e}txt.exe\u{2066}\u{200f}\u{61c}\nz";
+        assert_eq!(
+            shown(nasty, false),
+            "a\\u{1b}]52;c;ZXZpbA==\\u{7}b\\u{9b}2J\\u{7f}\\u{202e}txt.exe\\u{2066}\\u{200f}\\u{61c}\\u{a}z"
+        );
+        assert_eq!(shown("x\ny\u{1b}", true), "x\ny\\u{1b}");
+        assert!(matches!(
+            shown("plain — ünïcode ✓", false),
+            Cow::Borrowed(_)
+        ));
+        let t = table(&[row("k\u{1b}[2J", "v")], "");
+        assert_eq!(t, "k\\u{1b}[2J  v\n");
     }
 
     #[test]

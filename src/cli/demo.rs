@@ -108,6 +108,9 @@ impl Drop for WorkDir {
     }
 }
 
+/// The gateway's log in the demo's directory (unless `RUST_LOG` is set).
+const LOG_FILE: &str = "gateway.log";
+
 /// Writes `text` to stdout and flushes, so a reader sees each line at once.
 fn say(text: impl AsRef<str>) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
@@ -120,6 +123,16 @@ fn say(text: impl AsRef<str>) -> anyhow::Result<()> {
 /// `ldp-gateway demo`.
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let work = WorkDir::create()?;
+    // The report alone on the terminal: the gateway's logs go to a file, unless RUST_LOG says.
+    let log_file = ldp_gateway::telemetry::log_file_unless_rust_log(
+        &work.path().join(LOG_FILE),
+        std::env::var_os("RUST_LOG").as_deref(),
+    );
+    match &log_file {
+        Some(file) => ldp_gateway::telemetry::init_to_file(file)
+            .with_context(|| format!("creating {}", file.display()))?,
+        None => ldp_gateway::telemetry::init(),
+    }
     write_policies(work.path())?;
     let mut config = demo_config(&args, work.path())?;
     let fleet = fleet::start(&config.delegates).await?;
@@ -209,6 +222,10 @@ async fn demo(
         "data:         {} (removed at exit)",
         work.display()
     ))?;
+    let log_file = work.join(LOG_FILE);
+    if log_file.exists() {
+        say(format!("logs:         {}", log_file.display()))?;
+    }
     say("")?;
     say(fleet_table(fleet, tiers))?;
 

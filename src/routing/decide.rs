@@ -198,6 +198,7 @@ pub fn decide_with<O: Offer>(
     for f in &s.figures {
         scale.add(f);
     }
+    let scale = scale.ready();
     let scores: Vec<f64> = s
         .figures
         .iter()
@@ -280,6 +281,7 @@ pub fn scores<O: Offer>(
     for f in &s.figures {
         scale.add(f);
     }
+    let scale = scale.ready();
     let mut scored: Vec<Option<(Components, f64)>> = vec![None; offers.len()];
     for (k, &i) in s.index.iter().enumerate() {
         let c = scale.components(&s.figures[k], params.missing_score);

@@ -3,6 +3,7 @@
 
 use super::{
     decide, scores, Components, Constraint, Figures, Need, NoEligible, Offer, RoutingParams,
+    SCORING_RULE,
 };
 use crate::policy::Policy;
 use serde::{Serialize, Serializer};
@@ -66,6 +67,8 @@ pub struct Explanation {
     pub weights: [f64; 3],
     /// Its tolerance.
     pub tolerance: f64,
+    /// How figures become score components ([`SCORING_RULE`]).
+    pub scoring: &'static str,
     /// Every delegate.
     pub delegates: Vec<RowView>,
     /// Names within tolerance of the best score.
@@ -275,6 +278,7 @@ pub fn explain<O: Offer>(
         policy: policy.name.0.clone(),
         weights: [w.quality, w.cost, w.latency],
         tolerance: policy.tolerance,
+        scoring: SCORING_RULE,
         delegates,
         band,
         pick,
@@ -292,6 +296,7 @@ impl Explanation {
             "skill '{}' under policy '{}' (weights quality {wq}, cost {wc}, latency {wl}; tolerance {})",
             self.skill, self.policy, self.tolerance
         );
+        let _ = writeln!(out, "scores: {}", self.scoring);
         for d in &self.delegates {
             let _ = write!(out, "\n{} ({})", d.delegate, d.delegate_id);
             if !d.offers_skill {

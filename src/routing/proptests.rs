@@ -768,3 +768,255 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Scores that follow the weights (issue 25)
+
+/// A "clear leader" problem: offer 0 is best on criterion `x` (0 quality, 1 cost, 2 latency)
+/// by a clear margin — the worst at least twice its value, every other at least
+/// (worst / leader)^0.6 times it — and on each other criterion at most the geometric mean of
+/// the others' best and worst (the better half, never the worst). The criteria as "badness":
+/// quality's error rate, cost, latency.
+#[derive(Debug, Clone)]
+struct Leader {
+    x: usize,
+    /// `[criterion][offer]` badness, offer 0 the leader.
+    bad: [Vec<f64>; 3],
+    weights: Weights,
+    tolerance: f64,
+    seed: u64,
+}
+
+impl Leader {
+    fn offers(&self) -> Vec<TestOffer> {
+        (0..self.bad[0].len())
+            .map(|i| {
+                super::tests::offer(
+                    &format!("d{i}"),
+                    Some(1.0 - self.bad[0][i]),
+                    Some(self.bad[1][i]),
+                    Some(self.bad[2][i] as u64),
+                )
+            })
+            .collect()
+    }
+
+    fn policy(&self) -> Policy {
+        Policy {
+            weights: self.weights,
+            tolerance: self.tolerance,
+            ..Policy::builtin_balanced()
+        }
+    }
+}
+
+/// Badness ranges (least, greatest) per criterion: error rate, USD, whole ms.
+const BAD_RANGE: [(f64, f64); 3] = [(0.005, 0.95), (1e-5, 10.0), (1.0, 60_000.0)];
+
+fn leader() -> impl Strategy<Value = Leader> {
+    (
+        0usize..3,
+        1usize..6,
+        0.5..=1.0f64,
+        0.0..=1.0f64,
+        0.0..=0.04f64,
+        any::<u64>(),
+    )
+        .prop_flat_map(|(x, others, w, split, tolerance, seed)| {
+            let fractions = || prop::collection::vec(0.0..=1.0f64, others);
+            (
+                Just((x, w, split, tolerance, seed)),
+                // On x: the leader's value (a fraction of the lower half of the range), the
+                // worst as a multiple of it, where the others sit between.
+                (0.0..=0.5f64, 2.0..=50.0f64, fractions()),
+                // On each criterion: where the others sit in its range, and where the leader
+                // sits in the better half of their spread (used unless it is x).
+                [
+                    (fractions(), 0.0..=0.5f64),
+                    (fractions(), 0.0..=0.5f64),
+                    (fractions(), 0.0..=0.5f64),
+                ],
+            )
+        })
+        .prop_map(|((x, w, split, tolerance, seed), (lead, times, at), ys)| {
+            // Geometric placement in a range, so tiny and huge values both occur; latency in
+            // whole ms.
+            let place = |k: usize, f: f64| {
+                let (lo, hi) = BAD_RANGE[k];
+                let v = lo * (hi / lo).powf(f);
+                if k == 2 {
+                    v.round()
+                } else {
+                    v
+                }
+            };
+            let bad: [Vec<f64>; 3] = std::array::from_fn(|k| {
+                if k == x {
+                    // Leader a, the worst a * t (t >= 2, the first other), the rest at
+                    // a * t^e for e in [0.6, 1].
+                    let a = place(k, lead);
+                    let t = times.min(BAD_RANGE[k].1 / a).max(2.0);
+                    let worst = if k == 2 { (a * t).ceil() } else { a * t };
+                    let t = worst / a;
+                    let others = at.iter().enumerate().map(|(i, f)| {
+                        let b = if i == 0 {
+                            worst
+                        } else {
+                            a * t.powf(0.6 + 0.4 * f)
+                        };
+                        if k == 2 {
+                            b.ceil()
+                        } else {
+                            b
+                        }
+                    });
+                    std::iter::once(a).chain(others).collect()
+                } else {
+                    let (at, pos) = &ys[k];
+                    let v: Vec<f64> = at.iter().map(|f| place(k, *f)).collect();
+                    let lo = v.iter().copied().fold(f64::MAX, f64::min);
+                    let hi = v.iter().copied().fold(f64::MIN, f64::max);
+                    let a = lo * (hi / lo).powf(*pos);
+                    let a = if k == 2 { a.floor().max(lo) } else { a };
+                    std::iter::once(a).chain(v).collect()
+                }
+            });
+            let mut rest = [(1.0 - w) * split, (1.0 - w) * (1.0 - split)].into_iter();
+            let weights: [f64; 3] = std::array::from_fn(|k| {
+                if k == x {
+                    w
+                } else {
+                    rest.next().unwrap_or(0.0)
+                }
+            });
+            Leader {
+                x,
+                bad,
+                weights: Weights {
+                    quality: weights[0],
+                    cost: weights[1],
+                    latency: weights[2],
+                },
+                tolerance,
+                seed,
+            }
+        })
+}
+
+/// `c` with every price (declared, tier prices, the bounds on cost) times `k`.
+fn prices_times(c: &Case, k: f64) -> Case {
+    let mut c = c.clone();
+    for s in &mut c.specs {
+        s.price = s.price.map(|p| p * k);
+    }
+    let t = &mut c.params.tier_prices;
+    (t.low, t.medium, t.high) = (t.low * k, t.medium * k, t.high * k);
+    c.policy.require.max_cost_usd = c.policy.require.max_cost_usd.map(|m| m * k);
+    c.need.contract_max_cost_usd = c.need.contract_max_cost_usd.map(|m| m * k);
+    c
+}
+
+/// `c` with every latency (declared, observed, the bounds on latency) times `k`.
+fn latencies_times(c: &Case, k: u64) -> Case {
+    let mut c = c.clone();
+    for s in &mut c.specs {
+        s.p50 = s.p50.map(|ms| ms * k);
+        s.observed = s.observed.map(|ms| ms * k as f64);
+        if let Some((text, Some(ms))) = &mut s.card_latency {
+            *ms *= k;
+            *text = format!("p50:{ms}ms");
+        }
+    }
+    c.policy.require.max_latency_ms = c.policy.require.max_latency_ms.map(|m| m * k);
+    c.need.contract_ms_left = c.need.contract_ms_left.map(|m| m * k);
+    c
+}
+
+/// The same decisions: the same offers eligible with the same scores (to rounding), the same
+/// band (but for a score within rounding of the floor), then the same picks.
+fn same_decisions(a: &Case, b: &Case) -> Result<(), TestCaseError> {
+    let (oa, ob) = (a.offers(), b.offers());
+    let (_, sa, fa) = scores(&oa, &a.policy, &a.need, &a.params);
+    let (_, sb, fb) = scores(&ob, &b.policy, &b.need, &b.params);
+    let mut edge = false;
+    for (i, (x, y)) in sa.iter().zip(&sb).enumerate() {
+        match (x, y) {
+            (Some((_, x)), Some((_, y))) => {
+                prop_assert!((x - y).abs() < 1e-9, "offer {}: score {} vs {}", i, x, y);
+                if (x - fa).abs() < 1e-9 || (y - fb).abs() < 1e-9 {
+                    edge = true;
+                } else {
+                    prop_assert_eq!(*x >= fa, *y >= fb, "offer {} in band", i);
+                }
+            }
+            (None, None) => {}
+            _ => prop_assert!(false, "offer {} eligible in one case only", i),
+        }
+    }
+    if !edge {
+        let pa: Vec<_> = picks(a, &oa, 8)
+            .into_iter()
+            .map(|p| p.map(|p| p.index))
+            .collect();
+        let pb: Vec<_> = picks(b, &ob, 8)
+            .into_iter()
+            .map(|p| p.map(|p| p.index))
+            .collect();
+        prop_assert_eq!(pa, pb);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A weight of at least 0.5 decides: an offer best on that criterion by a clear margin
+    /// (60% of the spread on the log scale, the worst at least twice its value) and in the
+    /// better half on every other criterion is the pick, alone in its band.
+    #[test]
+    fn a_dominant_weight_picks_the_clear_leader(l in leader()) {
+        let offers = l.offers();
+        let policy = l.policy();
+        let need = Need { skill: "s", client_domain: "default", ..Need::default() };
+        let params = RoutingParams::default();
+        let mut rng = fastrand::Rng::with_seed(l.seed);
+        for _ in 0..4 {
+            let p = decide(&offers, &policy, &need, &params, &mut rng).expect("all eligible");
+            let (_, scored, _) = scores(&offers, &policy, &need, &params);
+            prop_assert_eq!(
+                (p.index, p.band), (0, 1),
+                "criterion {} weights {:?}: scores {:?}", l.x, l.weights,
+                scored.iter().map(|s| s.map(|(_, s)| s)).collect::<Vec<_>>()
+            );
+        }
+    }
+
+    /// Prices are a ratio scale: every price (declared, tier, bounds) times the same factor
+    /// changes no score, no band and no pick.
+    #[test]
+    fn scaling_every_price_changes_no_decision(c in case(), k in 0.001..1000.0f64) {
+        same_decisions(&c, &prices_times(&c, k))?;
+    }
+
+    /// So are latencies (whole ms, so a whole factor).
+    #[test]
+    fn scaling_every_latency_changes_no_decision(c in case(), k in 2u64..50) {
+        same_decisions(&c, &latencies_times(&c, k))?;
+    }
+
+    /// An offer equal to another on every figure scores the same: both in the band or
+    /// neither.
+    #[test]
+    fn a_candidate_equal_on_all_criteria_ties(c in case(), which in any::<prop::sample::Index>()) {
+        let mut c = c;
+        let twin = c.specs[which.index(c.specs.len())].clone();
+        c.specs.push(twin);
+        let offers = c.offers();
+        let (_, scored, floor) = scores(&offers, &c.policy, &c.need, &c.params);
+        let (i, j) = (which.index(c.specs.len() - 1), c.specs.len() - 1);
+        prop_assert_eq!(scored[i], scored[j]);
+        if let Some((_, s)) = scored[i] {
+            prop_assert_eq!(s >= floor, scored[j].is_some_and(|(_, s)| s >= floor));
+        }
+    }
+}

@@ -279,10 +279,94 @@ fn score_normalises_over_the_candidates() {
         }),
         "fast"
     );
+    // Min–max: the best of each criterion 1, the worst 0.
     let (_, scored, _) = scores(&offers, &p, &need(), &params);
     let (c, _) = scored[0].unwrap();
-    assert_eq!(c.quality, 1.0);
-    assert!((c.cost - 0.001_001 / 0.020_001).abs() < 1e-6);
+    assert_eq!((c.quality, c.cost, c.latency), (1.0, 0.0, 0.0));
+    let (c, _) = scored[1].unwrap();
+    assert_eq!((c.quality, c.cost, c.latency), (0.0, 1.0, 0.0));
+}
+
+/// The normalisation rule: error rate for quality, min–max over the candidates, equal values
+/// all 1, a spread under half the worst value not stretched.
+#[test]
+fn each_criterion_spans_the_same_range() {
+    let params = RoutingParams::default();
+    let p = Policy::builtin_balanced();
+    let components = |offers: &[TestOffer]| -> Vec<Components> {
+        let (_, scored, _) = scores(offers, &p, &need(), &params);
+        scored.into_iter().map(|s| s.unwrap().0).collect()
+    };
+    // Quality 0.8 vs 0.95 is four times the errors: best and worst, like a 17x price or a
+    // 4.5x latency.
+    let c = components(&[
+        offer("mini", Some(0.8), Some(0.00045), Some(200)),
+        offer("large", Some(0.95), Some(0.0075), Some(900)),
+    ]);
+    assert_eq!((c[0].quality, c[0].cost, c[0].latency), (0.0, 1.0, 1.0));
+    assert_eq!((c[1].quality, c[1].cost, c[1].latency), (1.0, 0.0, 0.0));
+    // A middle value sits in proportion on a log scale: 0.02 is ln 2 / ln 5 of the way.
+    let c = components(&[
+        offer("a", Some(0.9), Some(0.01), Some(100)),
+        offer("b", Some(0.9), Some(0.02), Some(100)),
+        offer("c", Some(0.9), Some(0.05), Some(100)),
+    ]);
+    assert_eq!(c.iter().map(|c| c.quality).collect::<Vec<_>>(), [1.0; 3]);
+    assert_eq!(c.iter().map(|c| c.latency).collect::<Vec<_>>(), [1.0; 3]);
+    assert!(
+        (c[1].cost - (1.0 - 2f64.ln() / 5f64.ln())).abs() < 1e-12,
+        "{:?}",
+        c[1]
+    );
+    // 100 vs 110 ms is not stretched to 1 vs 0: the divisor is at least ln 2.
+    let c = components(&[
+        offer("a", Some(0.9), Some(0.01), Some(100)),
+        offer("b", Some(0.9), Some(0.01), Some(110)),
+    ]);
+    assert!(
+        (c[1].latency - (1.0 - 1.1f64.ln() / 2f64.ln())).abs() < 1e-12,
+        "{:?}",
+        c[1]
+    );
+    // Free is a thousandth of the worst: 0.001 USD is half-way between it and 0.03 (ln 33/ln 1000).
+    let c = components(&[
+        offer("free", Some(0.62), Some(0.0), Some(250)),
+        offer("mini", Some(0.8), Some(0.001), Some(250)),
+        offer("dear", Some(0.93), Some(0.03), Some(250)),
+    ]);
+    assert_eq!((c[0].cost, c[2].cost), (1.0, 0.0));
+    assert!((c[1].cost - (1.0 - (0.001f64 / 0.00003).ln() / 1000f64.ln())).abs() < 1e-9);
+    let mut cheapest = Policy::builtin_balanced();
+    cheapest.weights = Weights {
+        quality: 0.2,
+        cost: 0.7,
+        latency: 0.1,
+    };
+    cheapest.tolerance = 0.05;
+    let offers = [
+        offer("free", Some(0.62), Some(0.0), Some(250)),
+        offer("mini", Some(0.8), Some(0.001), Some(250)),
+        offer("dear", Some(0.93), Some(0.03), Some(250)),
+    ];
+    let mut rng = fastrand::Rng::with_seed(3);
+    let pick = decide(&offers, &cheapest, &need(), &params, &mut rng).unwrap();
+    assert_eq!(
+        (pick.index, pick.band),
+        (0, 1),
+        "the shipped cheapest weights take the free one"
+    );
+    // Free and instant delegates are simply the best; all free, all 1.
+    let c = components(&[
+        offer("free", Some(1.0), Some(0.0), Some(0)),
+        offer("paid", Some(0.5), Some(0.01), Some(10)),
+    ]);
+    assert_eq!((c[0].quality, c[0].cost, c[0].latency), (1.0, 1.0, 1.0));
+    assert_eq!((c[1].quality, c[1].cost, c[1].latency), (0.0, 0.0, 0.0));
+    let c = components(&[
+        offer("x", None, Some(0.0), None),
+        offer("y", None, Some(0.0), None),
+    ]);
+    assert_eq!((c[0].cost, c[1].cost), (1.0, 1.0));
 }
 
 #[test]

@@ -195,20 +195,21 @@ async fn metrics(State(s): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
-/// Sets the per-delegate gauges (cleared by the caller) for the delegates registered now.
+/// Sets the per-delegate gauges (cleared by the caller) for the delegates registered now, and
+/// creates at 0 the counters of every label set the configuration and fleet allow.
 fn refresh_gauges(s: &AppState, m: &crate::telemetry::Metrics) {
-    for d in s.registry.snapshot().iter() {
+    let snapshot = s.registry.snapshot();
+    init_known(s, m, &snapshot);
+    for d in snapshot.iter() {
         let name = d.name.as_str();
         m.delegate_up
             .with_label_values(&[name])
             .set(i64::from(d.is_healthy()));
         m.cost_discrepancies.with_label_values(&[name]);
         m.usage_clamped.with_label_values(&[name]);
-        if let Some(ms) = d.observed_latency_ms() {
-            m.delegate_latency_ewma
-                .with_label_values(&[name])
-                .set(ms / 1000.0);
-        }
+        // Not measured yet: NaN (a series with no number), never a made-up 0 s.
+        let ewma = d.observed_latency_ms().map_or(f64::NAN, |ms| ms / 1000.0);
+        m.delegate_latency_ewma.with_label_values(&[name]).set(ewma);
         if let Some(card) = d.card() {
             for cap in &card.capabilities {
                 let hints = card.effective_hints(&cap.name);
@@ -241,6 +242,47 @@ fn refresh_gauges(s: &AppState, m: &crate::telemetry::Metrics) {
         m.conversations_bytes
             .set(i64::try_from(b).unwrap_or(i64::MAX));
     }
+}
+
+/// [`crate::telemetry::Metrics::init_known`] for the tenants, policies and offered skills now.
+fn init_known(
+    s: &AppState,
+    m: &crate::telemetry::Metrics,
+    delegates: &[std::sync::Arc<crate::registry::Delegate>],
+) {
+    let policies = s.proxy.policies();
+    let policy_names: Vec<&str> = policies
+        .policies
+        .iter()
+        .map(|p| p.name.0.as_str())
+        .collect();
+    let tenants: Vec<&str> = s
+        .proxy
+        .tenants()
+        .all()
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    let cards: Vec<_> = delegates
+        .iter()
+        .map(|d| (d.name.as_str(), d.card()))
+        .collect();
+    let offers: Vec<(&str, &str)> = cards
+        .iter()
+        .filter_map(|(name, card)| card.as_ref().map(|c| (*name, c)))
+        .flat_map(|(name, c)| {
+            c.capabilities
+                .iter()
+                .map(move |cap| (name, cap.name.as_str()))
+        })
+        .collect();
+    m.init_known(&crate::telemetry::Known {
+        tenants: &tenants,
+        policies: &policy_names,
+        offers: &offers,
+        routes: &super::ldp_routes::ROUTES,
+        error_codes: &super::api_error::error_codes(),
+    });
 }
 
 fn delegate_json(d: &crate::registry::Delegate) -> serde_json::Value {

@@ -77,6 +77,23 @@ pub fn telling(kind: ErrorKind) -> Telling {
     }
 }
 
+/// Every `code` label [`telling`] gives `ldp_gateway_errors_total`.
+pub fn error_codes() -> Vec<&'static str> {
+    let kinds = [
+        ErrorKind::NoRoute,
+        ErrorKind::BodyTimeout,
+        ErrorKind::Conflict,
+    ];
+    let mut codes: Vec<&'static str> = kinds
+        .into_iter()
+        .chain(GatewayCode::ALL.into_iter().map(ErrorKind::Code))
+        .map(|k| telling(k).code)
+        .collect();
+    codes.sort_unstable();
+    codes.dedup();
+    codes
+}
+
 /// An error answered as `{"error": LdpError}` with the status its kind is told with (on the
 /// OpenAI routes: OpenAI's `{"error": {"message", "type", "param", "code"}}`, same status).
 #[derive(Debug)]

@@ -41,6 +41,19 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The route labels of `ldp_gateway_http_requests_total` for the LDP listener's routes (those
+/// `count_requests` names), exported at 0 from the start.
+pub(super) const ROUTES: [&str; 8] = [
+    "/ldp/messages",
+    "/ldp/stream",
+    "/ldp/feedback",
+    "/.well-known/ldp-identity",
+    "/ldp/identity",
+    "/ldp/capabilities",
+    "/v1/chat/completions",
+    "/v1/models",
+];
+
 /// Counts every request by route template (never the raw path: bounded labels) and status.
 async fn count_requests(
     State(s): State<AppState>,

@@ -173,8 +173,8 @@ async fn discover_prints_labels_and_capabilities() {
     assert_eq!(v["card"]["capabilities"].as_array().map(Vec::len), Some(2));
     assert!(v["untrusted"].is_null(), "{v}");
 
-    // A card that --trust-domain would refuse: printed, and exit 3.
-    let out = call(&[&url, "--discover", "--trust-domain", "other"], &[]).await;
+    // A card that --require-domain would refuse: printed, and exit 3.
+    let out = call(&[&url, "--discover", "--require-domain", "other"], &[]).await;
     assert_eq!(out.status.code(), Some(3), "{}", said(&out));
     assert!(text(&out.stdout).contains("trust: refused before any session"));
     d.shutdown().await;
@@ -274,13 +274,83 @@ async fn through_the_gateway_with_its_route_step_and_refusals() {
     gw.shutdown().await;
 }
 
+/// `--trust-domain` is the client's own domain (the reference SDK's session config
+/// `trust_domain`): against a gateway in domain `lab` (no tenants), `--trust-domain lab` runs
+/// the task; without it the client claims `default` and is refused as before, and
+/// `--require-domain` still checks the endpoint's card.
+#[tokio::test]
+async fn trust_domain_is_the_clients_own_and_require_domain_the_endpoints() {
+    let gw = TestGateway::builder()
+        .sim(SimOptions::new(card(
+            "b",
+            "lab",
+            &[("echo", 0.9)],
+            &["text"],
+        )))
+        .config(|c| c.identity.trust_domain = ldp_gateway::ldp::TrustDomain::named("lab"))
+        .spawn()
+        .await;
+    let url = gw.client().url("");
+
+    let out = call(&[&url, "--skill", "echo", "--trust-domain", "lab"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        row(&stdout, "produced_by"),
+        Some("ldp:delegate:b"),
+        "{stdout}"
+    );
+
+    let both = [
+        &url,
+        "--skill",
+        "echo",
+        "--trust-domain",
+        "lab",
+        "--require-domain",
+        "lab",
+    ];
+    let out = call(&both, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+
+    // Without it: the client claims `default`, which a `lab` gateway does not trust.
+    let out = call(&[&url, "--skill", "echo"], &[]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", said(&out));
+    let stderr = text(&out.stderr);
+    assert!(stderr.starts_with("refused: session rejected"), "{stderr}");
+    assert!(stderr.contains("'default' is not trusted"), "{stderr}");
+
+    // The requirement is on the endpoint's card: `lab` is not `default`.
+    let out = call(
+        &[
+            &url,
+            "--skill",
+            "echo",
+            "--trust-domain",
+            "lab",
+            "--require-domain",
+            "default",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(3), "{}", said(&out));
+    assert!(
+        text(&out.stderr).contains("refused before any session"),
+        "{}",
+        said(&out)
+    );
+    assert_eq!(gw.sim(0).stats().failures, 0);
+    gw.shutdown().await;
+}
+
 #[tokio::test]
 async fn exit_codes_tell_refused_failed_and_transport_apart() {
     let d = sim(echo_sim("a", Duration::ZERO)).await;
     let url = d.url();
 
     // Refused before any session: the card's domain is not the required one.
-    let out = call(&[&url, "--skill", "echo", "--trust-domain", "other"], &[]).await;
+    let out = call(&[&url, "--skill", "echo", "--require-domain", "other"], &[]).await;
     assert_eq!(out.status.code(), Some(3), "{}", said(&out));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("refused before any session"), "{stderr}");
@@ -342,4 +412,121 @@ async fn exit_codes_tell_refused_failed_and_transport_apart() {
 
     d.shutdown().await;
     f.shutdown().await;
+}
+
+/// What a hostile delegate puts in every string: an OSC 52 clipboard write, a screen clear,
+/// a hidden hyperlink, a C1 CSI, DEL, and a right-to-left override with an isolate and marks.
+const HOSTILE: &str = "x\u{1b}]52;c;cm0gLXJmIH4=\u{7}\u{1b}[2J\u{1b}]8;;http://evil.example/\u{1b}\\click\u{1b}]8;;\u{1b}\\\u{9b}31m\u{7f}\u{202e}fdp.exe\u{2066}\u{200e}\u{200f}\u{61c}\u{2069}\u{202c}";
+
+/// Whether `bytes` hold an ESC, a C1 control or a bidi control.
+fn has_hostile(bytes: &[u8]) -> bool {
+    let s = String::from_utf8_lossy(bytes);
+    bytes.contains(&0x1b)
+        || s.chars().any(|c| {
+            ('\u{80}'..='\u{9f}').contains(&c)
+                || c == '\u{7f}'
+                || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{61c}')
+        })
+}
+
+/// A delegate written here whose card (name, description, metadata, skill, domains) and
+/// answer (output text, provenance fields, lineage, evidence) all carry [`HOSTILE`].
+async fn hostile_delegate() -> String {
+    use ldp_client::ldp_wire::{Body, Envelope, Json, PayloadMode, Provenance};
+    let card = serde_json::json!({
+        "delegate_id": "ldp:delegate:hostile", "name": format!("name{HOSTILE}"),
+        "description": format!("about{HOSTILE}\nfake: line"),
+        "model_family": "evil", "model_version": format!("v{HOSTILE}"),
+        "trust_domain": {"name": "default", "allow_cross_domain": false, "trusted_peers": []},
+        "supported_payload_modes": ["text"],
+        "metadata": {format!("k{HOSTILE}"): format!("v{HOSTILE}")},
+        "capabilities": [{"name": "echo", "domains": [format!("d{HOSTILE}")],
+            "quality": {"quality_score": 0.9}},
+            {"name": format!("s{HOSTILE}"), "quality": {"quality_score": 0.5}}]
+    });
+    let messages = move |body: axum::body::Bytes| async move {
+        let env = Envelope::from_slice(&body).expect("an envelope");
+        let me = "ldp:delegate:hostile";
+        let body = match &env.body {
+            Body::Hello { .. } => Body::CapabilityManifest {
+                capabilities: Default::default(),
+            },
+            Body::SessionPropose { .. } => Body::SessionAccept {
+                session_id: ldp_client::ldp_wire::new_id(),
+                negotiated_mode: PayloadMode::Text,
+                fallback_chain: Vec::new(),
+            },
+            Body::TaskSubmit { task_id, .. } => {
+                let provenance: Provenance = serde_json::from_value(serde_json::json!({
+                    "produced_by": format!("ldp:delegate:hostile{HOSTILE}"),
+                    "model_version": format!("v{HOSTILE}"),
+                    "payload_mode_used": "text",
+                    "verified": false,
+                    "session_id": format!("s{HOSTILE}"),
+                    "timestamp": format!("t{HOSTILE}"),
+                    "contract_violations": [format!("c{HOSTILE}")],
+                    "evidence": [{"kind": format!("k{HOSTILE}"), "source": format!("e{HOSTILE}")}],
+                    "lineage": [{"delegate_id": format!("l{HOSTILE}"), "model_version": "1",
+                        "step": format!("step{HOSTILE}"), "note": format!("n{HOSTILE}")}]
+                }))
+                .expect("a provenance record");
+                Body::TaskResult {
+                    task_id: task_id.clone(),
+                    output: Json::from_value(
+                        &serde_json::json!({"text": format!("answer{HOSTILE}")}),
+                    ),
+                    provenance: Some(provenance),
+                }
+            }
+            _ => Body::SessionClose { reason: None },
+        };
+        axum::Json(env.reply(me, body, PayloadMode::Text))
+    };
+    let app = axum::Router::new()
+        .route(
+            "/.well-known/ldp-identity",
+            axum::routing::get(move || async move { axum::Json(card) }),
+        )
+        .route("/ldp/messages", axum::routing::post(messages));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// Issue 24 item 11: `call` shows control and bidi characters of remote strings escaped in
+/// text mode: `--discover` and a task's output, provenance and timing hold no ESC byte and no
+/// bidi control, and show `\u{1b}` instead.
+#[tokio::test]
+async fn remote_strings_are_shown_escaped() {
+    let url = hostile_delegate().await;
+    let out = call(&[&url, "--discover"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert!(!has_hostile(&out.stdout), "{}", said(&out));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("name: namex\\u{1b}]52;c;"), "{stdout}");
+    assert!(stdout.contains("\\u{202e}fdp.exe"), "{stdout}");
+    assert!(
+        !stdout.contains("\nfake: line"),
+        "a newline in a description is shown escaped: {stdout}"
+    );
+
+    let out = call(&[&url, "--skill", "echo", "--input", "hi"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert!(!has_hostile(&out.stdout), "{}", said(&out));
+    let stdout = text(&out.stdout);
+    // The output is pretty JSON (C0 as JSON escapes, the rest shown escaped).
+    assert!(stdout.contains("answerx\\u001b]52;c;"), "{stdout}");
+    assert!(stdout.contains("\\u{9b}31m\\u{7f}\\u{202e}"), "{stdout}");
+    assert!(
+        row(&stdout, "model_version").is_some_and(|v| v.starts_with("vx\\u{1b}]52;c;")),
+        "{stdout}"
+    );
+
+    // --json stays JSON: the strings as sent, for a program to read.
+    let out = call(&[&url, "--discover", "--json"], &[]).await;
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["card"]["name"], format!("name{HOSTILE}"));
 }

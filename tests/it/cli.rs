@@ -237,6 +237,52 @@ async fn demo_answers_ldp_early_then_prints_a_table_per_policy() {
     );
 }
 
+/// Issue 25 item 5: without `RUST_LOG` the demo prints its summary alone — no log line on
+/// stdout or stderr, though the quiz votes results down — and the gateway's logs go to
+/// `gateway.log` in its data directory, which the summary names.
+#[cfg(unix)] // stops it with SIGTERM
+#[tokio::test]
+async fn demo_prints_the_summary_alone_and_logs_to_its_data_directory() {
+    let mut cmd = bin();
+    cmd.args(["demo", "--tasks", "10", "--quiz-tasks", "20"])
+        .env_remove("RUST_LOG");
+    let mut out = Running::spawn(cmd);
+    out.line(DEMO_WITHIN, |l| l.starts_with("demo traffic done"))
+        .await;
+    let seen = out.stdout().join("\n");
+    let data = data_dir(&seen);
+    let logs = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("logs:"))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no logs line:\n{seen}"));
+    assert_eq!(Path::new(logs), Path::new(&data).join("gateway.log"));
+    let log = std::fs::read_to_string(logs).expect("the log file");
+    assert!(
+        log.contains(" INFO ") && log.contains("ldp_gateway::"),
+        "{log}"
+    );
+    assert!(!log.contains('\u{1b}'), "plain text, no colours: {log}");
+    let looks_like_log = |l: &str| {
+        l.contains('\u{1b}')
+            || [
+                " TRACE ",
+                " DEBUG ",
+                " INFO ",
+                " WARN ",
+                " ERROR ",
+                "ldp_gateway::",
+            ]
+            .iter()
+            .any(|w| l.contains(w))
+    };
+    assert!(!seen.lines().any(looks_like_log), "{seen}");
+    assert_eq!(out.stderr(), "", "nothing on stderr");
+    out.signal("-TERM");
+    let status = out.exit_within(Duration::from_secs(30)).await;
+    assert!(status.success(), "{status}");
+}
+
 /// The demo's temporary directory, from its `data:` line.
 fn data_dir(stdout: &str) -> String {
     let line = stdout

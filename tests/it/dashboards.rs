@@ -367,6 +367,48 @@ async fn dashboards_query_only_exported_metrics() {
     }
 }
 
+/// Whether `exposition` has a sample of metric `name` (a histogram by its `_count`).
+fn has_series(exposition: &str, name: &str) -> bool {
+    let count = format!("{name}_count");
+    exposition.lines().any(|l| {
+        [name, count.as_str()].iter().any(|n| {
+            l.strip_prefix(n)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+    })
+}
+
+/// Issue 25 item 3: before any traffic, a fresh gateway's `/metrics` already has a series of
+/// every metric a panel names (labelled counters with known label values start at 0), so no
+/// panel shows "No data" until something happens.
+#[tokio::test]
+async fn a_fresh_gateway_has_every_series_a_panel_names() {
+    let targets = all_targets();
+    let sims = delegates().await;
+    let gw = start_gateway(&sims).await;
+    let exposition = gw.metrics().await.0;
+    let mut missing: Vec<String> = Vec::new();
+    for t in &targets {
+        for n in metric_names(&t.expr) {
+            if !has_series(&exposition, &n) {
+                missing.push(format!("{}: `{n}` has no series", t.label(true)));
+            }
+        }
+    }
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "{}
+
+{exposition}",
+        missing.join("\n")
+    );
+    gw.shutdown().await;
+    for (_, s) in sims {
+        s.shutdown().await;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The real-Prometheus check
 // ---------------------------------------------------------------------------------------------

@@ -415,3 +415,64 @@ async fn observed_latency_overrides_a_lying_card() {
     assert!(liar_row["figures"]["latency_ms"].as_f64().unwrap() >= 250.0);
     gw.shutdown().await;
 }
+
+/// Issue 25's example: two OpenAI-backed delegates for `chat`, "mini" (quality 0.8 at
+/// 0.15/0.60 USD per Mtok, 200 ms) and "large" (0.95 at 2.5/10 USD, 900 ms). The shipped
+/// `best-quality` policy sends every task to the 0.95 one: quality's spread counts as much
+/// as the price's, and its weight (0.8) decides.
+#[tokio::test]
+async fn best_quality_picks_the_better_model_whatever_it_costs() {
+    use crate::support::openai::{declared, entry, start};
+    use ldp_gateway::sim::openai::OpenAiOptions;
+    let card = |quality: f64, input: f64, output: f64, ms: u64| ldp_gateway::config::DeclaredCard {
+        price_per_mtok_input: Some(input),
+        price_per_mtok_output: Some(output),
+        latency_p50_ms: Some(ms),
+        ..declared(&["chat"], quality)
+    };
+    let (mini, large) = (
+        start(OpenAiOptions::new("mini-model")).await,
+        start(OpenAiOptions::new("large-model")).await,
+    );
+    // The shipped policies (no `.policy(…)`).
+    let gw = TestGateway::builder()
+        .entry(entry(
+            "mini",
+            &mini.url(),
+            "mini-model",
+            card(0.8, 0.15, 0.60, 200),
+        ))
+        .entry(entry(
+            "large",
+            &large.url(),
+            "large-model",
+            card(0.95, 2.5, 10.0, 900),
+        ))
+        .spawn()
+        .await;
+    let x = gw
+        .admin()
+        .get("/admin/route?skill=chat&policy=best-quality")
+        .await
+        .json;
+    assert_eq!(x["pick"]["Ok"], "large", "{x:#}");
+    assert_eq!(x["band"], json!(["large"]), "{x:#}");
+    assert!(x["scoring"].as_str().unwrap().contains("error rate"), "{x}");
+    let c = gw.client();
+    for _ in 0..5 {
+        let (sid, _) = c
+            .session(json!({"policy": "best-quality", "preferred_payload_modes": ["text"]}))
+            .await;
+        let r = c.task(&sid, "chat", json!("hello"), "text").await;
+        assert_eq!(r["type"], "TASK_RESULT", "{r}");
+        assert_eq!(r["provenance"]["produced_by"], "ldp:delegate:large", "{r}");
+    }
+    // `cheapest` still takes the cheap one (both pass its quality floor).
+    let x = gw
+        .admin()
+        .get("/admin/route?skill=chat&policy=cheapest")
+        .await
+        .json;
+    assert_eq!(x["pick"]["Ok"], "mini", "{x:#}");
+    gw.shutdown().await;
+}

@@ -187,6 +187,11 @@ impl Running {
         )
     }
 
+    /// Stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().expect("stderr").clone()
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id().expect("still running")
     }
