@@ -716,7 +716,7 @@ fn evidence(client: &mut Client, since_ms: i64, limit: u32) -> Result<Vec<Eviden
         .collect::<Result<Vec<_>, LedgerError>>()?;
     let ratings = client
         .query(
-            "SELECT delegate, skill, score, created_ms FROM feedback
+            "SELECT delegate, skill, score, created_ms, tenant FROM feedback
              WHERE created_ms >= $1 AND delegate IS NOT NULL
              ORDER BY created_ms DESC, task_id DESC, tenant DESC LIMIT $2",
             &[&since_ms, &limit],
@@ -730,6 +730,7 @@ fn evidence(client: &mut Client, since_ms: i64, limit: u32) -> Result<Vec<Eviden
                 get(r, 1)?,
                 get(r, 2)?,
                 get(r, 3)?,
+                get(r, 4)?,
             ))
         })
         .collect::<Result<Vec<_>, LedgerError>>()?;

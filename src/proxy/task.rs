@@ -56,6 +56,8 @@ impl<'a> TaskCtx<'a> {
                 .and_then(|c| c.deadline_at())
                 .map(|d| (d - now).num_milliseconds().max(0) as u64),
             now_ms: now.timestamp_millis(),
+            // The tenant's own ratings steer its own tasks (and only those).
+            rater: Some(&self.tenant.name),
         }
     }
 

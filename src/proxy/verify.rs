@@ -159,7 +159,13 @@ impl Proxy {
         // The contract's budget, less the results so far and each verifier chosen.
         let contract_budget = t.need().contract_max_cost_usd;
         let mut spent = b.spent;
-        let base = Need { skill, ..t.need() };
+        // Verifiers are chosen on the shared evidence only: no tenant's own ratings pick who
+        // judges (a vote is shared evidence of the producer).
+        let base = Need {
+            skill,
+            rater: None,
+            ..t.need()
+        };
         // The verification task: the original input and the result, as JSON text.
         let input = match verification_input(t.task.input, b.output, t.task.skill) {
             Ok(i) => i,

@@ -157,10 +157,11 @@ async fn rate(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Feedb
         .feedback
         .with_label_values(&[fb.outcome.as_str()])
         .inc();
-    // The rating is evidence of what the delegate delivered (routing's learned quality).
+    // The rating is evidence of what the delegate delivered (routing's learned quality):
+    // the tenant's own, or shared when the operator trusts it as a rater.
     if let Some(delegate) = &fb.delegate {
         s.registry
-            .observe(delegate, &fb.skill, fb.score, 1.0, fb.created_ms);
+            .observe_rating(delegate, &fb.skill, &fb.tenant, fb.score, fb.created_ms);
     }
     Ok(fb)
 }

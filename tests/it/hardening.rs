@@ -11,4 +11,5 @@ mod ledger;
 mod liar;
 mod openai;
 mod panics;
+mod ratings;
 mod upstream;

@@ -245,7 +245,7 @@ pub(super) fn evidence(
     let mut ratings = Vec::new();
     if version >= 5 {
         let mut stmt = conn.prepare_cached(
-            "SELECT delegate, skill, score, created_ms FROM feedback
+            "SELECT delegate, skill, score, created_ms, tenant FROM feedback
              WHERE created_ms >= ?1 AND delegate IS NOT NULL
              ORDER BY created_ms DESC, task_id DESC, tenant DESC LIMIT ?2",
         )?;
@@ -255,6 +255,7 @@ pub(super) fn evidence(
                 r.get(1)?,
                 r.get(2)?,
                 r.get(3)?,
+                r.get(4)?,
             ))
         })?;
         ratings = rows.collect::<Result<_, _>>()?;

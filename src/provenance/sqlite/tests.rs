@@ -463,6 +463,8 @@ fn evidence(
         score,
         weight,
         at_ms,
+        // Ratings in these tests are the default row's tenant's.
+        rater: (source == EvidenceSource::Feedback).then(|| "anonymous".to_owned()),
         source,
     }
 }
