@@ -387,7 +387,11 @@ impl Offer for SkillOffer {
     fn observed_latency_ms(&self) -> Option<f64> {
         self.delegate.observed_latency_ms()
     }
-    fn observed_quality(&self, now_ms: i64, rater: Option<&str>) -> Option<crate::routing::Observed> {
+    fn observed_quality(
+        &self,
+        now_ms: i64,
+        rater: Option<&str>,
+    ) -> Option<crate::routing::Observed> {
         self.estimate.as_ref()?.observed(now_ms, rater)
     }
     fn weight(&self) -> f64 {
@@ -656,7 +660,9 @@ impl Registry {
             let r = skills.entry(e.skill.as_str()).or_default();
             let b = match e.rater.as_deref().filter(|t| !trusted.contains(*t)) {
                 Some(tenant) if r.own.len() < quality::MAX_RATERS || r.own.contains_key(tenant) => {
-                    r.own.entry(tenant.into()).or_insert(quality::Beta::empty(e.at_ms))
+                    r.own
+                        .entry(tenant.into())
+                        .or_insert(quality::Beta::empty(e.at_ms))
                 }
                 Some(_) => continue,
                 None => r.shared.get_or_insert(quality::Beta::empty(e.at_ms)),

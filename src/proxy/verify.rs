@@ -494,7 +494,9 @@ fn verification_input(input: &Json, output: &Json, skill: &str) -> Result<Json, 
 }
 
 /// A verifier's output read as a vote: `passed` (a boolean) is required; `confidence` (0..1)
-/// and `reason` are kept when present. The verdict may also come as text holding that JSON
+/// and `reason` (text) are kept when present and readable, else left out: a confidence of
+/// `"high"`, `7` or `1e999` (beyond f64) costs the vote its confidence, never the vote. The
+/// verdict may also come as text holding that JSON
 /// (a model's answer, as an OpenAI-backed or text-mode verifier gives it; a Markdown code
 /// fence around it is allowed). Anything else is no vote.
 fn read_verdict(output: &Json) -> Option<Verdict> {
@@ -511,19 +513,26 @@ fn read_verdict(output: &Json) -> Option<Verdict> {
                 .filter(|j| j.as_string().is_none())?,
         );
     }
+    // The optional fields are taken as raw JSON and read one by one: a field of the wrong
+    // type (or a number serde cannot hold) would otherwise fail the whole verdict.
     #[derive(serde::Deserialize)]
-    struct Raw {
+    struct Raw<'a> {
         passed: bool,
-        #[serde(default)]
-        confidence: Option<f64>,
-        #[serde(default)]
-        reason: Option<String>,
+        #[serde(default, borrow)]
+        confidence: Option<&'a serde_json::value::RawValue>,
+        #[serde(default, borrow)]
+        reason: Option<&'a serde_json::value::RawValue>,
     }
-    let raw: Raw = serde_json::from_str(output.get()).ok()?;
+    let raw: Raw<'_> = serde_json::from_str(output.get()).ok()?;
     Some(Verdict {
         passed: raw.passed,
-        confidence: raw.confidence.filter(|c| (0.0..=1.0).contains(c)),
-        reason: raw.reason,
+        confidence: raw
+            .confidence
+            .and_then(|c| serde_json::from_str::<f64>(c.get()).ok())
+            .filter(|c| (0.0..=1.0).contains(c)),
+        reason: raw
+            .reason
+            .and_then(|r| serde_json::from_str::<String>(r.get()).ok()),
     })
 }
 
@@ -541,6 +550,15 @@ mod tests {
         assert!(v.passed && v.confidence == Some(0.8));
         let v = read_verdict(&json(r#"{"passed":false,"confidence":7}"#)).unwrap();
         assert!(!v.passed && v.confidence.is_none());
+        // A confidence (or reason) that does not read drops itself, never the vote.
+        for c in [r#""high""#, "1e999", "-0.5", "null", "[1]", r#"{"p":1}"#] {
+            let text = format!(r#"{{"passed":true,"confidence":{c},"reason":7}}"#);
+            let v = read_verdict(&json(&text)).unwrap_or_else(|| panic!("{c}: no vote"));
+            assert!(
+                v.passed && v.confidence.is_none() && v.reason.is_none(),
+                "{c}"
+            );
+        }
         assert!(read_verdict(&json(r#"{"passed":"yes"}"#)).is_none());
         assert!(read_verdict(&json(r#""passed""#)).is_none());
         // A model's answer: the verdict as text, fenced or not.

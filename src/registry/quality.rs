@@ -126,9 +126,7 @@ impl Estimate {
             if !next.contains_key(rater) && next.len() >= MAX_RATERS {
                 return old.clone();
             }
-            let b = next
-                .entry(rater.into())
-                .or_insert(Beta::empty(at_ms));
+            let b = next.entry(rater.into()).or_insert(Beta::empty(at_ms));
             *b = b.observe(score, weight, at_ms, hl);
             Some(Arc::new(next))
         });
@@ -138,12 +136,14 @@ impl Estimate {
     /// when one is named; none before the first observation.
     pub fn observed(&self, now_ms: i64, rater: Option<&str>) -> Option<Observed> {
         let hl = self.half_life_ms.load(Ordering::Relaxed);
-        let shared = self.beta.load().as_deref().map(|b| b.aged(now_ms, hl, false));
+        let shared = self
+            .beta
+            .load()
+            .as_deref()
+            .map(|b| b.aged(now_ms, hl, false));
         let own = rater.and_then(|r| {
             let own = self.own.load();
-            own.as_deref()?
-                .get(r)
-                .map(|b| b.aged(now_ms, hl, false))
+            own.as_deref()?.get(r).map(|b| b.aged(now_ms, hl, false))
         });
         let (good, bad) = [shared, own]
             .into_iter()

@@ -299,7 +299,10 @@ pub(super) fn evaluate_with<O: Offer>(
     need: &Need<'_>,
     params: &RoutingParams,
 ) -> (Evaluation, Load) {
-    let f = st.with_observed(o.observed_latency_ms(), o.observed_quality(need.now_ms, need.rater));
+    let f = st.with_observed(
+        o.observed_latency_ms(),
+        o.observed_quality(need.now_ms, need.rater),
+    );
     let mut failed = st.failed;
     let mut fail = |c: Constraint, bad: bool| {
         if bad {

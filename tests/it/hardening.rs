@@ -13,3 +13,4 @@ mod openai;
 mod panics;
 mod ratings;
 mod upstream;
+mod verdicts;

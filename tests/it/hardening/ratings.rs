@@ -98,9 +98,17 @@ async fn one_tenants_ratings_do_not_move_another_tenants_routing() {
     rate_five_bad(&alpha, 0).await;
     // Beta still gets the cheap delegate; alpha's own routing moved.
     for i in 0..3 {
-        assert_eq!(routed(&beta, i).await.1, "d0", "beta moved by alpha's ratings");
+        assert_eq!(
+            routed(&beta, i).await.1,
+            "d0",
+            "beta moved by alpha's ratings"
+        );
     }
-    assert_eq!(routed(&alpha, 9).await.1, "d1", "alpha's own ratings steer alpha");
+    assert_eq!(
+        routed(&alpha, 9).await.1,
+        "d1",
+        "alpha's own ratings steer alpha"
+    );
     // The shared estimate (what verifier weights and the metrics read) has no evidence.
     let m = gw.metrics().await;
     assert_eq!(
@@ -119,9 +127,17 @@ async fn one_tenants_ratings_do_not_move_another_tenants_routing() {
     );
     drop(qa);
     assert_eq!(routed(&beta, 20).await.1, "d0", "after a restart");
-    assert_eq!(routed(&alpha, 21).await.1, "d1", "alpha's view survives a restart");
+    assert_eq!(
+        routed(&alpha, 21).await.1,
+        "d1",
+        "alpha's view survives a restart"
+    );
     // A trusted rater's ratings are shared: they move everyone.
     rate_five_bad(&qa2, 30).await;
-    assert_eq!(routed(&beta, 40).await.1, "d1", "a trusted rater moves everyone");
+    assert_eq!(
+        routed(&beta, 40).await.1,
+        "d1",
+        "a trusted rater moves everyone"
+    );
     gw.shutdown().await;
 }
