@@ -189,6 +189,12 @@ impl Proxy {
     ) -> Attempt {
         let delegate = binding.delegate.clone();
         tracing::Span::current().record("delegate", delegate.name.as_str());
+        // Listed in the task while it runs, so a cancel reaches this delegate too; checked
+        // after listing, so a cancel that read the list a moment before is not missed.
+        let _call = t.running.call(&binding, t.task.task_id);
+        if t.cancelled() {
+            return Attempt::Done(Answer::Failed(super::task::cancelled()));
+        }
         let _in_flight = delegate.start_task();
         let held = match self.reserve(t, &delegate).await {
             Ok(r) => self.held(t, r),
@@ -196,13 +202,22 @@ impl Proxy {
         };
         let mut charged = 0.0;
         let outcome = match &delegate.openai {
+            // A completion is not dropped by a cancel: a streamed one stops being read (and
+            // what it used is charged), a whole one runs to its end within the answer cap.
             Some(openai) => {
                 self.complete(t, run, binding, openai, deadline, &mut charged)
                     .await
             }
+            // An LDP exchange is dropped at the cancel (the delegate was sent TASK_CANCEL).
             None => {
-                self.exchanges(t, run, binding, deadline, &mut charged)
-                    .await
+                let exchanging = self.exchanges(t, run, binding, deadline, &mut charged);
+                tokio::select! {
+                    biased;
+                    outcome = exchanging => outcome,
+                    () = t.running.cancelled() => {
+                        Attempt::Done(Answer::Failed(super::task::cancelled()))
+                    }
+                }
             }
         };
         held.settle(charged).await;

@@ -8,7 +8,7 @@ use crate::ldp::{Body, DelegationContract, Envelope, LdpError, PayloadMode, Prov
 use crate::openai::wire::{ChatRequest, ErrorDetail, Usage};
 use crate::policy::Policy;
 use crate::routing::Need;
-use crate::session::{Binding, ClientSession};
+use crate::session::{Binding, ClientSession, RunningTask};
 use crate::tenant::Tenant;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +37,8 @@ pub(super) struct TaskCtx<'a> {
     /// When it arrived, for its latency, and the same as RFC 3339 text for its row.
     pub(super) started: Instant,
     pub(super) started_at: String,
+    /// Its cancellation and the upstream calls it has running (its verifications share it).
+    pub(super) running: &'a Arc<RunningTask>,
 }
 
 impl<'a> TaskCtx<'a> {
@@ -74,7 +76,14 @@ impl<'a> TaskCtx<'a> {
             progress: Progress::Quiet,
             started: self.started,
             started_at: self.started_at.clone(),
+            running: self.running,
         }
+    }
+
+    /// Whether the task was cancelled (TASK_CANCEL, or its client left): nothing more is
+    /// started for it.
+    pub(super) fn cancelled(&self) -> bool {
+        self.running.is_cancelled()
     }
 
     /// Whether the task carries its whole context (the OpenAI ingress's requests send the
@@ -323,6 +332,7 @@ impl Proxy {
             Err((p, error)) => (p, Some(error)),
         };
         tracing::Span::current().record("policy", policy.name.0.as_str());
+        let running = RunningTask::new(task.skill);
         let t = TaskCtx {
             env,
             task,
@@ -333,6 +343,7 @@ impl Proxy {
             progress,
             started,
             started_at,
+            running: &running,
         };
         if let Some(error) = refused {
             // Refused before routing: the row is recorded all the same (every task has one).
@@ -349,10 +360,10 @@ impl Proxy {
             env.session_id.clone(),
         );
         self.retries.task();
-        session.task_started(t.task.task_id, t.task.skill);
+        session.task_started(t.task.task_id, &running);
         let mut run = TaskRun::default();
         let answer = self.run_unwinding(&t, &mut run).await;
-        session.task_finished(t.task.task_id);
+        session.task_finished(t.task.task_id, &running);
         let policy = t.policy.clone();
         let reply = self.finish(t, &run, answer).await;
         Ok(run.trip(reply, policy))
@@ -427,6 +438,17 @@ impl Proxy {
             }
         }
     }
+}
+
+/// The answer of a task that was cancelled (TASK_CANCEL, or its client left).
+pub(super) fn cancelled() -> LdpError {
+    LdpError::new(
+        "CANCELLED",
+        crate::ldp::ErrorCategory::Runtime,
+        crate::ldp::ErrorSeverity::Error,
+        false,
+        "the task was cancelled",
+    )
 }
 
 /// Whether a per-task ledger failure should be logged now: at most one line a second, since

@@ -77,6 +77,10 @@ impl Proxy {
         let t = &quiet;
         let mut voted_down: Vec<String> = Vec::new();
         for round in 1..=verify.max_rounds {
+            // Cancelled (TASK_CANCEL, the client left): no round starts after it.
+            if t.cancelled() {
+                return Answer::Failed(super::task::cancelled());
+            }
             // Each round may try the policy's `max_attempts` producers.
             run.delegates = 0;
             run.attempts_before_round = run.attempts;
@@ -102,6 +106,11 @@ impl Proxy {
                 .cost_usd
                 .or_else(|| self.declared_cost(&producer, t.task.skill))
                 .unwrap_or(0.0);
+            if t.cancelled() {
+                // The result came as the task was cancelled: paid for, never judged.
+                self.extra_cost(t, run, &producer, t.task.skill, cost);
+                return Answer::Failed(super::task::cancelled());
+            }
             let ballot = Ballot {
                 verify,
                 round,
@@ -177,6 +186,9 @@ impl Proxy {
         let mut ballots: Vec<(Binding, f64, TaskId)> = Vec::new();
         let mut why_none: Option<LdpError> = None;
         for _ in 0..verify.verifiers {
+            if t.cancelled() {
+                return Round::NoVote(super::task::cancelled());
+            }
             let task_id = TaskId::from(format!(
                 "{}~verify-{}",
                 t.task.task_id,
@@ -240,6 +252,11 @@ impl Proxy {
             };
             return Round::NoVote(error);
         }
+        if t.cancelled() {
+            return Round::NoVote(super::task::cancelled());
+        }
+        // Each cast is an attempt: listed in the task (a cancel sends it TASK_CANCEL) and
+        // dropped at the cancel.
         let casts = ballots.iter().map(|(binding, _, task_id)| {
             let sub = sub_task(t, task_id, skill, &input);
             let binding = binding.clone();
@@ -301,6 +318,10 @@ impl Proxy {
             let score = if v.passed { 1.0 } else { 0.0 };
             self.registry
                 .observe(&producer.name, t.task.skill, score, v.weight / total, now);
+        }
+        if t.cancelled() {
+            // The votes that came are kept and learnt; the round decides nothing.
+            return Round::NoVote(super::task::cancelled());
         }
         if total <= 0.0 {
             let error = LdpError::gateway(
@@ -480,6 +501,7 @@ fn sub_task<'a>(
         progress: super::task::Progress::Quiet,
         started: Instant::now(),
         started_at: t.started_at.clone(),
+        running: t.running,
     }
 }
 
