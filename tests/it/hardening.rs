@@ -3,6 +3,7 @@
 //! `Gateway::start` or the real binary. Bounds are generous ceilings, never timings.
 
 mod bounds;
+mod cancel;
 mod checks;
 mod conn;
 mod credentials;
