@@ -153,7 +153,11 @@ impl ClientSession {
 pub struct RunningTask {
     /// The task's skill.
     pub skill: String,
+    /// Cancelled: nothing more starts.
     cancel: tokio_util::sync::CancellationToken,
+    /// Its calls in flight are dropped (once their delegates were sent TASK_CANCEL, so that
+    /// the cancel arrives while the delegate still runs the task).
+    abandon: tokio_util::sync::CancellationToken,
     calls: Mutex<Vec<(u64, Binding, TaskId)>>,
     next_call: AtomicU64,
 }
@@ -164,12 +168,14 @@ impl RunningTask {
         Arc::new(RunningTask {
             skill: skill.to_owned(),
             cancel: tokio_util::sync::CancellationToken::new(),
+            abandon: tokio_util::sync::CancellationToken::new(),
             calls: Mutex::new(Vec::new()),
             next_call: AtomicU64::new(0),
         })
     }
 
-    /// Cancels it; the calls it has running upstream (binding, the task id they were sent).
+    /// Cancels it (nothing more starts); the calls it has running upstream (binding, the
+    /// task id they were sent), to be told, then dropped ([`RunningTask::abandon`]).
     pub fn cancel(&self) -> Vec<(Binding, TaskId)> {
         self.cancel.cancel();
         self.calls
@@ -183,9 +189,15 @@ impl RunningTask {
         self.cancel.is_cancelled()
     }
 
-    /// Resolves once it is cancelled.
-    pub async fn cancelled(&self) {
-        self.cancel.cancelled().await;
+    /// Drops its calls in flight (after [`RunningTask::cancel`]).
+    pub fn abandon(&self) {
+        self.cancel.cancel();
+        self.abandon.cancel();
+    }
+
+    /// Resolves once its calls in flight are to be dropped.
+    pub async fn abandoned(&self) {
+        self.abandon.cancelled().await;
     }
 
     /// Records a call to `binding` (sent as `task_id`) while the guard lives. A call a cancel

@@ -19,6 +19,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// How long an LDP delegate sent TASK_CANCEL may still answer the cancelled call before it
+/// is dropped: its own answer (TASK_FAILED `CANCELLED`, or the result it had) is kept, and a
+/// dropped connection never races the cancel it was sent.
+const CANCEL_GRACE: Duration = Duration::from_secs(1);
+
 /// How one delegate's handling of the task ended.
 pub(super) enum Attempt {
     /// A final answer for the client.
@@ -208,13 +213,18 @@ impl Proxy {
                 self.complete(t, run, binding, openai, deadline, &mut charged)
                     .await
             }
-            // An LDP exchange is dropped at the cancel (the delegate was sent TASK_CANCEL).
+            // An LDP exchange is dropped at the cancel, once the delegate was sent TASK_CANCEL
+            // and had a moment to answer it (its own answer is kept).
             None => {
                 let exchanging = self.exchanges(t, run, binding, deadline, &mut charged);
+                let dropped = async {
+                    t.running.abandoned().await;
+                    tokio::time::sleep(CANCEL_GRACE).await;
+                };
                 tokio::select! {
                     biased;
                     outcome = exchanging => outcome,
-                    () = t.running.cancelled() => {
+                    () = dropped => {
                         Attempt::Done(Answer::Failed(super::task::cancelled()))
                     }
                 }

@@ -55,6 +55,7 @@ impl Proxy {
             .filter(|(b, _)| b.delegate.openai.is_none())
             .collect();
         if calls.is_empty() {
+            task.abandon();
             return None;
         }
         let sends = calls.iter().map(|(b, id)| async move {
@@ -68,6 +69,9 @@ impl Proxy {
                 outcome = Err(e);
             }
         }
+        // Told (or unreachable, within the handshake deadline): whatever they still answer,
+        // nobody waits for it.
+        task.abandon();
         Some(outcome.map(|_| ()))
     }
 
