@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Schema migrations; `ldp_ledger_schema.version` records how many ran. Append only.
-const MIGRATIONS: [&str; 3] = [
+const MIGRATIONS: [&str; 4] = [
     "CREATE TABLE ledger (
         id BIGSERIAL PRIMARY KEY,
         task_id TEXT NOT NULL,
@@ -90,6 +90,9 @@ const MIGRATIONS: [&str; 3] = [
         created_ms BIGINT NOT NULL
     );
     CREATE INDEX IF NOT EXISTS votes_time ON votes (created_ms);",
+    // 4: a rating finds its task by (tenant, task id) (`ledger_task` alone reads every
+    // tenant's rows of a task id that clients reuse).
+    "CREATE INDEX IF NOT EXISTS ledger_tenant_task ON ledger (tenant, task_id, finished_ms);",
 ];
 
 /// Replicas starting together take this advisory lock around migrations.

@@ -80,14 +80,9 @@ pub(super) fn parse(bytes: &[u8], max_id_bytes: usize) -> Result<Rating, ApiErro
     })
 }
 
-/// A ledger failure as the client hears it: busy or slow reads are worth retrying.
+/// A ledger failure as the client hears it (busy or slow: 503, worth retrying).
 fn ledger_error(e: &LedgerError) -> ApiError {
-    match e {
-        LedgerError::ReadsBusy(_) | LedgerError::ReadTimeout(_) | LedgerError::Closed => {
-            ApiError::new(GatewayCode::Unavailable, e.to_string())
-        }
-        _ => ApiError::new(GatewayCode::Internal, e.to_string()),
-    }
+    ApiError::from(e)
 }
 
 /// Rates a task: the tenant's own task only (another tenant's task and an unknown one are
