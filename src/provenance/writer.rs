@@ -270,7 +270,8 @@ impl LedgerHandle {
         };
         self.caught_up().await?;
         readers
-            .run(ReadScope::Operator, move |r, cancel| r.query(&q, cancel)).await
+            .run(ReadScope::Operator, move |r, cancel| r.query(&q, cancel))
+            .await
     }
 
     /// Total cost per tenant of rows finished at or after `since_ms` (beside the writer, as
@@ -281,7 +282,9 @@ impl LedgerHandle {
         };
         self.caught_up().await?;
         readers
-            .run(ReadScope::Operator, move |r, cancel| r.spend_since(since_ms, cancel))
+            .run(ReadScope::Operator, move |r, cancel| {
+                r.spend_since(since_ms, cancel)
+            })
             .await
     }
 
@@ -319,7 +322,9 @@ impl LedgerHandle {
         };
         self.caught_up().await?;
         readers
-            .run(ReadScope::Operator, move |r, cancel| r.feedback(&task_id, cancel))
+            .run(ReadScope::Operator, move |r, cancel| {
+                r.feedback(&task_id, cancel)
+            })
             .await
     }
 
@@ -338,7 +343,9 @@ impl LedgerHandle {
         };
         self.caught_up().await?;
         readers
-            .run(ReadScope::Operator, move |r, cancel| r.evidence(since_ms, limit, cancel))
+            .run(ReadScope::Operator, move |r, cancel| {
+                r.evidence(since_ms, limit, cancel)
+            })
             .await
     }
 

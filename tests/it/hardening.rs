@@ -7,6 +7,7 @@ mod cancel;
 mod checks;
 mod conn;
 mod credentials;
+mod feedback_index;
 mod ingress;
 mod ledger;
 mod liar;

@@ -167,7 +167,8 @@ pub(super) fn spend(conn: &Connection, since_ms: i64) -> Result<Vec<(String, f64
 }
 
 /// [`task_of`]'s statement.
-pub(super) const TASK_OF: &str = "SELECT delegate, skill FROM ledger WHERE tenant = ?1 AND task_id = ?2
+pub(super) const TASK_OF: &str =
+    "SELECT delegate, skill FROM ledger WHERE tenant = ?1 AND task_id = ?2
      ORDER BY finished_ms DESC, id DESC LIMIT 1";
 
 /// The newest row of `tenant`'s task `task_id`: through the (tenant, task id, time) index,

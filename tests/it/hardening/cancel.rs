@@ -191,7 +191,12 @@ async fn nothing_after(gw: &TestGateway, judges: &[Judge; 2], task: &str) {
     );
     assert_eq!(producer_calls(gw), 1, "no producer round after the cancel");
     for j in judges {
-        assert_eq!(j.submits(), 1, "{}: no verifier call after the cancel", j.id);
+        assert_eq!(
+            j.submits(),
+            1,
+            "{}: no verifier call after the cancel",
+            j.id
+        );
     }
     assert_eq!(
         m.sum(r#"ldp_gateway_verifications_total{policy="verified",result="failed"}"#),
