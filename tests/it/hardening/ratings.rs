@@ -141,3 +141,61 @@ async fn one_tenants_ratings_do_not_move_another_tenants_routing() {
     );
     gw.shutdown().await;
 }
+
+/// Verifier weights share the path: a tenant that runs tasks on a verifier's skill and rates
+/// them bad moved the verifier's learned quality, so its votes weighed less for everyone.
+/// Now a verified task of another tenant still weighs that vote by the shared estimate (the
+/// declared 0.9, no shared evidence).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_tenants_ratings_do_not_move_the_verifier_weights() {
+    let keys = (unique("key-a"), unique("key-b"));
+    let plain = "name = \"plain\"\n[weights]\nquality = 0.5\ncost = 0.5\nlatency = 0.0\n";
+    let gw = TestGateway::builder()
+        .sim(crate::verify::producer("p", "alpha", 0.9, 0.001, 1.0))
+        .sim(crate::verify::verifier("v-beta", "beta", 1.0))
+        .policy("plain.toml", plain)
+        .policy("verified.toml", &crate::verify::policy(1, 1, 1.0))
+        .config(|c: &mut Config| {
+            c.tenants = vec![
+                tenant("alpha", &keys.0, false),
+                tenant("beta", &keys.1, false),
+            ];
+            c.policies.default = "verified".into();
+        })
+        .spawn()
+        .await;
+    let (alpha, beta) = (
+        gw.client().with_key(Some(&keys.0)),
+        gw.client().with_key(Some(&keys.1)),
+    );
+    // Alpha asks the verifier directly, five times, and rates every answer bad.
+    let s = alpha
+        .accepted(json!({"payload_mode": "text", "policy": "plain"}))
+        .await;
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let asked = json!({"input": question(i), "output": {"answer": 2 * i}, "skill": "qa"});
+        let body = alpha.task(&s, "verify", asked, "text").await;
+        // Answered or refused, the task ran on the verifier: its row names it, and may be rated.
+        let task = body["task_id"].as_str().unwrap().to_owned();
+        assert_eq!(
+            gw.ledger_row(&task).await.delegate.as_deref(),
+            Some("d1"),
+            "{body}"
+        );
+        tasks.push(task);
+    }
+    for task in &tasks {
+        rate_bad(&alpha, task).await;
+    }
+    // Beta's verified task: the verifier's vote weighs its shared quality, as before.
+    let s = beta.accepted(json!({"payload_mode": "text"})).await;
+    let body = beta.task(&s, "qa", question(7), "text").await;
+    assert_eq!(body["type"], "TASK_RESULT", "{body}");
+    let vote = &body["provenance"]["evidence"][0];
+    assert_eq!(vote["kind"], "peer_vote", "{body}");
+    let weight = vote["weight"].as_f64().unwrap();
+    eprintln!("the verifier's vote weighs {weight} after alpha's five bad ratings");
+    assert!((weight - 0.9).abs() < 1e-6, "weight {weight}: {body}");
+    gw.shutdown().await;
+}
