@@ -270,3 +270,25 @@ async fn a_client_that_leaves_mid_verification_cancels_every_upstream() {
     nothing_after(&gw, &judges, "left-1").await;
     gw.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_openai_client_that_leaves_mid_verification_cancels_every_upstream() {
+    let (gw, judges) = fleet().await;
+    let c: Client = gw.client();
+    let ask = json!({"model": "qa", "messages": [{"role": "user", "content": "what is 2 + 2?"}]});
+    let submit = tokio::spawn(async move { c.post_json("/v1/chat/completions", &ask).await });
+    both_judging(&gw, &judges).await;
+    // The client goes away before its answer.
+    submit.abort();
+    let _ = submit.await;
+    for j in &judges {
+        assert!(
+            eventually(Duration::from_secs(10), || !j.cancelled().is_empty()).await,
+            "{} was sent no TASK_CANCEL",
+            j.id
+        );
+    }
+    let task = judges[0].asked()[0].split('~').next().unwrap().to_owned();
+    nothing_after(&gw, &judges, &task).await;
+    gw.shutdown().await;
+}
