@@ -57,8 +57,8 @@ impl Offer for BenchOffer {
     fn weight(&self) -> f64 {
         self.weight
     }
-    fn observed_quality(&self, now_ms: i64) -> Option<Observed> {
-        self.estimate.as_ref()?.observed(now_ms)
+    fn observed_quality(&self, now_ms: i64, rater: Option<&str>) -> Option<Observed> {
+        self.estimate.as_ref()?.observed(now_ms, rater)
     }
 }
 

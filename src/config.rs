@@ -42,7 +42,7 @@ pub use security::SecurityConfig;
 pub use server::ServerConfig;
 pub use sessions::SessionsConfig;
 pub use task_status::TaskStatusConfig;
-pub use tenants::{BudgetConfig, SigningConfig, TenantConfig};
+pub use tenants::{trusted_raters, BudgetConfig, SigningConfig, TenantConfig};
 pub use upstream::UpstreamConfig;
 
 use checks::Checks;

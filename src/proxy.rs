@@ -503,10 +503,15 @@ impl Proxy {
 
 /// The session owner key: tenant and envelope `from`, so a session id is useless to anyone else.
 pub(crate) fn owner(ctx: &RequestCtx, env: &Envelope) -> String {
-    let mut o = String::with_capacity(ctx.tenant.name.len() + 1 + env.from.len());
-    o.push_str(&ctx.tenant.name);
+    owner_of(&ctx.tenant.name, &env.from)
+}
+
+/// [`owner`] of `tenant`'s sender `from`.
+fn owner_of(tenant: &str, from: &str) -> String {
+    let mut o = String::with_capacity(tenant.len() + 1 + from.len());
+    o.push_str(tenant);
     o.push('\u{1f}');
-    o.push_str(&env.from);
+    o.push_str(from);
     o
 }
 

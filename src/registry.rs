@@ -387,8 +387,12 @@ impl Offer for SkillOffer {
     fn observed_latency_ms(&self) -> Option<f64> {
         self.delegate.observed_latency_ms()
     }
-    fn observed_quality(&self, now_ms: i64) -> Option<crate::routing::Observed> {
-        self.estimate.as_ref()?.observed(now_ms)
+    fn observed_quality(
+        &self,
+        now_ms: i64,
+        rater: Option<&str>,
+    ) -> Option<crate::routing::Observed> {
+        self.estimate.as_ref()?.observed(now_ms, rater)
     }
     fn weight(&self) -> f64 {
         self.delegate.weight
@@ -559,6 +563,8 @@ pub struct Registry {
     half_life_ms: AtomicU64,
     /// Counts card polls that panicked (`ldp_gateway_panics_total{where="card_poll"}`).
     poll_panics: std::sync::OnceLock<prometheus::IntCounter>,
+    /// Tenants whose ratings are shared evidence ([`Registry::set_trusted_raters`]).
+    trusted_raters: ArcSwap<std::collections::HashSet<String>>,
 }
 
 impl Registry {
@@ -578,7 +584,21 @@ impl Registry {
             outlier,
             half_life_ms: AtomicU64::new(quality::DEFAULT_HALF_LIFE_MS),
             poll_panics: std::sync::OnceLock::new(),
+            trusted_raters: ArcSwap::from_pointee(std::collections::HashSet::new()),
         })
+    }
+
+    /// Sets the tenants whose ratings are shared evidence (`trusted_rater`, or the built-in
+    /// tenant of a gateway without `[[tenants]]`): every other tenant's ratings move its own
+    /// routing only ([`quality`]).
+    pub fn set_trusted_raters(&self, tenants: impl IntoIterator<Item = String>) {
+        self.trusted_raters
+            .store(Arc::new(tenants.into_iter().collect()));
+    }
+
+    /// Whether `tenant`'s ratings are shared evidence.
+    fn trusted_rater(&self, tenant: &str) -> bool {
+        self.trusted_raters.load().contains(tenant)
     }
 
     /// Counts card polls that panic in `counter` (set once, at start).
@@ -596,27 +616,57 @@ impl Registry {
         }
     }
 
-    /// Adds one observation of `delegate`'s quality at `skill` (a vote or a rating); nothing
-    /// when no such delegate is registered (any more).
+    /// Adds one shared observation of `delegate`'s quality at `skill` (a vote); nothing when
+    /// no such delegate is registered (any more).
     pub fn observe(&self, delegate: &str, skill: &str, score: f64, weight: f64, at_ms: i64) {
         if let Some(e) = self.get(delegate).and_then(|d| d.learned.estimate(skill)) {
             e.observe(score, weight, at_ms);
         }
     }
 
+    /// Adds `tenant`'s rating of `delegate` at `skill`: shared evidence when the tenant is a
+    /// trusted rater, else its own (weight 1 either way).
+    pub fn observe_rating(
+        &self,
+        delegate: &str,
+        skill: &str,
+        tenant: &str,
+        score: f64,
+        at_ms: i64,
+    ) {
+        let Some(e) = self.get(delegate).and_then(|d| d.learned.estimate(skill)) else {
+            return;
+        };
+        if self.trusted_rater(tenant) {
+            e.observe(score, 1.0, at_ms);
+        } else {
+            e.observe_own(tenant, score, 1.0, at_ms);
+        }
+    }
+
     /// Replaces every delegate's learned quality by what `evidence` (oldest first, as the
-    /// ledger gives it) says; evidence of delegates no longer registered is skipped.
+    /// ledger gives it) says, each rating shared or its tenant's own as
+    /// [`Registry::observe_rating`] learns it; evidence of delegates no longer registered is
+    /// skipped.
     pub fn rebuild_quality(&self, evidence: &[crate::provenance::Evidence]) {
         let hl = self.half_life_ms.load(Ordering::Relaxed);
-        let mut by: HashMap<&str, HashMap<&str, quality::Beta>> = HashMap::new();
+        let trusted = self.trusted_raters.load();
+        let mut by: HashMap<&str, HashMap<&str, quality::Rebuilt>> = HashMap::new();
         for e in evidence {
             if !quality::usable(e.score, e.weight) {
                 continue;
             }
             let skills = by.entry(e.delegate.as_str()).or_default();
-            let b = skills
-                .entry(e.skill.as_str())
-                .or_insert(quality::Beta::empty(e.at_ms));
+            let r = skills.entry(e.skill.as_str()).or_default();
+            let b = match e.rater.as_deref().filter(|t| !trusted.contains(*t)) {
+                Some(tenant) if r.own.len() < quality::MAX_RATERS || r.own.contains_key(tenant) => {
+                    r.own
+                        .entry(tenant.into())
+                        .or_insert(quality::Beta::empty(e.at_ms))
+                }
+                Some(_) => continue,
+                None => r.shared.get_or_insert(quality::Beta::empty(e.at_ms)),
+            };
             *b = b.observe(e.score, e.weight, e.at_ms, hl);
         }
         let empty = HashMap::new();

@@ -102,9 +102,9 @@ pub trait Offer {
     /// Observed latency EWMA in ms, once it has samples.
     fn observed_latency_ms(&self) -> Option<f64>;
     /// Observed quality at the skill (verifier votes, client ratings) as of `now_ms` (Unix
-    /// ms), once there is any.
-    fn observed_quality(&self, now_ms: i64) -> Option<Observed> {
-        let _ = now_ms;
+    /// ms), once there is any: the shared evidence, plus `rater`'s own ratings when named.
+    fn observed_quality(&self, now_ms: i64, rater: Option<&str>) -> Option<Observed> {
+        let _ = (now_ms, rater);
         None
     }
     /// Relative share among near-equals.
@@ -170,6 +170,9 @@ pub struct Need<'a> {
     pub contract_ms_left: Option<u64>,
     /// Unix ms now: learned quality is aged to it (routing reads no clock of its own).
     pub now_ms: i64,
+    /// The tenant whose own ratings count beside the shared evidence (none: the shared
+    /// evidence only, as for choosing verifiers).
+    pub rater: Option<&'a str>,
 }
 
 /// Every offer's evaluation, the components and score of the eligible ones (`None` for the

@@ -173,6 +173,7 @@ impl Gateway {
         let proxy = Arc::new(proxy.with_stores(stores));
         proxy.restore_spend().await;
         registry.set_quality_half_life(config.quality.half_life);
+        registry.set_trusted_raters(crate::config::trusted_raters(&config.tenants));
         registry
             .restore_quality(&ledger.handle(), &config.quality)
             .await;

@@ -48,8 +48,8 @@ pub struct ClientSession {
     /// Serialises opening upstream sessions, so two concurrent first tasks of one skill do not
     /// open two.
     pub handshake: tokio::sync::Mutex<()>,
-    /// Tasks in flight: task id → skill, for TASK_CANCEL.
-    running: Mutex<HashMap<TaskId, String>>,
+    /// Tasks in flight, for TASK_CANCEL and for a client that leaves.
+    running: Mutex<HashMap<TaskId, Arc<RunningTask>>>,
 }
 
 impl ClientSession {
@@ -142,23 +142,109 @@ impl ClientSession {
         self.bindings.lock().map(|m| m.len()).unwrap_or(0)
     }
 
-    /// Marks a task as running.
-    pub fn task_started(&self, task_id: &TaskId, skill: &str) {
+    /// Marks `task` as running under `task_id`.
+    pub fn task_started(&self, task_id: &TaskId, task: &Arc<RunningTask>) {
         if let Ok(mut m) = self.running.lock() {
-            m.insert(task_id.clone(), skill.to_owned());
+            m.insert(task_id.clone(), task.clone());
         }
     }
 
-    /// Marks a task as done.
-    pub fn task_finished(&self, task_id: &TaskId) {
+    /// Marks `task` as done (a later task that reused its id stays running).
+    pub fn task_finished(&self, task_id: &TaskId, task: &Arc<RunningTask>) {
         if let Ok(mut m) = self.running.lock() {
-            m.remove(task_id);
+            if m.get(task_id).is_some_and(|t| Arc::ptr_eq(t, task)) {
+                m.remove(task_id);
+            }
         }
     }
 
-    /// The skill of a running task.
-    pub fn running_skill(&self, task_id: &TaskId) -> Option<String> {
+    /// A running task.
+    pub fn running(&self, task_id: &TaskId) -> Option<Arc<RunningTask>> {
         self.running.lock().ok()?.get(task_id).cloned()
+    }
+}
+
+/// A task in flight: its skill, whether it was cancelled (TASK_CANCEL, or its client left),
+/// and the upstream calls it has running (the producer's, its verifiers'), so that a cancel
+/// stops it from starting anything more and reaches every delegate it is running on.
+#[derive(Debug)]
+pub struct RunningTask {
+    /// The task's skill.
+    pub skill: String,
+    /// Cancelled: nothing more starts.
+    cancel: tokio_util::sync::CancellationToken,
+    /// Its calls in flight are dropped (once their delegates were sent TASK_CANCEL, so that
+    /// the cancel arrives while the delegate still runs the task).
+    abandon: tokio_util::sync::CancellationToken,
+    calls: Mutex<Vec<(u64, Binding, TaskId)>>,
+    next_call: AtomicU64,
+}
+
+impl RunningTask {
+    /// A task of `skill`, not cancelled, with no call running.
+    pub fn new(skill: &str) -> Arc<RunningTask> {
+        Arc::new(RunningTask {
+            skill: skill.to_owned(),
+            cancel: tokio_util::sync::CancellationToken::new(),
+            abandon: tokio_util::sync::CancellationToken::new(),
+            calls: Mutex::new(Vec::new()),
+            next_call: AtomicU64::new(0),
+        })
+    }
+
+    /// Cancels it (nothing more starts); the calls it has running upstream (binding, the
+    /// task id they were sent), to be told, then dropped ([`RunningTask::abandon`]).
+    pub fn cancel(&self) -> Vec<(Binding, TaskId)> {
+        self.cancel.cancel();
+        self.calls
+            .lock()
+            .map(|c| c.iter().map(|(_, b, t)| (b.clone(), t.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether it was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Drops its calls in flight (after [`RunningTask::cancel`]).
+    pub fn abandon(&self) {
+        self.cancel.cancel();
+        self.abandon.cancel();
+    }
+
+    /// Resolves once its calls in flight are to be dropped.
+    pub async fn abandoned(&self) {
+        self.abandon.cancelled().await;
+    }
+
+    /// Records a call to `binding` (sent as `task_id`) while the guard lives. A call a cancel
+    /// may have missed (it started as the cancel read the list) is never made: the caller
+    /// checks [`RunningTask::is_cancelled`] after taking the guard.
+    pub fn call(self: &Arc<Self>, binding: &Binding, task_id: &TaskId) -> CallGuard {
+        let id = self.next_call.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut c) = self.calls.lock() {
+            c.push((id, binding.clone(), task_id.clone()));
+        }
+        CallGuard {
+            task: self.clone(),
+            id,
+        }
+    }
+}
+
+/// A call to an upstream, listed in its task while it runs ([`RunningTask::call`]).
+#[derive(Debug)]
+pub struct CallGuard {
+    task: Arc<RunningTask>,
+    id: u64,
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.task.calls.lock() {
+            c.retain(|(id, _, _)| *id != self.id);
+        }
     }
 }
 

@@ -87,6 +87,7 @@ fn learn_from_ledger(registry: &Registry, config: &Config) -> anyhow::Result<()>
     let q = &config.quality;
     let since = q.since_ms(chrono::Utc::now().timestamp_millis());
     registry.set_quality_half_life(q.half_life);
+    registry.set_trusted_raters(ldp_gateway::config::trusted_raters(&config.tenants));
     registry.rebuild_quality(&ledger.evidence(since, q.max_evidence)?);
     Ok(())
 }

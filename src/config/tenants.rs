@@ -38,6 +38,11 @@ pub struct TenantConfig {
     /// Most open sessions at once.
     #[serde(default)]
     pub max_sessions: Option<usize>,
+    /// Its ratings (`POST /ldp/feedback`) are shared evidence of delegates' quality, moving
+    /// every tenant's routing and the verifier weights; otherwise they move its own routing
+    /// only. For tenants the operator trusts to judge (its own QA, say).
+    #[serde(default)]
+    pub trusted_rater: bool,
 }
 
 /// Spend limits in USD; absent means unlimited.
@@ -66,6 +71,19 @@ pub struct SigningConfig {
     pub required: bool,
 }
 
+/// The tenants whose ratings are shared evidence: those marked `trusted_rater`, or, without
+/// `[[tenants]]`, the built-in `anonymous` (the only tenant: nobody else to affect).
+pub fn trusted_raters(tenants: &[TenantConfig]) -> Vec<String> {
+    if tenants.is_empty() {
+        return vec!["anonymous".to_owned()];
+    }
+    tenants
+        .iter()
+        .filter(|t| t.trusted_rater)
+        .map(|t| t.name.clone())
+        .collect()
+}
+
 impl TenantConfig {
     /// A tenant named `name` with no keys, domains, limits or budget (fill in the rest).
     pub fn new(name: impl Into<String>) -> Self {
@@ -80,6 +98,7 @@ impl TenantConfig {
             budget: BudgetConfig::default(),
             signing: None,
             max_sessions: None,
+            trusted_rater: false,
         }
     }
 

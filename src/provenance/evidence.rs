@@ -31,11 +31,18 @@ pub(super) fn of_vote(
         weight,
         at_ms,
         source: EvidenceSource::Vote,
+        rater: None,
     }
 }
 
-/// A rating of `delegate`'s work at `skill`, given at `at_ms`.
-pub(super) fn of_rating(delegate: String, skill: String, score: f64, at_ms: i64) -> Evidence {
+/// `tenant`'s rating of `delegate`'s work at `skill`, given at `at_ms`.
+pub(super) fn of_rating(
+    delegate: String,
+    skill: String,
+    score: f64,
+    at_ms: i64,
+    tenant: String,
+) -> Evidence {
     Evidence {
         delegate,
         skill,
@@ -43,6 +50,7 @@ pub(super) fn of_rating(delegate: String, skill: String, score: f64, at_ms: i64)
         weight: 1.0,
         at_ms,
         source: EvidenceSource::Feedback,
+        rater: Some(tenant),
     }
 }
 
@@ -74,6 +82,7 @@ mod tests {
             weight: 1.0,
             at_ms,
             source,
+            rater: None,
         }
     }
 

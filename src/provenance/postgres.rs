@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Schema migrations; `ldp_ledger_schema.version` records how many ran. Append only.
-const MIGRATIONS: [&str; 3] = [
+const MIGRATIONS: [&str; 4] = [
     "CREATE TABLE ledger (
         id BIGSERIAL PRIMARY KEY,
         task_id TEXT NOT NULL,
@@ -90,6 +90,9 @@ const MIGRATIONS: [&str; 3] = [
         created_ms BIGINT NOT NULL
     );
     CREATE INDEX IF NOT EXISTS votes_time ON votes (created_ms);",
+    // 4: a rating finds its task by (tenant, task id) (`ledger_task` alone reads every
+    // tenant's rows of a task id that clients reuse).
+    "CREATE INDEX IF NOT EXISTS ledger_tenant_task ON ledger (tenant, task_id, finished_ms);",
 ];
 
 /// Replicas starting together take this advisory lock around migrations.
@@ -716,7 +719,7 @@ fn evidence(client: &mut Client, since_ms: i64, limit: u32) -> Result<Vec<Eviden
         .collect::<Result<Vec<_>, LedgerError>>()?;
     let ratings = client
         .query(
-            "SELECT delegate, skill, score, created_ms FROM feedback
+            "SELECT delegate, skill, score, created_ms, tenant FROM feedback
              WHERE created_ms >= $1 AND delegate IS NOT NULL
              ORDER BY created_ms DESC, task_id DESC, tenant DESC LIMIT $2",
             &[&since_ms, &limit],
@@ -730,6 +733,7 @@ fn evidence(client: &mut Client, since_ms: i64, limit: u32) -> Result<Vec<Eviden
                 get(r, 1)?,
                 get(r, 2)?,
                 get(r, 3)?,
+                get(r, 4)?,
             ))
         })
         .collect::<Result<Vec<_>, LedgerError>>()?;

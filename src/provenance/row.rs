@@ -144,6 +144,10 @@ pub struct Evidence {
     pub at_ms: i64,
     /// Vote or rating.
     pub source: EvidenceSource,
+    /// The tenant that gave a rating (none for a vote): whether it is shared evidence or
+    /// that tenant's own is decided when it is learnt (`registry::quality`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rater: Option<String>,
 }
 
 /// A JSON document kept as its text: serialised once where the row is built, stored and

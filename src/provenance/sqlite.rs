@@ -1,5 +1,5 @@
-//! The SQLite backend: WAL, embedded migrations, indexes on (delegate, time), (tenant, time)
-//! and time, and a session index maintained in merges (below).
+//! The SQLite backend: WAL, embedded migrations, indexes on (delegate, time), (tenant, time),
+//! (tenant, task id) and time, and a session index maintained in merges (below).
 //!
 //! Why the session index is merged rather than kept per row: sessions run side by side, so
 //! each committed group of rows lands on as many index pages as it has sessions, and every
@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema migrations; `PRAGMA user_version` records how many ran. Append only.
-pub const MIGRATIONS: [&str; 6] = [
+pub const MIGRATIONS: [&str; 7] = [
     // 1: the ledger as first shipped.
     "CREATE TABLE ledger (
         id INTEGER PRIMARY KEY,
@@ -128,6 +128,9 @@ pub const MIGRATIONS: [&str; 6] = [
         created_ms INTEGER NOT NULL
     );
     CREATE INDEX IF NOT EXISTS votes_time ON votes (created_ms);",
+    // 7: a rating finds its task by (tenant, task id): through the (tenant, time) index an
+    // unknown task id read every row of the tenant (0.2–0.5 s at 500k rows).
+    "CREATE INDEX IF NOT EXISTS ledger_tenant_task ON ledger (tenant, task_id, finished_ms);",
 ];
 
 /// Most rows left out of the session index before a merge.

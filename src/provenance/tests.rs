@@ -4,7 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
-use super::readers::{Cancel, Readers, READERS, READ_DEADLINE, READ_QUEUE};
+use super::readers::{
+    Cancel, ReadScope, Readers, PER_SCOPE_ADMITTED, PER_SCOPE_RUNNING, READERS, READ_DEADLINE,
+    READ_QUEUE,
+};
 use super::sqlite::tests::row;
 use super::*;
 use crate::telemetry::Metrics;
@@ -275,11 +278,17 @@ async fn a_slow_read_delays_no_commit() {
 async fn reads_are_bounded_in_number() {
     let (hold, mut held) = Hold::new();
     let readers = Arc::new(Readers::new(Arc::new(Held(hold.clone()))));
-    let read = || {
+    // Each of another tenant: no scope's share is what bounds them here.
+    let read = |i: usize| {
         let readers = readers.clone();
-        tokio::spawn(async move { readers.run(|r, c| r.query(&everything(), c)).await })
+        tokio::spawn(async move {
+            let scope = format!("t{i}");
+            readers
+                .run(ReadScope::Tenant(&scope), |r, c| r.query(&everything(), c))
+                .await
+        })
     };
-    let reads: Vec<_> = (0..READERS + READ_QUEUE).map(|_| read()).collect();
+    let reads: Vec<_> = (0..READERS + READ_QUEUE).map(read).collect();
     entered(&mut held, READERS).await;
     let deadline = std::time::Instant::now() + GENEROUS;
     while readers.admitted() < READERS + READ_QUEUE {
@@ -290,7 +299,10 @@ async fn reads_are_bounded_in_number() {
         held.try_recv().is_err(),
         "no more than {READERS} run at once"
     );
-    match readers.run(|r, c| r.query(&everything(), c)).await {
+    match readers
+        .run(ReadScope::Operator, |r, c| r.query(&everything(), c))
+        .await
+    {
         Err(LedgerError::ReadsBusy(n)) => assert_eq!(n, READERS + READ_QUEUE),
         other => panic!("expected a refusal, got {other:?}"),
     }
@@ -309,7 +321,11 @@ async fn a_read_past_its_deadline_is_stopped() {
     let readers = Arc::new(Readers::new(Arc::new(Held(hold.clone()))));
     let late = tokio::spawn({
         let readers = readers.clone();
-        async move { readers.run(|r, c| r.spend_since(0, c)).await }
+        async move {
+            readers
+                .run(ReadScope::Operator, |r, c| r.spend_since(0, c))
+                .await
+        }
     });
     entered(&mut held, 1).await;
     tokio::time::advance(READ_DEADLINE).await;
@@ -320,14 +336,67 @@ async fn a_read_past_its_deadline_is_stopped() {
     // Every reader serves again: the stopped read gave its own back.
     hold.release();
     let all: Vec<_> = (0..READERS)
-        .map(|_| {
+        .map(|i| {
             let readers = readers.clone();
-            tokio::spawn(async move { readers.run(|r, c| r.spend_since(0, c)).await })
+            tokio::spawn(async move {
+                let scope = format!("t{i}");
+                readers
+                    .run(ReadScope::Tenant(&scope), |r, c| r.spend_since(0, c))
+                    .await
+            })
         })
         .collect();
     for r in all {
         r.await.unwrap().unwrap();
     }
+}
+
+/// One tenant's flood of slow reads takes at most its share: `PER_SCOPE_RUNNING` readers and
+/// `PER_SCOPE_ADMITTED` places (the next of its reads is refused at once), while another
+/// tenant's read and the operator's run beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_scope_cannot_take_every_reader() {
+    let (hold, mut held) = Hold::new();
+    let readers = Arc::new(Readers::new(Arc::new(Held(hold.clone()))));
+    let flood: Vec<_> = (0..PER_SCOPE_ADMITTED)
+        .map(|_| {
+            let readers = readers.clone();
+            tokio::spawn(async move {
+                readers
+                    .run(ReadScope::Tenant("flood"), |r, c| r.spend_since(0, c))
+                    .await
+            })
+        })
+        .collect();
+    entered(&mut held, PER_SCOPE_RUNNING).await;
+    let deadline = std::time::Instant::now() + GENEROUS;
+    while readers.admitted() < PER_SCOPE_ADMITTED {
+        assert!(std::time::Instant::now() < deadline, "reads not admitted");
+        tokio::task::yield_now().await;
+    }
+    match readers
+        .run(ReadScope::Tenant("flood"), |r, c| r.spend_since(0, c))
+        .await
+    {
+        Err(LedgerError::ReadsBusy(n)) => assert_eq!(n, PER_SCOPE_ADMITTED),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Another tenant gets the reader the flood leaves.
+    let other = tokio::spawn({
+        let readers = readers.clone();
+        async move {
+            readers
+                .run(ReadScope::Tenant("other"), |r, c| r.spend_since(0, c))
+                .await
+        }
+    });
+    entered(&mut held, READERS - PER_SCOPE_RUNNING).await;
+    hold.release();
+    other.await.unwrap().unwrap();
+    for r in flood {
+        r.await.unwrap().unwrap();
+    }
+    assert_eq!(readers.admitted(), 0);
 }
 
 /// Under `async` a read beside the writer still sees every row recorded before it.

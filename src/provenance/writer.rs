@@ -5,7 +5,7 @@
 //! by the next commit when rows are coming, else by one tiny write), and pruning in batches
 //! of [`PRUNE_BATCH`]. Reads run beside it (`readers.rs`) where the store allows.
 
-use super::readers::{Readers, READ_DEADLINE};
+use super::readers::{ReadScope, Readers, READ_DEADLINE};
 use super::{Backend, Durability, Evidence, Feedback, LedgerError, LedgerRow, Query, RatedTask};
 use crate::telemetry::Metrics;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -269,7 +269,9 @@ impl LedgerHandle {
             return self.ask(|ack| Cmd::Query(Box::new(q), ack)).await;
         };
         self.caught_up().await?;
-        readers.run(move |r, cancel| r.query(&q, cancel)).await
+        readers
+            .run(ReadScope::Operator, move |r, cancel| r.query(&q, cancel))
+            .await
     }
 
     /// Total cost per tenant of rows finished at or after `since_ms` (beside the writer, as
@@ -280,7 +282,9 @@ impl LedgerHandle {
         };
         self.caught_up().await?;
         readers
-            .run(move |r, cancel| r.spend_since(since_ms, cancel))
+            .run(ReadScope::Operator, move |r, cancel| {
+                r.spend_since(since_ms, cancel)
+            })
             .await
     }
 
@@ -302,8 +306,11 @@ impl LedgerHandle {
                 .await;
         };
         self.caught_up().await?;
+        let scope = tenant.clone();
         readers
-            .run(move |r, cancel| r.task_of(&tenant, &task_id, cancel))
+            .run(ReadScope::Tenant(&scope), move |r, cancel| {
+                r.task_of(&tenant, &task_id, cancel)
+            })
             .await
     }
 
@@ -315,7 +322,9 @@ impl LedgerHandle {
         };
         self.caught_up().await?;
         readers
-            .run(move |r, cancel| r.feedback(&task_id, cancel))
+            .run(ReadScope::Operator, move |r, cancel| {
+                r.feedback(&task_id, cancel)
+            })
             .await
     }
 
@@ -334,7 +343,9 @@ impl LedgerHandle {
         };
         self.caught_up().await?;
         readers
-            .run(move |r, cancel| r.evidence(since_ms, limit, cancel))
+            .run(ReadScope::Operator, move |r, cancel| {
+                r.evidence(since_ms, limit, cancel)
+            })
             .await
     }
 

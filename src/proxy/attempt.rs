@@ -19,6 +19,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// How long an LDP delegate sent TASK_CANCEL may still answer the cancelled call before it
+/// is dropped: its own answer (TASK_FAILED `CANCELLED`, or the result it had) is kept, and a
+/// dropped connection never races the cancel it was sent.
+const CANCEL_GRACE: Duration = Duration::from_secs(1);
+
 /// How one delegate's handling of the task ended.
 pub(super) enum Attempt {
     /// A final answer for the client.
@@ -189,6 +194,12 @@ impl Proxy {
     ) -> Attempt {
         let delegate = binding.delegate.clone();
         tracing::Span::current().record("delegate", delegate.name.as_str());
+        // Listed in the task while it runs, so a cancel reaches this delegate too; checked
+        // after listing, so a cancel that read the list a moment before is not missed.
+        let _call = t.running.call(&binding, t.task.task_id);
+        if t.cancelled() {
+            return Attempt::Done(Answer::Failed(super::task::cancelled()));
+        }
         let _in_flight = delegate.start_task();
         let held = match self.reserve(t, &delegate).await {
             Ok(r) => self.held(t, r),
@@ -196,13 +207,27 @@ impl Proxy {
         };
         let mut charged = 0.0;
         let outcome = match &delegate.openai {
+            // A completion is not dropped by a cancel: a streamed one stops being read (and
+            // what it used is charged), a whole one runs to its end within the answer cap.
             Some(openai) => {
                 self.complete(t, run, binding, openai, deadline, &mut charged)
                     .await
             }
+            // An LDP exchange is dropped at the cancel, once the delegate was sent TASK_CANCEL
+            // and had a moment to answer it (its own answer is kept).
             None => {
-                self.exchanges(t, run, binding, deadline, &mut charged)
-                    .await
+                let exchanging = self.exchanges(t, run, binding, deadline, &mut charged);
+                let dropped = async {
+                    t.running.abandoned().await;
+                    tokio::time::sleep(CANCEL_GRACE).await;
+                };
+                tokio::select! {
+                    biased;
+                    outcome = exchanging => outcome,
+                    () = dropped => {
+                        Attempt::Done(Answer::Failed(super::task::cancelled()))
+                    }
+                }
             }
         };
         held.settle(charged).await;

@@ -199,6 +199,17 @@ impl Proxy {
 
     /// The tenant's ingress session, opened (as a SESSION_PROPOSE without a claim would be)
     /// when there is none yet or `fresh` asks for a new one.
+    /// Cancels `tenant`'s ingress task `task_id` because its client went away before the
+    /// answer, as [`Proxy::cancel_for_disconnect`] does for an LDP client.
+    pub async fn cancel_chat(&self, tenant: &str, task_id: &TaskId) -> bool {
+        let Some(session_id) = self.ingress_sessions.get(tenant).map(|id| id.clone()) else {
+            return false;
+        };
+        let owner = super::owner_of(tenant, INGRESS_FROM);
+        self.cancel_for_disconnect(&session_id, &owner, task_id)
+            .await
+    }
+
     async fn ingress_session(&self, ctx: &RequestCtx, fresh: bool) -> Result<SessionId, LdpError> {
         let tenant = ctx.tenant.name.as_str();
         if !fresh {

@@ -4,7 +4,7 @@
 use super::status::{status_unavailable, task_not_found, TaskStatus};
 use super::{owner, Proxy, Refusal, RequestCtx};
 use crate::ldp::{Body, Envelope, PayloadMode, SessionId, TaskId};
-use crate::session::Binding;
+use crate::session::{Binding, RunningTask};
 use crate::state::SessionStore;
 use crate::upstream::{UpstreamClient, UpstreamError};
 
@@ -39,8 +39,45 @@ impl Proxy {
             .await
     }
 
-    /// Cancels a running task upstream on behalf of a client that went away (a dropped
-    /// stream). Returns whether a TASK_CANCEL reached the delegate.
+    /// Cancels `task`: nothing more starts for it (no round, no verifier, no failover), the
+    /// LDP calls it has in flight are dropped, and each of their delegates is sent
+    /// TASK_CANCEL (an OpenAI-backed one has none: a streamed completion stops being read, a
+    /// whole one runs to its end within the answer cap; either is settled and recorded).
+    /// `None` when no call was in flight at an LDP delegate; else whether every TASK_CANCEL
+    /// was answered, and the last failure.
+    async fn cancel_running(
+        &self,
+        task: &RunningTask,
+    ) -> Option<Result<(), (String, UpstreamError)>> {
+        let calls: Vec<(Binding, TaskId)> = task
+            .cancel()
+            .into_iter()
+            .filter(|(b, _)| b.delegate.openai.is_none())
+            .collect();
+        if calls.is_empty() {
+            task.abandon();
+            return None;
+        }
+        let sends = calls.iter().map(|(b, id)| async move {
+            let sent = self.send_cancel(b, id).await;
+            tracing::info!(task_id = %id, delegate = %b.delegate.name, ok = sent.is_ok(), "task cancelled upstream");
+            sent.map_err(|e| (b.delegate.name.clone(), e))
+        });
+        let mut outcome = Ok(());
+        for sent in futures_util::future::join_all(sends).await {
+            if let Err(e) = sent {
+                outcome = Err(e);
+            }
+        }
+        // Told (or unreachable, within the handshake deadline): whatever they still answer,
+        // nobody waits for it.
+        task.abandon();
+        Some(outcome.map(|_| ()))
+    }
+
+    /// Cancels a running task on behalf of a client that went away (a dropped request or
+    /// stream), as TASK_CANCEL does. Returns whether a TASK_CANCEL reached every delegate it
+    /// was running on.
     pub async fn cancel_for_disconnect(
         &self,
         session_id: &SessionId,
@@ -50,20 +87,11 @@ impl Proxy {
         let Ok(Some(session)) = self.session(session_id, owner).await else {
             return false;
         };
-        let Some(b) = session
-            .running_skill(task_id)
-            .and_then(|skill| session.binding(&skill))
-        else {
+        let Some(task) = session.running(task_id) else {
             return false;
         };
-        if b.delegate.openai.is_some() {
-            // Nothing to send: a streamed completion stops being read once nobody listens (a
-            // whole one runs to its end, within the answer cap), and is settled and recorded.
-            return false;
-        }
-        let sent = self.send_cancel(&b, task_id).await;
-        tracing::info!(task_id = %task_id, delegate = %b.delegate.name, ok = sent.is_ok(), "client went away; task cancelled upstream");
-        sent.is_ok()
+        tracing::info!(task_id = %task_id, "client went away; task cancelled");
+        matches!(self.cancel_running(&task).await, Some(Ok(())))
     }
 
     /// TASK_CANCEL. Without a session id (the reference Rust adapter's cancel) the task is
@@ -89,22 +117,18 @@ impl Proxy {
             Ok(None) => return self.task_failed(env, task_id, self.session_not_found(env)),
             Err(e) => return self.task_failed(env, task_id, e),
         };
-        let binding = session
-            .running_skill(task_id)
-            .and_then(|skill| session.binding(&skill));
-        let Some(b) = binding else {
+        let Some(task) = session.running(task_id) else {
             return self.not_running(env, task_id);
         };
-        if b.delegate.openai.is_some() {
-            let message =
-                "an OpenAI-compatible delegate has no cancel: the completion runs to its end";
-            return self.cancel_answer(env, task_id, message.into());
-        }
-        let message = match self.send_cancel(&b, task_id).await {
-            Ok(_) => "cancelled".to_owned(),
-            Err(e) => {
-                tracing::info!(delegate = %b.delegate.name, error = %e, "upstream TASK_CANCEL failed");
-                format!("cancel could not reach the delegate: it {}", e.summary())
+        // The task answers CANCELLED either way; the message says what became of its calls.
+        let message = match self.cancel_running(&task).await {
+            None | Some(Ok(())) => "cancelled".to_owned(),
+            Some(Err((delegate, e))) => {
+                tracing::info!(delegate = %delegate, error = %e, "upstream TASK_CANCEL failed");
+                format!(
+                    "cancelled; the cancel could not reach delegate '{delegate}': it {}",
+                    e.summary()
+                )
             }
         };
         self.cancel_answer(env, task_id, message)

@@ -298,8 +298,11 @@ impl Proxy {
                         delegate: Arc::clone(delegate),
                         policy: Arc::clone(&t.policy),
                     });
+                    let cancelled = t.cancelled();
                     async move {
                         match delta {
+                            // Cancelled: nobody is to be answered.
+                            _ if cancelled => ControlFlow::Break(()),
                             // The answer itself: waited for, never dropped (a slow client
                             // slows the read); nobody to take it stops the read.
                             Some(d) => match tx.send(d).await {
@@ -316,8 +319,8 @@ impl Proxy {
             }
             Progress::Updates(tx) => {
                 let relay = |piece: Piece| {
-                    if tx.is_closed() {
-                        // The client left: nobody reads the rest.
+                    if tx.is_closed() || t.cancelled() {
+                        // The client left (or cancelled): nobody reads the rest.
                         return std::future::ready(ControlFlow::Break(()));
                     }
                     if !piece.text.is_empty() {

@@ -46,6 +46,9 @@ impl Proxy {
             .flatten();
         let mut tried: Vec<String> = exclude.to_vec();
         let mut last: Option<LdpError> = None;
+        if t.cancelled() {
+            return Answer::Failed(super::task::cancelled());
+        }
         let mut chosen = self.binding_for(t, &base, run).await;
         loop {
             let (delegate, failure) = match chosen {
@@ -92,6 +95,10 @@ impl Proxy {
             tracing::info!(delegate = %delegate.name, reason = failure.reason,
                 error = super::task::cut_detail(&failure.detail).0, "delegate failed the task");
             run.upstream_error(&delegate.name, &failure.detail);
+            // Cancelled: no other delegate is tried.
+            if t.cancelled() {
+                return Answer::Failed(super::task::cancelled());
+            }
             tried.push(delegate.name.clone());
             let need = Need {
                 exclude: &tried,

@@ -8,7 +8,7 @@ use crate::ldp::{Body, DelegationContract, Envelope, LdpError, PayloadMode, Prov
 use crate::openai::wire::{ChatRequest, ErrorDetail, Usage};
 use crate::policy::Policy;
 use crate::routing::Need;
-use crate::session::{Binding, ClientSession};
+use crate::session::{Binding, ClientSession, RunningTask};
 use crate::state::StatusStore;
 use crate::tenant::Tenant;
 use std::sync::Arc;
@@ -38,6 +38,8 @@ pub(super) struct TaskCtx<'a> {
     /// When it arrived, for its latency, and the same as RFC 3339 text for its row.
     pub(super) started: Instant,
     pub(super) started_at: String,
+    /// Its cancellation and the upstream calls it has running (its verifications share it).
+    pub(super) running: &'a Arc<RunningTask>,
 }
 
 impl<'a> TaskCtx<'a> {
@@ -57,6 +59,8 @@ impl<'a> TaskCtx<'a> {
                 .and_then(|c| c.deadline_at())
                 .map(|d| (d - now).num_milliseconds().max(0) as u64),
             now_ms: now.timestamp_millis(),
+            // The tenant's own ratings steer its own tasks (and only those).
+            rater: Some(&self.tenant.name),
         }
     }
 
@@ -73,7 +77,14 @@ impl<'a> TaskCtx<'a> {
             progress: Progress::Quiet,
             started: self.started,
             started_at: self.started_at.clone(),
+            running: self.running,
         }
+    }
+
+    /// Whether the task was cancelled (TASK_CANCEL, or its client left): nothing more is
+    /// started for it.
+    pub(super) fn cancelled(&self) -> bool {
+        self.running.is_cancelled()
     }
 
     /// Whether the task carries its whole context (the OpenAI ingress's requests send the
@@ -318,6 +329,7 @@ impl Proxy {
             },
         };
         tracing::Span::current().record("policy", policy.name.0.as_str());
+        let running = RunningTask::new(task.skill);
         let t = TaskCtx {
             env,
             task,
@@ -328,6 +340,7 @@ impl Proxy {
             progress,
             started,
             started_at,
+            running: &running,
         };
         if let Some(error) = refused {
             // Refused before routing: the row is recorded all the same (every task has one).
@@ -346,10 +359,10 @@ impl Proxy {
             )
             .await;
         self.retries.task();
-        session.task_started(t.task.task_id, t.task.skill);
+        session.task_started(t.task.task_id, &running);
         let mut run = TaskRun::default();
         let answer = self.run_unwinding(&t, &mut run).await;
-        session.task_finished(t.task.task_id);
+        session.task_finished(t.task.task_id, &running);
         let policy = t.policy.clone();
         let reply = self.finish(t, &run, answer).await;
         Ok(run.trip(reply, policy))
@@ -425,6 +438,17 @@ impl Proxy {
             }
         }
     }
+}
+
+/// The answer of a task that was cancelled (TASK_CANCEL, or its client left).
+pub(super) fn cancelled() -> LdpError {
+    LdpError::new(
+        "CANCELLED",
+        crate::ldp::ErrorCategory::Runtime,
+        crate::ldp::ErrorSeverity::Error,
+        false,
+        "the task was cancelled",
+    )
 }
 
 /// Whether a per-task ledger failure should be logged now: at most one line a second, since

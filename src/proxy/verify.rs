@@ -77,6 +77,10 @@ impl Proxy {
         let t = &quiet;
         let mut voted_down: Vec<String> = Vec::new();
         for round in 1..=verify.max_rounds {
+            // Cancelled (TASK_CANCEL, the client left): no round starts after it.
+            if t.cancelled() {
+                return Answer::Failed(super::task::cancelled());
+            }
             // Each round may try the policy's `max_attempts` producers.
             run.delegates = 0;
             run.attempts_before_round = run.attempts;
@@ -102,6 +106,11 @@ impl Proxy {
                 .cost_usd
                 .or_else(|| self.declared_cost(&producer, t.task.skill))
                 .unwrap_or(0.0);
+            if t.cancelled() {
+                // The result came as the task was cancelled: paid for, never judged.
+                self.extra_cost(t, run, &producer, t.task.skill, cost);
+                return Answer::Failed(super::task::cancelled());
+            }
             let ballot = Ballot {
                 verify,
                 round,
@@ -159,7 +168,13 @@ impl Proxy {
         // The contract's budget, less the results so far and each verifier chosen.
         let contract_budget = t.need().contract_max_cost_usd;
         let mut spent = b.spent;
-        let base = Need { skill, ..t.need() };
+        // Verifiers are chosen on the shared evidence only: no tenant's own ratings pick who
+        // judges (a vote is shared evidence of the producer).
+        let base = Need {
+            skill,
+            rater: None,
+            ..t.need()
+        };
         // The verification task: the original input and the result, as JSON text.
         let input = match verification_input(t.task.input, b.output, t.task.skill) {
             Ok(i) => i,
@@ -171,6 +186,9 @@ impl Proxy {
         let mut ballots: Vec<(Binding, f64, TaskId)> = Vec::new();
         let mut why_none: Option<LdpError> = None;
         for _ in 0..verify.verifiers {
+            if t.cancelled() {
+                return Round::NoVote(super::task::cancelled());
+            }
             let task_id = TaskId::from(format!(
                 "{}~verify-{}",
                 t.task.task_id,
@@ -234,6 +252,11 @@ impl Proxy {
             };
             return Round::NoVote(error);
         }
+        if t.cancelled() {
+            return Round::NoVote(super::task::cancelled());
+        }
+        // Each cast is an attempt: listed in the task (a cancel sends it TASK_CANCEL) and
+        // dropped at the cancel.
         let casts = ballots.iter().map(|(binding, _, task_id)| {
             let sub = sub_task(t, task_id, skill, &input);
             let binding = binding.clone();
@@ -295,6 +318,10 @@ impl Proxy {
             let score = if v.passed { 1.0 } else { 0.0 };
             self.registry
                 .observe(&producer.name, t.task.skill, score, v.weight / total, now);
+        }
+        if t.cancelled() {
+            // The votes that came are kept and learnt; the round decides nothing.
+            return Round::NoVote(super::task::cancelled());
         }
         if total <= 0.0 {
             let error = LdpError::gateway(
@@ -474,6 +501,7 @@ fn sub_task<'a>(
         progress: super::task::Progress::Quiet,
         started: Instant::now(),
         started_at: t.started_at.clone(),
+        running: t.running,
     }
 }
 
@@ -488,7 +516,9 @@ fn verification_input(input: &Json, output: &Json, skill: &str) -> Result<Json, 
 }
 
 /// A verifier's output read as a vote: `passed` (a boolean) is required; `confidence` (0..1)
-/// and `reason` are kept when present. The verdict may also come as text holding that JSON
+/// and `reason` (text) are kept when present and readable, else left out: a confidence of
+/// `"high"`, `7` or `1e999` (beyond f64) costs the vote its confidence, never the vote. The
+/// verdict may also come as text holding that JSON
 /// (a model's answer, as an OpenAI-backed or text-mode verifier gives it; a Markdown code
 /// fence around it is allowed). Anything else is no vote.
 fn read_verdict(output: &Json) -> Option<Verdict> {
@@ -505,19 +535,26 @@ fn read_verdict(output: &Json) -> Option<Verdict> {
                 .filter(|j| j.as_string().is_none())?,
         );
     }
+    // The optional fields are taken as raw JSON and read one by one: a field of the wrong
+    // type (or a number serde cannot hold) would otherwise fail the whole verdict.
     #[derive(serde::Deserialize)]
-    struct Raw {
+    struct Raw<'a> {
         passed: bool,
-        #[serde(default)]
-        confidence: Option<f64>,
-        #[serde(default)]
-        reason: Option<String>,
+        #[serde(default, borrow)]
+        confidence: Option<&'a serde_json::value::RawValue>,
+        #[serde(default, borrow)]
+        reason: Option<&'a serde_json::value::RawValue>,
     }
-    let raw: Raw = serde_json::from_str(output.get()).ok()?;
+    let raw: Raw<'_> = serde_json::from_str(output.get()).ok()?;
     Some(Verdict {
         passed: raw.passed,
-        confidence: raw.confidence.filter(|c| (0.0..=1.0).contains(c)),
-        reason: raw.reason,
+        confidence: raw
+            .confidence
+            .and_then(|c| serde_json::from_str::<f64>(c.get()).ok())
+            .filter(|c| (0.0..=1.0).contains(c)),
+        reason: raw
+            .reason
+            .and_then(|r| serde_json::from_str::<String>(r.get()).ok()),
     })
 }
 
@@ -535,6 +572,15 @@ mod tests {
         assert!(v.passed && v.confidence == Some(0.8));
         let v = read_verdict(&json(r#"{"passed":false,"confidence":7}"#)).unwrap();
         assert!(!v.passed && v.confidence.is_none());
+        // A confidence (or reason) that does not read drops itself, never the vote.
+        for c in [r#""high""#, "1e999", "-0.5", "null", "[1]", r#"{"p":1}"#] {
+            let text = format!(r#"{{"passed":true,"confidence":{c},"reason":7}}"#);
+            let v = read_verdict(&json(&text)).unwrap_or_else(|| panic!("{c}: no vote"));
+            assert!(
+                v.passed && v.confidence.is_none() && v.reason.is_none(),
+                "{c}"
+            );
+        }
         assert!(read_verdict(&json(r#"{"passed":"yes"}"#)).is_none());
         assert!(read_verdict(&json(r#""passed""#)).is_none());
         // A model's answer: the verdict as text, fenced or not.

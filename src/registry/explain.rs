@@ -56,6 +56,7 @@ pub fn explain(
     let need = Need {
         skill: q.skill,
         now_ms: quality::now_ms(),
+        rater: Some(q.tenant),
         client_domain: q.client_domain.unwrap_or(own_domain),
         ..Need::default()
     };

@@ -4,6 +4,14 @@
 //! its declared quality counts again). Routing blends it with the card's claim
 //! ([`crate::routing::blend`]).
 //!
+//! Whose evidence moves whose routing: the shared estimate learns only from sources the
+//! operator trusts (verifier votes, and ratings of tenants marked `trusted_rater`); any other
+//! tenant's ratings are kept as that tenant's own evidence, which only its own tasks see
+//! (shared plus own, summed). A tenant alone therefore cannot move another tenant's routing
+//! nor the verifier weights (read from the shared estimate), yet its ratings still steer its
+//! own traffic. Per-tenant evidence is bounded: tenants are configured, and each estimate
+//! keeps at most [`MAX_RATERS`] of them.
+//!
 //! Reads are lock-free (`ArcSwapOption`): a decision reads every offer's estimate. Writes are
 //! rare (a vote, a rating) and replace the small value whole.
 
@@ -19,6 +27,13 @@ pub const DEFAULT_HALF_LIFE_MS: u64 = 3_600_000;
 /// Skills a delegate keeps estimates for; evidence for more is dropped (a card's
 /// capabilities are capped well below this, and evidence only names skills it served).
 const MAX_SKILLS: usize = 1024;
+
+/// Tenants whose own ratings one estimate keeps; ratings of more are dropped (tenants are
+/// configured, so this is only a ceiling).
+pub const MAX_RATERS: usize = 1024;
+
+/// Per tenant, its own ratings' evidence.
+pub type Own = std::collections::HashMap<Box<str>, Beta>;
 
 /// Whether an observation can be learnt: a score in 0..=1 and a finite positive weight.
 pub fn usable(score: f64, weight: f64) -> bool {
@@ -77,15 +92,17 @@ impl Beta {
     }
 }
 
-/// One delegate's estimate at one skill.
+/// One delegate's estimate at one skill: the shared evidence, and each tenant's own.
 #[derive(Debug)]
 pub struct Estimate {
     beta: ArcSwapOption<Beta>,
+    own: ArcSwapOption<Own>,
     half_life_ms: Arc<AtomicU64>,
 }
 
 impl Estimate {
-    /// Adds an observation; a score or weight out of range (or not finite) is ignored.
+    /// Adds an observation to the shared evidence (every tenant's routing sees it); a score
+    /// or weight out of range (or not finite) is ignored.
     pub fn observe(&self, score: f64, weight: f64, at_ms: i64) {
         if !usable(score, weight) {
             return;
@@ -97,29 +114,70 @@ impl Estimate {
         });
     }
 
-    /// What has been observed, aged to `now_ms`; none before the first observation.
-    pub fn observed(&self, now_ms: i64) -> Option<Observed> {
-        let b = *self.beta.load().as_deref()?;
-        let b = b.aged(now_ms, self.half_life_ms.load(Ordering::Relaxed), false);
-        let count = b.good + b.bad;
+    /// Adds an observation to `rater`'s own evidence (only its routing sees it); ignored as
+    /// [`Estimate::observe`] says, or when [`MAX_RATERS`] others are kept.
+    pub fn observe_own(&self, rater: &str, score: f64, weight: f64, at_ms: i64) {
+        if !usable(score, weight) {
+            return;
+        }
+        let hl = self.half_life_ms.load(Ordering::Relaxed);
+        self.own.rcu(|old| {
+            let mut next = old.as_deref().cloned().unwrap_or_default();
+            if !next.contains_key(rater) && next.len() >= MAX_RATERS {
+                return old.clone();
+            }
+            let b = next.entry(rater.into()).or_insert(Beta::empty(at_ms));
+            *b = b.observe(score, weight, at_ms, hl);
+            Some(Arc::new(next))
+        });
+    }
+
+    /// What has been observed, aged to `now_ms`: the shared evidence, plus `rater`'s own
+    /// when one is named; none before the first observation.
+    pub fn observed(&self, now_ms: i64, rater: Option<&str>) -> Option<Observed> {
+        let hl = self.half_life_ms.load(Ordering::Relaxed);
+        let shared = self
+            .beta
+            .load()
+            .as_deref()
+            .map(|b| b.aged(now_ms, hl, false));
+        let own = rater.and_then(|r| {
+            let own = self.own.load();
+            own.as_deref()?.get(r).map(|b| b.aged(now_ms, hl, false))
+        });
+        let (good, bad) = [shared, own]
+            .into_iter()
+            .flatten()
+            .fold((0.0, 0.0), |(g, b), x| (g + x.good, b + x.bad));
+        let count = good + bad;
         (count > 1e-9).then(|| Observed {
-            mean: b.good / count,
+            mean: good / count,
             count,
         })
     }
 
-    /// What has been observed, aged to now (the clock is read only when there is evidence).
+    /// The shared evidence, aged to now (the clock is read only when there is evidence).
     pub fn observed_now(&self) -> Option<Observed> {
         if self.beta.load().is_none() {
             return None;
         }
-        self.observed(now_ms())
+        self.observed(now_ms(), None)
     }
 
-    /// Replaces the evidence (a rebuild from the ledger).
-    pub fn set(&self, beta: Option<Beta>) {
+    /// Replaces the evidence, shared and own (a rebuild from the ledger).
+    pub fn set(&self, beta: Option<Beta>, own: Option<Own>) {
         self.beta.store(beta.map(Arc::new));
+        self.own.store(own.filter(|o| !o.is_empty()).map(Arc::new));
     }
+}
+
+/// One skill's evidence as rebuilt from the ledger: shared, and per tenant.
+#[derive(Debug, Default)]
+pub struct Rebuilt {
+    /// Votes and trusted raters' ratings.
+    pub shared: Option<Beta>,
+    /// Every other tenant's own ratings.
+    pub own: Own,
 }
 
 /// A delegate's estimates, per skill.
@@ -154,6 +212,7 @@ impl Learned {
             .or_insert_with(|| {
                 Arc::new(Estimate {
                     beta: ArcSwapOption::empty(),
+                    own: ArcSwapOption::empty(),
                     half_life_ms: self.half_life_ms.clone(),
                 })
             })
@@ -167,13 +226,15 @@ impl Learned {
     }
 
     /// Replaces every estimate by `rebuilt` (skills absent from it lose their evidence).
-    pub fn replace(&self, rebuilt: &std::collections::HashMap<&str, Beta>) {
+    pub fn replace(&self, rebuilt: &std::collections::HashMap<&str, Rebuilt>) {
         for e in self.skills.iter() {
-            e.value().set(rebuilt.get(e.key().as_str()).copied());
+            if !rebuilt.contains_key(e.key().as_str()) {
+                e.value().set(None, None);
+            }
         }
-        for (skill, beta) in rebuilt {
+        for (skill, r) in rebuilt {
             if let Some(e) = self.estimate(skill) {
-                e.set(Some(*beta));
+                e.set(r.shared, Some(r.own.clone()));
             }
         }
     }
@@ -241,21 +302,21 @@ mod tests {
         let l = Learned::default();
         l.set_half_life_ms(1000);
         let e = l.estimate("qa").unwrap();
-        assert_eq!(e.observed(0), None);
+        assert_eq!(e.observed(0, None), None);
         e.observe(1.0, 1.0, 0);
         e.observe(0.0, 3.0, 0);
-        let o = e.observed(0).unwrap();
+        let o = e.observed(0, None).unwrap();
         assert!((o.mean - 0.25).abs() < 1e-9 && (o.count - 4.0).abs() < 1e-9);
-        let later = e.observed(1000).unwrap();
+        let later = e.observed(1000, None).unwrap();
         assert!((later.mean - 0.25).abs() < 1e-9, "fading keeps the mean");
         assert!((later.count - 2.0).abs() < 1e-9, "and halves the count");
         // An old observation counts for less than a new one.
         e.observe(1.0, 1.0, 3000);
-        assert!(e.observed(3000).unwrap().mean > 0.6);
+        assert!(e.observed(3000, None).unwrap().mean > 0.6);
         // Out-of-range input is ignored.
         e.observe(2.0, 1.0, 3000);
         e.observe(0.5, f64::NAN, 3000);
-        assert!((e.observed(3000).unwrap().count - 1.5).abs() < 1e-9);
+        assert!((e.observed(3000, None).unwrap().count - 1.5).abs() < 1e-9);
     }
 
     #[test]
@@ -266,7 +327,7 @@ mod tests {
         for s in 0..28_800i64 {
             e.observe(1.0, 1.0, s * 1000);
         }
-        let n = e.observed(28_799_000).unwrap().count;
+        let n = e.observed(28_799_000, None).unwrap().count;
         assert!((5_000.0..5_300.0).contains(&n), "{n}");
     }
 
@@ -277,15 +338,44 @@ mod tests {
         let mut rebuilt = std::collections::HashMap::new();
         rebuilt.insert(
             "b",
-            Beta {
-                good: 1.0,
-                bad: 1.0,
-                at_ms: 0,
+            Rebuilt {
+                shared: Some(Beta {
+                    good: 1.0,
+                    bad: 1.0,
+                    at_ms: 0,
+                }),
+                own: Own::new(),
             },
         );
         l.replace(&rebuilt);
-        let seen = |s: &str| l.estimate(s).unwrap().observed(0);
+        let seen = |s: &str| l.estimate(s).unwrap().observed(0, None);
         assert_eq!(seen("a"), None);
         assert_eq!(seen("b").map(|o| o.count), Some(2.0));
+    }
+
+    #[test]
+    fn a_tenants_own_ratings_are_seen_by_it_alone() {
+        let e = Learned::default().estimate("qa").unwrap();
+        e.observe(1.0, 1.0, 0);
+        for _ in 0..3 {
+            e.observe_own("acme", 0.0, 1.0, 0);
+        }
+        let shared = e.observed(0, None).unwrap();
+        assert!((shared.mean - 1.0).abs() < 1e-9 && (shared.count - 1.0).abs() < 1e-9);
+        assert_eq!(e.observed(0, Some("other")), Some(shared));
+        let acme = e.observed(0, Some("acme")).unwrap();
+        assert!((acme.mean - 0.25).abs() < 1e-9 && (acme.count - 4.0).abs() < 1e-9);
+        // Own evidence alone is an estimate too, for its tenant only.
+        let fresh = Learned::default().estimate("qa").unwrap();
+        fresh.observe_own("acme", 0.0, 1.0, 0);
+        assert_eq!(fresh.observed(0, None), None);
+        assert_eq!(fresh.observed_now(), None);
+        assert!(fresh.observed(0, Some("acme")).is_some());
+        // Bounded: past MAX_RATERS tenants, a new one's ratings are dropped.
+        for i in 0..MAX_RATERS {
+            fresh.observe_own(&format!("t{i}"), 1.0, 1.0, 0);
+        }
+        fresh.observe_own("late", 1.0, 1.0, 0);
+        assert_eq!(fresh.observed(0, Some("late")), None);
     }
 }

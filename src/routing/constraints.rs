@@ -159,7 +159,7 @@ impl Evaluation {
 
 /// The figures of an offer.
 pub fn figures<O: Offer>(o: &O, params: &RoutingParams, now_ms: i64) -> Figures {
-    declared(o, params).with_observed(o.observed_latency_ms(), o.observed_quality(now_ms))
+    declared(o, params).with_observed(o.observed_latency_ms(), o.observed_quality(now_ms, None))
 }
 
 /// What a policy concludes about an offer from its card alone: the constraints that depend
@@ -299,7 +299,10 @@ pub(super) fn evaluate_with<O: Offer>(
     need: &Need<'_>,
     params: &RoutingParams,
 ) -> (Evaluation, Load) {
-    let f = st.with_observed(o.observed_latency_ms(), o.observed_quality(need.now_ms));
+    let f = st.with_observed(
+        o.observed_latency_ms(),
+        o.observed_quality(need.now_ms, need.rater),
+    );
     let mut failed = st.failed;
     let mut fail = |c: Constraint, bad: bool| {
         if bad {

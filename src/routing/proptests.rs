@@ -312,6 +312,7 @@ fn need() -> impl Strategy<Value = Need<'static>> {
                 contract_ms_left,
                 exclude: &[],
                 now_ms: 0,
+                rater: None,
             },
         )
 }

@@ -32,7 +32,7 @@ impl Offer for TestOffer {
     fn observed_latency_ms(&self) -> Option<f64> {
         self.observed
     }
-    fn observed_quality(&self, _now_ms: i64) -> Option<Observed> {
+    fn observed_quality(&self, _now_ms: i64, _rater: Option<&str>) -> Option<Observed> {
         self.quality_seen
     }
     fn weight(&self) -> f64 {

@@ -531,14 +531,13 @@ async fn provenance(
             if let Some(task_id) = task_id {
                 match s.ledger.feedback(&task_id).await {
                     Ok(fb) => body["feedback"] = json!(fb),
-                    Err(e) => {
-                        return ApiError::new(GatewayCode::Internal, e.to_string()).into_response()
-                    }
+                    // Busy (503) or failed (500), as every ledger read is told.
+                    Err(e) => return ApiError::from(&e).into_response(),
                 }
             }
             Json(body).into_response()
         }
-        Err(e) => ApiError::new(GatewayCode::Internal, e.to_string()).into_response(),
+        Err(e) => ApiError::from(&e).into_response(),
     }
 }
 

@@ -243,6 +243,28 @@ impl From<Refusal> for ApiError {
     }
 }
 
+/// A ledger read or write as the client hears it: a busy or slow ledger (too many reads,
+/// a read past its deadline, the writer stopping) is `UNAVAILABLE` (503, worth retrying),
+/// wherever it is met; anything else is the gateway's fault (500).
+impl From<&crate::provenance::LedgerError> for ApiError {
+    fn from(e: &crate::provenance::LedgerError) -> ApiError {
+        use crate::provenance::LedgerError as L;
+        let code = match e {
+            L::ReadsBusy(_) | L::ReadTimeout(_) | L::Closed => GatewayCode::Unavailable,
+            L::BadStore(_)
+            | L::Postgres(_)
+            | L::Sqlite(_)
+            | L::Io { .. }
+            | L::Write(_)
+            | L::LastBatchFailed(_)
+            | L::Corrupt(_)
+            | L::Detached { .. }
+            | L::SchemaTooNew { .. } => GatewayCode::Internal,
+        };
+        ApiError::new(code, e.to_string())
+    }
+}
+
 impl From<Refused> for ApiError {
     fn from(r: Refused) -> ApiError {
         ApiError {

@@ -80,14 +80,9 @@ pub(super) fn parse(bytes: &[u8], max_id_bytes: usize) -> Result<Rating, ApiErro
     })
 }
 
-/// A ledger failure as the client hears it: busy or slow reads are worth retrying.
+/// A ledger failure as the client hears it (busy or slow: 503, worth retrying).
 fn ledger_error(e: &LedgerError) -> ApiError {
-    match e {
-        LedgerError::ReadsBusy(_) | LedgerError::ReadTimeout(_) | LedgerError::Closed => {
-            ApiError::new(GatewayCode::Unavailable, e.to_string())
-        }
-        _ => ApiError::new(GatewayCode::Internal, e.to_string()),
-    }
+    ApiError::from(e)
 }
 
 /// Rates a task: the tenant's own task only (another tenant's task and an unknown one are
@@ -157,10 +152,11 @@ async fn rate(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Feedb
         .feedback
         .with_label_values(&[fb.outcome.as_str()])
         .inc();
-    // The rating is evidence of what the delegate delivered (routing's learned quality).
+    // The rating is evidence of what the delegate delivered (routing's learned quality):
+    // the tenant's own, or shared when the operator trusts it as a rater.
     if let Some(delegate) = &fb.delegate {
         s.registry
-            .observe(delegate, &fb.skill, fb.score, 1.0, fb.created_ms);
+            .observe_rating(delegate, &fb.skill, &fb.tenant, fb.score, fb.created_ms);
     }
     Ok(fb)
 }

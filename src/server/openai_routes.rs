@@ -184,6 +184,13 @@ async fn completion(
     };
     let proxy = s.proxy.clone();
     let id = task_id.clone();
+    // A client that leaves before its answer (or its first delta) cancels the task.
+    let mut guard = CancelChatOnDrop {
+        proxy: s.proxy.clone(),
+        tenant: ctx.tenant.name.clone(),
+        task_id: task_id.clone(),
+        done: false,
+    };
     // The task runs as its own (tracked) task: a client that leaves does not stop its
     // settling and its ledger row.
     let task = s
@@ -199,20 +206,55 @@ async fn completion(
         model,
         include_usage,
     };
-    if let Some(rx) = rx {
-        stream(s, reply, task_id, rx, task).await
-    } else {
-        let outcome = joined(s, task.await)?;
-        let headers = ldp_headers(&task_id, Some(&outcome.policy), outcome.delegate.as_deref());
-        match outcome.result {
-            Ok(answer) => Ok((headers, axum::Json(reply.completion(answer))).into_response()),
-            // A failed task has its ledger row too: its headers name it.
-            Err(r) => {
-                let mut resp = refuse(refusal(r).openai());
-                resp.headers_mut().extend(headers);
-                Ok(resp)
-            }
+    let answered = match rx {
+        Some(rx) => stream(s, reply, task_id, rx, task).await,
+        None => whole(s, reply, &task_id, task).await,
+    };
+    guard.done = true;
+    answered
+}
+
+/// A whole completion's answer, once its task is done.
+async fn whole(
+    s: &AppState,
+    reply: Reply,
+    task_id: &TaskId,
+    task: ChatTask,
+) -> Result<Response, ApiError> {
+    let outcome = joined(s, task.await)?;
+    let headers = ldp_headers(task_id, Some(&outcome.policy), outcome.delegate.as_deref());
+    match outcome.result {
+        Ok(answer) => Ok((headers, axum::Json(reply.completion(answer))).into_response()),
+        // A failed task has its ledger row too: its headers name it.
+        Err(r) => {
+            let mut resp = refuse(refusal(r).openai());
+            resp.headers_mut().extend(headers);
+            Ok(resp)
         }
+    }
+}
+
+/// Cancels an ingress task whose request is dropped (its client gone) before the answer.
+struct CancelChatOnDrop {
+    proxy: std::sync::Arc<crate::proxy::Proxy>,
+    tenant: String,
+    task_id: TaskId,
+    done: bool,
+}
+
+impl Drop for CancelChatOnDrop {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let (proxy, tenant, task) = (
+            self.proxy.clone(),
+            std::mem::take(&mut self.tenant),
+            std::mem::take(&mut self.task_id),
+        );
+        self.proxy.spawn_tracked(async move {
+            proxy.cancel_chat(&tenant, &task).await;
+        });
     }
 }
 

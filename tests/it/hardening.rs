@@ -3,14 +3,18 @@
 //! `Gateway::start` or the real binary. Bounds are generous ceilings, never timings.
 
 mod bounds;
+mod cancel;
 mod checks;
 mod conn;
 mod conversation_budget;
 mod credentials;
+mod feedback_index;
 mod ingress;
 mod ledger;
 mod liar;
 mod openai;
 mod panics;
 mod status_bytes;
+mod ratings;
 mod upstream;
+mod verdicts;

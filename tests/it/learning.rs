@@ -300,10 +300,13 @@ async fn a_lying_cheap_delegate_loses_its_traffic_to_evidence() {
 
 // ---- 2. ratings and votes: the estimate, across a restart ----
 
+/// A tenant whose ratings are shared evidence (`trusted_rater`): what the admin view and
+/// the metrics show (another tenant's ratings move its own routing only).
 fn tenant(name: &str, key: &str) -> TenantConfig {
     TenantConfig {
         api_key_sha256: vec![hash_key(key)],
         trust_domains: vec!["default".into()],
+        trusted_rater: true,
         ..TenantConfig::new(name)
     }
 }

@@ -166,8 +166,13 @@ pub(super) fn spend(conn: &Connection, since_ms: i64) -> Result<Vec<(String, f64
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
-/// The newest row of `tenant`'s task `task_id`: through the (tenant, time) index, newest
-/// first, so a task rated soon after it ran is found at once.
+/// [`task_of`]'s statement.
+pub(super) const TASK_OF: &str =
+    "SELECT delegate, skill FROM ledger WHERE tenant = ?1 AND task_id = ?2
+     ORDER BY finished_ms DESC, id DESC LIMIT 1";
+
+/// The newest row of `tenant`'s task `task_id`: through the (tenant, task id, time) index,
+/// so an unknown task id costs one index probe, however many rows the tenant has.
 pub(super) fn task_of(
     conn: &Connection,
     tenant: &str,
@@ -175,10 +180,7 @@ pub(super) fn task_of(
 ) -> Result<Option<RatedTask>, LedgerError> {
     use rusqlite::OptionalExtension;
     Ok(conn
-        .prepare_cached(
-            "SELECT delegate, skill FROM ledger WHERE tenant = ?1 AND task_id = ?2
-             ORDER BY finished_ms DESC, id DESC LIMIT 1",
-        )?
+        .prepare_cached(TASK_OF)?
         .query_row(params![tenant, task_id], |r| {
             Ok(RatedTask {
                 delegate: r.get(0)?,
@@ -245,7 +247,7 @@ pub(super) fn evidence(
     let mut ratings = Vec::new();
     if version >= 5 {
         let mut stmt = conn.prepare_cached(
-            "SELECT delegate, skill, score, created_ms FROM feedback
+            "SELECT delegate, skill, score, created_ms, tenant FROM feedback
              WHERE created_ms >= ?1 AND delegate IS NOT NULL
              ORDER BY created_ms DESC, task_id DESC, tenant DESC LIMIT ?2",
         )?;
@@ -255,6 +257,7 @@ pub(super) fn evidence(
                 r.get(1)?,
                 r.get(2)?,
                 r.get(3)?,
+                r.get(4)?,
             ))
         })?;
         ratings = rows.collect::<Result<_, _>>()?;

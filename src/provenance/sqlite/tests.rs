@@ -463,6 +463,8 @@ fn evidence(
         score,
         weight,
         at_ms,
+        // Ratings in these tests are the default row's tenant's.
+        rater: (source == EvidenceSource::Feedback).then(|| "anonymous".to_owned()),
         source,
     }
 }
@@ -660,7 +662,7 @@ fn a_ledger_from_before_votes_migrates_and_keeps_its_rows() {
         assert_eq!(ro.evidence(0, 100).unwrap().len(), 1);
     }
     let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
-    assert_eq!(b.schema_version().unwrap(), 6);
+    assert_eq!(b.schema_version().unwrap(), MIGRATIONS.len() as i64);
     assert_eq!(b.query(&Query::default()).unwrap(), vec![old]);
     let new = voted("new", 2_000, vec![vote(1, "d0", "v", false, 0.5)]);
     b.insert(std::slice::from_ref(&new)).unwrap();
@@ -675,4 +677,25 @@ fn a_ledger_from_before_votes_migrates_and_keeps_its_rows() {
     // Running the migration again (a file a newer build touched) changes nothing.
     b.connection().execute_batch(MIGRATIONS[5]).unwrap();
     assert_eq!(vote_count(&b), 1);
+}
+
+/// A rating's lookup of its task (`task_of`) goes through the (tenant, task id) index, never
+/// a scan of the tenant's rows by time: its query plan names the index and no scan.
+#[test]
+fn a_rated_task_is_found_through_its_index() {
+    let b = SqliteBackend::open(":memory:", Durability::Commit).unwrap();
+    let plan: Vec<String> = b
+        .connection()
+        .prepare(&format!("EXPLAIN QUERY PLAN {}", super::read::TASK_OF))
+        .unwrap()
+        .query_map(params!["acme", "t1"], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        plan.iter()
+            .any(|p| p.contains("USING INDEX ledger_tenant_task (tenant=? AND task_id=?)")),
+        "{plan:?}"
+    );
+    assert!(!plan.iter().any(|p| p.starts_with("SCAN")), "{plan:?}");
 }

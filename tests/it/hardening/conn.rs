@@ -205,6 +205,7 @@ async fn a_task_whose_client_gave_up_settles_its_budget_and_writes_its_row() {
             },
             signing: None,
             max_sessions: None,
+            trusted_rater: false,
         })
         .spawn()
         .await;

@@ -250,6 +250,8 @@ fn evidence(b: &mut dyn Backend) {
         score,
         weight,
         at_ms,
+        // Both ratings are `anonymous`'s.
+        rater: (source == Rated).then(|| "anonymous".to_owned()),
         source,
     };
     // A vote weighs its share of its round: t4's round 1 (0.9 and 0.6), round 2 (0.75 alone).
