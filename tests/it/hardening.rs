@@ -14,7 +14,7 @@ mod ledger;
 mod liar;
 mod openai;
 mod panics;
-mod status_bytes;
 mod ratings;
+mod status_bytes;
 mod upstream;
 mod verdicts;
