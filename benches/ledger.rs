@@ -33,6 +33,7 @@ fn row(i: usize) -> LedgerRow {
 /// The same, finished at `now`.
 fn row_at(i: usize, now: chrono::DateTime<chrono::Utc>) -> LedgerRow {
     LedgerRow {
+        ingress: ldp_gateway::provenance::Ingress::Ldp,
         task_id: format!("{:032x}", i),
         session_id: "6f0c1f7e-8a55-4b9e-9f5e-1d2c3b4a5e6f".into(),
         upstream_session_id: Some("1b2c3d4e-5f60-4718-9a2b-3c4d5e6f7a8b".into()),

@@ -405,6 +405,7 @@ impl Proxy {
                     ctx,
                     task::TaskIn {
                         task_id,
+                        ingress: crate::provenance::Ingress::Ldp,
                         skill,
                         input,
                         contract: contract.as_ref(),

@@ -75,6 +75,10 @@ pub const VERIFICATION_RESULTS: [&str; 3] = ["passed", "failed", "no_verifier"];
 /// `provenance::Outcome`).
 pub const TASK_OUTCOMES: [&str; 2] = ["result", "failed"];
 
+/// The front ends a task can come in through, as `ldp_gateway_tasks_total{ingress}` counts
+/// them (the ledger's `provenance::Ingress`, pinned equal by its test).
+pub const INGRESSES: [&str; 6] = ["ldp", "openai", "llmcp", "llmx", "ladp", "a2a"];
+
 /// How a policy reload ended, as `ldp_gateway_policy_reloads_total{result}` counts it.
 pub const RELOAD_RESULTS: [&str; 2] = ["ok", "error"];
 
@@ -139,7 +143,7 @@ pub struct Metrics {
     /// Serialises scrapes: the per-delegate gauges are rebuilt for each one, and a second
     /// scrape must not render them half rebuilt.
     scrape: std::sync::Mutex<()>,
-    /// `ldp_gateway_tasks_total{tenant,skill,delegate,outcome}`.
+    /// `ldp_gateway_tasks_total{tenant,skill,delegate,outcome,ingress}`.
     pub tasks: IntCounterVec,
     /// `ldp_gateway_task_duration_seconds{skill,delegate}`: client-observed task time.
     pub task_duration: HistogramVec,
@@ -254,8 +258,9 @@ impl Metrics {
         let tasks = counter_vec(
             &r,
             "ldp_gateway_tasks_total",
-            "Task outcomes by tenant, skill, delegate and outcome (result, failed)",
-            &["tenant", "skill", "delegate", "outcome"],
+            "Task outcomes by tenant, skill, delegate, outcome (result, failed) and the front end \
+             it came in through (ldp, openai, llmcp, llmx, ladp, a2a)",
+            &["tenant", "skill", "delegate", "outcome", "ingress"],
         )?;
         let task_duration = HistogramVec::new(
             HistogramOpts::new(
@@ -566,7 +571,11 @@ impl Metrics {
                 .flat_map(move |t| offers.iter().map(move |(d, s)| (*t, *d, *s)))
         };
         each(
-            t_offers().flat_map(|(t, d, s)| TASK_OUTCOMES.iter().map(move |o| vec![t, s, d, *o])),
+            t_offers().flat_map(|(t, d, s)| {
+                TASK_OUTCOMES
+                    .iter()
+                    .flat_map(move |o| INGRESSES.iter().map(move |i| vec![t, s, d, *o, *i]))
+            }),
             |l| {
                 self.tasks.with_label_values(l);
             },
@@ -672,7 +681,7 @@ mod tests {
             assert!(fresh.contains(line), "{line} in\n{fresh}");
         }
         m.tasks
-            .with_label_values(&["acme", "s", "d", "result"])
+            .with_label_values(&["acme", "s", "d", "result", "ldp"])
             .inc();
         let offers: Vec<(String, String)> = (0..100)
             .map(|i| (format!("d{i}"), "s".to_owned()))
@@ -694,8 +703,8 @@ mod tests {
         m.init_known(&known);
         let text = m.render();
         for line in [
-            "ldp_gateway_tasks_total{delegate=\"d\",outcome=\"result\",skill=\"s\",tenant=\"acme\"} 1",
-            "ldp_gateway_tasks_total{delegate=\"d\",outcome=\"failed\",skill=\"s\",tenant=\"acme\"} 0",
+            "ldp_gateway_tasks_total{delegate=\"d\",ingress=\"ldp\",outcome=\"result\",skill=\"s\",tenant=\"acme\"} 1",
+            "ldp_gateway_tasks_total{delegate=\"d\",ingress=\"a2a\",outcome=\"failed\",skill=\"s\",tenant=\"acme\"} 0",
             "ldp_gateway_cost_usd_total{delegate=\"d\",policy=\"cheapest\",skill=\"s\",tenant=\"t3\"} 0",
             "ldp_gateway_task_duration_seconds_count{delegate=\"d\",skill=\"s\"} 0",
             "ldp_gateway_routing_decisions_total{delegate=\"d\",policy=\"balanced\"} 0",

@@ -2,8 +2,8 @@
 
 use ldp_gateway::config::Config;
 use ldp_gateway::provenance::{
-    is_postgres, query, Backend, Durability, LedgerError, PostgresBackend, Query, SqliteBackend,
-    CONNECT_TIMEOUT,
+    is_postgres, query, Backend, Durability, Ingress, LedgerError, PostgresBackend, Query,
+    SqliteBackend, CONNECT_TIMEOUT,
 };
 use std::path::{Path, PathBuf};
 
@@ -22,6 +22,9 @@ pub struct ProvenanceArgs {
     /// Rows of this tenant.
     #[arg(long)]
     tenant: Option<String>,
+    /// Rows of tasks that came in through this front end: ldp, openai, llmcp, llmx, ladp, a2a.
+    #[arg(long, value_parser = parse_ingress)]
+    ingress: Option<Ingress>,
     /// Rows since a duration ago (`1h`) or an RFC 3339 time.
     #[arg(long)]
     since: Option<String>,
@@ -46,6 +49,7 @@ pub fn run(args: ProvenanceArgs) -> anyhow::Result<()> {
         task_id: args.task,
         delegate: args.delegate,
         tenant: args.tenant,
+        ingress: args.ingress,
         since_ms: None,
         limit: Some(args.limit),
         offset: None,
@@ -59,6 +63,14 @@ pub fn run(args: ProvenanceArgs) -> anyhow::Result<()> {
     )?;
     print!("{out}");
     Ok(())
+}
+
+/// An `--ingress` value.
+fn parse_ingress(s: &str) -> Result<Ingress, String> {
+    Ingress::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = Ingress::ALL.iter().map(|i| i.as_str()).collect();
+        format!("expected one of {}", names.join(", "))
+    })
 }
 
 /// The SQLite path of a `sqlite:` store URL.

@@ -10,8 +10,8 @@
 use super::evidence::{self, any_votes, merge};
 use super::readers::Cancel;
 use super::{
-    Backend, Durability, Evidence, Feedback, Given, JsonText, LedgerError, LedgerRow, Outcome,
-    Query, RatedTask, Reader, Vote, FEEDBACK_PER_TASK,
+    Backend, Durability, Evidence, Feedback, Given, Ingress, JsonText, LedgerError, LedgerRow,
+    Outcome, Query, RatedTask, Reader, Vote, FEEDBACK_PER_TASK,
 };
 use postgres::types::ToSql;
 use postgres::{Client, NoTls};
@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Schema migrations; `ldp_ledger_schema.version` records how many ran. Append only.
-const MIGRATIONS: [&str; 4] = [
+const MIGRATIONS: [&str; 5] = [
     "CREATE TABLE ledger (
         id BIGSERIAL PRIMARY KEY,
         task_id TEXT NOT NULL,
@@ -93,6 +93,8 @@ const MIGRATIONS: [&str; 4] = [
     // 4: a rating finds its task by (tenant, task id) (`ledger_task` alone reads every
     // tenant's rows of a task id that clients reuse).
     "CREATE INDEX IF NOT EXISTS ledger_tenant_task ON ledger (tenant, task_id, finished_ms);",
+    // 5: the front end a task came in through (`Ingress`); older rows came in over LDP.
+    "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS ingress TEXT NOT NULL DEFAULT 'ldp';",
 ];
 
 /// Replicas starting together take this advisory lock around migrations.
@@ -107,7 +109,7 @@ const COLUMNS: &str = "task_id, session_id, upstream_session_id, tenant, skill, 
     delegate_id, model_version, outcome, error_code, error_message, score, candidates, attempts,
     fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd, reported_cost_usd,
     declared_cost_usd, tokens, confidence, verification_status, started_at, finished_at,
-    finished_ms, output_sha256, lineage, routing, payload";
+    finished_ms, output_sha256, lineage, routing, payload, ingress";
 
 /// The votes' columns, in insert order (`id` is the table's own).
 const VOTE_COLUMNS: &str =
@@ -229,10 +231,10 @@ fn unnest(types: &[&str], first: usize) -> String {
 }
 
 /// The ledger's column types, in [`COLUMNS`] order.
-const ROW_TYPES: [&str; 32] = [
+const ROW_TYPES: [&str; 33] = [
     "text", "text", "text", "text", "text", "text", "text", "text", "text", "text", "text", "text",
     "float8", "int8", "int8", "text", "text", "float8", "float8", "float8", "float8", "float8",
-    "int8", "float8", "text", "text", "text", "int8", "text", "text", "text", "text",
+    "int8", "float8", "text", "text", "text", "int8", "text", "text", "text", "text", "text",
 ];
 
 fn migrate(client: &mut Client) -> Result<(), LedgerError> {
@@ -396,7 +398,8 @@ impl Backend for PostgresBackend {
         let lineage = text(|r| r.lineage.get());
         let routing = text(|r| r.routing.get());
         let payload = opt(|r| r.payload.as_ref().map(JsonText::get));
-        let params: [&(dyn ToSql + Sync); 32] = [
+        let ingress = text(|r| r.ingress.as_str());
+        let params: [&(dyn ToSql + Sync); 33] = [
             &task_id,
             &session_id,
             &upstream_session_id,
@@ -429,6 +432,7 @@ impl Backend for PostgresBackend {
             &lineage,
             &routing,
             &payload,
+            &ingress,
         ];
         // Most groups have no votes: then the rows' statement alone, as before votes.
         if !any_votes(rows) {
@@ -833,8 +837,10 @@ fn read_row(r: &postgres::Row) -> Result<LedgerRow, LedgerError> {
     let routing: String = get(r, 30)?;
     let payload: Option<String> = get(r, 31)?;
     let outcome: String = get(r, 9)?;
+    let ingress: String = get(r, 32)?;
     Ok(LedgerRow {
         task_id: get(r, 0)?,
+        ingress: Ingress::from_stored(&ingress),
         session_id: get(r, 1)?,
         upstream_session_id: get(r, 2)?,
         tenant: get(r, 3)?,

@@ -1,6 +1,6 @@
 //! Ledger queries (admin API and `ldp-gateway provenance`) and their CSV/JSON output.
 
-use super::LedgerRow;
+use super::{Ingress, LedgerRow};
 use serde::Deserialize;
 
 /// Filters; every present field must match. Newest rows first.
@@ -14,6 +14,8 @@ pub struct Query {
     pub delegate: Option<String>,
     /// Tenant.
     pub tenant: Option<String>,
+    /// The front end tasks came in through (`ldp`, `openai`, …).
+    pub ingress: Option<Ingress>,
     /// Rows finished at or after this Unix ms.
     #[serde(skip)]
     pub since_ms: Option<i64>,
@@ -37,6 +39,7 @@ impl Query {
         ]
         .into_iter()
         .filter_map(|(col, v)| v.as_deref().map(|v| (col, v)))
+        .chain(self.ingress.map(|i| ("ingress", i.as_str())))
     }
 }
 
@@ -91,9 +94,10 @@ pub enum Format {
     Csv,
 }
 
-const CSV_COLUMNS: [&str; 22] = [
+const CSV_COLUMNS: [&str; 23] = [
     "finished_at",
     "task_id",
+    "ingress",
     "session_id",
     "upstream_session_id",
     "tenant",
@@ -138,6 +142,7 @@ pub fn to_csv(rows: &[LedgerRow]) -> String {
         let fields = [
             r.finished_at.clone(),
             r.task_id.clone(),
+            r.ingress.as_str().to_owned(),
             r.session_id.clone(),
             opt(&r.upstream_session_id),
             r.tenant.clone(),

@@ -23,11 +23,67 @@ impl Outcome {
     }
 }
 
+/// The front end a task came in through: a bounded set (a ledger column and a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ingress {
+    /// An LDP envelope (`/ldp/messages`, `/ldp/stream`).
+    #[default]
+    Ldp,
+    /// The OpenAI-compatible `/v1/chat/completions`.
+    Openai,
+    /// The LLMCP bridge.
+    Llmcp,
+    /// The LLMX bridge.
+    Llmx,
+    /// The LADP bridge.
+    Ladp,
+    /// The A2A front end.
+    A2a,
+}
+
+impl Ingress {
+    /// Every value, for metrics exported at 0 from the start.
+    pub const ALL: [Ingress; 6] = [
+        Ingress::Ldp,
+        Ingress::Openai,
+        Ingress::Llmcp,
+        Ingress::Llmx,
+        Ingress::Ladp,
+        Ingress::A2a,
+    ];
+
+    /// The stored and exported value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ingress::Ldp => "ldp",
+            Ingress::Openai => "openai",
+            Ingress::Llmcp => "llmcp",
+            Ingress::Llmx => "llmx",
+            Ingress::Ladp => "ladp",
+            Ingress::A2a => "a2a",
+        }
+    }
+
+    /// The value named `s` (`ldp`, `openai`, …).
+    pub fn parse(s: &str) -> Option<Ingress> {
+        Ingress::ALL.into_iter().find(|i| i.as_str() == s)
+    }
+
+    /// The value stored as `s`; an unknown one (a newer build's) reads as `ldp`.
+    pub fn from_stored(s: &str) -> Ingress {
+        Ingress::parse(s).unwrap_or_default()
+    }
+}
+
 /// Everything recorded about one task outcome.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LedgerRow {
     /// Client-side task id.
     pub task_id: String,
+    /// The front end it came in through (rows written before the column: `ldp`).
+    #[serde(default)]
+    pub ingress: Ingress,
     /// Client session id (gateway-issued).
     pub session_id: String,
     /// The delegate's session id.
@@ -259,6 +315,17 @@ mod tests {
         let s = v.to_string();
         assert!(!s.contains("sk-canary") && !s.contains("Bearer x"), "{s}");
         assert!(v["text"].as_str().unwrap().chars().count() <= PREVIEW_CHARS + 1);
+    }
+
+    #[test]
+    fn ingresses_are_the_metric_label_values_and_read_back() {
+        let names = Ingress::ALL.map(Ingress::as_str);
+        assert_eq!(names, crate::telemetry::INGRESSES);
+        for i in Ingress::ALL {
+            assert_eq!(Ingress::from_stored(i.as_str()), i);
+            assert_eq!(serde_json::to_value(i).unwrap(), json!(i.as_str()));
+        }
+        assert_eq!(Ingress::from_stored("smtp"), Ingress::Ldp);
     }
 
     #[test]

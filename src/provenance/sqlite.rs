@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema migrations; `PRAGMA user_version` records how many ran. Append only.
-pub const MIGRATIONS: [&str; 7] = [
+pub const MIGRATIONS: [&str; 8] = [
     // 1: the ledger as first shipped.
     "CREATE TABLE ledger (
         id INTEGER PRIMARY KEY,
@@ -131,6 +131,8 @@ pub const MIGRATIONS: [&str; 7] = [
     // 7: a rating finds its task by (tenant, task id): through the (tenant, time) index an
     // unknown task id read every row of the tenant (0.2–0.5 s at 500k rows).
     "CREATE INDEX IF NOT EXISTS ledger_tenant_task ON ledger (tenant, task_id, finished_ms);",
+    // 8: the front end a task came in through (`Ingress`); older rows came in over LDP.
+    "ALTER TABLE ledger ADD COLUMN ingress TEXT NOT NULL DEFAULT 'ldp';",
 ];
 
 /// Most rows left out of the session index before a merge.
@@ -488,20 +490,35 @@ impl SqliteBackend {
     }
 }
 
-/// Inserts `rows` with the cached statement, inside the caller's transaction.
+/// The schema whose rows have an `ingress` column.
+pub(super) const INGRESS_SCHEMA: i64 = 8;
+
+/// Inserts `rows` with the cached statement, inside the caller's transaction. A file still at
+/// an older schema (opened without migrating, as the migration tests build them) gets its
+/// rows without the `ingress` column.
 fn insert_rows(conn: &Connection, rows: &[LedgerRow]) -> Result<(), LedgerError> {
-    let mut stmt = conn.prepare_cached(
+    let ingress = read::schema(conn)? >= INGRESS_SCHEMA;
+    let mut stmt = conn.prepare_cached(if ingress {
+        "INSERT INTO ledger (task_id, session_id, upstream_session_id, tenant, skill, policy,
+            delegate, delegate_id, model_version, outcome, error_code, error_message, score,
+            candidates, attempts, fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd,
+            tokens, confidence, verification_status, started_at, finished_at, finished_ms,
+            output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload,
+            ingress)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+            ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)"
+    } else {
         "INSERT INTO ledger (task_id, session_id, upstream_session_id, tenant, skill, policy,
             delegate, delegate_id, model_version, outcome, error_code, error_message, score,
             candidates, attempts, fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd,
             tokens, confidence, verification_status, started_at, finished_at, finished_ms,
             output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-            ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)",
-    )?;
+            ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)"
+    })?;
     for r in rows {
         let fallbacks = serde_json::to_string(&r.fallbacks).unwrap_or_else(|_| "[]".into());
-        stmt.execute(params![
+        let values = params![
             r.task_id,
             r.session_id,
             r.upstream_session_id,
@@ -535,7 +552,9 @@ fn insert_rows(conn: &Connection, rows: &[LedgerRow]) -> Result<(), LedgerError>
             r.declared_cost_usd,
             r.routing.get(),
             r.payload.as_ref().map(JsonText::get),
-        ])?;
+            r.ingress.as_str(),
+        ];
+        stmt.execute(&values[..if ingress { 33 } else { 32 }])?;
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ use crate::ldp::{Body, Envelope, Json, LdpError, PayloadMode, SessionConfig, Ses
 use crate::openai::estimate_tokens;
 use crate::openai::wire::{ChatRequest, ErrorDetail, Message, Usage};
 use crate::policy::Policy;
+use crate::provenance::Ingress;
 use crate::registry::Delegate;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -132,6 +133,7 @@ impl Proxy {
             );
             let task = TaskIn {
                 task_id: &task_id,
+                ingress: Ingress::Openai,
                 skill,
                 input: &input,
                 contract: None,

@@ -43,6 +43,7 @@ impl Proxy {
         });
         LedgerRow {
             task_id: task.task_id.to_string(),
+            ingress: task.ingress,
             session_id: session.id.to_string(),
             upstream_session_id: run
                 .binding
@@ -112,7 +113,13 @@ impl Proxy {
         let known = row.delegate.is_some() || !self.registry.index().offers(&row.skill).is_empty();
         let skill = if known { row.skill.as_str() } else { "unknown" };
         m.tasks
-            .with_label_values(&[row.tenant.as_str(), skill, delegate, row.outcome.as_str()])
+            .with_label_values(&[
+                row.tenant.as_str(),
+                skill,
+                delegate,
+                row.outcome.as_str(),
+                row.ingress.as_str(),
+            ])
             .inc();
         m.task_duration
             .with_label_values(&[skill, delegate])

@@ -7,6 +7,7 @@ use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, DelegationContract, Envelope, LdpError, PayloadMode, Provenance, TaskId};
 use crate::openai::wire::{ChatRequest, ErrorDetail, Usage};
 use crate::policy::Policy;
+use crate::provenance::Ingress;
 use crate::routing::Need;
 use crate::session::{Binding, ClientSession, RunningTask};
 use crate::state::StatusStore;
@@ -233,6 +234,8 @@ pub(super) enum Answer {
 #[derive(Clone, Copy)]
 pub(super) struct TaskIn<'a> {
     pub task_id: &'a TaskId,
+    /// The front end it came in through (its ledger row and metrics say so).
+    pub ingress: Ingress,
     pub skill: &'a str,
     pub input: &'a crate::ldp::Json,
     pub contract: Option<&'a DelegationContract>,

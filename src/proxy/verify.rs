@@ -488,6 +488,7 @@ fn sub_task<'a>(
         env: t.env,
         task: TaskIn {
             task_id,
+            ingress: t.task.ingress,
             skill,
             input,
             contract: None,

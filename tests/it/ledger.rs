@@ -303,7 +303,7 @@ async fn ledger_rows_match_what_the_client_saw() {
     assert!(ctype.starts_with("text/csv"), "{ctype}");
     let lines: Vec<&str> = csv.lines().collect();
     assert!(
-        lines[0].starts_with("finished_at,task_id,session_id,"),
+        lines[0].starts_with("finished_at,task_id,ingress,session_id,"),
         "{}",
         lines[0]
     );

@@ -9,9 +9,9 @@
 
 use crate::support::openai::{chunks, declared, entry, openai_python, start, streamed_text};
 use crate::support::process::{output_within, py_script, text};
-use crate::support::{card, Client, Resp, TestGateway};
+use crate::support::{card, ledger, Client, Resp, TestGateway};
 use ldp_gateway::config::TenantConfig;
-use ldp_gateway::provenance::Outcome;
+use ldp_gateway::provenance::{Ingress, Outcome};
 use ldp_gateway::sim::openai::{OpenAiHandle, OpenAiOptions};
 use ldp_gateway::sim::{fingerprint, SimOptions};
 use serde_json::{json, Value};
@@ -676,4 +676,62 @@ async fn every_ingress_request_is_routed_afresh() {
     let stats = gw.sim(0).stats();
     assert_eq!((stats.tasks, stats.accepted), (5, 1), "{stats:?}");
     gw.shutdown().await;
+}
+
+/// Each task's row and its `ldp_gateway_tasks_total` series name the front end it came in
+/// through; the ledger filters by it; every front end's series is there from the start.
+#[tokio::test]
+async fn the_ledger_and_the_metrics_name_the_front_end_of_each_task() {
+    let oa = start(OpenAiOptions::new(MODEL)).await;
+    let gw = fleet(&oa).spawn().await;
+    let fresh = gw.metrics().await;
+    for ingress in ["ldp", "openai", "llmcp", "llmx", "ladp", "a2a"] {
+        let label = format!("ingress=\"{ingress}\"");
+        assert!(
+            fresh
+                .samples()
+                .any(|l| l.starts_with("ldp_gateway_tasks_total{") && l.contains(&label)),
+            "no {label} series on a fresh gateway:\n{}",
+            fresh.0
+        );
+    }
+    let c = gw.client();
+    let r = c
+        .post_json("/v1/chat/completions", &ask(SUMMARIZE, user("over openai")))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let by_openai = header(&r, "x-ldp-task-id").to_owned();
+    let (sid, _) = c
+        .session(json!({"preferred_payload_modes": ["text"]}))
+        .await;
+    let t = c.task(&sid, SUMMARIZE, json!("over ldp"), "text").await;
+    assert_eq!(t["type"], "TASK_RESULT", "{t}");
+    let by_ldp = t["task_id"].as_str().unwrap().to_owned();
+
+    assert_eq!(gw.ledger_row(&by_openai).await.ingress, Ingress::Openai);
+    assert_eq!(gw.ledger_row(&by_ldp).await.ingress, Ingress::Ldp);
+    let admin = gw.admin();
+    let (rows, _) = ledger::page(&admin, "ingress=openai").await;
+    let ids: Vec<&str> = rows.iter().map(|r| r.task_id.as_str()).collect();
+    assert_eq!(ids, [by_openai.as_str()]);
+    let bad = admin.get("/admin/provenance?ingress=smtp").await;
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    let csv = admin.get("/admin/provenance?format=csv").await.text();
+    assert!(csv.starts_with("finished_at,task_id,ingress,"), "{csv}");
+    assert!(csv.contains(&format!("{by_openai},openai,")), "{csv}");
+
+    let m = gw.metrics().await;
+    let count = |ingress: &str| -> f64 {
+        let label = format!("ingress=\"{ingress}\"");
+        m.samples()
+            .filter(|l| l.starts_with("ldp_gateway_tasks_total{") && l.contains(&label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(
+        (count("openai"), count("ldp"), count("a2a")),
+        (1.0, 1.0, 0.0)
+    );
+    gw.shutdown().await;
+    oa.shutdown().await;
 }

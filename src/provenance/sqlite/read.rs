@@ -11,8 +11,8 @@
 use super::super::evidence::{self, merge};
 use super::super::readers::{Cancel, READERS, READ_DEADLINE};
 use super::super::{
-    Evidence, Feedback, Given, JsonText, LedgerError, LedgerRow, Outcome, Query, RatedTask, Reader,
-    Vote, FEEDBACK_PER_TASK,
+    Evidence, Feedback, Given, Ingress, JsonText, LedgerError, LedgerRow, Outcome, Query,
+    RatedTask, Reader, Vote, FEEDBACK_PER_TASK,
 };
 use super::checkpoint::Pacing;
 use rusqlite::{params, Connection, OpenFlags};
@@ -25,9 +25,14 @@ pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, Led
             delegate_id, model_version, outcome, error_code, error_message, score, candidates,
             attempts, fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd, tokens,
             confidence, verification_status, started_at, finished_at, finished_ms,
-            output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload
-         FROM ledger WHERE 1 = 1",
+            output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload, ",
     );
+    // A file at an older schema (read without migrating) has only LDP rows.
+    sql.push_str(if schema(conn)? >= super::INGRESS_SCHEMA {
+        "ingress FROM ledger WHERE 1 = 1"
+    } else {
+        "'ldp' FROM ledger WHERE 1 = 1"
+    });
     let mut args: Vec<rusqlite::types::Value> = Vec::new();
     let text = |s: &str| rusqlite::types::Value::Text(s.to_owned());
     if let Some(session) = q
@@ -65,9 +70,11 @@ pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, Led
         let routing: String = r.get(30)?;
         let payload: Option<String> = r.get(31)?;
         let tokens: Option<i64> = r.get(20)?;
+        let ingress: String = r.get(32)?;
         Ok((
             LedgerRow {
                 task_id: r.get(0)?,
+                ingress: Ingress::from_stored(&ingress),
                 session_id: r.get(1)?,
                 upstream_session_id: r.get(2)?,
                 tenant: r.get(3)?,
@@ -267,7 +274,7 @@ pub(super) fn evidence(
 
 /// The file's schema version: a read-only open of an older file (not migrated) lacks the
 /// later tables (the session index from 3, feedback from 5, votes from 6).
-fn schema(conn: &Connection) -> Result<i64, LedgerError> {
+pub(super) fn schema(conn: &Connection) -> Result<i64, LedgerError> {
     Ok(conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
 }
 

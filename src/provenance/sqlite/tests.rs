@@ -11,6 +11,7 @@ use serde_json::json;
 pub(in crate::provenance) fn row(task: &str, session: &str, finished_ms: i64) -> LedgerRow {
     LedgerRow {
         task_id: task.into(),
+        ingress: crate::provenance::Ingress::Ldp,
         session_id: session.into(),
         upstream_session_id: Some(format!("up-{session}")),
         tenant: "anonymous".into(),

@@ -3,8 +3,8 @@
 //! votes included), spend, feedback, quality evidence, pruning.
 
 use ldp_gateway::provenance::{
-    Backend, Cancel, Evidence, EvidenceSource, Feedback, Given, JsonText, LedgerRow, Outcome,
-    Query, RatedTask, Vote,
+    Backend, Cancel, Evidence, EvidenceSource, Feedback, Given, Ingress, JsonText, LedgerRow,
+    Outcome, Query, RatedTask, Vote,
 };
 use serde_json::json;
 
@@ -12,6 +12,7 @@ use serde_json::json;
 pub fn row(task: &str, session: &str, tenant: &str, finished_ms: i64) -> LedgerRow {
     LedgerRow {
         task_id: task.into(),
+        ingress: Ingress::Ldp,
         session_id: session.into(),
         upstream_session_id: Some(format!("up-{session}")),
         tenant: tenant.into(),
@@ -92,6 +93,10 @@ pub fn check(b: &mut dyn Backend) {
                 r.tokens = None;
                 r.cost_usd = None;
                 r.payload = Some(JsonText::of(&json!({"input": "[redacted]"})));
+                r.ingress = Ingress::Llmx;
+            }
+            if i == 4 {
+                r.ingress = Ingress::Openai;
             }
             if i == 4 {
                 r.votes = vec![
@@ -119,6 +124,9 @@ pub fn check(b: &mut dyn Backend) {
     assert_eq!(ids(b, query(|q| q.task_id = Some("t4".into()))), ["t4"]);
     assert_eq!(ids(b, query(|q| q.delegate = Some("d1".into()))), ["t3"]);
     assert_eq!(ids(b, query(|q| q.tenant = Some("acme".into()))), ["t3"]);
+    assert_eq!(ids(b, query(|q| q.ingress = Some(Ingress::Openai))), ["t4"]);
+    assert_eq!(ids(b, query(|q| q.ingress = Some(Ingress::A2a))).len(), 0);
+    assert_eq!(ids(b, query(|q| q.ingress = Some(Ingress::Ldp))).len(), 8);
     assert_eq!(
         ids(b, query(|q| q.since_ms = Some(1_007))),
         ["t9", "t8", "t7"]
