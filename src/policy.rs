@@ -5,7 +5,7 @@
 mod compile;
 mod parse;
 
-pub use compile::{load_dir, parse_str, PolicyProblem};
+pub use compile::{load_dir, parse_str};
 
 use crate::ldp::PayloadMode;
 use std::path::PathBuf;
@@ -24,6 +24,29 @@ pub const RATE_RANGE: &str = "must be between 0.000001 and 1000000000 requests p
 /// Whether `rps` is a usable rate: the one rule config and policies share.
 pub fn rate_ok(rps: f64) -> bool {
     rps.is_finite() && (MIN_RPS..=MAX_RPS).contains(&rps)
+}
+
+/// One problem in a policy file, printed as `file:line: key: reason`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyProblem {
+    /// The file.
+    pub file: String,
+    /// 1-based line (0 when the problem is not tied to a line).
+    pub line: usize,
+    /// Dotted key.
+    pub key: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl std::fmt::Display for PolicyProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}: {}: {}",
+            self.file, self.line, self.key, self.reason
+        )
+    }
 }
 
 /// A policy's name.

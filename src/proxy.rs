@@ -18,8 +18,9 @@ mod status;
 mod task;
 mod verify;
 
-pub use chat::{ChatDelta, ChatOutcome, ChatRefusal, ChatReply};
+pub use chat::{ChatOutcome, ChatRefusal, ChatReply};
 pub use retries::RetryBudget;
+pub use task::ChatDelta;
 
 use crate::config::Config;
 use crate::ldp::error::GatewayCode;

@@ -12,6 +12,8 @@ mod feedback;
 mod ldp_routes;
 mod openai_routes;
 mod reload;
+mod request;
+mod router;
 
 use crate::config::{Config, ConfigError};
 use crate::provenance::Ledger;
@@ -27,8 +29,8 @@ use tokio::task::JoinHandle;
 pub use admin::admin_router;
 pub use api_error::{telling, ApiError, ErrorKind, Telling};
 pub use conn::{OpenConnections, WriteDeadline};
-pub use ldp_routes::router;
 pub use reload::Hangup;
+pub use router::router;
 
 /// State shared by the handlers: one `Arc`, so the clone axum makes for every request is one
 /// reference count (cloning the parts each time showed as 2% of the gateway's CPU under load).

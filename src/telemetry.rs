@@ -91,8 +91,14 @@ pub const RATE_LIMIT_SCOPES: [&str; 4] = ["tenant", "tenant_skill", "policy", "d
 /// a scrape).
 pub const MAX_INIT_SERIES: usize = 4096;
 
+/// Most label sets [`Metrics::init_known`] visits over the process's life, every metric
+/// together: label values that a delegate's card keeps changing cannot grow the exposition
+/// without end (a series used by a task is created then, as always).
+pub const MAX_KNOWN_SERIES_TOTAL: usize = 65_536;
+
 /// What the configuration and the fleet say label values can be: their series are exported
 /// at 0 before anything happens, so a dashboard panel has a series from the first scrape.
+#[derive(Hash)]
 pub struct Known<'a> {
     /// Tenant names.
     pub tenants: &'a [&'a str],
@@ -143,6 +149,8 @@ pub struct Metrics {
     /// Serialises scrapes: the per-delegate gauges are rebuilt for each one, and a second
     /// scrape must not render them half rebuilt.
     scrape: std::sync::Mutex<()>,
+    /// What [`Metrics::init_known`] last saw (a hash) and how many label sets it has visited.
+    known: std::sync::Mutex<(Option<u64>, usize)>,
     /// `ldp_gateway_tasks_total{tenant,skill,delegate,outcome,ingress}`.
     pub tasks: IntCounterVec,
     /// `ldp_gateway_task_duration_seconds{skill,delegate}`: client-observed task time.
@@ -530,6 +538,7 @@ impl Metrics {
             delegate_quality,
             panics,
             scrape: std::sync::Mutex::new(()),
+            known: std::sync::Mutex::new((None, 0)),
         })
     }
 
@@ -549,12 +558,35 @@ impl Metrics {
     /// [`MAX_INIT_SERIES`]): tasks, durations, spend, tokens, routing decisions and
     /// verifications by the configured tenants, policies and offered skills, the routes'
     /// `200`, every error code. Existing series keep their counts.
+    /// Nothing is done when `known` is what the last call saw (each scrape calls it), nor once
+    /// [`MAX_KNOWN_SERIES_TOTAL`] label sets have been visited.
     pub fn init_known(&self, known: &Known<'_>) {
-        fn each<'a>(sets: impl Iterator<Item = Vec<&'a str>>, mut init: impl FnMut(&[&'a str])) {
+        use std::hash::{Hash as _, Hasher as _};
+        let mut h = std::hash::DefaultHasher::new();
+        known.hash(&mut h);
+        let seen = h.finish();
+        let mut state = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.0 == Some(seen) || state.1 >= MAX_KNOWN_SERIES_TOTAL {
+            return;
+        }
+        state.0 = Some(seen);
+        fn each<'a>(
+            visited: &std::cell::Cell<usize>,
+            sets: impl Iterator<Item = Vec<&'a str>>,
+            mut init: impl FnMut(&[&'a str]),
+        ) {
             for labels in sets.take(MAX_INIT_SERIES) {
+                if visited.get() >= MAX_KNOWN_SERIES_TOTAL {
+                    return;
+                }
+                visited.set(visited.get() + 1);
                 init(&labels);
             }
         }
+        let visited = std::cell::Cell::new(state.1);
         let Known {
             tenants,
             policies,
@@ -571,6 +603,7 @@ impl Metrics {
                 .flat_map(move |t| offers.iter().map(move |(d, s)| (*t, *d, *s)))
         };
         each(
+            &visited,
             t_offers().flat_map(|(t, d, s)| {
                 TASK_OUTCOMES
                     .iter()
@@ -581,15 +614,17 @@ impl Metrics {
             },
         );
         each(
+            &visited,
             t_offers().flat_map(|(t, d, s)| policies.iter().map(move |p| vec![t, s, d, *p])),
             |l| {
                 self.cost_usd.with_label_values(l);
             },
         );
-        each(offers.iter().map(|(d, s)| vec![*s, *d]), |l| {
+        each(&visited, offers.iter().map(|(d, s)| vec![*s, *d]), |l| {
             self.task_duration.with_label_values(l);
         });
         each(
+            &visited,
             tenants
                 .iter()
                 .flat_map(|t| delegates.iter().map(move |d| vec![*t, *d])),
@@ -598,6 +633,7 @@ impl Metrics {
             },
         );
         each(
+            &visited,
             policies
                 .iter()
                 .flat_map(|p| delegates.iter().map(move |d| vec![*p, *d])),
@@ -606,6 +642,7 @@ impl Metrics {
             },
         );
         each(
+            &visited,
             policies
                 .iter()
                 .flat_map(|p| VERIFICATION_RESULTS.iter().map(move |r| vec![*p, *r])),
@@ -613,12 +650,13 @@ impl Metrics {
                 self.verifications.with_label_values(l);
             },
         );
-        each(routes.iter().map(|r| vec![*r, "200"]), |l| {
+        each(&visited, routes.iter().map(|r| vec![*r, "200"]), |l| {
             self.http_requests.with_label_values(l);
         });
-        each(error_codes.iter().map(|c| vec![*c]), |l| {
+        each(&visited, error_codes.iter().map(|c| vec![*c]), |l| {
             self.errors.with_label_values(l);
         });
+        state.1 = visited.get();
     }
 
     /// Counts and logs a panic caught at `place` (one of [`PANIC_PLACES`]).
@@ -729,5 +767,24 @@ mod tests {
             (MAX_INIT_SERIES..=MAX_INIT_SERIES + 62).contains(&spend),
             "{spend}"
         );
+        // A fleet whose skill names keep changing: no more series once the lifetime budget
+        // is spent, however many scrapes see new names.
+        let lines = || m.render().lines().count();
+        for round in 0..10 {
+            let names: Vec<String> = (0..100).map(|i| format!("s{round}-{i}")).collect();
+            let rotated: Vec<(&str, &str)> = names.iter().map(|n| ("d", n.as_str())).collect();
+            m.init_known(&Known {
+                offers: &rotated,
+                ..known
+            });
+        }
+        let before = lines();
+        let names: Vec<String> = (0..100).map(|i| format!("late-{i}")).collect();
+        let rotated: Vec<(&str, &str)> = names.iter().map(|n| ("d", n.as_str())).collect();
+        m.init_known(&Known {
+            offers: &rotated,
+            ..known
+        });
+        assert_eq!(lines(), before, "the lifetime budget is spent");
     }
 }

@@ -10,34 +10,13 @@
 //! sections are tried: name files `10-….toml`, `20-….toml` to control precedence.
 
 use super::parse::{self, At, RawPolicy};
-use super::{Glob, Limits, Match, Policy, PolicyName, PolicySet, Require, Verify, Weights};
+use super::{
+    Glob, Limits, Match, Policy, PolicyName, PolicyProblem, PolicySet, Require, Verify, Weights,
+};
 use crate::ldp::PayloadMode;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// One problem in a policy file, printed as `file:line: key: reason`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyProblem {
-    /// The file.
-    pub file: String,
-    /// 1-based line (0 when the problem is not tied to a line).
-    pub line: usize,
-    /// Dotted key.
-    pub key: String,
-    /// Why.
-    pub reason: String,
-}
-
-impl std::fmt::Display for PolicyProblem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}:{}: {}: {}",
-            self.file, self.line, self.key, self.reason
-        )
-    }
-}
 
 /// Default `[balance] tolerance`.
 const DEFAULT_TOLERANCE: f64 = 0.05;

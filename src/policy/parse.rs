@@ -10,7 +10,7 @@
 //! produce misleading follow-on problems such as "missing name"), but the name is still
 //! read from the recovered document when possible so set-level checks stay accurate.
 
-use super::compile::PolicyProblem;
+use super::PolicyProblem;
 use std::ops::Range;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;

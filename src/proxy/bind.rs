@@ -1,7 +1,7 @@
 //! Bindings: reuse the session's upstream session for a skill while its delegate still fits,
 //! else ask the router for a delegate and open a new upstream session with it.
 
-use super::task::{TaskCtx, TaskRun};
+use super::task::{RouteInfo, TaskCtx, TaskRun};
 use super::Proxy;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{LdpError, SessionConfig};
@@ -12,15 +12,6 @@ use crate::session::{Binding, ClientSession};
 use crate::state::SessionStore;
 use crate::upstream::UpstreamError;
 use std::sync::Arc;
-
-/// The routing decision behind a new binding (absent when the session's binding was reused).
-#[derive(Debug, Clone)]
-pub(super) struct RouteInfo {
-    pub(super) score: f64,
-    pub(super) eligible: usize,
-    pub(super) band: usize,
-    pub(super) excluded: Vec<(routing::Constraint, usize)>,
-}
 
 /// Why no binding could be had.
 pub(super) enum NoBinding {

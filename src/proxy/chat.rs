@@ -3,35 +3,18 @@
 //! gateway session the ingress keeps per tenant. Its trust claim is the tenant's first trust
 //! domain (the gateway's own without tenants), exactly as a SESSION_PROPOSE without a claim.
 
-use super::task::{Progress, TaskIn};
+use super::task::{ChatDelta, Progress, TaskIn};
 use super::{Proxy, Refusal, RequestCtx};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, Envelope, Json, LdpError, PayloadMode, SessionConfig, SessionId, TaskId};
 use crate::openai::estimate_tokens;
 use crate::openai::wire::{ChatRequest, ErrorDetail, Message, Usage};
-use crate::policy::Policy;
 use crate::provenance::Ingress;
-use crate::registry::Delegate;
 use serde_json::{Map, Value};
-use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// The `from` of the ingress's envelopes (with the tenant, the owner of its sessions).
 const INGRESS_FROM: &str = "ldp:client:openai-ingress";
-
-/// A piece of an answer as it streams, with who is answering (for the response's headers).
-#[derive(Debug)]
-pub struct ChatDelta {
-    /// The text added (may be empty).
-    pub text: String,
-    /// The delta's other fields (a piece of `tool_calls` or `function_call`, …) as the
-    /// delegate sent them.
-    pub other: Option<Map<String, Value>>,
-    /// The delegate answering.
-    pub delegate: Arc<Delegate>,
-    /// The policy the task runs under.
-    pub policy: Arc<Policy>,
-}
 
 /// How a chat completion through the gateway ended.
 #[derive(Debug)]

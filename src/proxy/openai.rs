@@ -6,8 +6,7 @@
 //! transport failures fail over; a 4xx about the request is the client's answer.
 
 use super::attempt::{Attempt, Failure, Health};
-use super::chat::ChatDelta;
-use super::task::{Answer, Progress, TaskCtx, TaskRun, Unfinished};
+use super::task::{Answer, ChatDelta, Progress, TaskCtx, TaskRun, Unfinished};
 use super::Proxy;
 use crate::config::MaxTokensParam;
 use crate::ldp::error::GatewayCode;

@@ -1,7 +1,6 @@
 //! One TASK_SUBMIT through the gateway: find the session, admit the task, run it, record its
 //! ledger row and metrics, then answer (a result only once its provenance is committed).
 
-use super::bind::RouteInfo;
 use super::{Proxy, Refusal, RequestCtx};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, DelegationContract, Envelope, LdpError, PayloadMode, Provenance, TaskId};
@@ -247,6 +246,29 @@ pub(super) struct TaskIn<'a> {
     pub verifying: bool,
 }
 
+/// A piece of an answer as it streams, with who is answering (for the response's headers).
+#[derive(Debug)]
+pub struct ChatDelta {
+    /// The text added (may be empty).
+    pub text: String,
+    /// The delta's other fields (a piece of `tool_calls` or `function_call`, …) as the
+    /// delegate sent them.
+    pub other: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The delegate answering.
+    pub delegate: Arc<crate::registry::Delegate>,
+    /// The policy the task runs under.
+    pub policy: Arc<Policy>,
+}
+
+/// The routing decision behind a new binding (absent when the session's binding was reused).
+#[derive(Debug, Clone)]
+pub(super) struct RouteInfo {
+    pub(super) score: f64,
+    pub(super) eligible: usize,
+    pub(super) band: usize,
+    pub(super) excluded: Vec<(crate::routing::Constraint, usize)>,
+}
+
 /// Where progress goes while a task runs.
 #[derive(Clone, Copy)]
 pub(super) enum Progress<'a> {
@@ -256,7 +278,7 @@ pub(super) enum Progress<'a> {
     /// an OpenAI-backed delegate's deltas).
     Updates(&'a mpsc::Sender<Envelope>),
     /// An OpenAI stream: the answer's text as it comes, nothing else.
-    Deltas(&'a mpsc::Sender<super::chat::ChatDelta>),
+    Deltas(&'a mpsc::Sender<ChatDelta>),
 }
 
 /// What a task's trip left besides its answer, for the OpenAI ingress.

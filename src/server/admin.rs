@@ -280,7 +280,7 @@ fn init_known(
         tenants: &tenants,
         policies: &policy_names,
         offers: &offers,
-        routes: &super::ldp_routes::ROUTES,
+        routes: &super::router::ROUTES,
         error_codes: &super::api_error::error_codes(),
     });
 }

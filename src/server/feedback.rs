@@ -1,7 +1,7 @@
 //! `POST /ldp/feedback`: a tenant rates one of its own tasks, once; the rating is stored in
 //! the ledger beside the task's row and learnt as evidence of the delegate's quality.
 
-use super::ldp_routes::{read_body, refuse, request_ctx};
+use super::request::{read_body, refuse, request_ctx};
 use super::{ApiError, AppState, ErrorKind};
 use crate::ldp::error::GatewayCode;
 use crate::provenance::{Feedback, Given, LedgerError};

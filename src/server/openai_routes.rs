@@ -6,7 +6,7 @@
 //! `x-ldp-policy` and `x-ldp-task-id`. Errors are OpenAI's shape with the LDP routes' statuses.
 
 use super::api_error::{ApiError, ErrorKind};
-use super::ldp_routes::{read_body, refuse, request_ctx};
+use super::request::{read_body, refuse, request_ctx};
 use super::AppState;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::TaskId;

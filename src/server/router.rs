@@ -1,0 +1,76 @@
+//! The LDP listener's router: the LDP routes, client feedback, the OpenAI ingress, and the
+//! layers every request passes (body limit, panics caught, requests counted).
+
+use super::{ApiError, AppState, ErrorKind};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::response::Response;
+use axum::routing::post;
+use axum::Router;
+
+/// The LDP router (no socket needed: tests may drive it with `tower::ServiceExt`).
+pub fn router(state: AppState) -> Router {
+    let limit = state.config.server.body_limit_bytes;
+    super::ldp_routes::routes()
+        .route("/ldp/feedback", post(super::feedback::feedback))
+        .merge(super::openai_routes::router(&state))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(limit))
+        // Inside the counting layer: a panic's 500 is counted and reported like any error.
+        .layer(axum::middleware::from_fn_with_state(
+            state.metrics.clone(),
+            super::api_error::catch_panics,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
+        .with_state(state)
+}
+
+/// The route labels of `ldp_gateway_http_requests_total` for the LDP listener's routes (those
+/// `count_requests` names), exported at 0 from the start.
+pub(super) const ROUTES: [&str; 8] = [
+    "/ldp/messages",
+    "/ldp/stream",
+    "/ldp/feedback",
+    "/.well-known/ldp-identity",
+    "/ldp/identity",
+    "/ldp/capabilities",
+    "/v1/chat/completions",
+    "/v1/models",
+];
+
+/// Counts every request by route template (never the raw path: bounded labels) and status.
+async fn count_requests(
+    State(s): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route =
+        req.extensions()
+            .get::<axum::extract::MatchedPath>()
+            .map_or("unmatched", |p| match p.as_str() {
+                "/ldp/messages" => "/ldp/messages",
+                "/ldp/stream" => "/ldp/stream",
+                "/ldp/feedback" => "/ldp/feedback",
+                "/.well-known/ldp-identity" => "/.well-known/ldp-identity",
+                "/ldp/identity" => "/ldp/identity",
+                "/ldp/capabilities" => "/ldp/capabilities",
+                "/healthz" => "/healthz",
+                "/v1/chat/completions" => "/v1/chat/completions",
+                "/v1/models" => "/v1/models",
+                _ => "other",
+            });
+    let resp = next.run(req).await;
+    let metrics = &s.metrics;
+    metrics
+        .http_requests
+        .with_label_values(&[route, resp.status().as_str()])
+        .inc();
+    super::api_error::report(metrics, route, &resp);
+    resp
+}
+
+async fn not_found() -> ApiError {
+    ApiError::of(ErrorKind::NoRoute, "no such route")
+}
