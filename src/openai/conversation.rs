@@ -260,6 +260,11 @@ impl ConversationMemory {
         Pushed { dropped, evicted }
     }
 
+    /// Forgets every conversation of `session`.
+    pub fn forget_session(&self, session: &str) {
+        self.lock().remove(session);
+    }
+
     /// The bytes `session`'s conversations hold.
     pub fn session_bytes(&self, session: &str) -> usize {
         self.lock()

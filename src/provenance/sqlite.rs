@@ -495,9 +495,11 @@ pub(super) const INGRESS_SCHEMA: i64 = 8;
 
 /// Inserts `rows` with the cached statement, inside the caller's transaction. A file still at
 /// an older schema (opened without migrating, as the migration tests build them) gets its
-/// rows without the `ingress` column.
-fn insert_rows(conn: &Connection, rows: &[LedgerRow]) -> Result<(), LedgerError> {
-    let ingress = read::schema(conn)? >= INGRESS_SCHEMA;
+/// rows without the `ingress` column (`ingress` false): the caller reads the schema before
+/// its transaction, whose first statement must be a write (a read first would make it a
+/// read transaction, which SQLite refuses to upgrade at once, not waiting, while another
+/// connection writes).
+fn insert_rows(conn: &Connection, rows: &[LedgerRow], ingress: bool) -> Result<(), LedgerError> {
     let mut stmt = conn.prepare_cached(if ingress {
         "INSERT INTO ledger (task_id, session_id, upstream_session_id, tenant, skill, policy,
             delegate, delegate_id, model_version, outcome, error_code, error_message, score,
@@ -611,8 +613,9 @@ impl Backend for SqliteBackend {
         self.pace_checkpoints()?;
         // Most batches have no votes: then no vote statement runs at all.
         let votes = any_votes(rows);
+        let ingress = read::schema(&self.conn)? >= INGRESS_SCHEMA;
         self.in_transaction(|conn| {
-            insert_rows(conn, rows)?;
+            insert_rows(conn, rows, ingress)?;
             if votes {
                 insert_votes(conn, rows)?;
             }

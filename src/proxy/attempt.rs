@@ -205,6 +205,12 @@ impl Proxy {
             Ok(r) => self.held(t, r),
             Err(e) => return Attempt::Done(Answer::Failed(e)),
         };
+        // The reservation may have waited (on the shared state): a cancel meanwhile sends
+        // nothing.
+        if t.cancelled() {
+            held.settle(0.0).await;
+            return Attempt::Done(Answer::Failed(super::task::cancelled()));
+        }
         let mut charged = 0.0;
         let outcome = match &delegate.openai {
             // A completion is not dropped by a cancel: a streamed one stops being read (and
@@ -368,6 +374,10 @@ impl Proxy {
                     return Attempt::Done(Answer::Result { output, provenance });
                 }
                 Exchange::SessionLost => {
+                    // Cancelled meanwhile: no new session, no second submit.
+                    if t.cancelled() {
+                        return Attempt::Done(Answer::Failed(super::task::cancelled()));
+                    }
                     rehandshaken = true;
                     if session_unbound(t, &key, &binding) {
                         self.sessions.unshare_binding(t.session, &key).await;

@@ -5,7 +5,7 @@ use super::status::{status_unavailable, task_not_found, TaskStatus};
 use super::{owner, Proxy, Refusal, RequestCtx};
 use crate::ldp::{Body, Envelope, PayloadMode, SessionId, TaskId};
 use crate::session::{Binding, RunningTask};
-use crate::state::SessionStore;
+use crate::state::{ConversationStore as _, SessionStore};
 use crate::upstream::{UpstreamClient, UpstreamError};
 
 async fn close_all(upstream: &UpstreamClient, bindings: Vec<Binding>) {
@@ -157,12 +157,18 @@ impl Proxy {
     ) -> Result<Envelope, Refusal> {
         // Closing twice, or closing an unknown session, is acknowledged the same way: the
         // caller cannot learn whether someone else's session id exists.
+        let owner = owner(ctx, env);
+        let owned = matches!(self.session(&env.session_id, &owner).await, Ok(Some(_)));
         let bindings = self
             .sessions
-            .close(&env.session_id, &owner(ctx, env))
+            .close(&env.session_id, &owner)
             .await
             .map_err(|e| Refusal::Unavailable(format!("session not closed: {e}")))?;
         self.close_later(bindings);
+        // Its conversations end with it (only the owner's close reaches them).
+        if owned {
+            self.conversations.forget_session(&env.session_id).await;
+        }
         Ok(env.reply(
             self.id(),
             Body::SessionClose {

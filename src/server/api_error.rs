@@ -245,7 +245,8 @@ impl From<Refusal> for ApiError {
 
 /// A ledger read or write as the client hears it: a busy or slow ledger (too many reads,
 /// a read past its deadline, the writer stopping) is `UNAVAILABLE` (503, worth retrying),
-/// wherever it is met; anything else is the gateway's fault (500).
+/// wherever it is met; anything else is the gateway's fault (500), told in general terms
+/// (its detail, which may name files or the store, is logged, never sent).
 impl From<&crate::provenance::LedgerError> for ApiError {
     fn from(e: &crate::provenance::LedgerError) -> ApiError {
         use crate::provenance::LedgerError as L;
@@ -259,7 +260,10 @@ impl From<&crate::provenance::LedgerError> for ApiError {
             | L::LastBatchFailed(_)
             | L::Corrupt(_)
             | L::Detached { .. }
-            | L::SchemaTooNew { .. } => GatewayCode::Internal,
+            | L::SchemaTooNew { .. } => {
+                tracing::error!(error = %e, "provenance ledger failed");
+                return ApiError::new(GatewayCode::Internal, "the provenance ledger failed");
+            }
         };
         ApiError::new(code, e.to_string())
     }

@@ -39,6 +39,10 @@ pub trait ConversationStore {
 
     /// The bytes `session`'s conversations hold (for a budget hold's estimate).
     fn session_bytes(&self, session: &str) -> impl Future<Output = usize> + Send;
+
+    /// Forgets every conversation of `session` (closed or expired): nothing of it is kept
+    /// past the session.
+    fn forget_session(&self, session: &str) -> impl Future<Output = ()> + Send;
 }
 
 /// The conversations chosen at start.
@@ -92,6 +96,13 @@ impl ConversationStore for Conversations {
         match self {
             Conversations::Local(m) => m.session_bytes(session),
             Conversations::Shared(r) => r.session_bytes(session).await,
+        }
+    }
+
+    async fn forget_session(&self, session: &str) {
+        match self {
+            Conversations::Local(m) => m.forget_session(session),
+            Conversations::Shared(r) => r.forget_session(session).await,
         }
     }
 }

@@ -28,7 +28,8 @@ pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, Led
             output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload, ",
     );
     // A file at an older schema (read without migrating) has only LDP rows.
-    sql.push_str(if schema(conn)? >= super::INGRESS_SCHEMA {
+    let has_ingress = schema(conn)? >= super::INGRESS_SCHEMA;
+    sql.push_str(if has_ingress {
         "ingress FROM ledger WHERE 1 = 1"
     } else {
         "'ldp' FROM ledger WHERE 1 = 1"
@@ -50,6 +51,11 @@ pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, Led
         ));
     }
     for (col, v) in q.text_filters() {
+        let col = if col == "ingress" && !has_ingress {
+            "'ldp'"
+        } else {
+            col
+        };
         args.push(text(v));
         sql.push_str(&format!(" AND {col} = ?{}", args.len()));
     }

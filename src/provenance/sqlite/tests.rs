@@ -660,6 +660,15 @@ fn a_ledger_from_before_votes_migrates_and_keeps_its_rows() {
         drop(b);
         let mut ro = SqliteBackend::open_read_only(&path).unwrap();
         assert_eq!(ro.query(&by_task("old")).unwrap(), vec![old.clone()]);
+        // Its rows, from before the ingress column, all came in over LDP.
+        let over = |i| Query {
+            ingress: Some(i),
+            ..Query::default()
+        };
+        let ldp = ro.query(&over(crate::provenance::Ingress::Ldp)).unwrap();
+        assert_eq!(ldp, vec![old.clone()]);
+        let openai = ro.query(&over(crate::provenance::Ingress::Openai)).unwrap();
+        assert!(openai.is_empty());
         assert_eq!(ro.evidence(0, 100).unwrap().len(), 1);
     }
     let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();

@@ -106,6 +106,21 @@ return removed
     )
 });
 
+/// Forgets a session's conversations. KEYS: the session's list, the use order, the sizes,
+/// the total. ARGV: the session id.
+static DROP: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local b = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[1])
+if b ~= 0 and redis.call('DECRBY', KEYS[4], b) < 0 then redis.call('SET', KEYS[4], 0) end
+return b
+",
+    )
+});
+
 /// Cluster mode: the conversations every replica reads and writes.
 pub struct RedisConversations {
     redis: Redis,
@@ -252,6 +267,18 @@ impl ConversationStore for RedisConversations {
             "write",
             self.try_push(session, skill, &turn, cap, ttl).await,
         )
+    }
+
+    async fn forget_session(&self, session: &str) {
+        let (lru, sizes, total) = self.index();
+        let mut inv = DROP.prepare_invoke();
+        inv.key(self.list(session))
+            .key(lru)
+            .key(sizes)
+            .key(total)
+            .arg(session);
+        let dropped: Result<i64, _> = self.redis.invoke("conv_drop", &inv).await;
+        logged("drop", dropped.map(|_| ()));
     }
 
     async fn session_bytes(&self, session: &str) -> usize {

@@ -67,3 +67,36 @@ async fn many_sessions_with_big_turns_stay_within_the_conversation_budget() {
     gw.shutdown().await;
     oa.shutdown().await;
 }
+
+/// A closed session's conversations are forgotten at once (not kept until its TTL or the
+/// budget), and only its owner's close reaches them.
+#[tokio::test]
+async fn a_closed_sessions_conversations_are_forgotten() {
+    use crate::support::Client;
+    use ldp_gateway::ldp::Body;
+    let oa = start(OpenAiOptions::new("m")).await;
+    let gw = TestGateway::builder()
+        .entry(entry("mini", &oa.url(), "m", declared(&["chat"], 0.8)))
+        .spawn()
+        .await;
+    let c = gw.client();
+    let (sid, _) = c
+        .session(json!({"preferred_payload_modes": ["text"]}))
+        .await;
+    let a = c.task(&sid, "chat", json!("remember me"), "text").await;
+    assert_eq!(a["type"], "TASK_RESULT", "{a}");
+    let kept = || async { gw.metrics().await.sum("ldp_gateway_conversations_bytes") };
+    assert!(kept().await > 0.0);
+    // Someone else's close is acknowledged and changes nothing.
+    let other = Client::new(&gw.ldp_url()).with_from("ldp:client:someone-else");
+    let r = other
+        .send_body(&sid, Body::SessionClose { reason: None })
+        .await;
+    assert_eq!(r.status, 200);
+    assert!(kept().await > 0.0, "another client's close kept it");
+    let r = c.send_body(&sid, Body::SessionClose { reason: None }).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(kept().await, 0.0, "the owner's close forgot it");
+    gw.shutdown().await;
+    oa.shutdown().await;
+}
