@@ -258,8 +258,14 @@ pub fn llmx(data: &[u8]) -> bool {
             assert!(e.line >= 1 && e.column >= 1, "position 0 in {e}");
             let lines = text.split('\n').count();
             assert!(e.line <= lines, "line {} of {lines}: {e}", e.line);
-            let line_chars = text.split('\n').nth(e.line - 1).map_or(0, |l| l.chars().count());
-            assert!(e.column <= line_chars + 1, "column past the line's end: {e}");
+            let line_chars = text
+                .split('\n')
+                .nth(e.line - 1)
+                .map_or(0, |l| l.chars().count());
+            assert!(
+                e.column <= line_chars + 1,
+                "column past the line's end: {e}"
+            );
             assert!(!e.message.is_empty(), "error without a message");
             let nack = Message {
                 header: Header::new("gateway", "sender", 1),
@@ -273,13 +279,27 @@ pub fn llmx(data: &[u8]) -> bool {
         }
     };
     let m = &parsed.message;
-    assert!(m.blocks.len() <= llmx::MAX_BLOCKS, "{} blocks", m.blocks.len());
-    assert_eq!(parsed.block_at.len(), m.blocks.len(), "a block without a position");
     assert!(
-        parsed.block_at.windows(2).all(|w| (w[0].line, w[0].column) < (w[1].line, w[1].column)),
+        m.blocks.len() <= llmx::MAX_BLOCKS,
+        "{} blocks",
+        m.blocks.len()
+    );
+    assert_eq!(
+        parsed.block_at.len(),
+        m.blocks.len(),
+        "a block without a position"
+    );
+    assert!(
+        parsed
+            .block_at
+            .windows(2)
+            .all(|w| (w[0].line, w[0].column) < (w[1].line, w[1].column)),
         "block positions out of order"
     );
-    assert!(!m.header.from.is_empty() && !m.header.to.is_empty(), "empty f or t");
+    assert!(
+        !m.header.from.is_empty() && !m.header.to.is_empty(),
+        "empty f or t"
+    );
     for b in &m.blocks {
         assert_ne!(b.kind, "HEADER", "a second HEADER accepted");
         if b.kind == llmx::kind::REQ {
@@ -297,7 +317,10 @@ pub fn llmx(data: &[u8]) -> bool {
     let _ = m.unknown_blocks().count();
     let mut seq = SeqChecker::new(4);
     if seq.check(&m.header.from, m.header.seq).is_ok() {
-        assert!(seq.check(&m.header.from, m.header.seq).is_err(), "a replay accepted");
+        assert!(
+            seq.check(&m.header.from, m.header.seq).is_err(),
+            "a replay accepted"
+        );
     }
 
     let written = llmx::write(m);
@@ -306,6 +329,10 @@ pub fn llmx(data: &[u8]) -> bool {
         Err(e) => panic!("the writer wrote text the reader refuses: {e}\nwritten:\n{written}"),
     }
     let again = llmx::parse(&written).map(|b| llmx::write(&b));
-    assert_eq!(again.as_deref(), Ok(written.as_str()), "writing is not stable");
+    assert_eq!(
+        again.as_deref(),
+        Ok(written.as_str()),
+        "writing is not stable"
+    );
     true
 }

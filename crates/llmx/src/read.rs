@@ -252,7 +252,8 @@ impl<'a> Parser<'a> {
             match k.as_str() {
                 "f" | "t" | "b" => {
                     let Some(text) = v.as_str().filter(|s| !s.is_empty()) else {
-                        return self.err(at, format!("HEADER field '{k}' must be a non-empty string"));
+                        return self
+                            .err(at, format!("HEADER field '{k}' must be a non-empty string"));
                     };
                     let text = text.to_owned();
                     match k.as_str() {
@@ -440,7 +441,10 @@ impl<'a> Parser<'a> {
             self.i += 1;
         }
         if self.i - start > self.limits.max_string_bytes {
-            let msg = format!("bare word longer than {} bytes", self.limits.max_string_bytes);
+            let msg = format!(
+                "bare word longer than {} bytes",
+                self.limits.max_string_bytes
+            );
             return self.err(start, msg);
         }
         Ok(self.src[start..self.i].to_owned())

@@ -223,7 +223,8 @@ pub fn is_symbol(s: &str) -> bool {
 /// A bare word, `true`/`false` included (the members of an enum).
 pub(crate) fn is_word(s: &str) -> bool {
     let b = s.as_bytes();
-    b.first().is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
+    b.first()
+        .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
         && b.iter().all(|&c| is_word_byte(c))
 }
 

@@ -19,26 +19,106 @@ const CASES: [(&str, usize, usize, &str); 22] = [
     ("", 1, 1, "expected HEADER"),
     ("   \n  ", 2, 3, "expected HEADER"),
     ("REQ:{o:\"x\",pr:1}", 1, 1, "first block must be HEADER"),
-    ("HEADER:{f:a,t:b}", 1, 1, "missing required field 's' in HEADER"),
+    (
+        "HEADER:{f:a,t:b}",
+        1,
+        1,
+        "missing required field 's' in HEADER",
+    ),
     ("\n\n  HEADER:{t:b,s:1}", 3, 3, "missing required field 'f'"),
     ("HEADER:{f:a,t:b,s:-1}", 1, 1, "non-negative integer"),
-    ("HEADER:{f:a,t:b,s:1,zz:2}", 1, 1, "unknown HEADER field 'zz'"),
-    ("HEADER:{f:a,t:b,s:1}\nHEADER:{f:a,t:b,s:2}", 2, 1, "only be the first"),
-    ("HEADER:{f:a,t:b,s:1}\nREQ:{o:\"x\",pr:1,}", 2, 17, "expected a key"),
-    ("HEADER:{f:a,t:b,s:1}\nREQ:{o:\"x\" pr:1}", 2, 12, "expected ',' or '}'"),
-    ("HEADER:{f:a,t:b,s:1}\nREQ:{o:\"x\",o:\"y\"}", 2, 12, "duplicate key 'o'"),
-    ("HEADER:{f:a,t:b,s:1}\nREQ:{o:\"unterminated}", 2, 8, "unterminated string"),
-    ("HEADER:{f:a,t:b,s:1}\nREQ:{o:\"a\\qb\"}", 2, 10, "invalid escape"),
-    ("HEADER:{f:a,t:b,s:1}\nREQ:{o:\"a\nb\"}", 2, 10, "control character"),
-    ("HEADER:{f:a,t:b,s:1}\nREQ:{o:\"\\ud800\"}", 2, 9, "surrogate"),
-    ("HEADER:{f:a,t:b,s:1}\nREQ:{pr:1.}", 2, 11, "digit after '.'"),
-    ("HEADER:{f:a,t:b,s:1}\nREQ:{pr:@}", 2, 9, "expected a value, found '@'"),
-    ("HEADER:{f:a,t:b,s:1}\nREQ:\"x\"", 2, 5, "expected '{' or '['"),
+    (
+        "HEADER:{f:a,t:b,s:1,zz:2}",
+        1,
+        1,
+        "unknown HEADER field 'zz'",
+    ),
+    (
+        "HEADER:{f:a,t:b,s:1}\nHEADER:{f:a,t:b,s:2}",
+        2,
+        1,
+        "only be the first",
+    ),
+    (
+        "HEADER:{f:a,t:b,s:1}\nREQ:{o:\"x\",pr:1,}",
+        2,
+        17,
+        "expected a key",
+    ),
+    (
+        "HEADER:{f:a,t:b,s:1}\nREQ:{o:\"x\" pr:1}",
+        2,
+        12,
+        "expected ',' or '}'",
+    ),
+    (
+        "HEADER:{f:a,t:b,s:1}\nREQ:{o:\"x\",o:\"y\"}",
+        2,
+        12,
+        "duplicate key 'o'",
+    ),
+    (
+        "HEADER:{f:a,t:b,s:1}\nREQ:{o:\"unterminated}",
+        2,
+        8,
+        "unterminated string",
+    ),
+    (
+        "HEADER:{f:a,t:b,s:1}\nREQ:{o:\"a\\qb\"}",
+        2,
+        10,
+        "invalid escape",
+    ),
+    (
+        "HEADER:{f:a,t:b,s:1}\nREQ:{o:\"a\nb\"}",
+        2,
+        10,
+        "control character",
+    ),
+    (
+        "HEADER:{f:a,t:b,s:1}\nREQ:{o:\"\\ud800\"}",
+        2,
+        9,
+        "surrogate",
+    ),
+    (
+        "HEADER:{f:a,t:b,s:1}\nREQ:{pr:1.}",
+        2,
+        11,
+        "digit after '.'",
+    ),
+    (
+        "HEADER:{f:a,t:b,s:1}\nREQ:{pr:@}",
+        2,
+        9,
+        "expected a value, found '@'",
+    ),
+    (
+        "HEADER:{f:a,t:b,s:1}\nREQ:\"x\"",
+        2,
+        5,
+        "expected '{' or '['",
+    ),
     ("HEADER:{f:a,t:b,s:1}\nREQ {o:1}", 2, 5, "expected ':'"),
-    ("HEADER:{f:a,t:b,s:1}\nPLAN:[(i:1,s:P|)]", 2, 16, "expected a bare word"),
+    (
+        "HEADER:{f:a,t:b,s:1}\nPLAN:[(i:1,s:P|)]",
+        2,
+        16,
+        "expected a bare word",
+    ),
     // Columns count characters, not bytes.
-    ("HEADER:{f:a,t:b,s:1}\nRES:{o:\"日本語\",msg:é}", 2, 18, "expected a value, found 'é'"),
-    ("HEADER:{f:a,t:b,s:1}\nRES:{o:[1,2}", 2, 12, "expected ',' or ']'"),
+    (
+        "HEADER:{f:a,t:b,s:1}\nRES:{o:\"日本語\",msg:é}",
+        2,
+        18,
+        "expected a value, found 'é'",
+    ),
+    (
+        "HEADER:{f:a,t:b,s:1}\nRES:{o:[1,2}",
+        2,
+        12,
+        "expected ',' or ']'",
+    ),
 ];
 
 #[test]
@@ -173,7 +253,10 @@ fn the_writer_escapes_strings() {
         header: Header::new("sender with space", "ALL", 3).with_batch(Some("b\"1".into())),
         blocks: vec![
             Block::res("o\"k", Some(nasty)),
-            Block::map("X_S", vec![("v".into(), Value::Symbol("not a word".into()))]),
+            Block::map(
+                "X_S",
+                vec![("v".into(), Value::Symbol("not a word".into()))],
+            ),
         ],
     };
     let text = write(&m);
@@ -195,7 +278,11 @@ fn the_answer_builders_write_the_seeds_shapes() {
                 .with("x_provenance", Value::str("d1")),
             Block::obs(Some("A2"), vec![], Some("timed out")),
             Block::end("review", &[], &[], &["out.md"]),
-            Block::blk("no eligible delegate", &["web.summarize", "code.review"], Some(false)),
+            Block::blk(
+                "no eligible delegate",
+                &["web.summarize", "code.review"],
+                Some(false),
+            ),
             Block::warn_unknown("CUSTOM"),
         ],
     };

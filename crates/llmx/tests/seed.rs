@@ -99,12 +99,18 @@ fn the_batch_and_its_responses_parse_and_round_trip() {
 
 #[test]
 fn the_structure_read_is_the_seeds() {
-    let text = format!("{}\n{}\n{}\n{}\n", HEADERS[0], BLOCKS[0], BLOCKS[1], BLOCKS[2]);
+    let text = format!(
+        "{}\n{}\n{}\n{}\n",
+        HEADERS[0], BLOCKS[0], BLOCKS[1], BLOCKS[2]
+    );
     let m = round_trip(&text);
     let ctx = m.first(kind::CTX).unwrap();
     assert_eq!(ctx.get("p"), Some(&Value::Symbol("myapp".into())));
     assert_eq!(ctx.strs("f").unwrap(), ["src/api.ts", "src/db.ts"]);
-    assert_eq!(ctx.get("st").unwrap().get("env").unwrap().as_str(), Some("dev"));
+    assert_eq!(
+        ctx.get("st").unwrap().get("env").unwrap().as_str(),
+        Some("dev")
+    );
 
     let req = Request::from_block(m.first(kind::REQ).unwrap()).unwrap();
     assert_eq!(req.objective, "implement user authentication");
@@ -127,7 +133,10 @@ fn the_structure_read_is_the_seeds() {
     assert!(matches!(plan.items()[0], Value::Tuple(_)));
 
     // x_ fields and X_ blocks are kept, and X_ is not "unknown".
-    let ext = format!("{}\n{}\n{}\nCUSTOM:{{a:1}}\n", HEADERS[0], BLOCKS[15], BLOCKS[16]);
+    let ext = format!(
+        "{}\n{}\n{}\nCUSTOM:{{a:1}}\n",
+        HEADERS[0], BLOCKS[15], BLOCKS[16]
+    );
     let m = round_trip(&ext);
     let x: Vec<_> = m.blocks[1].extensions().map(|(k, _)| k.as_str()).collect();
     assert_eq!(x, ["x_team", "x_deadline"]);
@@ -150,7 +159,12 @@ fn enums_of_the_data_type_table_read_as_enums() {
     let m = round_trip("HEADER:{f:a,t:b,s:0}\nX_SPEC:{s:P|I|C|X,b:true|false}");
     assert_eq!(
         m.blocks[0].get("s"),
-        Some(&Value::Enum(vec!["P".into(), "I".into(), "C".into(), "X".into()]))
+        Some(&Value::Enum(vec![
+            "P".into(),
+            "I".into(),
+            "C".into(),
+            "X".into()
+        ]))
     );
     assert_eq!(
         m.blocks[0].get("b"),
