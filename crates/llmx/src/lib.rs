@@ -6,7 +6,7 @@
 //!   at a 1-based line:column (`parse error at L:C: message`). Bounded by [`Limits`]: input
 //!   bytes, blocks, nesting depth, string length, values per message; a bound crossed is a
 //!   `ParseError`, never a panic; recursion is at most [`MAX_DEPTH`] deep.
-//! - [`write`]: [`Message`] → text; `parse(&write(&m)) == Ok(m)` for every parsed message.
+//! - [`write()`]: [`Message`] → text; `parse(&write(&m)) == Ok(m)` for every parsed message.
 //! - [`Block`] helpers: by type ([`Message::blocks_of`], [`kind`]), fields as text or integer,
 //!   the answer blocks ([`Block::obs`], [`Block::res`], [`Block::end`], [`Block::blk`],
 //!   [`Block::nack`], [`Block::warn_unknown`]) and [`Request`] for `REQ`.
