@@ -273,6 +273,12 @@ impl Header {
         }
     }
 
+    /// The header of an answer to this one: from `from` (the gateway) to this sender, with
+    /// the answerer's own sequence number `seq`, in the same batch.
+    pub fn reply(&self, from: impl Into<String>, seq: u64) -> Header {
+        Header::new(from, self.from.clone(), seq).with_batch(self.batch.clone())
+    }
+
     /// The same header with batch id `b`.
     pub fn with_batch(mut self, batch: Option<String>) -> Self {
         self.batch = batch;

@@ -270,6 +270,15 @@ fn the_writer_escapes_strings() {
 }
 
 #[test]
+fn the_reply_header_goes_back_to_the_sender_in_the_same_batch() {
+    let m = parse("HEADER:{f:Claude,t:ALL,s:9,b:B1}").unwrap();
+    assert_eq!(
+        m.header.reply("gateway", 3),
+        Header::new("gateway", "Claude", 3).with_batch(Some("B1".into()))
+    );
+}
+
+#[test]
 fn the_answer_builders_write_the_seeds_shapes() {
     let m = Message {
         header: Header::new("gateway", "Claude", 2).with_batch(Some("B1".into())),
