@@ -9,6 +9,7 @@
 
 use ldp_gateway::ldp::{self, CapabilityManifest, Envelope, IdentityCard, SessionConfig};
 use ldp_gateway::policy::{self, Glob, PolicySet};
+use llmx::{Block, Header, Message, Request, SeqChecker};
 use std::sync::Arc;
 
 /// Names the policy oracle passes as the file path (problems must carry it back).
@@ -242,5 +243,96 @@ pub fn policy(data: &[u8]) -> bool {
             Err(e) => panic!("selection without a name failed: {e}"),
         }
     }
+    true
+}
+
+/// LLMX reader (`crates/llmx`), default limits. A refused message names a place inside the
+/// text and becomes a §7.2 NACK the reader takes back; an accepted one stays within the
+/// limits, answers every helper, and is written (`llmx::write`) as text that reads back as
+/// the same message and is written again byte for byte.
+pub fn llmx(data: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(data);
+    let parsed = match llmx::parse_with(&text, &llmx::Limits::default()) {
+        Ok(p) => p,
+        Err(e) => {
+            assert!(e.line >= 1 && e.column >= 1, "position 0 in {e}");
+            let lines = text.split('\n').count();
+            assert!(e.line <= lines, "line {} of {lines}: {e}", e.line);
+            let line_chars = text
+                .split('\n')
+                .nth(e.line - 1)
+                .map_or(0, |l| l.chars().count());
+            assert!(
+                e.column <= line_chars + 1,
+                "column past the line's end: {e}"
+            );
+            assert!(!e.message.is_empty(), "error without a message");
+            let nack = Message {
+                header: Header::new("gateway", "sender", 1),
+                blocks: vec![Block::nack(&e)],
+            };
+            match llmx::parse(&llmx::write(&nack)) {
+                Ok(back) => assert_eq!(back, nack, "the NACK does not read back"),
+                Err(e2) => panic!("the NACK for `{e}` does not parse: {e2}"),
+            }
+            return false;
+        }
+    };
+    let m = &parsed.message;
+    assert!(
+        m.blocks.len() <= llmx::MAX_BLOCKS,
+        "{} blocks",
+        m.blocks.len()
+    );
+    assert_eq!(
+        parsed.block_at.len(),
+        m.blocks.len(),
+        "a block without a position"
+    );
+    assert!(
+        parsed
+            .block_at
+            .windows(2)
+            .all(|w| (w[0].line, w[0].column) < (w[1].line, w[1].column)),
+        "block positions out of order"
+    );
+    assert!(
+        !m.header.from.is_empty() && !m.header.to.is_empty(),
+        "empty f or t"
+    );
+    for b in &m.blocks {
+        assert_ne!(b.kind, "HEADER", "a second HEADER accepted");
+        if b.kind == llmx::kind::REQ {
+            if let Ok(r) = Request::from_block(b) {
+                assert!((1..=5).contains(&r.priority), "priority {}", r.priority);
+            }
+        }
+        for (_, v) in b.fields() {
+            let _ = v.to_json();
+        }
+        for v in b.items() {
+            let _ = v.to_json();
+        }
+    }
+    let _ = m.unknown_blocks().count();
+    let mut seq = SeqChecker::new(4);
+    if seq.check(&m.header.from, m.header.seq).is_ok() {
+        assert!(
+            seq.check(&m.header.from, m.header.seq).is_err(),
+            "a replay accepted"
+        );
+    }
+
+    let written = llmx::write(m);
+    match llmx::parse(&written) {
+        Ok(back) => assert_eq!(&back, m, "read back differently:\n{written}"),
+        Err(e) => panic!("the writer wrote text the reader refuses: {e}\nwritten:\n{written}"),
+    }
+    let again = llmx::parse(&written).map(|b| llmx::write(&b));
+    assert_eq!(
+        again.as_deref(),
+        Ok(written.as_str()),
+        "writing is not stable"
+    );
     true
 }

@@ -71,3 +71,8 @@ fn card_corpus() {
 fn policy_corpus() {
     replay("policy", oracles::policy);
 }
+
+#[test]
+fn llmx_corpus() {
+    replay("llmx", oracles::llmx);
+}
