@@ -12,12 +12,13 @@
 //! - Whitespace is Unicode whitespace; `;` starts a comment to the end of the line.
 //! - Strings: `"…"`, escapes `\" \\ \n \r \t \u{1–6 hex}`; raw newlines and tabs allowed;
 //!   other raw control characters and unknown escapes are errors.
-//! - Numbers: a token starting with a digit, or with `+`, `-` or `.` then a digit, must be an
-//!   integer (`i64`), a decimal (`1.5`, `2e-3`, `1.5E+7`; a digit on each side of `.`) or a
-//!   rational `n/d` (`d` non-zero, kept as written, not reduced).
+//! - Numbers: a token shaped as an integer (`[+-]digits`, must fit `i64`), a rational
+//!   (`[+-]digits/digits`, non-zero denominator, kept as written, not reduced) or a decimal
+//!   (`1.5`, `2e-3`, `-1.5E+7`: a digit on each side of `.`, must be finite) is a number, and
+//!   an error if out of range.
 //! - Every other token is a symbol: any run of characters other than whitespace, control
 //!   characters, `(`, `)`, `"` and `;` — so `∀ ∃ ∧ ∨ → ¬ ΔI β* ∂/∂ <msg-id> passed|failed
-//!   reason? … >=0.9` are all symbols.
+//!   reason? … >=0.9 2025-05-01T12:00:00Z` are all symbols.
 //!
 //! # Where the seed is ambiguous, and what this crate chose
 //!
@@ -26,10 +27,11 @@
 //!    above; no `|…|` quoting and no `'` reader macro (the seed writes `passed|failed`
 //!    meaning "one of", which reads here as one symbol). A string next to a token needs no
 //!    space (`"low"|"high"` reads as three atoms).
-//! 3. **Numbers** (§4 `integer | float | rational`): no syntax given. Tokens starting like a
-//!    number must be one, so `0.0–1.0` (the v1.9 meta *template*) and `1/0` are errors,
-//!    while the §4 placeholders `<0.0–1.0>` are symbols. `3/4` is a rational, `∂/∂` a symbol.
-//!    Integers beyond `i64` are errors, not big numbers.
+//! 3. **Numbers** (§4 `integer | float | rational`): no syntax given. Only tokens wholly
+//!    shaped as a number are numbers; `0.0–1.0` (the v1.9 meta template), `1.2.3` and an
+//!    unquoted `2025-05-01T12:00:00Z` (§3 writes `deadline <ISO-8601-timestamp>` unquoted) are
+//!    symbols, so a typo'd number is caught by the typed getter, naming its field. `3/4` is a
+//!    rational, `∂/∂` a symbol; `1/0`, integers beyond `i64` and `1e999` are errors.
 //! 4. **Templates vs messages**: the seed mixes placeholders (`<msg-id>`, `…`, `...`) into its
 //!    examples; they read as symbols. The §3 envelope's `[optional fields: …]` and the §4 BNF
 //!    are prose, not s-expressions.

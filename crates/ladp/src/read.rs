@@ -1,6 +1,6 @@
 //! The reader: text → [`Sexp`], iterative and bounded.
 
-use crate::sexp::{is_symbol_char, looks_numeric, Decimal, Sexp, Sym};
+use crate::sexp::{is_symbol_char, Decimal, Sexp, Sym};
 use std::fmt;
 use std::num::NonZeroU64;
 
@@ -304,7 +304,7 @@ fn read_token(cur: &mut Cursor<'_>) -> Result<Sexp, ParseError> {
         tok.push(c);
         cur.bump();
     }
-    if !looks_numeric(&tok) {
+    if !number_shaped(&tok) {
         return Ok(Sexp::Symbol(Sym::from_reader(tok)));
     }
     read_number(&tok).map_err(|why| start.error(format!("{why} `{}`", quote(&tok))))
@@ -320,11 +320,18 @@ fn quote(tok: &str) -> String {
     }
 }
 
+/// Whether `tok` has the shape of a number (and so must be one, in range): `[+-]digits`,
+/// `[+-]digits/digits`, or a decimal. Every other token is a symbol.
+pub(crate) fn number_shaped(tok: &str) -> bool {
+    match tok.split_once('/') {
+        Some((n, d)) => is_int(n) && digits(d),
+        None => is_int(tok) || is_decimal(tok),
+    }
+}
+
+/// `tok` is [`number_shaped`].
 fn read_number(tok: &str) -> Result<Sexp, &'static str> {
     if let Some((n, d)) = tok.split_once('/') {
-        if !is_int(n) || !d.bytes().all(|b| b.is_ascii_digit()) || d.is_empty() {
-            return Err("malformed rational");
-        }
         let n: i64 = n.parse().map_err(|_| "rational out of range")?;
         let d: u64 = d.parse().map_err(|_| "rational out of range")?;
         let d = NonZeroU64::new(d).ok_or("zero denominator in rational")?;
@@ -335,9 +342,6 @@ fn read_number(tok: &str) -> Result<Sexp, &'static str> {
             .parse()
             .map(Sexp::Int)
             .map_err(|_| "integer out of range");
-    }
-    if !is_decimal(tok) {
-        return Err("malformed number");
     }
     tok.parse::<f64>()
         .ok()

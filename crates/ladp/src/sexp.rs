@@ -101,14 +101,14 @@ impl fmt::Display for Sexp {
 }
 
 /// A symbol's text: non-empty, no whitespace, control characters, `(`, `)`, `"` or `;`, and
-/// not starting like a number (a digit, or `+`, `-`, `.` then a digit).
+/// not shaped like a number (`12`, `-3/4`, `1.5e3`; `2025-05-01` and `1.2.3` are symbols).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Sym(String);
 
 impl Sym {
     /// `None` when `s` would not read back as this symbol.
     pub fn new(s: &str) -> Option<Sym> {
-        if s.is_empty() || looks_numeric(s) || !s.chars().all(is_symbol_char) {
+        if s.is_empty() || crate::read::number_shaped(s) || !s.chars().all(is_symbol_char) {
             return None;
         }
         Some(Sym(s.to_owned()))
@@ -156,16 +156,6 @@ impl Decimal {
 /// Characters a symbol may hold (also what ends one when reading).
 pub(crate) fn is_symbol_char(c: char) -> bool {
     !(c.is_whitespace() || c.is_control() || matches!(c, '(' | ')' | '"' | ';'))
-}
-
-/// Whether a token must be read as a number (and is an error if it is not one).
-pub(crate) fn looks_numeric(s: &str) -> bool {
-    let mut it = s.chars();
-    match (it.next(), it.next()) {
-        (Some(c), _) if c.is_ascii_digit() => true,
-        (Some('+' | '-' | '.'), Some(d)) => d.is_ascii_digit(),
-        _ => false,
-    }
 }
 
 /// Iterative: trees built in code may be deeper than the reader accepts.

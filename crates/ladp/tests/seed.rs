@@ -194,8 +194,8 @@ fn finalize_proposal_reads_as_a_message_and_round_trips() {
 
 #[test]
 fn v1_9_forms_read() {
-    // The other v1.9 examples; the meta template `0.0–1.0` is not a number (a documented
-    // choice), its `<…>` spelling elsewhere is a symbol.
+    // The other v1.9 examples; the meta template's `0.0–1.0` reads as a symbol (a documented
+    // choice), like its `<0.0–1.0>` spelling in §4.
     round_trip(r#"(transition-condition "integration-sufficient")"#);
     let t = round_trip("(termination-condition \n      (or unanimous (weighted-agreement >=0.9)))");
     assert_eq!(
@@ -203,8 +203,13 @@ fn v1_9_forms_read() {
         "(termination-condition (or unanimous (weighted-agreement >=0.9)))"
     );
     round_trip("(meta\n      (capsule-id \"MetaOrgPrinciples_v1.0\")\n    )");
-    let e = parse_all("(meta\n  (confidence 0.0–1.0))").unwrap_err();
-    assert_eq!((e.line, e.column), (2, 15));
+    let m = round_trip(
+        "    (meta\n      (divergence-level \"low\"|\"medium\"|\"high\")\n      (confidence 0.0–1.0))",
+    );
+    assert_eq!(
+        m[0].write(),
+        "(meta (divergence-level \"low\" | \"medium\" | \"high\") (confidence 0.0–1.0))"
+    );
     // The math and logic symbols of §4.
     let f = round_trip("(∀ x (→ (∧ p q) (¬ (∨ r ΔI β* ∂/∂ ↔ ← = ∃ ΔH ΔE ΔC))))");
     assert_eq!(f[0].head(), Some("∀"));
