@@ -71,3 +71,8 @@ fn card_corpus() {
 fn policy_corpus() {
     replay("policy", oracles::policy);
 }
+
+#[test]
+fn ladp_corpus() {
+    replay("ladp", oracles::ladp);
+}
