@@ -277,7 +277,11 @@ pub fn ladp(data: &[u8]) -> bool {
                 Ok(back) => assert_eq!(back, m, "message changed through write → read"),
                 Err(e) => {
                     // Only the size cap may refuse a written message.
-                    assert!(m.write().len() > ladp::MAX_INPUT_BYTES, "{e}: {}", m.write());
+                    assert!(
+                        m.write().len() > ladp::MAX_INPUT_BYTES,
+                        "{e}: {}",
+                        m.write()
+                    );
                 }
             }
             if let Ok(t) = ladp::TaskInit::from_msg(&m) {

@@ -54,7 +54,10 @@
 //!     "…") (at "L:C")))`, `verify` and `vote` carry an extra `(agent <id>)` (the verifier),
 //!     `reject-proposal` an `(attempt n)`, `integration-verified` its `support-rate` and
 //!     `quorum`, `meta halt` a `(cancelled n)`.
-//! 12. **Line and column**: 1-based; columns count Unicode scalar values; only `\n` ends a line.
+//! 12. **Written size**: the cap is on what is read. Writing can lengthen a form (a raw
+//!     newline in a string becomes `\n`, `1e15` becomes `1000000000000000.0`), so text written
+//!     from a 64 KiB input may exceed 64 KiB; re-read it with a larger [`Limits::max_bytes`].
+//! 13. **Line and column**: 1-based; columns count Unicode scalar values; only `\n` ends a line.
 //!     An unclosed `(` is reported where it opens; an oversized input at 1:1.
 
 #![forbid(unsafe_code)]
