@@ -46,7 +46,7 @@
 //!    answers that follow reference it.
 //! 8. **`deadline`**: RFC 3339; without an offset, or a date alone, taken as UTC.
 //! 9. **`quorum`** (§3 `0.0–1.0`, §9 default 0.75): any number (integer, decimal, rational)
-//!    in `0..=1`. **`timeout`**: seconds, any number, `0 < t ≤ 86 400`.
+//!    in `0..=1`. **`timeout`**: seconds, any number, 0.001 to 86 400.
 //! 10. **`meta`**: `(meta abort …)` / `(meta halt …)` have a kind symbol after `meta`,
 //!     `(meta (uncertainty 0.2))` has none; [`Meta::kind`] is `None` then.
 //! 11. **Answers the seed does not spell**: the status answer is `(msg status …
@@ -68,6 +68,7 @@ pub mod sexp;
 
 pub use msg::{
     Decision, Meta, Msg, MsgError, Outcome, Reply, TaskInit, DEFAULT_QUORUM, MAX_TIMEOUT_SECS,
+    MIN_TIMEOUT_SECS,
 };
 pub use read::{
     parse_all, parse_bytes, parse_one, parse_with, Limits, ParseError, MAX_DEPTH,

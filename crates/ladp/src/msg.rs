@@ -5,6 +5,9 @@ use crate::sexp::{Decimal, Sexp};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use std::time::Duration;
 
+/// Shortest `timeout` a `task-init` may ask for, in seconds (one millisecond: shorter ones
+/// would round to a zero duration).
+pub const MIN_TIMEOUT_SECS: f64 = 0.001;
 /// Longest `timeout` a `task-init` may ask for, in seconds (one day).
 pub const MAX_TIMEOUT_SECS: f64 = 86_400.0;
 /// The quorum when `task-init` names none (§9: "∑(yes·weight) ≥ 0.75 total weight").
@@ -263,7 +266,7 @@ pub struct TaskInit {
     pub deadline: Option<DateTime<Utc>>,
     /// The verification threshold, in `0..=1`, if given (else [`DEFAULT_QUORUM`] applies).
     pub quorum: Option<f64>,
-    /// The relative deadline, if given: positive, at most [`MAX_TIMEOUT_SECS`].
+    /// The relative deadline, if given: [`MIN_TIMEOUT_SECS`] to [`MAX_TIMEOUT_SECS`].
     pub timeout: Option<Duration>,
 }
 
@@ -312,13 +315,15 @@ impl TaskInit {
         let timeout = match m.value("timeout")? {
             None => None,
             Some(v) => match v.as_f64() {
-                Some(t) if t > 0.0 && t <= MAX_TIMEOUT_SECS => Some(Duration::from_secs_f64(t)),
-                _ => {
-                    return Err(field_err(
-                        "timeout",
-                        format!("must be a number of seconds in (0, {MAX_TIMEOUT_SECS}]"),
-                    ))
+                Some(t) if (MIN_TIMEOUT_SECS..=MAX_TIMEOUT_SECS).contains(&t) => {
+                    Some(Duration::from_secs_f64(t))
                 }
+                _ => return Err(field_err(
+                    "timeout",
+                    format!(
+                        "must be a number of seconds in [{MIN_TIMEOUT_SECS}, {MAX_TIMEOUT_SECS}]"
+                    ),
+                )),
             },
         };
         Ok(TaskInit {

@@ -63,6 +63,8 @@ fn task_init_errors_name_the_field() {
         (r#"(skill s) (task "x") (timeout 0)"#, "timeout"),
         (r#"(skill s) (task "x") (timeout -3)"#, "timeout"),
         (r#"(skill s) (task "x") (timeout 86401)"#, "timeout"),
+        (r#"(skill s) (task "x") (timeout 5e-324)"#, "timeout"),
+        (r#"(skill s) (task "x") (timeout 0.0009)"#, "timeout"),
         (r#"(skill s) (task "x") (deadline "tomorrow")"#, "deadline"),
         (r#"(skill s) (task "x") (deadline 20250501)"#, "deadline"),
         (
