@@ -318,12 +318,14 @@ impl TaskInit {
                 Some(t) if (MIN_TIMEOUT_SECS..=MAX_TIMEOUT_SECS).contains(&t) => {
                     Some(Duration::from_secs_f64(t))
                 }
-                _ => return Err(field_err(
-                    "timeout",
-                    format!(
+                _ => {
+                    return Err(field_err(
+                        "timeout",
+                        format!(
                         "must be a number of seconds in [{MIN_TIMEOUT_SECS}, {MAX_TIMEOUT_SECS}]"
                     ),
-                )),
+                    ))
+                }
             },
         };
         Ok(TaskInit {

@@ -75,3 +75,45 @@ proptest! {
         }
     }
 }
+
+/// A `task-init` data item: one of its fields (or another) holding any atom(s).
+fn task_field() -> impl Strategy<Value = Sexp> {
+    let name = prop::sample::select(vec![
+        "skill", "task", "policy", "deadline", "quorum", "timeout", "meta",
+    ]);
+    (name, prop::collection::vec(atom(), 0..3)).prop_map(|(name, mut args)| {
+        let mut items = vec![Sexp::symbol(name).unwrap_or(Sexp::Int(0))];
+        items.append(&mut args);
+        Sexp::List(items)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn task_init_reads_in_range_or_names_a_field(
+        fields in prop::collection::vec(task_field(), 0..8),
+    ) {
+        let data: Vec<String> = fields.iter().map(Sexp::write).collect();
+        let text = format!("(msg task-init c gateway 1 (data {}))", data.join(" "));
+        let m = ladp::Msg::parse(&text).map_err(|e| TestCaseError::fail(format!("{e}: {text}")))?;
+        let back = ladp::Msg::parse(&m.write());
+        prop_assert_eq!(back.as_ref(), Ok(&m));
+        match ladp::TaskInit::from_msg(&m) {
+            Ok(t) => {
+                prop_assert!(!t.skill.is_empty());
+                prop_assert!(t.quorum.is_none_or(|q| (0.0..=1.0).contains(&q)));
+                prop_assert!(t.timeout.is_none_or(|d| !d.is_zero()
+                    && d.as_secs() <= 86_400));
+            }
+            Err(ladp::MsgError::Field { field, .. }) => {
+                prop_assert!(
+                    ["skill", "task", "policy", "deadline", "quorum", "timeout"].contains(&field),
+                    "{}", field
+                );
+            }
+            Err(e) => return Err(TestCaseError::fail(format!("{e}"))),
+        }
+    }
+}
