@@ -336,3 +336,63 @@ pub fn llmx(data: &[u8]) -> bool {
     );
     true
 }
+
+/// LADP reader (`ladp::parse_bytes`, the 64 KiB profile) and its message layer. An accepted
+/// input must write to text that reads back to the same forms (read without the size cap:
+/// writing may lengthen a form, `\n` → `\\n`, `1e15` → `1000000000000000.0`); every
+/// `(msg …)` and `(meta …)` form among them must write back to the same message, and the
+/// `task-init` getters answer. A refused input names a position inside it.
+pub fn ladp(data: &[u8]) -> bool {
+    let limits = ladp::Limits::default();
+    let forms = match ladp::parse_bytes(data, &limits) {
+        Ok(forms) => forms,
+        Err(e) => {
+            let _ = e.to_string();
+            assert!(e.line >= 1 && e.column >= 1, "position is 1-based: {e}");
+            let lines = data.iter().filter(|&&b| b == b'\n').count() + 1;
+            assert!(e.line as usize <= lines, "line past the input: {e}");
+            return false;
+        }
+    };
+    let reread = ladp::Limits {
+        max_bytes: usize::MAX,
+        ..limits
+    };
+    let text: Vec<String> = forms.iter().map(ladp::Sexp::write).collect();
+    match ladp::parse_with(&text.join("\n"), &reread) {
+        Ok(back) => assert_eq!(back, forms, "forms changed through write → read"),
+        Err(e) => panic!("written forms do not read back: {e}\nwritten: {text:?}"),
+    }
+    for form in &forms {
+        if let Ok(m) = ladp::Msg::from_sexp(form) {
+            match ladp::Msg::parse(&m.write()) {
+                Ok(back) => assert_eq!(back, m, "message changed through write → read"),
+                Err(e) => {
+                    // Only the size cap may refuse a written message.
+                    assert!(
+                        m.write().len() > ladp::MAX_INPUT_BYTES,
+                        "{e}: {}",
+                        m.write()
+                    );
+                }
+            }
+            if let Ok(t) = ladp::TaskInit::from_msg(&m) {
+                assert!(t.quorum.is_none_or(|q| (0.0..=1.0).contains(&q)));
+                assert!(t
+                    .timeout
+                    .is_none_or(|d| d.as_secs_f64() <= ladp::MAX_TIMEOUT_SECS && !d.is_zero()));
+            }
+            let reply = ladp::Reply {
+                sender: "gateway".into(),
+                recipient: m.sender.clone(),
+                epoch_ms: m.epoch_ms,
+            };
+            let err = reply.error("x", Some((1, 1)));
+            assert_eq!(ladp::Msg::parse(&err.write()).ok(), Some(err));
+        }
+        if let Ok(meta) = ladp::Meta::from_sexp(form) {
+            assert_eq!(ladp::Meta::from_sexp(&meta.to_sexp()).ok(), Some(meta));
+        }
+    }
+    true
+}

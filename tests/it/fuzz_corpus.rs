@@ -76,3 +76,8 @@ fn policy_corpus() {
 fn llmx_corpus() {
     replay("llmx", oracles::llmx);
 }
+
+#[test]
+fn ladp_corpus() {
+    replay("ladp", oracles::ladp);
+}

@@ -1,0 +1,1 @@
+(msg task-init c g 1 (data (skill s) (task "t") (timeout 5e-324)))

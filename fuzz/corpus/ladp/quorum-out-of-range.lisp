@@ -1,0 +1,1 @@
+(msg task-init c g 1 (data (skill s) (task "t") (quorum 5/4) (timeout 86401)))

@@ -1,0 +1,1 @@
+(msg phase-back controller (data (phase "<previous-phase>")))

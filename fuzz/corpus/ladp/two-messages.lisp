@@ -1,0 +1,1 @@
+(msg a b c 1 (data)) (msg d e f 2 (data (x 1)))

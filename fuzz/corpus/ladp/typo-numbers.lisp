@@ -1,0 +1,1 @@
+(msg task-init c g 1 (data (skill s) (task "t") (quorum 0.7.5) (timeout 1.)))

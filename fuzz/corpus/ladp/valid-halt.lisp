@@ -1,0 +1,1 @@
+(msg halt controller gateway 1746176400002 (data (reason "controller-issued-halt")))

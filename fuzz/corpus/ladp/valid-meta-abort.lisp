@@ -1,0 +1,1 @@
+(meta abort (reason "verification-retry-exceeded") (reference <msg-id>))

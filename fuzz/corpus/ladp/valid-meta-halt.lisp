@@ -1,0 +1,1 @@
+(meta halt (reason "critical-verification-failure") (reference <Semantic-ID>))

@@ -1,0 +1,3 @@
+(param-sweep
+  (parameter <symbol>)
+  (range (start <value>) (end <value>) (step <value>)))

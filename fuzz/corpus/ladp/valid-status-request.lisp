@@ -1,0 +1,1 @@
+(msg status-request controller gateway 1746176400001 (data (task-id "t-1")))

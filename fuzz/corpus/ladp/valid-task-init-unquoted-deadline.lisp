@@ -1,0 +1,1 @@
+(msg task-init c gateway 1 (data (skill "web.summarize") (task "x") (deadline 2025-05-01T12:00:00Z) (quorum 0.6) (timeout 0.5)))

@@ -1,0 +1,1 @@
+(vote (proposal p-1) (agent beta) (weight 0.5) (decision yes))
