@@ -259,7 +259,7 @@ fn weight(k: &StatusKey, v: &TaskStatus) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::ldp::PayloadMode;
 
@@ -267,7 +267,8 @@ mod tests {
         RecentTasks::new(ttl, max_bytes)
     }
 
-    fn result(task: &str, output_bytes: usize) -> Arc<Envelope> {
+    /// A TASK_RESULT for `task` whose output is `output_bytes` long (the status stores' tests).
+    pub(crate) fn result(task: &str, output_bytes: usize) -> Arc<Envelope> {
         let output = crate::ldp::Json::from_value(&serde_json::json!("x".repeat(output_bytes)));
         Arc::new(Envelope::new(
             "s",

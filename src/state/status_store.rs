@@ -86,23 +86,8 @@ impl StatusStore for Statuses {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ldp::{Body, PayloadMode};
+    use crate::recent::tests::result;
     use std::time::Duration;
-
-    fn result(task: &str, output_bytes: usize) -> Arc<Envelope> {
-        let output = crate::ldp::Json::from_value(&serde_json::json!("x".repeat(output_bytes)));
-        Arc::new(Envelope::new(
-            "s",
-            "gw",
-            "client",
-            Body::TaskResult {
-                task_id: task.into(),
-                output,
-                provenance: None,
-            },
-            PayloadMode::Text,
-        ))
-    }
 
     async fn kept_for_their_client(store: &Statuses, replica: &Statuses) {
         let t: TaskId = "t1".into();
