@@ -407,6 +407,7 @@ impl Proxy {
                     task::TaskIn {
                         task_id,
                         ingress: crate::provenance::Ingress::Ldp,
+                        retried_if_session_lost: false,
                         skill,
                         input,
                         contract: contract.as_ref(),

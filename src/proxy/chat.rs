@@ -117,6 +117,7 @@ impl Proxy {
             let task = TaskIn {
                 task_id: &task_id,
                 ingress: Ingress::Openai,
+                retried_if_session_lost: !fresh,
                 skill,
                 input: &input,
                 contract: None,

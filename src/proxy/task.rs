@@ -235,6 +235,9 @@ pub(super) struct TaskIn<'a> {
     pub task_id: &'a TaskId,
     /// The front end it came in through (its ledger row and metrics say so).
     pub ingress: Ingress,
+    /// The caller opens a fresh session and submits again if this one is gone: a lost
+    /// session is then answered without a row (the client never sees that answer).
+    pub retried_if_session_lost: bool,
     pub skill: &'a str,
     pub input: &'a crate::ldp::Json,
     pub contract: Option<&'a DelegationContract>,
@@ -335,6 +338,11 @@ impl Proxy {
         let owner = super::owner(ctx, env);
         let (session, unchecked) = match self.session(&env.session_id, &owner).await {
             Ok(Some(s)) => (s, None),
+            Ok(None) if task.retried_if_session_lost => {
+                let reply = self.task_failed(env, task.task_id, self.session_not_found(env));
+                let policy = self.policies.load().default_policy().clone();
+                return Ok(TaskRun::default().trip(Arc::new(reply), policy));
+            }
             found => {
                 let error = found.err().unwrap_or_else(|| self.session_not_found(env));
                 let tenant = ctx.tenant.name.clone();

@@ -489,6 +489,7 @@ fn sub_task<'a>(
         task: TaskIn {
             task_id,
             ingress: t.task.ingress,
+            retried_if_session_lost: false,
             skill,
             input,
             contract: None,

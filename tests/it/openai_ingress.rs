@@ -735,3 +735,39 @@ async fn the_ledger_and_the_metrics_name_the_front_end_of_each_task() {
     gw.shutdown().await;
     oa.shutdown().await;
 }
+
+/// The ingress's session gone (closed, expired, lost by the store): the request is answered
+/// through a fresh one, and its task has the one row of what the client got, not a second
+/// one for the session it never saw fail.
+#[tokio::test]
+async fn a_lost_ingress_session_leaves_no_row_of_its_own() {
+    use ldp_gateway::ldp::Body;
+    let oa = start(OpenAiOptions::new(MODEL)).await;
+    let gw = fleet(&oa).spawn().await;
+    let c = gw.client();
+    let r = c
+        .post_json("/v1/chat/completions", &ask(SUMMARIZE, user("first")))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let first = gw.ledger_row(header(&r, "x-ldp-task-id")).await;
+    // Close the ingress's session as its owner (the tenant and the ingress's `from`).
+    let owner = Client::new(&gw.ldp_url()).with_from("ldp:client:openai-ingress");
+    let closed = owner
+        .send_body(&first.session_id, Body::SessionClose { reason: None })
+        .await;
+    assert_eq!(closed.status, 200);
+    let r = c
+        .post_json("/v1/chat/completions", &ask(SUMMARIZE, user("second")))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let task = header(&r, "x-ldp-task-id").to_owned();
+    let (rows, _) = ledger::page(&gw.admin(), &format!("task_id={task}")).await;
+    let seen: Vec<(Outcome, Option<&str>)> = rows
+        .iter()
+        .map(|r| (r.outcome, r.error_code.as_deref()))
+        .collect();
+    assert_eq!(seen, [(Outcome::Result, None)]);
+    assert_ne!(rows[0].session_id, first.session_id, "a fresh session");
+    gw.shutdown().await;
+    oa.shutdown().await;
+}
