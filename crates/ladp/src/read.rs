@@ -1,6 +1,6 @@
 //! The reader: text → [`Sexp`], iterative and bounded.
 
-use crate::sexp::{is_symbol_char, Decimal, Sexp, Sym};
+use crate::sexp::{is_int, is_symbol_char, number_shaped, Decimal, Sexp, Sym};
 use std::fmt;
 use std::num::NonZeroU64;
 
@@ -320,15 +320,6 @@ fn quote(tok: &str) -> String {
     }
 }
 
-/// Whether `tok` has the shape of a number (and so must be one, in range): `[+-]digits`,
-/// `[+-]digits/digits`, or a decimal. Every other token is a symbol.
-pub(crate) fn number_shaped(tok: &str) -> bool {
-    match tok.split_once('/') {
-        Some((n, d)) => is_int(n) && digits(d),
-        None => is_int(tok) || is_decimal(tok),
-    }
-}
-
 /// `tok` is [`number_shaped`].
 fn read_number(tok: &str) -> Result<Sexp, &'static str> {
     if let Some((n, d)) = tok.split_once('/') {
@@ -348,27 +339,4 @@ fn read_number(tok: &str) -> Result<Sexp, &'static str> {
         .and_then(Decimal::new)
         .map(Sexp::Decimal)
         .ok_or("decimal out of range")
-}
-
-fn digits(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
-}
-
-/// `[+-]digits`.
-fn is_int(s: &str) -> bool {
-    digits(s.strip_prefix(['+', '-']).unwrap_or(s))
-}
-
-/// `[+-]digits[.digits][(e|E)[+-]digits]` with a `.` or an exponent.
-fn is_decimal(s: &str) -> bool {
-    let s = s.strip_prefix(['+', '-']).unwrap_or(s);
-    let (mantissa, exp) = match s.split_once(['e', 'E']) {
-        Some((m, e)) => (m, Some(e)),
-        None => (s, None),
-    };
-    let mantissa_ok = match mantissa.split_once('.') {
-        Some((i, f)) => digits(i) && digits(f),
-        None => digits(mantissa) && exp.is_some(),
-    };
-    mantissa_ok && exp.is_none_or(is_int)
 }

@@ -108,7 +108,7 @@ pub struct Sym(String);
 impl Sym {
     /// `None` when `s` would not read back as this symbol.
     pub fn new(s: &str) -> Option<Sym> {
-        if s.is_empty() || crate::read::number_shaped(s) || !s.chars().all(is_symbol_char) {
+        if s.is_empty() || number_shaped(s) || !s.chars().all(is_symbol_char) {
             return None;
         }
         Some(Sym(s.to_owned()))
@@ -225,4 +225,36 @@ pub(crate) fn write_string(s: &str, out: &mut String) {
         }
     }
     out.push('"');
+}
+
+/// Whether `tok` has the shape of a number (and so must be one, in range): `[+-]digits`,
+/// `[+-]digits/digits`, or a decimal. Every other token is a symbol.
+pub(crate) fn number_shaped(tok: &str) -> bool {
+    match tok.split_once('/') {
+        Some((n, d)) => is_int(n) && digits(d),
+        None => is_int(tok) || is_decimal(tok),
+    }
+}
+
+fn digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `[+-]digits`.
+pub(crate) fn is_int(s: &str) -> bool {
+    digits(s.strip_prefix(['+', '-']).unwrap_or(s))
+}
+
+/// `[+-]digits[.digits][(e|E)[+-]digits]` with a `.` or an exponent.
+fn is_decimal(s: &str) -> bool {
+    let s = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let (mantissa, exp) = match s.split_once(['e', 'E']) {
+        Some((m, e)) => (m, Some(e)),
+        None => (s, None),
+    };
+    let mantissa_ok = match mantissa.split_once('.') {
+        Some((i, f)) => digits(i) && digits(f),
+        None => digits(mantissa) && exp.is_some(),
+    };
+    mantissa_ok && exp.is_none_or(is_int)
 }
