@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod frontend;
 /// The LDP wire types (the `ldp-wire` crate), under the name the gateway has always used.
 pub use ldp_wire as ldp;
 pub mod limits;

@@ -6,10 +6,10 @@ mod admission;
 mod attempt;
 mod bind;
 mod card;
-mod chat;
 mod close;
 mod handshake;
 mod hold;
+mod ingress;
 mod openai;
 mod record;
 mod retries;
@@ -18,9 +18,9 @@ mod status;
 mod task;
 mod verify;
 
-pub use chat::{ChatOutcome, ChatRefusal, ChatReply};
+pub use ingress::IngressTask;
 pub use retries::RetryBudget;
-pub use task::ChatDelta;
+pub use task::{ChatDelta, Trip};
 
 use crate::config::Config;
 use crate::ldp::error::GatewayCode;
@@ -166,8 +166,9 @@ pub struct Proxy {
     conversations: crate::state::Conversations,
     /// Recent task outcomes, for status queries.
     statuses: crate::state::Statuses,
-    /// The OpenAI ingress's session per tenant (one entry per configured tenant at most).
-    ingress_sessions: dashmap::DashMap<String, crate::ldp::SessionId>,
+    /// Each front end's session per tenant (one entry per configured tenant and front end
+    /// at most).
+    ingress_sessions: dashmap::DashMap<(String, crate::provenance::Ingress), crate::ldp::SessionId>,
     /// Cluster mode: the Redis connection, which only `/readyz` asks directly.
     redis: Option<crate::state::redis::Redis>,
     version: String,
@@ -413,6 +414,8 @@ impl Proxy {
                         contract: contract.as_ref(),
                         chat: None,
                         verifying: false,
+                        quorum: None,
+                        keep_rounds: false,
                     },
                     progress,
                 )

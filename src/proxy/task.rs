@@ -87,10 +87,11 @@ impl<'a> TaskCtx<'a> {
         self.running.is_cancelled()
     }
 
-    /// Whether the task carries its whole context (the OpenAI ingress's requests send the
-    /// conversation every time): it is routed afresh, with no affinity.
+    /// Whether the task carries its whole context (every front end's request does: the
+    /// OpenAI ingress's send the conversation every time): it is routed afresh, with no
+    /// affinity.
     pub(super) fn stateless(&self) -> bool {
-        self.task.chat.is_some() || self.task.verifying
+        self.task.ingress != Ingress::Ldp || self.task.verifying
     }
 
     /// The session's key for the task's binding with `delegate`: the skill, since a session
@@ -155,8 +156,11 @@ pub(super) struct TaskRun {
     /// answer cap, or that nobody listened to any more): charged, and recorded in the row of
     /// the failed task.
     pub(super) unfinished: Option<Unfinished>,
-    /// A verified task's votes, every round's.
+    /// A verified task's votes, every round's, and their reasons (index for index).
     pub(super) votes: Vec<crate::provenance::Vote>,
+    pub(super) reasons: Vec<Option<String>>,
+    /// Each verification round's producer and result (when the task keeps them).
+    pub(super) rounds: Vec<(String, crate::ldp::Json)>,
     /// What the task cost besides its answer's own cost: voted-down results and the
     /// verifiers (USD; already counted under their delegates in the metrics).
     pub(super) extra_cost_usd: f64,
@@ -207,7 +211,15 @@ impl TaskRun {
 
     /// The trip, once the task is answered with `reply`.
     fn trip(self, reply: Arc<Envelope>, policy: Arc<Policy>) -> Trip {
+        let task_id = match &reply.body {
+            Body::TaskResult { task_id, .. } | Body::TaskFailed { task_id, .. } => task_id.clone(),
+            _ => TaskId::default(),
+        };
         Trip {
+            task_id,
+            votes: self.votes,
+            reasons: self.reasons,
+            rounds: self.rounds,
             reply,
             policy,
             delegate: self.binding.map(|b| b.delegate),
@@ -247,6 +259,10 @@ pub(super) struct TaskIn<'a> {
     /// A verification task the gateway sends (`[verify]`): routed afresh each time, and its
     /// input (JSON the verifier reads) sent as it is in any payload mode.
     pub verifying: bool,
+    /// The weighted yes a verified result needs (else the policy's `[verify] threshold`).
+    pub quorum: Option<f64>,
+    /// Keep each verification round's producer and result for the trip.
+    pub keep_rounds: bool,
 }
 
 /// A piece of an answer as it streams, with who is answering (for the response's headers).
@@ -284,24 +300,41 @@ pub(super) enum Progress<'a> {
     Deltas(&'a mpsc::Sender<ChatDelta>),
 }
 
-/// What a task's trip left besides its answer, for the OpenAI ingress.
-pub(crate) struct Trip {
-    /// The answer.
-    pub(crate) reply: Arc<Envelope>,
+/// What a task's trip left besides its answer, for the front ends.
+pub struct Trip {
+    /// The task's id.
+    pub task_id: TaskId,
+    /// The answer: a TASK_RESULT or a TASK_FAILED.
+    pub reply: Arc<Envelope>,
     /// The policy it ran under.
-    pub(crate) policy: Arc<Policy>,
+    pub policy: Arc<Policy>,
     /// The delegate that answered (or last failed).
-    pub(crate) delegate: Option<Arc<crate::registry::Delegate>>,
+    pub delegate: Option<Arc<crate::registry::Delegate>>,
     /// Token counts, for an OpenAI-backed delegate.
-    pub(crate) usage: Option<Usage>,
+    pub usage: Option<Usage>,
     /// An OpenAI-backed delegate's refusal of the request.
-    pub(crate) refused_upstream: Option<(u16, ErrorDetail)>,
+    pub refused_upstream: Option<(u16, ErrorDetail)>,
     /// Why an OpenAI-backed delegate's answer stopped.
-    pub(crate) finish_reason: Option<String>,
+    pub finish_reason: Option<String>,
     /// How long to wait, when the answer is a delegate's rate limit.
-    pub(crate) retry_after: Option<Duration>,
+    pub retry_after: Option<Duration>,
     /// An OpenAI-backed delegate's message fields besides its text (`tool_calls`, …).
-    pub(crate) reply_fields: Option<serde_json::Map<String, serde_json::Value>>,
+    pub reply_fields: Option<serde_json::Map<String, serde_json::Value>>,
+    /// A verified task's votes, every round's, and each vote's reason (as the verifier
+    /// gave it, cut to 512 bytes), index for index.
+    pub votes: Vec<crate::provenance::Vote>,
+    pub reasons: Vec<Option<String>>,
+    /// Each verification round's producer and result, when the task asked to keep them.
+    pub rounds: Vec<(String, crate::ldp::Json)>,
+}
+
+impl Trip {
+    /// A task failed before it had a session to run in.
+    pub(super) fn failed(task_id: TaskId, reply: Arc<Envelope>, policy: Arc<Policy>) -> Trip {
+        let mut trip = TaskRun::default().trip(reply, policy);
+        trip.task_id = task_id;
+        trip
+    }
 }
 
 impl Proxy {

@@ -73,6 +73,18 @@ impl Proxy {
             Some(v) if !t.task.verifying && sampled(v.sample) => v,
             _ => return self.run_task(t, run, &[], deadline).await,
         };
+        // The task's own quorum (an LADP `task-init`'s) in place of the policy's threshold.
+        let own;
+        let verify = match t.task.quorum {
+            Some(threshold) => {
+                own = Verify {
+                    threshold,
+                    ..verify.clone()
+                };
+                &own
+            }
+            None => verify,
+        };
         let quiet = t.quiet();
         let t = &quiet;
         let mut voted_down: Vec<String> = Vec::new();
@@ -102,6 +114,9 @@ impl Proxy {
                 return Answer::Failed(LdpError::gateway(GatewayCode::Internal, why));
             };
             let first_vote = run.votes.len();
+            if t.task.keep_rounds {
+                run.rounds.push((producer.name.clone(), output.clone()));
+            }
             let cost = provenance
                 .cost_usd
                 .or_else(|| self.declared_cost(&producer, t.task.skill))
@@ -307,9 +322,11 @@ impl Proxy {
                 confidence: v.confidence,
                 weight: *weight,
             });
-            if let Some(reason) = v.reason {
+            if let Some(reason) = &v.reason {
                 tracing::debug!(verifier = %verifier.name, passed = v.passed, reason, "vote");
             }
+            let reason = v.reason.map(|r| super::task::cut_detail(&r).0.to_owned());
+            run.reasons.push(reason);
         }
         // The round is one observation of the producer: each vote counts for its share of
         // the round's weight (two verifiers agreeing are not two independent facts).
@@ -495,6 +512,8 @@ fn sub_task<'a>(
             contract: None,
             chat: None,
             verifying: true,
+            quorum: None,
+            keep_rounds: false,
         },
         session: t.session,
         tenant: t.tenant,

@@ -8,10 +8,11 @@
 use super::api_error::{ApiError, ErrorKind};
 use super::request::{read_body, refuse, request_ctx};
 use super::AppState;
+use crate::frontend::openai::{ChatOutcome, ChatRefusal, ChatReply};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::TaskId;
 use crate::openai::wire::{ChatRequest, ErrorDetail, Usage};
-use crate::proxy::{ChatDelta, ChatOutcome, ChatReply};
+use crate::proxy::ChatDelta;
 use axum::body::Body as HttpBody;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -197,7 +198,7 @@ async fn completion(
         .proxy
         .spawn_tracked(async move {
             let deltas = tx.as_ref();
-            proxy.chat(&ctx, &req, &skill, id, deltas).await
+            crate::frontend::openai::chat(&proxy, &ctx, &req, &skill, id, deltas).await
         })
         .ok_or_else(|| ApiError::new(GatewayCode::Unavailable, "the gateway is stopping"))?;
     let reply = Reply {
@@ -253,7 +254,7 @@ impl Drop for CancelChatOnDrop {
             std::mem::take(&mut self.task_id),
         );
         self.proxy.spawn_tracked(async move {
-            proxy.cancel_chat(&tenant, &task).await;
+            crate::frontend::openai::cancel(&proxy, &tenant, &task).await;
         });
     }
 }
@@ -272,7 +273,7 @@ fn joined(
 
 /// A refused or failed completion as an error answer: an OpenAI-backed delegate's own
 /// refusal of the request as it came, else the LDP error with the LDP routes' status.
-fn refusal(r: crate::proxy::ChatRefusal) -> ApiError {
+fn refusal(r: ChatRefusal) -> ApiError {
     match r.upstream {
         Some((status, detail)) => ApiError::openai_upstream(r.error, status, detail),
         None => ApiError::task_failed(r.error).with_retry_after(r.retry_after),
