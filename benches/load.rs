@@ -4,7 +4,8 @@
 //! The OpenAI rows do the same against a zero-latency simulated OpenAI server: straight
 //! (`oai-direct`), through the gateway's OpenAI ingress (`oai-ingress`: chat completions in,
 //! an OpenAI-backed delegate out) and from LDP clients through the gateway to it (`ldp-oai`);
-//! `--only openai` selects the three.
+//! `--only openai` selects the three. The bridge rows (`llmcp`, `llmx`, `ladp`; `--only bridges`)
+//! send the LDP rows' echo task through the gateway's bridges of other agent protocols.
 //!
 //! `cargo build --release && cargo bench --bench load [-- SECS]` (SECS: measured seconds per
 //! row, default 4; each row runs 3 times, interleaved, and the median is reported). It runs `target/release/ldp-gateway` (the release binary, not built here)
@@ -163,6 +164,71 @@ enum Load {
         path: &'static str,
         model: &'static str,
     },
+    /// One task of skill `echo` in a bridge's protocol.
+    Bridge(Bridge),
+}
+
+/// The bridges of other agent protocols (issue 26), each row the same echo task as the LDP
+/// rows' in its protocol; `--only bridges` selects the three.
+#[derive(Clone, Copy)]
+enum Bridge {
+    Llmcp,
+    Llmx,
+    Ladp,
+}
+
+const BRIDGE_PATHS: [&str; 3] = ["llmcp", "llmx", "ladp"];
+
+impl Bridge {
+    fn path(self) -> &'static str {
+        match self {
+            Bridge::Llmcp => "/llmcp",
+            Bridge::Llmx => "/llmx",
+            Bridge::Ladp => "/ladp",
+        }
+    }
+
+    /// Request `i` of the connection whose sender is `sender` (LLMX sequence numbers and
+    /// LADP rate limits are per sender).
+    fn body(self, sender: &str, i: u64) -> Bytes {
+        let text = match self {
+            Bridge::Llmcp => serde_json::json!({
+                "protocol": {"name": "laika.llmcp", "version": 1},
+                "id": format!("req-{i}"),
+                "type": "request",
+                "created_at": "2026-01-28T12:34:56.789Z",
+                "conversation": {"id": sender, "turn": i},
+                "sender": {"role": "agent"},
+                "input": {
+                    "user_message": {"id": format!("u-{i}"), "text": "hello"},
+                    "task": {"name": "echo", "args": {}}
+                },
+                "output": {"format": "markdown"}
+            })
+            .to_string(),
+            Bridge::Llmx => format!(
+                "HEADER:{{f:{sender},t:gateway,s:{i}}}\nREQ:{{o:\"hello\",pr:3,exp:[\"echo\"]}}\n"
+            ),
+            Bridge::Ladp => {
+                format!("(msg task-init {sender} gateway {i} (data (skill echo) (task \"hello\")))")
+            }
+        };
+        Bytes::from(text)
+    }
+
+    /// Whether the answer is the task's result in the bridge's protocol.
+    fn answered(self, a: &ldp_client::transport::HttpAnswer) -> bool {
+        if !a.head.status.is_success() {
+            return false;
+        }
+        let body = String::from_utf8_lossy(&a.body);
+        match self {
+            Bridge::Llmcp => serde_json::from_str::<serde_json::Value>(&body)
+                .is_ok_and(|v| v["type"] == "response" && v["assistant"].is_object()),
+            Bridge::Llmx => body.contains("RES:") && !body.contains("NACK"),
+            Bridge::Ladp => body.contains("synthesis"),
+        }
+    }
 }
 
 /// The skill and model the OpenAI rows use: the simulated server's model, and the skill the
@@ -242,8 +308,10 @@ async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32
     let client = client(&t)?;
     let sid = match t.load {
         Load::Ldp(_) => open(&client, &t).await?,
-        Load::Chat { .. } => String::new(),
+        Load::Chat { .. } | Load::Bridge(_) => String::new(),
     };
+    // A bridge's sender, one per connection.
+    let sender = format!("load{}", uuid::Uuid::new_v4().simple());
     let auth = match &t.key {
         Some(k) => vec![(
             reqwest::header::AUTHORIZATION,
@@ -272,6 +340,17 @@ async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32
                 .request(&t.base, path, Some(chat_body(model)), &auth, None, TIMEOUT)
                 .await
                 .is_ok_and(|a| completed(&a)),
+            Load::Bridge(b) => client
+                .request(
+                    &t.base,
+                    b.path(),
+                    Some(b.body(&sender, i)),
+                    &auth,
+                    None,
+                    TIMEOUT,
+                )
+                .await
+                .is_ok_and(|a| b.answered(&a)),
         };
         let done = Instant::now();
         if start >= from && done <= end {
@@ -550,6 +629,7 @@ fn report(
         ));
     }
     s.push_str(&openai_table(rows));
+    s.push_str(&bridge_table(rows));
     s.push_str("\nTargets (performance issue) measured in this run:\n\n| target | measured | met |\n|---|---|---|\n");
     for (what, value, met) in targets(rows, memory) {
         s.push_str(&format!(
@@ -569,6 +649,42 @@ fn report(
     }
     for n in notes {
         s.push_str(&format!("\nNote: {n}\n"));
+    }
+    s
+}
+
+/// The bridges next to the LDP path: the gateway's CPU per task on each, and what each adds
+/// over the LDP path (empty without bridge rows).
+fn bridge_table(rows: &[Row]) -> String {
+    let find = |p: &str, c: usize| rows.iter().find(|r| r.path == p && r.conns == c);
+    let mut s = String::new();
+    for c in CONNS {
+        let Some(g) = find("gateway", c) else {
+            continue;
+        };
+        if !BRIDGE_PATHS.iter().any(|p| find(p, c).is_some()) {
+            continue;
+        }
+        if s.is_empty() {
+            s.push_str("\nBridges vs the LDP path (the same echo task; the gateway's CPU per task, and what each bridge adds to it):\n\n");
+            s.push_str("| conns | gateway CPU µs/task: LDP / llmcp / llmx / ladp | added CPU µs/task: llmcp / llmx / ladp | p50 µs: LDP / llmcp / llmx / ladp |\n");
+            s.push_str("|---:|---:|---:|---:|\n");
+        }
+        let each = |f: &dyn Fn(&Row) -> String| {
+            BRIDGE_PATHS
+                .iter()
+                .map(|p| find(p, c).map_or_else(|| "–".into(), f))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        s.push_str(&format!(
+            "| {c} | {:.0} / {} | {} | {} / {} |\n",
+            g.hop_us,
+            each(&|r| format!("{:.0}", r.hop_us)),
+            each(&|r| format!("{:+.0}", r.hop_us - g.hop_us)),
+            g.p50,
+            each(&|r| r.p50.to_string()),
+        ));
     }
     s
 }
@@ -636,6 +752,7 @@ async fn start_gateway(
     openai_url: Option<&str>,
     key: &str,
     max_sessions: usize,
+    bridges: bool,
     probe: &reqwest::Client,
 ) -> anyhow::Result<(Proc, String, String)> {
     std::fs::create_dir_all(dir.join("policies"))?;
@@ -671,6 +788,11 @@ name = "load-fast"
     if let Some(url) = openai_url {
         cfg.push_str(&openai_delegate(url));
         cfg.push_str("[openai]\nsession_memory_bytes = 0\n");
+    }
+    if bridges {
+        // Each LADP connection is one agent: its per-agent rate (seed §14) at the highest
+        // accepted, a full minute's worth at once, so the limiter runs but never refuses.
+        cfg.push_str("[ladp]\nrate_per_minute = 60000\n");
     }
     std::fs::write(dir.join("gateway.toml"), cfg)?;
     let mut cmd = Command::new(bin);
@@ -714,8 +836,17 @@ async fn session_memory(
     probe: &reqwest::Client,
 ) -> anyhow::Result<(f64, usize)> {
     let key = format!("mem-{}", uuid::Uuid::new_v4().simple());
-    let (gateway, url, _) =
-        start_gateway(bin, dir, delegate_url, None, &key, SESSIONS * 2, probe).await?;
+    let (gateway, url, _) = start_gateway(
+        bin,
+        dir,
+        delegate_url,
+        None,
+        &key,
+        SESSIONS * 2,
+        false,
+        probe,
+    )
+    .await?;
     let before = rss_kib(gateway.child.id());
     let t = Target {
         base: url,
@@ -776,6 +907,7 @@ async fn main() -> anyhow::Result<()> {
             .into_iter()
             .flat_map(|n| match n.as_str() {
                 "openai" => OPENAI_PATHS.iter().map(|p| (*p).to_owned()).collect(),
+                "bridges" => BRIDGE_PATHS.iter().map(|p| (*p).to_owned()).collect(),
                 _ => vec![n],
             })
             .collect::<Vec<_>>()
@@ -899,6 +1031,7 @@ async fn main() -> anyhow::Result<()> {
         openai_url,
         &key,
         10_000,
+        BRIDGE_PATHS.iter().any(|p| wanted(p)),
         &probe,
     )
     .await?;
@@ -938,6 +1071,22 @@ async fn main() -> anyhow::Result<()> {
         vec![gw_pid],
         delegate_pid,
     ));
+    // The bridges' rows: the same echo task, in each bridge's protocol.
+    for (path, bridge) in BRIDGE_PATHS
+        .into_iter()
+        .zip([Bridge::Llmcp, Bridge::Llmx, Bridge::Ladp])
+    {
+        targets.push((
+            path,
+            Target {
+                base: gw_url.clone(),
+                key: Some(key.clone()),
+                load: Load::Bridge(bridge),
+            },
+            vec![gw_pid],
+            delegate_pid,
+        ));
+    }
     if let Some(url) = openai_url {
         targets.push((
             "oai-direct",
