@@ -20,8 +20,8 @@
 //! - Each `REQ` is answered with blocks carrying its reference `ai` (its `i`, else `R<n>`, its
 //!   place among the message's REQs): `OBS:{ai,s:OK,c:{out:…},x_prov:{…}}` for a result;
 //!   `BLK:{ai,w,a,esc:false,…}` for a refusal (no eligible delegate, budget, trust, limits),
-//!   `a` listing the skills that would be served now under the same policy; `OBS` with
-//!   `s:ERR` for a task that ran and failed.
+//!   `a` listing the skills that would be served now under the same policy (for an unknown
+//!   policy: the policies there are); `OBS` with `s:ERR` for a task that ran and failed.
 //! - Unknown block types get `RES:{o:"WARN",…}` (§7.3); `X_` blocks are ignored (§8.1); other
 //!   standard blocks (ACT, OBS, …) are not the gateway's to act on and get a WARN too.
 
@@ -295,6 +295,25 @@ pub async fn run(
     let mut ctx = ctx.clone();
     if let Some(p) = &job.policy {
         ctx.policy = Some(p.clone());
+    }
+    if let Some(p) = ctx.policy.as_deref() {
+        let set = proxy.policies();
+        if set.get(p).is_none() {
+            let allowed = &ctx.tenant.policies;
+            let a: Vec<String> = set
+                .policies
+                .iter()
+                .map(|q| q.name.0.clone())
+                .filter(|n| allowed.is_empty() || allowed.contains(n))
+                .take(MAX_ALTERNATIVES)
+                .collect();
+            let why = format!("there is no policy '{p}'");
+            return Answered {
+                blocks: vec![blk(&job.id, &why, &a, GatewayCode::UnknownPolicy)],
+                refusal: None,
+                task_id: None,
+            };
+        }
     }
     let Some(skill) = skill_for(registry, &job.request.experts) else {
         let why = match job.request.experts.as_slice() {

@@ -176,6 +176,17 @@ PLAN:[(i:1,t:"read",s:C),(i:2,t:"summarize",s:P)]
         "{}",
         a.body
     );
+    // The simulator's text echoes its input: the objective, then the CTX and PLAN lines.
+    let echoed = obs
+        .get("c")
+        .and_then(|c| c.get("out"))
+        .and_then(|o| o.get("text"));
+    let echoed = echoed.and_then(Value::as_str).unwrap_or_default();
+    assert!(
+        echoed.contains(r#"summarize the API CTX:{p:myapp,f:["src/api.ts"]} PLAN:[(i:1,"#),
+        "{}",
+        a.body
+    );
     assert_eq!(prov(obs, "policy"), "cheapest");
     assert_eq!(prov(obs, "delegate"), "d1");
     assert_eq!(prov(obs, "skill"), "summarize");
@@ -374,6 +385,14 @@ async fn a_refusal_is_a_blk_listing_what_would_qualify() {
         "{}",
         a.body
     );
+
+    // A policy there is not: the policies there are.
+    let text = "HEADER:{f:Claude,t:g,s:3}\nREQ:{o:\"x\",pr:3,exp:[summarize],x_policy:nope}";
+    let m = post(&gw, Some(KEY), text).await.message();
+    let blk = &m.blocks[0];
+    assert_eq!(blk.str("x_code"), Some("UNKNOWN_POLICY"));
+    assert!(blk.strs("a").unwrap().contains(&"eu-only"), "{blk:?}");
+    assert_eq!(gw.sim(1).stats().tasks, 0);
     gw.shutdown().await;
 }
 
@@ -385,20 +404,32 @@ async fn a_batch_is_answered_in_completion_order() {
                 REQ:{i:A1,o:\"review it\",pr:2,exp:[d0]}\n\
                 REQ:{i:A2,o:\"summarize it\",pr:2,exp:[summarize]}\n\
                 REQ:{i:A3,o:\"translate it\",pr:2,exp:[translate]}\n";
-    let a = post(&gw, Some(KEY), text).await;
-    assert_eq!(a.status, 200, "{}", a.body);
-    let m = a.message();
+    // Read as it streams: the fast answers come while the slow delegate is still working.
+    let mut resp = reqwest::Client::new()
+        .post(format!("{}/llmx", gw.ldp_url()))
+        .bearer_auth(KEY)
+        .body(text)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = String::new();
+    let mut slow_done_when_two_came = None;
+    while let Some(chunk) = resp.chunk().await.unwrap() {
+        body.push_str(std::str::from_utf8(&chunk).unwrap());
+        if slow_done_when_two_came.is_none() && body.matches("OBS:").count() == 2 {
+            slow_done_when_two_came = Some(gw.sim(0).stats().results);
+        }
+    }
+    assert_eq!(slow_done_when_two_came, Some(0), "streamed: {body}");
+    let m = parse(&body).unwrap_or_else(|e| panic!("{e}\n{body}"));
     assert_eq!(
         (m.header.to.as_str(), m.header.batch.as_deref()),
         ("Orchestrator", Some("B1"))
     );
     let answers: Vec<_> = m.blocks_of(kind::OBS).collect();
-    assert_eq!(answers.len(), 3, "{}", a.body);
-    assert!(
-        answers.iter().all(|b| b.str("s") == Some("OK")),
-        "{}",
-        a.body
-    );
+    assert_eq!(answers.len(), 3, "{body}");
+    assert!(answers.iter().all(|b| b.str("s") == Some("OK")), "{body}");
     let order: Vec<_> = answers.iter().filter_map(|b| b.str("ai")).collect();
     assert_eq!(order.len(), 3);
     assert_eq!(order[2], "A1", "the slow REQ is answered last: {order:?}");
