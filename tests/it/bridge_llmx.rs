@@ -218,6 +218,9 @@ PLAN:[(i:1,t:"read",s:C),(i:2,t:"summarize",s:P)]
         ("translate", "d2")
     );
     assert!(m2.header.seq > m.header.seq);
+    let scrape = gw.metrics().await;
+    let counted = scrape.sum("ldp_gateway_http_requests_total{route=\"/llmx\",status=\"200\"");
+    assert_eq!(counted, 2.0, "{scrape}");
     gw.shutdown().await;
 }
 
