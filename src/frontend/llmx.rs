@@ -4,7 +4,8 @@
 //! Reading and writing are the `llmx` crate's; this file decides what a message asks of the
 //! gateway and what it is answered:
 //!
-//! - `HEADER` is required; its `s` must rise per sender `f` of the tenant (a repeat is a
+//! - `HEADER` is required (its `t` is not checked: `ALL`, the gateway's id or any name); its
+//!   `s` must rise per sender `f` of the tenant (a repeat is a
 //!   replay), remembered for [`SENDERS_KEPT`] senders (least recently seen forgotten first).
 //! - Each `REQ` is one task. Its skill is the first `exp` entry that is a skill some delegate
 //!   offers, or else names a registered delegate (registry name or card `delegate_id`): then
@@ -510,14 +511,15 @@ fn qualifying(
 
 /// A delegate's JSON output as an LLMX value: objects whose keys are all identifiers become
 /// maps, arrays lists, numbers numbers; what LLMX cannot say as is (other keys, exponents,
-/// nesting past [`MAX_OUTPUT_DEPTH`]) is its JSON text; `null` is the bare word `null`.
+/// nesting past [`MAX_OUTPUT_DEPTH`]) is its JSON text; `null` is the bare word `null`. A
+/// string longer than a reader takes ([`llmx::MAX_STRING_BYTES`]) is a list of its parts.
 fn from_json(v: &serde_json::Value, depth: usize) -> Value {
     use serde_json::Value as J;
-    let text = || Value::str(v.to_string());
+    let text = || string(v.to_string());
     match v {
         J::Null => Value::Symbol("null".into()),
         J::Bool(b) => Value::Bool(*b),
-        J::String(s) => Value::str(s.as_str()),
+        J::String(s) => string(s.clone()),
         J::Number(n) => Number::parse(&n.to_string()).map_or_else(text, Value::Number),
         _ if depth >= MAX_OUTPUT_DEPTH => text(),
         J::Array(items) => Value::List(items.iter().map(|i| from_json(i, depth + 1)).collect()),
@@ -528,6 +530,27 @@ fn from_json(v: &serde_json::Value, depth: usize) -> Value {
         ),
         J::Object(_) => text(),
     }
+}
+
+/// `s` as a string value, or as a list of parts a reader takes when it is longer (each at
+/// most [`llmx::MAX_STRING_BYTES`] once escaped, cut between characters).
+fn string(s: String) -> Value {
+    // Escaping at most doubles a byte (`\n`, `\"`) but for control characters (`\u00XX`, 6).
+    const PART: usize = llmx::MAX_STRING_BYTES / 6;
+    if s.len() <= PART {
+        return Value::Str(s);
+    }
+    let mut parts = Vec::with_capacity(s.len() / PART + 1);
+    let mut rest = s.as_str();
+    while !rest.is_empty() {
+        let mut end = rest.len().min(PART);
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        parts.push(Value::str(&rest[..end]));
+        rest = &rest[end..];
+    }
+    Value::List(parts)
 }
 
 #[cfg(test)]
@@ -554,6 +577,18 @@ mod tests {
         );
         let odd = serde_json::json!({"a b": 1e300});
         assert_eq!(from_json(&odd, 0), Value::str(odd.to_string()));
+        // A string a reader would refuse is written as parts it takes.
+        let long = "é\n".repeat(llmx::MAX_STRING_BYTES);
+        let Value::List(parts) = from_json(&serde_json::Value::String(long.clone()), 0) else {
+            panic!("not split");
+        };
+        let joined: String = parts.iter().filter_map(Value::as_str).collect();
+        assert_eq!(joined, long);
+        let m = llmx::Message {
+            header: Header::new("g", "c", 1),
+            blocks: vec![Block::list("OBS", parts)],
+        };
+        assert!(llmx::parse(&llmx::write(&m)).is_ok());
     }
 
     #[test]
