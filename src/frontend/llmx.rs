@@ -5,8 +5,8 @@
 //! gateway and what it is answered:
 //!
 //! - `HEADER` is required (its `t` is not checked: `ALL`, the gateway's id or any name); its
-//!   `s` must rise per sender `f` of the tenant (a repeat is a
-//!   replay), remembered for [`SENDERS_KEPT`] senders (least recently seen forgotten first).
+//!   `s` must rise per sender `f` of the tenant (a repeat is a replay), remembered for
+//!   [`SENDERS_KEPT`] senders (least recently seen forgotten first).
 //! - Each `REQ` is one task. Its skill is the first `exp` entry that is a skill some delegate
 //!   offers, or else names a registered delegate (registry name or card `delegate_id`): then
 //!   the first of that delegate's skills no other delegate offers, else its first skill. The
