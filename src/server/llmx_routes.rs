@@ -6,10 +6,11 @@
 //! `RES:{o:"NACK",msg:"…"}` with a 4xx: 400 (grammar, `parse error at L:C: …`), 401 (no or
 //! bad key), 409 (sequence not above the sender's last), 413 (over the size limit).
 
-use super::api_error::ApiError;
-use super::request::{read_body, request_ctx};
+use super::api_error::{ApiError, ErrorKind};
+use super::request::{read_body, refuse, request_ctx};
 use super::AppState;
 use crate::frontend::llmx::{self as bridge, Answered, Inbound, Nack};
+use crate::ldp::error::GatewayCode;
 use crate::ldp::TaskId;
 use crate::proxy::{Proxy, RequestCtx};
 use axum::body::{Body as HttpBody, Bytes};
@@ -32,11 +33,11 @@ pub(super) fn router() -> Router<AppState> {
 async fn llmx(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> Response {
     let ctx = match request_ctx(&s, &headers) {
         Ok(ctx) => ctx,
-        Err(e) => return api_nack(&s, None, e),
+        Err(e) => return nack(&s, None, e),
     };
     let bytes = match read_body(&s, &headers, body).await {
         Ok(b) => b,
-        Err(e) => return api_nack(&s, None, e),
+        Err(e) => return nack(&s, None, e),
     };
     let text = match std::str::from_utf8(&bytes) {
         Ok(t) => t,
@@ -45,20 +46,25 @@ async fn llmx(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> 
             let line = valid.matches('\n').count() + 1;
             let column = valid.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
             let err = llmx::ParseError::at(line, column, "the message is not UTF-8");
-            return nack(&s, None, StatusCode::BAD_REQUEST, &err.to_string());
+            return nack(
+                &s,
+                None,
+                ApiError::new(GatewayCode::BadRequest, err.to_string()),
+            );
         }
     };
     let limits = bridge::limits(s.config.server.body_limit_bytes);
     let inbound = match bridge::read(text, &limits, &s.llmx, &ctx.tenant.name) {
         Ok(i) => i,
         Err(e) => {
-            let status = match &e {
-                Nack::Parse(_) => StatusCode::BAD_REQUEST,
-                Nack::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-                Nack::Sequence(_) => StatusCode::CONFLICT,
+            let msg = e.to_string();
+            let e = match &e {
+                Nack::Parse(_) => ApiError::new(GatewayCode::BadRequest, msg),
+                Nack::TooLarge { .. } => ApiError::new(GatewayCode::PayloadTooLarge, msg),
+                Nack::Sequence(_) => ApiError::of(ErrorKind::Conflict, msg),
             };
             let to = bridge::salvage_header(text);
-            return nack(&s, to.as_ref(), status, &e.to_string());
+            return nack(&s, to.as_ref(), e);
         }
     };
     answer(s, ctx, inbound).await
@@ -74,9 +80,15 @@ fn reply_header(s: &AppState, to: Option<&Header>) -> Header {
     }
 }
 
-/// A whole LLMX answer with `status`.
-fn whole(status: StatusCode, message: &Message) -> Response {
-    let mut resp = (status, llmx::write(message)).into_response();
+/// A whole LLMX answer: 200 with `message`.
+fn whole(message: &Message) -> Response {
+    in_llmx(StatusCode::OK.into_response(), message)
+}
+
+/// `resp` (its status and headers, and the error it tells the counting layer) with `message`
+/// as its body.
+fn in_llmx(mut resp: Response, message: &Message) -> Response {
+    *resp.body_mut() = HttpBody::from(llmx::write(message));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
@@ -84,24 +96,14 @@ fn whole(status: StatusCode, message: &Message) -> Response {
     resp
 }
 
-/// `RES:{o:"NACK",msg}` with `status`.
-fn nack(s: &AppState, to: Option<&Header>, status: StatusCode, msg: &str) -> Response {
+/// A refusal of the whole message, `RES:{o:"NACK",msg}`, with the status (and `Retry-After`,
+/// `Connection: close`) the LDP routes answer it with, counted and logged as they are.
+fn nack(s: &AppState, to: Option<&Header>, e: ApiError) -> Response {
     let message = Message {
         header: reply_header(s, to),
-        blocks: vec![Block::res("NACK", Some(msg))],
+        blocks: vec![Block::res("NACK", Some(&e.error().message))],
     };
-    let mut resp = whole(status, &message);
-    if status == StatusCode::PAYLOAD_TOO_LARGE {
-        // As `request::refuse`: the rest of an oversized body is not worth reading.
-        resp.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    resp
-}
-
-/// The plumbing's refusal (key, body size, body deadline) as a NACK with its status.
-fn api_nack(s: &AppState, to: Option<&Header>, e: ApiError) -> Response {
-    nack(s, to, e.telling().status, &e.error().message)
+    in_llmx(refuse(e), &message)
 }
 
 /// Runs the message's REQs: a lone one answered whole, a batch streamed.
@@ -134,12 +136,8 @@ async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound) -> Response {
             let _ = tx.send(a).await;
         });
         if spawned.is_none() {
-            return nack(
-                &s,
-                Some(&theirs),
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the gateway is stopping",
-            );
+            let e = ApiError::new(GatewayCode::Unavailable, "the gateway is stopping");
+            return nack(&s, Some(&theirs), e);
         }
     }
     drop(tx);
@@ -151,18 +149,15 @@ async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound) -> Response {
         // A lone REQ: answered whole, with the status of a refusal before it ran. (The
         // guard cancels it if the client leaves first.)
         let Some(a) = rx.recv().await else {
-            return nack(
-                &s,
-                Some(&theirs),
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the task was lost",
-            );
+            let e = ApiError::new(GatewayCode::Internal, "the task was lost");
+            return nack(&s, Some(&theirs), e);
         };
-        let status = a
-            .refusal
-            .map_or(StatusCode::OK, |r| ApiError::from(r).telling().status);
         first.blocks.extend(a.blocks);
-        return whole(status, &first);
+        return match a.refusal {
+            None => whole(&first),
+            // Its status and `Retry-After`, as the LDP routes answer it.
+            Some(r) => in_llmx(refuse(ApiError::from(r)), &first),
+        };
     }
     let head = Bytes::from(llmx::write(&first));
     let stream = futures_util::stream::unfold(

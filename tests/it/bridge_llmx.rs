@@ -15,6 +15,8 @@ use std::time::Duration;
 
 /// The tenant's key.
 const KEY: &str = "sk-llmx-acme";
+/// The key of a tenant allowed one request, then one each 100 s.
+const LIMITED_KEY: &str = "sk-llmx-limited";
 /// The slow delegate's latency (`d0`, skill `review`): far above the others' 0 ms, so the
 /// order of a batch's answers holds on a loaded machine.
 const SLOW: Duration = Duration::from_millis(1500);
@@ -43,7 +45,7 @@ const SEED: [&str; 17] = [
     r#"REQ:{o:"task",pr:2,x_team:"frontend",x_deadline:"2024-01-15"}"#,
 ];
 
-/// A gateway with the tenant `acme` and three delegates: `d0` (`review`, slow), `d1`
+/// A gateway with the tenants `acme` and `limited` and three delegates: `d0` (`review`, slow), `d1`
 /// (`summarize`) and `d2` (`translate`, the only one in an EU jurisdiction).
 async fn fleet() -> TestGateway {
     let mut slow = SimOptions::new(card("slow", "default", &[("review", 0.9)], &["text"]));
@@ -59,11 +61,19 @@ async fn fleet() -> TestGateway {
         "trust_domains": ["default"],
     }))
     .unwrap();
+    let limited: TenantConfig = serde_json::from_value(json!({
+        "name": "limited",
+        "api_key_sha256": [ldp_gateway::secret::hash_key(LIMITED_KEY)],
+        "trust_domains": ["default"],
+        "limits": {"rps": 0.01, "burst": 1},
+    }))
+    .unwrap();
     TestGateway::builder()
         .sim(slow)
         .sim(fast)
         .sim(SimOptions::new(eu))
         .tenant(tenant)
+        .tenant(limited)
         .spawn()
         .await
 }
@@ -292,8 +302,12 @@ async fn bad_input_is_nacked_in_llmx_with_its_place() {
             many - 1
         )
     );
-    // Nothing was run.
+    // Nothing was run; every refusal was counted as the LDP routes' are.
     assert_eq!(gw.sim(1).stats().tasks, 0);
+    let scrape = gw.metrics().await;
+    let counted = |code: &str| scrape.sum(&format!("ldp_gateway_errors_total{{code=\"{code}\"}}"));
+    assert_eq!(counted("bad_request"), 5.0, "{scrape}");
+    assert_eq!(counted("payload_too_large"), 1.0, "{scrape}");
     gw.shutdown().await;
 }
 
@@ -309,6 +323,24 @@ async fn a_tenant_key_is_required() {
     assert_eq!(gw.sim(1).stats().tasks, 0);
     // The refused messages recorded no sequence number: s:1 is still the sender's first.
     assert_eq!(post(&gw, Some(KEY), text).await.status, 200);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_req_is_a_blk_with_429() {
+    let gw = fleet().await;
+    let msg =
+        |s: u64| format!("HEADER:{{f:Claude,t:g,s:{s}}}\nREQ:{{o:\"x\",pr:3,exp:[summarize]}}");
+    assert_eq!(post(&gw, Some(LIMITED_KEY), msg(1)).await.status, 200);
+    let a = post(&gw, Some(LIMITED_KEY), msg(2)).await;
+    assert_eq!(a.status, 429, "{}", a.body);
+    let m = a.message();
+    let blk = &m.blocks[0];
+    assert_eq!((blk.kind.as_str(), blk.str("ai")), ("BLK", Some("R1")));
+    assert_eq!(blk.str("x_code"), Some("RATE_LIMITED"));
+    let wait = blk.strs("a").unwrap();
+    assert!(wait[0].starts_with("retry after "), "{}", a.body);
+    assert_eq!(gw.sim(1).stats().tasks, 1);
     gw.shutdown().await;
 }
 
