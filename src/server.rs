@@ -10,6 +10,7 @@ mod api_error;
 mod conn;
 mod feedback;
 mod ldp_routes;
+mod llmx_routes;
 mod openai_routes;
 mod reload;
 mod request;
@@ -61,6 +62,8 @@ pub struct Shared {
     pub config: Arc<Config>,
     /// This listener's URL, written into the identity card's `endpoint`.
     pub public_url: Arc<str>,
+    /// The LLMX bridge's sequence numbers (each sender's, the gateway's own).
+    pub llmx: crate::frontend::llmx::LlmxState,
 }
 
 /// Why the gateway could not start.
@@ -206,6 +209,7 @@ impl Gateway {
             upstream: upstream.clone(),
             config: config.clone(),
             public_url: format!("http://{ldp_addr}").into(),
+            llmx: Default::default(),
         }));
         let mut tasks = vec![registry.clone().spawn_poller(
             upstream.clone(),

@@ -1,0 +1,212 @@
+//! The LLMX bridge on the LDP listener: `POST /llmx` (`text/plain`, tenant Bearer key). The
+//! answer is one LLMX message from the gateway, `HEADER:{f:<gateway id>,t:<sender>,s:<n>
+//! [,b:<batch>]}`, then any WARN, then each REQ's answer block (`crate::frontend::llmx`). A
+//! lone REQ is answered whole; a batch is streamed (chunked), each REQ's answer written as it
+//! completes, so answers come in completion order. A message refused whole is answered
+//! `RES:{o:"NACK",msg:"…"}` with a 4xx: 400 (grammar, `parse error at L:C: …`), 401 (no or
+//! bad key), 409 (sequence not above the sender's last), 413 (over the size limit).
+
+use super::api_error::{ApiError, ErrorKind};
+use super::request::{read_body, refuse, request_ctx};
+use super::AppState;
+use crate::frontend::llmx::{self as bridge, Answered, Inbound, Nack};
+use crate::ldp::error::GatewayCode;
+use crate::ldp::TaskId;
+use crate::proxy::{Proxy, RequestCtx};
+use axum::body::{Body as HttpBody, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use llmx::{Block, Header, Message};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+/// The `/llmx` route.
+pub(super) fn router() -> Router<AppState> {
+    Router::new().route("/llmx", post(llmx))
+}
+
+/// `POST /llmx`.
+async fn llmx(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> Response {
+    let ctx = match request_ctx(&s, &headers) {
+        Ok(ctx) => ctx,
+        Err(e) => return nack(&s, None, e),
+    };
+    let bytes = match read_body(&s, &headers, body).await {
+        Ok(b) => b,
+        Err(e) => return nack(&s, None, e),
+    };
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let valid = String::from_utf8_lossy(&bytes[..e.valid_up_to()]);
+            let line = valid.matches('\n').count() + 1;
+            let column = valid.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            let err = llmx::ParseError::at(line, column, "the message is not UTF-8");
+            return nack(
+                &s,
+                None,
+                ApiError::new(GatewayCode::BadRequest, err.to_string()),
+            );
+        }
+    };
+    let limits = bridge::limits(s.config.server.body_limit_bytes);
+    let inbound = match bridge::read(text, &limits, &s.llmx, &ctx.tenant.name) {
+        Ok(i) => i,
+        Err(e) => {
+            let msg = e.to_string();
+            let e = match &e {
+                Nack::Parse(_) => ApiError::new(GatewayCode::BadRequest, msg),
+                Nack::TooLarge { .. } => ApiError::new(GatewayCode::PayloadTooLarge, msg),
+                Nack::Sequence(_) => ApiError::of(ErrorKind::Conflict, msg),
+            };
+            let to = bridge::salvage_header(text);
+            return nack(&s, to.as_ref(), e);
+        }
+    };
+    answer(s, ctx, inbound).await
+}
+
+/// The `HEADER` of the gateway's answer to `to` (a sender that could not be read: `unknown`).
+fn reply_header(s: &AppState, to: Option<&Header>) -> Header {
+    let seq = s.llmx.next_seq();
+    let from = s.config.identity.delegate_id.as_str();
+    match to {
+        Some(h) => h.reply(from, seq),
+        None => Header::new(from, "unknown", seq),
+    }
+}
+
+/// A whole LLMX answer: 200 with `message`.
+fn whole(message: &Message) -> Response {
+    in_llmx(StatusCode::OK.into_response(), message)
+}
+
+/// `resp` (its status and headers, and the error it tells the counting layer) with `message`
+/// as its body.
+fn in_llmx(mut resp: Response, message: &Message) -> Response {
+    *resp.body_mut() = HttpBody::from(llmx::write(message));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+/// A refusal of the whole message, `RES:{o:"NACK",msg}`, with the status (and `Retry-After`,
+/// `Connection: close`) the LDP routes answer it with, counted and logged as they are.
+fn nack(s: &AppState, to: Option<&Header>, e: ApiError) -> Response {
+    let message = Message {
+        header: reply_header(s, to),
+        blocks: vec![Block::res("NACK", Some(&e.error().message))],
+    };
+    in_llmx(refuse(e), &message)
+}
+
+/// Runs the message's REQs: a lone one answered whole, a batch streamed.
+async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound) -> Response {
+    let Inbound {
+        header: theirs,
+        jobs,
+        warnings,
+    } = inbound;
+    let header = reply_header(&s, Some(&theirs));
+    let ids: Vec<TaskId> = jobs.iter().map(|_| crate::ldp::new_id().into()).collect();
+    let guard = CancelOnDrop {
+        proxy: s.proxy.clone(),
+        tenant: ctx.tenant.name.clone(),
+        pending: Arc::new(Mutex::new(ids.iter().cloned().map(Some).collect())),
+    };
+    let (tx, mut rx) = mpsc::channel::<Answered>(jobs.len().max(1));
+    let timeout = s.config.upstream.task_timeout;
+    for (i, (job, task_id)) in jobs.into_iter().zip(ids).enumerate() {
+        let (proxy, registry, ctx, tx) =
+            (s.proxy.clone(), s.registry.clone(), ctx.clone(), tx.clone());
+        let pending = guard.pending.clone();
+        // Each REQ runs as its own tracked task: a client that leaves does not stop its
+        // settling and its ledger row.
+        let spawned = s.proxy.spawn_tracked(async move {
+            let a = bridge::run(&proxy, &registry, &ctx, &job, task_id, timeout).await;
+            if let Some(slot) = pending.lock().unwrap_or_else(|p| p.into_inner()).get_mut(i) {
+                *slot = None;
+            }
+            let _ = tx.send(a).await;
+        });
+        if spawned.is_none() {
+            let e = ApiError::new(GatewayCode::Unavailable, "the gateway is stopping");
+            return nack(&s, Some(&theirs), e);
+        }
+    }
+    drop(tx);
+    let mut first = Message {
+        header,
+        blocks: warnings,
+    };
+    if theirs.batch.is_none() {
+        // A lone REQ: answered whole, with the status of a refusal before it ran. (The
+        // guard cancels it if the client leaves first.)
+        let Some(a) = rx.recv().await else {
+            let e = ApiError::new(GatewayCode::Internal, "the task was lost");
+            return nack(&s, Some(&theirs), e);
+        };
+        first.blocks.extend(a.blocks);
+        return match a.refusal {
+            None => whole(&first),
+            // Its status and `Retry-After`, as the LDP routes answer it.
+            Some(r) => in_llmx(refuse(ApiError::from(r)), &first),
+        };
+    }
+    let head = Bytes::from(llmx::write(&first));
+    let stream = futures_util::stream::unfold(
+        (Some(head), rx, guard),
+        |(head, mut rx, guard)| async move {
+            if let Some(h) = head {
+                return Some((Ok::<_, Infallible>(h), (None, rx, guard)));
+            }
+            let a = rx.recv().await?;
+            let mut text = String::new();
+            for b in &a.blocks {
+                llmx::write_block(&mut text, b);
+            }
+            Some((Ok(Bytes::from(text)), (None, rx, guard)))
+        },
+    );
+    let mut resp = HttpBody::from_stream(stream).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+/// Cancels the message's tasks still running when its answer is dropped (the client left).
+struct CancelOnDrop {
+    proxy: Arc<Proxy>,
+    tenant: String,
+    /// Each REQ's task, `None` once answered.
+    pending: Arc<Mutex<Vec<Option<TaskId>>>>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let left: Vec<TaskId> = self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter_mut()
+            .filter_map(Option::take)
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        let (proxy, tenant) = (self.proxy.clone(), std::mem::take(&mut self.tenant));
+        self.proxy.spawn_tracked(async move {
+            for task_id in left {
+                bridge::cancel(&proxy, &tenant, &task_id).await;
+            }
+        });
+    }
+}
