@@ -225,7 +225,7 @@ impl Bridge {
         match self {
             Bridge::Llmcp => serde_json::from_str::<serde_json::Value>(&body)
                 .is_ok_and(|v| v["type"] == "response" && v["assistant"].is_object()),
-            Bridge::Llmx => body.contains("RES:") && !body.contains("NACK"),
+            Bridge::Llmx => body.contains("OBS:") && body.contains("s:OK"),
             Bridge::Ladp => body.contains("synthesis"),
         }
     }
