@@ -9,6 +9,7 @@ mod admin;
 mod api_error;
 mod conn;
 mod feedback;
+mod ladp_routes;
 mod ldp_routes;
 mod openai_routes;
 mod reload;
@@ -61,6 +62,8 @@ pub struct Shared {
     pub config: Arc<Config>,
     /// This listener's URL, written into the identity card's `endpoint`.
     pub public_url: Arc<str>,
+    /// The LADP bridge's agent rates and tasks.
+    pub ladp: crate::frontend::ladp::LadpState,
 }
 
 /// Why the gateway could not start.
@@ -206,6 +209,7 @@ impl Gateway {
             upstream: upstream.clone(),
             config: config.clone(),
             public_url: format!("http://{ldp_addr}").into(),
+            ladp: crate::frontend::ladp::LadpState::new(&config.ladp),
         }));
         let mut tasks = vec![registry.clone().spawn_poller(
             upstream.clone(),
