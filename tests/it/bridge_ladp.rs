@@ -524,6 +524,18 @@ async fn the_fifth_message_of_an_agent_within_a_minute_is_429() {
     // Another agent has its own allowance.
     let said = send(&gw, None, status_request("other", 6)).await;
     assert_eq!(said.status, 200, "{}", said.text);
+    // Counted under the route, the refusal under its code.
+    let m = gw.metrics().await;
+    let route = |status: &str| {
+        m.sum(&format!(
+            "ldp_gateway_http_requests_total{{route=\"/ladp\",status=\"{status}\"}}"
+        ))
+    };
+    assert_eq!((route("200"), route("429")), (5.0, 1.0));
+    assert_eq!(
+        m.sum("ldp_gateway_errors_total{code=\"rate_limited\"}"),
+        1.0
+    );
     gw.shutdown().await;
 }
 
