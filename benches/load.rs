@@ -738,6 +738,15 @@ fn write_readme(manifest: &Path, section: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the gateway's config must serve besides the LDP rows.
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    /// The simulated OpenAI server, for the OpenAI rows.
+    openai_url: Option<&'a str>,
+    /// The bridge rows: the LADP agent rate raised out of their way.
+    bridges: bool,
+}
+
 /// Writes a production-like config under `dir` (its own ledger and policy folder), starts
 /// `ldp-gateway serve` on it and waits until `/readyz` answers 200. Returns the process, the
 /// LDP URL and the admin URL.
@@ -749,12 +758,15 @@ async fn start_gateway(
     bin: &Path,
     dir: &Path,
     delegate_url: &str,
-    openai_url: Option<&str>,
+    rows: Rows<'_>,
     key: &str,
     max_sessions: usize,
-    bridges: bool,
     probe: &reqwest::Client,
 ) -> anyhow::Result<(Proc, String, String)> {
+    let Rows {
+        openai_url,
+        bridges,
+    } = rows;
     std::fs::create_dir_all(dir.join("policies"))?;
     std::fs::write(dir.join("policies/load-all.toml"), POLICY)?;
     let mut cfg = format!(
@@ -836,17 +848,12 @@ async fn session_memory(
     probe: &reqwest::Client,
 ) -> anyhow::Result<(f64, usize)> {
     let key = format!("mem-{}", uuid::Uuid::new_v4().simple());
-    let (gateway, url, _) = start_gateway(
-        bin,
-        dir,
-        delegate_url,
-        None,
-        &key,
-        SESSIONS * 2,
-        false,
-        probe,
-    )
-    .await?;
+    let rows = Rows {
+        openai_url: None,
+        bridges: false,
+    };
+    let (gateway, url, _) =
+        start_gateway(bin, dir, delegate_url, rows, &key, SESSIONS * 2, probe).await?;
     let before = rss_kib(gateway.child.id());
     let t = Target {
         base: url,
@@ -1028,10 +1035,12 @@ async fn main() -> anyhow::Result<()> {
         &gw_bin,
         &dir.join("gw"),
         &delegate_url,
-        openai_url,
+        Rows {
+            openai_url,
+            bridges: BRIDGE_PATHS.iter().any(|p| wanted(p)),
+        },
         &key,
         10_000,
-        BRIDGE_PATHS.iter().any(|p| wanted(p)),
         &probe,
     )
     .await?;

@@ -10,6 +10,7 @@ mod delegates;
 mod discovery;
 mod fallback;
 mod identity;
+mod ladp;
 mod openai;
 mod outlier;
 mod policies;
@@ -32,6 +33,7 @@ pub use delegates::{
 pub use discovery::DiscoveryConfig;
 pub use fallback::FallbackConfig;
 pub use identity::IdentityConfig;
+pub use ladp::LadpConfig;
 pub use openai::OpenAiConfig;
 pub use outlier::OutlierConfig;
 pub use policies::PoliciesConfig;
@@ -92,6 +94,8 @@ pub struct Config {
     pub provenance: ProvenanceConfig,
     /// Cluster mode: state shared by every replica in Redis.
     pub cluster: ClusterConfig,
+    /// The LADP bridge (`POST /ladp`).
+    pub ladp: LadpConfig,
 }
 
 /// Why a configuration cannot be used.
@@ -156,6 +160,7 @@ impl Config {
         self.task_status.check(&mut c);
         self.upstream.check(&mut c);
         self.openai.check(&mut c);
+        self.ladp.check(&mut c);
         self.provenance.check(&mut c);
         self.cluster.check(&mut c);
         // Beside `cluster.redis_url` (both name where shared state lives): `check` has always

@@ -3,5 +3,6 @@
 //! protocol. This layer stands between `server` (HTTP: routes, bodies, statuses) and `proxy`
 //! (the one task pipeline): it imports `proxy`, and `proxy` never imports it.
 
+pub mod ladp;
 pub mod llmx;
 pub mod openai;

@@ -9,6 +9,7 @@ mod admin;
 mod api_error;
 mod conn;
 mod feedback;
+mod ladp_routes;
 mod ldp_routes;
 mod llmx_routes;
 mod openai_routes;
@@ -64,6 +65,8 @@ pub struct Shared {
     pub public_url: Arc<str>,
     /// The LLMX bridge's sequence numbers (each sender's, the gateway's own).
     pub llmx: crate::frontend::llmx::LlmxState,
+    /// The LADP bridge's agent rates and tasks.
+    pub ladp: crate::frontend::ladp::LadpState,
 }
 
 /// Why the gateway could not start.
@@ -210,6 +213,7 @@ impl Gateway {
             config: config.clone(),
             public_url: format!("http://{ldp_addr}").into(),
             llmx: Default::default(),
+            ladp: crate::frontend::ladp::LadpState::new(&config.ladp),
         }));
         let mut tasks = vec![registry.clone().spawn_poller(
             upstream.clone(),

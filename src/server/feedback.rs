@@ -1,7 +1,7 @@
 //! `POST /ldp/feedback`: a tenant rates one of its own tasks, once; the rating is stored in
 //! the ledger beside the task's row and learnt as evidence of the delegate's quality.
 
-use super::request::{read_body, refuse, request_ctx};
+use super::request::{read_json_body, refuse, request_ctx};
 use super::{ApiError, AppState, ErrorKind};
 use crate::ldp::error::GatewayCode;
 use crate::provenance::{Feedback, Given, LedgerError};
@@ -108,7 +108,7 @@ pub(super) async fn feedback(
 
 async fn rate(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Feedback, ApiError> {
     let ctx = request_ctx(s, headers)?;
-    let bytes = read_body(s, headers, body).await?;
+    let bytes = read_json_body(s, headers, body).await?;
     let rating = parse(&bytes, s.config.security.max_id_bytes)?;
     // Each rating costs a ledger read and a commit: the tenant's rate limit applies.
     s.proxy.admit_request(&ctx).await?;

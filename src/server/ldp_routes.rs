@@ -1,6 +1,6 @@
 //! The LDP routes: identity card, capabilities, messages, stream, healthz.
 
-use super::request::{read_body, refuse, request_ctx};
+use super::request::{read_json_body, refuse, request_ctx};
 use super::{ApiError, AppState};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, Envelope, SessionId, TaskId};
@@ -56,7 +56,7 @@ async fn read_envelope(
     headers: &HeaderMap,
     body: HttpBody,
 ) -> Result<Envelope, ApiError> {
-    let bytes = read_body(s, headers, body).await?;
+    let bytes = read_json_body(s, headers, body).await?;
     Envelope::from_slice(&bytes).map_err(|e| ApiError::new(GatewayCode::BadRequest, e.to_string()))
 }
 

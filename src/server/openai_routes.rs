@@ -6,7 +6,7 @@
 //! `x-ldp-policy` and `x-ldp-task-id`. Errors are OpenAI's shape with the LDP routes' statuses.
 
 use super::api_error::{ApiError, ErrorKind};
-use super::request::{read_body, refuse, request_ctx};
+use super::request::{read_json_body, refuse, request_ctx};
 use super::AppState;
 use crate::frontend::openai::{ChatOutcome, ChatRefusal, ChatReply};
 use crate::ldp::error::GatewayCode;
@@ -84,7 +84,7 @@ async fn read_request(
     body: HttpBody,
 ) -> Result<(crate::proxy::RequestCtx, String, ChatRequest), ApiError> {
     let mut ctx = request_ctx(s, headers)?;
-    let bytes = read_body(s, headers, body).await?;
+    let bytes = read_json_body(s, headers, body).await?;
     let req: ChatRequest = serde_json::from_slice(&bytes).map_err(|e| {
         let text = e.to_string();
         // serde names a missing or mistyped field between backticks.

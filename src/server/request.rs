@@ -15,8 +15,26 @@ use axum::response::{IntoResponse, Response};
 /// before the connection closes.
 const LINGER_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Reads the body within the size limit and the body deadline and checks its JSON nesting
-/// cheaply; or the 4xx that explains why not.
+/// [`read_body`] for a JSON route: its nesting checked cheaply before any parse; or the 4xx
+/// that explains why not.
+pub(super) async fn read_json_body(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: HttpBody,
+) -> Result<axum::body::Bytes, ApiError> {
+    let bytes = read_body(s, headers, body).await?;
+    let depth = s.config.security.max_json_depth;
+    if json_depth_exceeds(&bytes, depth) {
+        return Err(ApiError::new(
+            GatewayCode::BadRequest,
+            format!("JSON nesting deeper than {depth} levels"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Reads the body within the size limit and the body deadline (a text route's: its own
+/// reader bounds its nesting); or the 4xx that explains why not.
 pub(super) async fn read_body(
     s: &AppState,
     headers: &HeaderMap,
@@ -60,13 +78,6 @@ pub(super) async fn read_body(
         }
         Ok(Ok(c)) => c.to_bytes(),
     };
-    let depth = s.config.security.max_json_depth;
-    if json_depth_exceeds(&bytes, depth) {
-        return Err(ApiError::new(
-            GatewayCode::BadRequest,
-            format!("JSON nesting deeper than {depth} levels"),
-        ));
-    }
     Ok(bytes)
 }
 

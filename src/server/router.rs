@@ -14,6 +14,7 @@ pub fn router(state: AppState) -> Router {
         .route("/ldp/feedback", post(super::feedback::feedback))
         .merge(super::openai_routes::router(&state))
         .merge(super::llmx_routes::router())
+        .merge(super::ladp_routes::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         // Inside the counting layer: a panic's 500 is counted and reported like any error.
@@ -30,7 +31,7 @@ pub fn router(state: AppState) -> Router {
 
 /// The route labels of `ldp_gateway_http_requests_total` for the LDP listener's routes (those
 /// `count_requests` names), exported at 0 from the start.
-pub(super) const ROUTES: [&str; 9] = [
+pub(super) const ROUTES: [&str; 10] = [
     "/ldp/messages",
     "/ldp/stream",
     "/ldp/feedback",
@@ -40,6 +41,7 @@ pub(super) const ROUTES: [&str; 9] = [
     "/v1/chat/completions",
     "/v1/models",
     "/llmx",
+    "/ladp",
 ];
 
 /// Counts every request by route template (never the raw path: bounded labels) and status.
@@ -62,6 +64,7 @@ async fn count_requests(
                 "/v1/chat/completions" => "/v1/chat/completions",
                 "/v1/models" => "/v1/models",
                 "/llmx" => "/llmx",
+                "/ladp" => "/ladp",
                 _ => "other",
             });
     let resp = next.run(req).await;

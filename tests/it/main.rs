@@ -13,6 +13,7 @@ mod support;
 
 mod a2a_wire;
 mod adapter;
+mod bridge_ladp;
 mod bridge_llmx;
 mod call;
 mod cli;

@@ -415,13 +415,14 @@ impl Reply {
     }
 
     /// `(msg verify … (data (target-msg <id>) (agent <verifier>) (result passed|failed)
-    /// (confidence c) [(reason "…")]))` (§4.2.4).
+    /// [(confidence c)] [(reason "…")]))` (§4.2.4); `confidence` is left out when the
+    /// verifier gave none (never invented).
     pub fn verify(
         &self,
         target_msg: &str,
         agent: &str,
         result: Outcome,
-        confidence: f64,
+        confidence: Option<f64>,
         reason_text: Option<&str>,
     ) -> Msg {
         let result = match result {
@@ -432,8 +433,8 @@ impl Reply {
             Sexp::form("target-msg", [name(target_msg)]),
             Sexp::form("agent", [name(agent)]),
             Sexp::form("result", [name(result)]),
-            Sexp::form("confidence", [unit(confidence)]),
         ];
+        data.extend(confidence.map(|c| Sexp::form("confidence", [unit(c)])));
         data.extend(reason_text.map(reason));
         self.msg("verify", data)
     }

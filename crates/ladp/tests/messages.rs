@@ -141,12 +141,16 @@ fn answers_are_written_as_the_seed_spells_them() {
             r#"(msg synthesis gateway controller 1746176400123 (data (msg-id t1-p1) (agent alpha) (text "The answer:\n\"42\"")))"#,
         ),
         (
-            r.verify("t1-p1", "beta", Outcome::Failed, 0.25, Some("unsupported claim")),
+            r.verify("t1-p1", "beta", Outcome::Failed, Some(0.25), Some("unsupported claim")),
             r#"(msg verify gateway controller 1746176400123 (data (target-msg t1-p1) (agent beta) (result failed) (confidence 0.25) (reason "unsupported claim")))"#,
         ),
         (
-            r.verify("t1-p1", "beta", Outcome::Passed, 7.0, None),
+            r.verify("t1-p1", "beta", Outcome::Passed, Some(7.0), None),
             "(msg verify gateway controller 1746176400123 (data (target-msg t1-p1) (agent beta) (result passed) (confidence 1.0)))",
+        ),
+        (
+            r.verify("t1-p1", "delta", Outcome::Passed, None, None),
+            "(msg verify gateway controller 1746176400123 (data (target-msg t1-p1) (agent delta) (result passed)))",
         ),
         (
             r.vote("t1-p1", "beta", 0.5, Decision::Yes),
