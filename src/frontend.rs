@@ -3,4 +3,5 @@
 //! protocol. This layer stands between `server` (HTTP: routes, bodies, statuses) and `proxy`
 //! (the one task pipeline): it imports `proxy`, and `proxy` never imports it.
 
+pub mod llmcp;
 pub mod openai;

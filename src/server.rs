@@ -10,6 +10,7 @@ mod api_error;
 mod conn;
 mod feedback;
 mod ldp_routes;
+mod llmcp_routes;
 mod openai_routes;
 mod reload;
 mod request;

@@ -13,6 +13,7 @@ pub fn router(state: AppState) -> Router {
     super::ldp_routes::routes()
         .route("/ldp/feedback", post(super::feedback::feedback))
         .merge(super::openai_routes::router(&state))
+        .merge(super::llmcp_routes::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         // Inside the counting layer: a panic's 500 is counted and reported like any error.
@@ -29,7 +30,7 @@ pub fn router(state: AppState) -> Router {
 
 /// The route labels of `ldp_gateway_http_requests_total` for the LDP listener's routes (those
 /// `count_requests` names), exported at 0 from the start.
-pub(super) const ROUTES: [&str; 8] = [
+pub(super) const ROUTES: [&str; 9] = [
     "/ldp/messages",
     "/ldp/stream",
     "/ldp/feedback",
@@ -38,6 +39,7 @@ pub(super) const ROUTES: [&str; 8] = [
     "/ldp/capabilities",
     "/v1/chat/completions",
     "/v1/models",
+    "/llmcp",
 ];
 
 /// Counts every request by route template (never the raw path: bounded labels) and status.
@@ -59,6 +61,7 @@ async fn count_requests(
                 "/healthz" => "/healthz",
                 "/v1/chat/completions" => "/v1/chat/completions",
                 "/v1/models" => "/v1/models",
+                "/llmcp" => "/llmcp",
                 _ => "other",
             });
     let resp = next.run(req).await;
