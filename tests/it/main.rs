@@ -13,6 +13,7 @@ mod support;
 
 mod a2a_wire;
 mod adapter;
+mod bridge_llmcp;
 mod call;
 mod cli;
 mod cluster;
