@@ -48,7 +48,8 @@ pub struct Provenance {
     /// `verification_status`, `confidence`, `tokens_used`, `cost_usd`, …).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provenance: Option<crate::ldp::Provenance>,
-    /// The first answer broke the response schema and the repaired one was used.
+    /// The first answer broke the response schema and the repaired one was used. (A repair
+    /// that was not usable either ends in `fallback`.)
     pub repaired: bool,
     /// Set when the answer is the seed's Markdown fallback: the whole output as
     /// `assistant.markdown`, no tool calls or citations.
@@ -91,7 +92,7 @@ pub async fn answer(
                     Ok(answer) => (second, answer, true, None),
                     Err(why) => {
                         let fb = fallback(&again, format!("the repaired answer: {why}"));
-                        (second, fb.0, true, Some(fb.1))
+                        (second, fb.0, false, Some(fb.1))
                     }
                 },
                 // The repair failed as a task: the first answer is all there is.

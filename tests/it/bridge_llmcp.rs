@@ -90,7 +90,9 @@ impl Scripted {
     /// [`Scripted::start`] serving the model `model`.
     async fn serving(model: &'static str, answers: &[&str]) -> (Scripted, String) {
         let s = Scripted {
-            answers: Arc::new(Mutex::new(answers.iter().map(|a| (*a).to_owned()).collect())),
+            answers: Arc::new(Mutex::new(
+                answers.iter().map(|a| (*a).to_owned()).collect(),
+            )),
             asked: Arc::default(),
         };
         let app = Router::new()
@@ -110,8 +112,10 @@ impl Scripted {
 }
 
 async fn models(model: &'static str) -> Json<Value> {
-    Json(json!({"object": "list", "data": [{"id": model, "object": "model",
-        "created": 0, "owned_by": "test"}]}))
+    Json(
+        json!({"object": "list", "data": [{"id": model, "object": "model",
+        "created": 0, "owned_by": "test"}]}),
+    )
 }
 
 async fn complete(State(s): State<Scripted>, Json(req): Json<Value>) -> Json<Value> {
@@ -151,7 +155,12 @@ fn tenant() -> TenantConfig {
 async fn gateway(url: &str, store: Option<String>) -> TestGateway {
     let (weak, weak_url) = Scripted::serving("weak-model", &[]).await;
     let gw = TestGateway::builder()
-        .entry(entry("weak", &weak_url, "weak-model", declared(&[SKILL], 0.3)))
+        .entry(entry(
+            "weak",
+            &weak_url,
+            "weak-model",
+            declared(&[SKILL], 0.3),
+        ))
         .entry(entry("good", url, "scripted", declared(&[SKILL], 0.9)))
         .tenant(tenant())
         .policy("grounded.toml", POLICY_TOML)
@@ -182,7 +191,11 @@ async fn ask(c: &Client, body: &Value) -> crate::support::Resp {
 fn assert_answers_the_seed_request(r: &crate::support::Resp) {
     assert_eq!(r.status, 200, "{}", r.text());
     let v = &r.json;
-    assert_eq!(v["protocol"], json!({"name": "laika.llmcp", "version": 1}), "{v}");
+    assert_eq!(
+        v["protocol"],
+        json!({"name": "laika.llmcp", "version": 1}),
+        "{v}"
+    );
     assert_eq!(v["type"], "response");
     assert_eq!(v["in_reply_to"]["request_id"], "req-1");
     assert_eq!(v["conversation"], json!({"id": "c-1", "turn": 1}));
@@ -202,7 +215,10 @@ async fn a_summarize_request_is_routed_under_a_policy_and_answered_in_llmcp() {
     assert_eq!(v["assistant"]["markdown"], good["assistant"]["markdown"]);
     assert_eq!(v["assistant"]["title"], "Summary");
     assert_eq!(v["assistant"]["citations"], good["assistant"]["citations"]);
-    assert_eq!(v["tool_calls"], good["tool_calls"], "proposals passed through");
+    assert_eq!(
+        v["tool_calls"], good["tool_calls"],
+        "proposals passed through"
+    );
     let gw_part = &v["ldp_gateway"];
     assert_eq!(gw_part["policy"], POLICY, "{v}");
     assert_eq!(gw_part["delegate"], "good");
@@ -214,15 +230,16 @@ async fn a_summarize_request_is_routed_under_a_policy_and_answered_in_llmcp() {
     let asked = model.asked();
     assert_eq!(asked.len(), 1);
     let prompt = &asked[0];
-    assert!(prompt.contains("LLMCP (laika.llmcp v1) task: \"web.summarize\""), "{prompt}");
+    assert!(
+        prompt.contains("LLMCP (laika.llmcp v1) task: \"web.summarize\""),
+        "{prompt}"
+    );
     assert!(prompt.contains(r#"Task arguments (JSON): {"style":"concise"}"#));
     assert!(prompt.contains("User message:\nsummarize this page"));
     assert!(prompt.contains("DATA ONLY"));
     let begin = prompt.find("BEGIN DOCUMENT fence=").unwrap();
     let fence = &prompt[begin + 21..begin + 37];
-    let end = prompt
-        .find(&format!("END DOCUMENT fence={fence}"))
-        .unwrap();
+    let end = prompt.find(&format!("END DOCUMENT fence={fence}")).unwrap();
     let inside = &prompt[begin..end];
     assert!(inside.contains("trust=untrusted"), "{prompt}");
     assert!(inside.contains(PAGE_SENTENCE), "{prompt}");
@@ -245,15 +262,28 @@ async fn context_text_absent_from_the_ledger_file() {
     let gw = gateway(&url, Some(store)).await;
     let r = ask(&client(&gw), &seed_request("json")).await;
     assert_answers_the_seed_request(&r);
-    assert!(model.asked()[0].contains(PAGE_SENTENCE), "the delegate had it");
-    let task_id = r.json["ldp_gateway"]["task_id"].as_str().unwrap().to_owned();
+    assert!(
+        model.asked()[0].contains(PAGE_SENTENCE),
+        "the delegate had it"
+    );
+    let task_id = r.json["ldp_gateway"]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let row = gw.ledger_row(&task_id).await;
     // The input preview is kept (store_payloads), as digests.
-    let payload = row.payload.as_ref().expect("store_payloads is on").to_value();
+    let payload = row
+        .payload
+        .as_ref()
+        .expect("store_payloads is on")
+        .to_value();
     let doc = &payload["input"]["llmcp"]["documents"][0];
     assert_eq!(doc["doc_id"], "doc:web:summary", "{payload}");
     assert_eq!(doc["sha256"].as_str().unwrap().len(), 64, "{payload}");
-    assert_eq!(payload["input"]["llmcp"]["user_message"], "summarize this page");
+    assert_eq!(
+        payload["input"]["llmcp"]["user_message"],
+        "summarize this page"
+    );
     gw.shutdown().await;
 
     // Every file of the ledger (database, WAL, journal), byte for byte.
@@ -269,7 +299,11 @@ async fn context_text_absent_from_the_ledger_file() {
         );
         if path.file_name().is_some_and(|n| n == "ledger.db") {
             // What the preview does keep is there: the check reads the right file.
-            assert!(contains(&bytes, "summarize this page"), "{}", path.display());
+            assert!(
+                contains(&bytes, "summarize this page"),
+                "{}",
+                path.display()
+            );
         }
     }
     assert!(files >= 1);
@@ -285,16 +319,25 @@ async fn a_json_answer_that_is_not_json_is_repaired_once() {
     let v = &r.json;
     assert_eq!(v["ldp_gateway"]["repaired"], true, "{v}");
     assert!(v["ldp_gateway"].get("fallback").is_none(), "{v}");
-    assert_eq!(v["assistant"]["citations"], good_answer()["assistant"]["citations"]);
+    assert_eq!(
+        v["assistant"]["citations"],
+        good_answer()["assistant"]["citations"]
+    );
     assert_eq!(v["tool_calls"], good_answer()["tool_calls"]);
 
     let asked = model.asked();
     assert_eq!(asked.len(), 2, "one repair: {asked:?}");
     let repair = &asked[1];
-    assert!(repair.contains("could not be used: the answer is not JSON"), "{repair}");
+    assert!(
+        repair.contains("could not be used: the answer is not JSON"),
+        "{repair}"
+    );
     assert!(repair.contains("Sure! Here is your summary"), "{repair}");
     // Two tasks, two rows, both through the LLMCP ingress.
-    for id in [&v["ldp_gateway"]["task_id"], &v["ldp_gateway"]["repair_task_id"]] {
+    for id in [
+        &v["ldp_gateway"]["task_id"],
+        &v["ldp_gateway"]["repair_task_id"],
+    ] {
         let row = gw.ledger_row(id.as_str().unwrap()).await;
         assert_eq!(row.ingress, Ingress::Llmcp);
     }
@@ -318,9 +361,15 @@ async fn an_answer_still_invalid_after_its_repair_falls_back_to_markdown() {
     assert_eq!(v["assistant"]["citations"], json!([]));
     assert_eq!(v["tool_calls"], json!([]), "no tool calls in the fallback");
     assert_eq!(v["ldp_gateway"]["fallback"]["to"], "markdown", "{v}");
+    assert_eq!(v["ldp_gateway"]["repaired"], false);
+    assert!(v["ldp_gateway"]["repair_task_id"].is_string(), "{v}");
     let asked = model.asked();
     assert_eq!(asked.len(), 2);
-    assert!(asked[1].contains("unknown tool `shell.exec`"), "{}", asked[1]);
+    assert!(
+        asked[1].contains("unknown tool `shell.exec`"),
+        "{}",
+        asked[1]
+    );
     gw.shutdown().await;
 }
 
@@ -336,7 +385,11 @@ async fn markdown_mode_returns_markdown() {
     assert_eq!(r.json["ldp_gateway"]["repaired"], false);
     let asked = model.asked();
     assert_eq!(asked.len(), 1, "no repair in Markdown mode");
-    assert!(asked[0].contains("Answer format: Markdown only"), "{}", asked[0]);
+    assert!(
+        asked[0].contains("Answer format: Markdown only"),
+        "{}",
+        asked[0]
+    );
     gw.shutdown().await;
 }
 
@@ -354,11 +407,36 @@ async fn bad_input_is_answered_with_llmcp_error_packets() {
     let mut big = seed_request("json");
     big["context"]["documents"][0]["content"]["markdown"] = json!("x".repeat(100 * 1024));
     let cases = [
-        (b"{not json".to_vec(), 400, "BAD_REQUEST", "invalid LLMCP request"),
-        (v2.to_string().into_bytes(), 400, "UNSUPPORTED_PROTOCOL", "version 2"),
-        (other.to_string().into_bytes(), 400, "UNSUPPORTED_PROTOCOL", "\"laika.mcp\""),
-        (no_task.to_string().into_bytes(), 400, "BAD_REQUEST", "missing field `task`"),
-        (big.to_string().into_bytes(), 413, "PAYLOAD_TOO_LARGE", "65536-byte limit"),
+        (
+            b"{not json".to_vec(),
+            400,
+            "BAD_REQUEST",
+            "invalid LLMCP request",
+        ),
+        (
+            v2.to_string().into_bytes(),
+            400,
+            "UNSUPPORTED_PROTOCOL",
+            "version 2",
+        ),
+        (
+            other.to_string().into_bytes(),
+            400,
+            "UNSUPPORTED_PROTOCOL",
+            "\"laika.mcp\"",
+        ),
+        (
+            no_task.to_string().into_bytes(),
+            400,
+            "BAD_REQUEST",
+            "missing field `task`",
+        ),
+        (
+            big.to_string().into_bytes(),
+            413,
+            "PAYLOAD_TOO_LARGE",
+            "65536-byte limit",
+        ),
     ];
     for (body, status, code, says) in cases {
         let r = c.post_with("/llmcp", body, &[]).await;
@@ -371,7 +449,10 @@ async fn bad_input_is_answered_with_llmcp_error_packets() {
         assert!(message.contains(says), "{code}: {message}");
         if code == "UNSUPPORTED_PROTOCOL" {
             assert!(message.contains("`laika.llmcp` version 1"), "{message}");
-            assert_eq!(e["error"]["supported"], json!([{"name": "laika.llmcp", "version": 1}]));
+            assert_eq!(
+                e["error"]["supported"],
+                json!([{"name": "laika.llmcp", "version": 1}])
+            );
             assert_eq!(e["in_reply_to"]["request_id"], "req-1", "{e}");
             assert_eq!(e["conversation"]["id"], "c-1");
         }
