@@ -82,22 +82,31 @@ pub async fn answer(
         Ok(o) => o,
         Err(error) => return Ok(outcome(task_id, &first, Err(error))),
     };
+    // Whether a repair task ran (and has its ledger row).
+    let mut repair_ran = false;
     let (trip, answer, repaired, fallback) = match llmcp::read(&output, format) {
         Ok(answer) => (first, answer, false, None),
         Err(why) => {
             let repair = repair_input(&text, &output, &why);
-            let second = run(proxy, ctx, req, repair_id.clone(), repair, true).await?;
-            match output_of(&second) {
-                Ok(again) => match llmcp::read_answer(&again) {
-                    Ok(answer) => (second, answer, true, None),
+            let second = run(proxy, ctx, req, repair_id.clone(), repair, true).await;
+            repair_ran = second.is_ok();
+            match second.as_ref().map(output_of) {
+                Ok(Ok(again)) => match llmcp::read_answer(&again) {
+                    Ok(answer) => (second?, answer, true, None),
                     Err(why) => {
                         let fb = fallback(&again, format!("the repaired answer: {why}"));
-                        (second, fb.0, false, Some(fb.1))
+                        (second?, fb.0, false, Some(fb.1))
                     }
                 },
-                // The repair failed as a task: the first answer is all there is.
-                Err(e) => {
+                // The repair failed as a task or was refused (a rate limit): the first
+                // answer is all there is.
+                Ok(Err(e)) => {
                     let reason = format!("{why}; its repair failed: {}", e.code);
+                    let fb = fallback(&output, reason);
+                    (first, fb.0, false, Some(fb.1))
+                }
+                Err(refusal) => {
+                    let reason = format!("{why}; its repair was refused: {refusal}");
                     let fb = fallback(&output, reason);
                     (first, fb.0, false, Some(fb.1))
                 }
@@ -106,8 +115,7 @@ pub async fn answer(
     };
     let provenance = Provenance {
         task_id: task_id.to_string(),
-        // Only an unusable first answer is repaired or falls back (Markdown mode never does).
-        repair_task_id: (repaired || fallback.is_some()).then(|| repair_id.to_string()),
+        repair_task_id: repair_ran.then(|| repair_id.to_string()),
         policy: trip.policy.name.0.clone(),
         delegate: trip.delegate.as_ref().map(|d| d.name.clone()),
         provenance: match &trip.reply.body {

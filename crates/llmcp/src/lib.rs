@@ -75,25 +75,24 @@ pub fn read_request(bytes: &[u8]) -> Result<Request, ReadError> {
         #[serde(default, rename = "type")]
         kind: Option<serde_json::Value>,
     }
-    let head: Head =
-        serde_json::from_slice(bytes).map_err(|e| ReadError::Invalid(e.to_string()))?;
+    let invalid = |e: serde_json::Error| ReadError::Invalid(cut(&e.to_string(), 256));
+    let head: Head = serde_json::from_slice(bytes).map_err(invalid)?;
     let protocol: Protocol = match head.protocol {
         None => return Err(ReadError::NoProtocol),
         Some(p) => serde_json::from_value(p).map_err(|_| ReadError::NoProtocol)?,
     };
     if !protocol.is_supported() {
         return Err(ReadError::Unsupported {
-            name: cut(&protocol.name),
-            version: cut(&protocol.version.to_string()),
+            name: cut(&protocol.name, 64),
+            version: cut(&protocol.version.to_string(), 64),
         });
     }
     match head.kind.as_ref().and_then(|k| k.as_str()) {
         Some("request") => {}
-        Some(other) => return Err(ReadError::NotARequest(cut(other))),
+        Some(other) => return Err(ReadError::NotARequest(cut(other, 64))),
         None => return Err(ReadError::Invalid("missing field `type`".into())),
     }
-    let req: Request =
-        serde_json::from_slice(bytes).map_err(|e| ReadError::Invalid(e.to_string()))?;
+    let req: Request = serde_json::from_slice(bytes).map_err(invalid)?;
     let name = &req.input.task.name;
     if name.trim().is_empty() {
         return Err(ReadError::Field(
@@ -124,10 +123,9 @@ pub fn write<T: serde::Serialize>(packet: &T) -> Result<Vec<u8>, serde_json::Err
     serde_json::to_vec(packet)
 }
 
-/// Client text for an error message: at most 64 characters.
-fn cut(s: &str) -> String {
-    const MAX: usize = 64;
-    match s.char_indices().nth(MAX) {
+/// Client text for an error message: at most `max` characters.
+fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_owned(),
     }
