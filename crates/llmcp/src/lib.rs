@@ -43,6 +43,24 @@
 //!    that is a valid JSON answer is read as one, without its tool calls.
 //! 10. **Versions.** `protocol.version` must be the integer 1 (`"1"` or `1.0` are another
 //!     version).
+//!
+//! And what the gateway's bridge (`src/frontend/llmcp.rs`) chose where the seed leaves it open:
+//!
+//! 11. **Transport.** "User content: the serialized request packet (or its input + context)":
+//!     the delegate gets one text — task, args, user message, each document between
+//!     `BEGIN`/`END DOCUMENT` lines whose fence id is the first 16 hex digits of the
+//!     document's own SHA-256 (unforgeable from inside it), its `markdown` raw and the rest of
+//!     its content as JSON metadata — then the answer format.
+//! 12. **Repair.** "Optionally … a safe repair mode": one more task with the original text,
+//!     what was wrong and the first 4 KiB of the answer; the fallback takes the *repaired*
+//!     answer's whole output (the last the model said), or the first's when the repair could
+//!     not run.
+//! 13. **Storage.** "Digests + short previews": the ledger keeps each document's id, kind,
+//!     trust, size and SHA-256, and no preview of its content at all (a page's first
+//!     sentences are its text); user message, task and args are kept ("always store: user
+//!     prompts").
+//! 14. **Provenance.** An extra top-level `ldp_gateway` field on the response (task ids,
+//!     policy, delegate, the LDP provenance, `repaired`, `fallback`).
 
 pub mod answer;
 pub mod error;
