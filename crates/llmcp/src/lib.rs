@@ -8,7 +8,7 @@
 //!   [`Node`] tree or `markdown`, [`Citation`]s with their [`Locator`]), [`ToolCall`]s.
 //! - [`read_answer`] / [`read`]: a model's answer checked against the response schema and
 //!   the tool validator ([`tools::validate`]); [`Assistant::markdown`]: the Markdown fallback.
-//! - [`write`]: any packet → JSON bytes; `read(write(p)) == p` for every packet read.
+//! - [`write()`]: any packet → JSON bytes; `read(write(p)) == p` for every packet read.
 //!
 //! Packets keep the fields they do not model (`rest`), so nothing a sender adds is dropped;
 //! tool calls are the exception, strict as the seed demands.
