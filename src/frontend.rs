@@ -4,5 +4,6 @@
 //! (the one task pipeline): it imports `proxy`, and `proxy` never imports it.
 
 pub mod ladp;
+pub mod llmcp;
 pub mod llmx;
 pub mod openai;

@@ -416,6 +416,7 @@ impl Proxy {
                         verifying: false,
                         quorum: None,
                         keep_rounds: false,
+                        ledger_input: None,
                     },
                     progress,
                 )

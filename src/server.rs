@@ -11,6 +11,7 @@ mod conn;
 mod feedback;
 mod ladp_routes;
 mod ldp_routes;
+mod llmcp_routes;
 mod llmx_routes;
 mod openai_routes;
 mod reload;

@@ -396,3 +396,85 @@ pub fn ladp(data: &[u8]) -> bool {
     }
     true
 }
+
+/// LLMCP reader (`crates/llmcp`): the bytes as a request (`read_request`), a response, an
+/// error packet and a model's answer. A refused request's error and probe render; an accepted
+/// packet is written and read back equal; a request renders for a delegate and the ledger,
+/// whose stand-in holds no document's `markdown`; an accepted answer passes the validator and
+/// round-trips.
+pub fn llmcp(data: &[u8]) -> bool {
+    use ldp_gateway::frontend::llmcp::{ledger_input, render_input};
+    let probe = llmcp::Probe::of(data);
+    assert!(probe
+        .id
+        .as_ref()
+        .is_none_or(|id| id.len() <= llmcp::MAX_ID_BYTES));
+    let mut accepted = false;
+    match llmcp::read_request(data) {
+        Err(e) => {
+            let _ = e.to_string();
+        }
+        Ok(req) => {
+            accepted = true;
+            let bytes = llmcp::write(&req).unwrap_or_else(|e| panic!("unwritable request: {e}"));
+            match llmcp::read_request(&bytes) {
+                Ok(back) => assert_eq!(back, req, "request changed through write → read"),
+                Err(e) => panic!("a written request reads back refused: {e}"),
+            }
+            let _ = render_input(&req);
+            let stand_in = ledger_input(&req, false).to_string();
+            // The request without its documents' bodies: what the stand-in may repeat.
+            let mut bare = req.clone();
+            for d in &mut bare.context.documents {
+                d.content = serde_json::Value::Null;
+            }
+            let allowed = serde_json::to_string(&bare).unwrap_or_default();
+            for d in &req.context.documents {
+                if let Some(md) = d.content.get("markdown").and_then(|m| m.as_str()) {
+                    let quoted = serde_json::Value::from(md).to_string();
+                    let inner = &quoted[1..quoted.len() - 1];
+                    // Long enough not to be a digest's or a key's few characters.
+                    if inner.len() >= 24 && !allowed.contains(inner) {
+                        assert!(
+                            !stand_in.contains(inner),
+                            "document text in the ledger stand-in"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    if let Ok(res) = serde_json::from_slice::<llmcp::Response>(data) {
+        accepted = true;
+        let bytes = llmcp::write(&res).unwrap_or_else(|e| panic!("unwritable response: {e}"));
+        let back: llmcp::Response = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("a written response reads back refused: {e}"));
+        assert_eq!(back, res, "response changed through write → read");
+    }
+    if let Ok(err) = serde_json::from_slice::<llmcp::ErrorPacket>(data) {
+        let bytes = llmcp::write(&err).unwrap_or_else(|e| panic!("unwritable error packet: {e}"));
+        let back: llmcp::ErrorPacket = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("a written error packet reads back refused: {e}"));
+        assert_eq!(back, err, "error packet changed through write → read");
+    }
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Ok(answer) = llmcp::read_answer(text) {
+            for call in &answer.tool_calls {
+                assert!(
+                    llmcp::tools::validate(call).is_ok(),
+                    "an unvalidated tool call"
+                );
+            }
+            let bytes = llmcp::write(&answer.assistant).unwrap_or_default();
+            let back: llmcp::Assistant = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("a written assistant reads back refused: {e}"));
+            assert_eq!(
+                back, answer.assistant,
+                "assistant changed through write → read"
+            );
+        }
+        let md = llmcp::read_markdown(text);
+        assert!(md.markdown.is_some() || md.render.is_some());
+    }
+    accepted
+}

@@ -68,8 +68,10 @@ impl Proxy {
         let (user, turns) = match t.task.chat {
             Some(_) => (String::new(), Vec::new()),
             None => match user_text(t) {
-                // A verification is judged on its own: no conversation read or kept.
-                Ok(user) if t.task.verifying => (user, Vec::new()),
+                // A verification is judged on its own, and a front end's task carries its
+                // whole context (the tenant's one session is every agent's): no
+                // conversation read or kept.
+                Ok(user) if t.stateless() => (user, Vec::new()),
                 Ok(user) => {
                     let turns = self.fitted_turns(t, openai, &user).await;
                     (user, turns)
@@ -198,7 +200,7 @@ impl Proxy {
         p.tokens_used = Some(usage.total_tokens);
         p.cost_usd = Some(cost);
         let provenance = self.route_provenance(t, &binding, PayloadMode::Text, Some(p), run);
-        if t.task.chat.is_none() && !t.task.verifying {
+        if !t.stateless() {
             let turn = Turn {
                 user: user.into(),
                 assistant: reply.content.as_str().into(),

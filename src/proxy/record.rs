@@ -37,7 +37,7 @@ impl Proxy {
         });
         let payload = self.cfg.provenance.store_payloads.then(|| {
             JsonText::of(&serde_json::json!({
-                "input": preview(task.input),
+                "input": preview(task.ledger_input.unwrap_or(task.input)),
                 "output": output.map(preview),
             }))
         });

@@ -263,6 +263,9 @@ pub(super) struct TaskIn<'a> {
     pub quorum: Option<f64>,
     /// Keep each verification round's producer and result for the trip.
     pub keep_rounds: bool,
+    /// What the ledger's input preview shows in place of `input` (a front end whose input
+    /// carries text the ledger must not keep: LLMCP's context documents).
+    pub ledger_input: Option<&'a crate::ldp::Json>,
 }
 
 /// A piece of an answer as it streams, with who is answering (for the response's headers).

@@ -514,6 +514,7 @@ fn sub_task<'a>(
             verifying: true,
             quorum: None,
             keep_rounds: false,
+            ledger_input: None,
         },
         session: t.session,
         tenant: t.tenant,

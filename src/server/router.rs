@@ -15,6 +15,7 @@ pub fn router(state: AppState) -> Router {
         .merge(super::openai_routes::router(&state))
         .merge(super::llmx_routes::router())
         .merge(super::ladp_routes::router())
+        .merge(super::llmcp_routes::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         // Inside the counting layer: a panic's 500 is counted and reported like any error.
@@ -31,7 +32,7 @@ pub fn router(state: AppState) -> Router {
 
 /// The route labels of `ldp_gateway_http_requests_total` for the LDP listener's routes (those
 /// `count_requests` names), exported at 0 from the start.
-pub(super) const ROUTES: [&str; 10] = [
+pub(super) const ROUTES: [&str; 11] = [
     "/ldp/messages",
     "/ldp/stream",
     "/ldp/feedback",
@@ -42,6 +43,7 @@ pub(super) const ROUTES: [&str; 10] = [
     "/v1/models",
     "/llmx",
     "/ladp",
+    "/llmcp",
 ];
 
 /// Counts every request by route template (never the raw path: bounded labels) and status.
@@ -65,6 +67,7 @@ async fn count_requests(
                 "/v1/models" => "/v1/models",
                 "/llmx" => "/llmx",
                 "/ladp" => "/ladp",
+                "/llmcp" => "/llmcp",
                 _ => "other",
             });
     let resp = next.run(req).await;

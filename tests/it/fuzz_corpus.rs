@@ -81,3 +81,8 @@ fn llmx_corpus() {
 fn ladp_corpus() {
     replay("ladp", oracles::ladp);
 }
+
+#[test]
+fn llmcp_corpus() {
+    replay("llmcp", oracles::llmcp);
+}
