@@ -79,6 +79,8 @@ fn seed_request(format: &str) -> Value {
 struct Scripted {
     answers: Arc<Mutex<VecDeque<String>>>,
     asked: Arc<Mutex<Vec<String>>>,
+    /// How many messages each request carried.
+    messages: Arc<Mutex<Vec<usize>>>,
 }
 
 impl Scripted {
@@ -94,6 +96,7 @@ impl Scripted {
                 answers.iter().map(|a| (*a).to_owned()).collect(),
             )),
             asked: Arc::default(),
+            messages: Arc::default(),
         };
         let app = Router::new()
             .route("/v1/models", get(move || models(model)))
@@ -126,6 +129,8 @@ async fn complete(State(s): State<Scripted>, Json(req): Json<Value>) -> Json<Val
         .unwrap_or_default()
         .to_owned();
     s.asked.lock().unwrap().push(last_user);
+    let count = req["messages"].as_array().map_or(0, Vec::len);
+    s.messages.lock().unwrap().push(count);
     let content = s
         .answers
         .lock()
@@ -370,6 +375,25 @@ async fn an_answer_still_invalid_after_its_repair_falls_back_to_markdown() {
         "{}",
         asked[1]
     );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn one_request_s_documents_never_reach_the_tenant_s_next_request() {
+    // Every LLMCP request of a tenant runs in the tenant's one bridge session: an
+    // OpenAI-backed delegate must not be sent an earlier request's turn (its documents).
+    let (model, url) = Scripted::start(&[]).await;
+    let gw = gateway(&url, None).await;
+    let c = client(&gw);
+    assert_answers_the_seed_request(&ask(&c, &seed_request("json")).await);
+    let mut other = seed_request("json");
+    other["context"] = json!({"documents": []});
+    other["input"]["user_message"]["text"] = json!("what is 2 + 2?");
+    let r = ask(&c, &other).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let sent = model.messages.lock().unwrap().clone();
+    assert_eq!(sent, vec![1, 1], "each request is sent alone");
+    assert!(!model.asked()[1].contains(PAGE_SENTENCE));
     gw.shutdown().await;
 }
 
