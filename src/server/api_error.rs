@@ -364,14 +364,42 @@ pub(super) fn task_lost(metrics: &Metrics, e: tokio::task::JoinError) -> ApiErro
 
 /// The layer that keeps a panic from reaching a client: a handler that panics is answered
 /// with a generic 500 in its route's protocol's shape (OpenAI's under `/v1/`, LDP's
-/// elsewhere), and the panic is counted and logged, never answered.
+/// elsewhere; a bridge's own, by [`catch_panics_shaped`] on its routes), and the panic is
+/// counted and logged, never answered.
 pub(super) async fn catch_panics(
     axum::extract::State(metrics): axum::extract::State<std::sync::Arc<Metrics>>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    use futures_util::FutureExt as _;
     let openai = req.uri().path().starts_with("/v1/");
+    caught(&metrics, req, next, |e| {
+        if openai { e.openai() } else { e }.into_response()
+    })
+    .await
+}
+
+/// A route group's own error form (a bridge's), for the answer to a panic of its handler.
+pub(super) type Shape = std::sync::Arc<dyn Fn(ApiError) -> Response + Send + Sync>;
+
+/// [`catch_panics`] for a route group answering in its own protocol: the generic 500 in
+/// that protocol's error form (`shape`). Layered on the group's router, inside the outer one.
+pub(super) async fn catch_panics_shaped(
+    axum::extract::State((metrics, shape)): axum::extract::State<(std::sync::Arc<Metrics>, Shape)>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    caught(&metrics, req, next, |e| shape(e)).await
+}
+
+/// Runs the rest of the request; a panic is counted and answered by `answer` with
+/// [`INTERNAL_MESSAGE`].
+async fn caught(
+    metrics: &Metrics,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+    answer: impl FnOnce(ApiError) -> Response,
+) -> Response {
+    use futures_util::FutureExt as _;
     match std::panic::AssertUnwindSafe(next.run(req))
         .catch_unwind()
         .await
@@ -379,8 +407,7 @@ pub(super) async fn catch_panics(
         Ok(resp) => resp,
         Err(payload) => {
             metrics.panicked("request", payload.as_ref());
-            let e = ApiError::new(GatewayCode::Internal, INTERNAL_MESSAGE);
-            if openai { e.openai() } else { e }.into_response()
+            answer(ApiError::new(GatewayCode::Internal, INTERNAL_MESSAGE))
         }
     }
 }
@@ -440,6 +467,37 @@ pub(super) fn report(metrics: &Metrics, route: &str, resp: &Response) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_answered_in_its_route_group_s_own_shape() {
+        let metrics = std::sync::Arc::new(Metrics::new().unwrap());
+        let shape: Shape = std::sync::Arc::new(|e| {
+            let text = format!("shaped: {}", e.error().message);
+            (StatusCode::INTERNAL_SERVER_ERROR, text).into_response()
+        });
+        let boom = || async {
+            if std::hint::black_box(true) {
+                panic!("secret panic text");
+            }
+            "never"
+        };
+        let app = axum::Router::new()
+            .route("/boom", axum::routing::get(boom))
+            .layer(axum::middleware::from_fn_with_state(
+                (metrics.clone(), shape),
+                catch_panics_shaped,
+            ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/boom", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let resp = reqwest::get(&url).await.unwrap();
+        assert_eq!(resp.status().as_u16(), 500);
+        assert_eq!(
+            resp.text().await.unwrap(),
+            format!("shaped: {INTERNAL_MESSAGE}")
+        );
+        assert_eq!(metrics.panics.with_label_values(&["request"]).get(), 1);
+    }
 
     #[test]
     fn only_the_gateways_own_faults_are_5xx_and_logged_at_error() {

@@ -4,7 +4,7 @@
 //! with its 4xx (400 malformed, 401 no key, 403 unknown policy, 413 over 64 KiB, 429 rate);
 //! a failed task with its LDP status (as on the LDP routes) and the forms it got to.
 
-use super::api_error::ApiError;
+use super::api_error::{catch_panics_shaped, ApiError, Shape};
 use super::request::{read_body, refuse, request_ctx};
 use super::AppState;
 use crate::frontend::ladp::{self as bridge, LadpError, Phase, Request, UNKNOWN_SENDER};
@@ -19,9 +19,15 @@ use axum::routing::post;
 use axum::Router;
 use std::sync::Arc;
 
-/// The route.
-pub(super) fn router() -> Router<AppState> {
-    Router::new().route("/ladp", post(ladp))
+/// The route (a panic of its handler answered with an LADP error).
+pub(super) fn router(state: &AppState) -> Router<AppState> {
+    let shape: Shape = Arc::new(|e| told(e, UNKNOWN_SENDER, None));
+    Router::new()
+        .route("/ladp", post(ladp))
+        .layer(axum::middleware::from_fn_with_state(
+            (state.metrics.clone(), shape),
+            catch_panics_shaped,
+        ))
 }
 
 const TEXT: &str = "text/plain; charset=utf-8";

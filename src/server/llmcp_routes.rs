@@ -3,7 +3,7 @@
 //! `x-ldp-policy` and `x-ldp-delegate` (`frontend::llmcp` does the translation). Every
 //! refusal is an LLMCP error packet (`type: "error"`) with the LDP routes' status.
 
-use super::api_error::ApiError;
+use super::api_error::{catch_panics_shaped, ApiError, Shape};
 use super::request::{read_body, refuse, request_ctx};
 use super::AppState;
 use crate::frontend::llmcp::LlmcpOutcome;
@@ -17,9 +17,15 @@ use axum::routing::post;
 use axum::Router;
 use llmcp::{ErrorBody, ErrorPacket, Probe, Protocol, ReadError};
 
-/// The route.
-pub(super) fn router() -> Router<AppState> {
-    Router::new().route("/llmcp", post(handle))
+/// The route (a panic of its handler answered with an LLMCP error packet).
+pub(super) fn router(state: &AppState) -> Router<AppState> {
+    let shape: Shape = std::sync::Arc::new(|e| error_packet(Refused::from(e)));
+    Router::new()
+        .route("/llmcp", post(handle))
+        .layer(axum::middleware::from_fn_with_state(
+            (state.metrics.clone(), shape),
+            catch_panics_shaped,
+        ))
 }
 
 /// A refusal: the error, what was read of the request, and the LLMCP code when it is not

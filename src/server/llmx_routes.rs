@@ -6,7 +6,7 @@
 //! `RES:{o:"NACK",msg:"…"}` with a 4xx: 400 (grammar, `parse error at L:C: …`), 401 (no or
 //! bad key), 409 (sequence not above the sender's last), 413 (over the size limit).
 
-use super::api_error::{ApiError, ErrorKind};
+use super::api_error::{catch_panics_shaped, ApiError, ErrorKind, Shape};
 use super::request::{read_body, refuse, request_ctx};
 use super::AppState;
 use crate::frontend::llmx::{self as bridge, Answered, Inbound, Nack};
@@ -24,9 +24,16 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
-/// The `/llmx` route.
-pub(super) fn router() -> Router<AppState> {
-    Router::new().route("/llmx", post(llmx))
+/// The `/llmx` route (a panic of its handler answered with a NACK).
+pub(super) fn router(state: &AppState) -> Router<AppState> {
+    let s = state.clone();
+    let shape: Shape = Arc::new(move |e| nack(&s, None, e));
+    Router::new()
+        .route("/llmx", post(llmx))
+        .layer(axum::middleware::from_fn_with_state(
+            (state.metrics.clone(), shape),
+            catch_panics_shaped,
+        ))
 }
 
 /// `POST /llmx`.

@@ -13,9 +13,9 @@ pub fn router(state: AppState) -> Router {
     super::ldp_routes::routes()
         .route("/ldp/feedback", post(super::feedback::feedback))
         .merge(super::openai_routes::router(&state))
-        .merge(super::llmx_routes::router())
-        .merge(super::ladp_routes::router())
-        .merge(super::llmcp_routes::router())
+        .merge(super::llmx_routes::router(&state))
+        .merge(super::ladp_routes::router(&state))
+        .merge(super::llmcp_routes::router(&state))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         // Inside the counting layer: a panic's 500 is counted and reported like any error.
