@@ -198,6 +198,7 @@ pub async fn run(
         contract: contract(init, chrono::Utc::now()),
         quorum: init.quorum,
         keep_rounds: true,
+        ledger_input: None,
     };
     proxy.ingress_task(ctx, task, None).await
 }

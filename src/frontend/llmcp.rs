@@ -188,9 +188,9 @@ async fn run(
         contract: None,
         quorum: None,
         keep_rounds: false,
+        ledger_input: Some(Json::from(ledger_input(req, repair))),
     };
-    let ledger = Json::from(ledger_input(req, repair));
-    proxy.ingress_task_ledgered(ctx, task, &ledger).await
+    proxy.ingress_task(ctx, task, None).await
 }
 
 /// The delegate's answer as text (a string output as it is, any other JSON as its text), or

@@ -346,6 +346,7 @@ pub async fn run(
         contract: Some(contract),
         quorum: None,
         keep_rounds: false,
+        ledger_input: None,
     };
     match proxy.ingress_task(&ctx, task, None).await {
         Ok(trip) => Answered {

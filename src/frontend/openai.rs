@@ -73,6 +73,7 @@ pub async fn chat(
         contract: None,
         quorum: None,
         keep_rounds: false,
+        ledger_input: None,
     };
     let mut trip = proxy.ingress_task(ctx, task, deltas).await?;
     let result = match &trip.reply.body {

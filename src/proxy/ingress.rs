@@ -37,6 +37,9 @@ pub struct IngressTask<'a> {
     /// Keep each verification round's producer and result in the trip (LADP answers with
     /// every round).
     pub keep_rounds: bool,
+    /// What the ledger row's input preview (`store_payloads`) shows in place of the input:
+    /// LLMCP's context documents reach the delegate but only their digests the ledger.
+    pub ledger_input: Option<Json>,
 }
 
 /// The `from` of a front end's envelopes (with the tenant, the owner of its sessions).
@@ -60,18 +63,6 @@ impl Proxy {
         &self,
         ctx: &RequestCtx,
         task: IngressTask<'_>,
-        deltas: Option<&mpsc::Sender<ChatDelta>>,
-    ) -> Result<Trip, Refusal> {
-        self.run_ingress_task(ctx, task, None, deltas).await
-    }
-
-    /// [`Proxy::ingress_task`], the ledger's input preview showing `ledger_input` (when
-    /// given) in place of the task's input.
-    async fn run_ingress_task(
-        &self,
-        ctx: &RequestCtx,
-        task: IngressTask<'_>,
-        ledger_input: Option<&Json>,
         deltas: Option<&mpsc::Sender<ChatDelta>>,
     ) -> Result<Trip, Refusal> {
         if ctx
@@ -131,7 +122,7 @@ impl Proxy {
                 verifying: false,
                 quorum: task.quorum,
                 keep_rounds: task.keep_rounds,
-                ledger_input,
+                ledger_input: task.ledger_input.as_ref(),
             };
             let trip = self.submit(&env, ctx, t, progress).await?;
             let lost = matches!(&trip.reply.body,
@@ -209,21 +200,5 @@ impl Proxy {
                 format!("unexpected {} to a proposal", other.message_type().as_str()),
             )),
         }
-    }
-}
-
-// --- llmcp bridge ---
-impl Proxy {
-    /// Runs `task` as [`Proxy::ingress_task`] does, but the ledger row's input preview
-    /// (`store_payloads`) is `ledger_input`, never the task's input: LLMCP's context
-    /// documents reach the delegate and are kept out of the ledger (a digest-only stand-in).
-    pub async fn ingress_task_ledgered(
-        &self,
-        ctx: &RequestCtx,
-        task: IngressTask<'_>,
-        ledger_input: &Json,
-    ) -> Result<Trip, Refusal> {
-        self.run_ingress_task(ctx, task, Some(ledger_input), None)
-            .await
     }
 }
