@@ -1,0 +1,374 @@
+//! Calls to an A2A agent through the gateway's one transport (`ldp-client`'s pool, deadlines
+//! and answer cap): its Agent Card (`GET /.well-known/agent-card.json`, else the v0.3
+//! `/.well-known/agent.json`), and JSON-RPC `SendMessage` and `CancelTask` (`message/send`,
+//! `tasks/cancel` to an agent whose card speaks only 0.3). Every answer is read within the
+//! cap and classified once; nothing an agent sends can panic the gateway.
+
+use crate::config::DeclaredCard;
+use crate::upstream::{UpstreamClient, UpstreamError};
+use a2a_wire::consts::{
+    AGENT_CARD_PATH, BINDING_JSONRPC, LEGACY_AGENT_CARD_PATH, PROTOCOL_VERSION_0_3,
+    PROTOCOL_VERSION_1_0,
+};
+use a2a_wire::{v03, v1, AgentCard, Dialect, Method, Request, Response};
+use arc_swap::ArcSwapOption;
+use bytes::Bytes;
+use hyper::header::{HeaderName, HeaderValue};
+use serde_json::value::RawValue;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where and how an agent is called: the JSON-RPC URL and the protocol version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The JSON-RPC URL: the path of the card's interface on the configured URL's origin.
+    pub url: String,
+    /// 1.0, or 0.3 for an agent whose card offers no 1.0 JSON-RPC interface.
+    pub dialect: Dialect,
+}
+
+impl Endpoint {
+    /// The JSON-RPC interface of `card` (a 1.0 one first, else a 0.3 one) for an agent
+    /// configured at `base`: the interface URL's path on `base`'s scheme, host and port (an
+    /// agent often names itself by an address only it can reach, and the gateway calls only
+    /// where the operator pointed it). `None` if the card offers no JSON-RPC interface.
+    pub fn of(card: &AgentCard, base: &str) -> Option<Endpoint> {
+        let (interface, dialect) = [Dialect::V1, Dialect::V03]
+            .into_iter()
+            .find_map(|d| card.interface(BINDING_JSONRPC, d).map(|i| (i, d)))?;
+        Some(Endpoint {
+            url: format!("{}{}", origin(base), path_of(&interface.url)),
+            dialect,
+        })
+    }
+
+    /// The `A2A-Version` the calls carry.
+    fn version(&self) -> &'static str {
+        match self.dialect {
+            Dialect::V1 => PROTOCOL_VERSION_1_0,
+            Dialect::V03 => PROTOCOL_VERSION_0_3,
+        }
+    }
+}
+
+/// `scheme://host[:port]` of a URL.
+fn origin(url: &str) -> &str {
+    let after = url.find("://").map_or(0, |i| i + 3);
+    match url[after..].find('/') {
+        Some(i) => &url[..after + i],
+        None => url,
+    }
+}
+
+/// The path (and query) of a URL, without a trailing slash; a relative URL as it is.
+fn path_of(url: &str) -> &str {
+    let path = match url.find("://") {
+        Some(i) => url[i + 3..].find('/').map_or("", |j| &url[i + 3 + j..]),
+        None => url,
+    };
+    path.trim_end_matches('/')
+}
+
+/// How the gateway calls one A2A agent, and where, as its last card said.
+pub struct Agent {
+    /// What the operator declared (`[delegates.card]`).
+    pub declared: Option<DeclaredCard>,
+    /// `Authorization: Bearer <key>` (marked sensitive: never printed), if a key is set.
+    auth: Vec<(HeaderName, HeaderValue)>,
+    /// Where the last card said to call it (`None` before the first card).
+    endpoint: ArcSwapOption<Endpoint>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("endpoint", &self.endpoint.load_full())
+            .field("api_key", &(!self.auth.is_empty()).then_some("***"))
+            .finish()
+    }
+}
+
+/// Why a call to an A2A agent failed.
+#[derive(Debug, thiserror::Error)]
+pub enum A2aError {
+    /// The exchange failed (no connection, no answer in time, a non-2xx status, an answer
+    /// past the cap or not JSON-RPC).
+    #[error(transparent)]
+    Transport(#[from] UpstreamError),
+    /// The agent answered with a JSON-RPC error.
+    #[error("{url} answered JSON-RPC error {code}: {message}")]
+    Rpc {
+        /// Where.
+        url: String,
+        /// The error's code.
+        code: i64,
+        /// Its message (at most 512 bytes of it).
+        message: String,
+    },
+}
+
+/// What an agent answered a message with.
+#[derive(Debug)]
+pub enum Outcome {
+    /// A task (in whichever state).
+    Task(Box<v1::Task>),
+    /// A message straight back (no task).
+    Message(Box<v1::Message>),
+}
+
+/// The first 512 bytes (at a character boundary) of an agent's words.
+fn short(s: &str) -> String {
+    let mut end = s.len().min(512);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+impl Agent {
+    /// The agent of an entry, with `key` as its bearer token if given.
+    pub fn new(
+        declared: Option<DeclaredCard>,
+        key: Option<&crate::secret::Secret>,
+    ) -> Result<Agent, hyper::header::InvalidHeaderValue> {
+        let mut auth = Vec::new();
+        if let Some(secret) = key {
+            let bearer = [b"Bearer ".as_slice(), secret.expose()].concat();
+            let mut value = HeaderValue::from_bytes(&bearer)?;
+            value.set_sensitive(true);
+            auth.push((hyper::header::AUTHORIZATION, value));
+        }
+        Ok(Agent {
+            declared,
+            auth,
+            endpoint: ArcSwapOption::empty(),
+        })
+    }
+
+    /// Where to call it now (`None` before its first card).
+    pub fn endpoint(&self) -> Option<Arc<Endpoint>> {
+        self.endpoint.load_full()
+    }
+
+    /// Records where its card says to call it.
+    pub fn set_endpoint(&self, e: Endpoint) {
+        if self.endpoint.load().as_deref() != Some(&e) {
+            self.endpoint.store(Some(Arc::new(e)));
+        }
+    }
+
+    /// The Agent Card at `base` within `timeout`: `/.well-known/agent-card.json`, else (any
+    /// failure there) the v0.3 `/.well-known/agent.json`.
+    pub async fn fetch_card(
+        &self,
+        client: &UpstreamClient,
+        base: &str,
+        timeout: Duration,
+    ) -> Result<AgentCard, UpstreamError> {
+        match self.card_at(client, base, AGENT_CARD_PATH, timeout).await {
+            Ok(card) => Ok(card),
+            Err(first) => match self
+                .card_at(client, base, LEGACY_AGENT_CARD_PATH, timeout)
+                .await
+            {
+                Ok(card) => Ok(card),
+                Err(_) => Err(first),
+            },
+        }
+    }
+
+    async fn card_at(
+        &self,
+        client: &UpstreamClient,
+        base: &str,
+        path: &'static str,
+        timeout: Duration,
+    ) -> Result<AgentCard, UpstreamError> {
+        let url = format!("{base}{path}");
+        let answer = client
+            .request(base, path, None, &self.auth, None, timeout)
+            .await?;
+        if !answer.head.status.is_success() {
+            return Err(UpstreamError::Status {
+                url,
+                status: answer.head.status.as_u16(),
+                error: None,
+            });
+        }
+        serde_json::from_slice(&answer.body).map_err(|e| UpstreamError::Malformed {
+            url,
+            reason: format!("not an Agent Card: {e}"),
+        })
+    }
+
+    /// Sends `message` (`SendMessage`, or `message/send` in 0.3) to `at` and reads the
+    /// answer within `timeout`; `hops` as for every forwarded task.
+    pub async fn send(
+        &self,
+        client: &UpstreamClient,
+        at: &Endpoint,
+        message: v1::Message,
+        hops: Option<u32>,
+        timeout: Duration,
+    ) -> Result<Outcome, A2aError> {
+        let id = message.message_id.clone();
+        let request = v1::SendMessageRequest {
+            tenant: String::new(),
+            message,
+            configuration: None,
+            metadata: None,
+            rest: Default::default(),
+        };
+        let params = match at.dialect {
+            Dialect::V1 => serde_json::to_value(request),
+            Dialect::V03 => serde_json::to_value(v03::MessageSendParams::from(request)),
+        };
+        let raw = self
+            .call(client, at, &id, Method::SendMessage, params, hops, timeout)
+            .await?;
+        let bad = |e: serde_json::Error| UpstreamError::Malformed {
+            url: at.url.clone(),
+            reason: format!("not a SendMessage result: {e}"),
+        };
+        Ok(match at.dialect {
+            Dialect::V1 => match serde_json::from_str(raw.get()).map_err(bad)? {
+                v1::SendMessageResponse::Task(t) => Outcome::Task(t),
+                v1::SendMessageResponse::Message(m) => Outcome::Message(m),
+            },
+            Dialect::V03 => match serde_json::from_str(raw.get()).map_err(bad)? {
+                v03::SendMessageResult::Task(t) => Outcome::Task(Box::new((*t).into())),
+                v03::SendMessageResult::Message(m) => Outcome::Message(Box::new((*m).into())),
+            },
+        })
+    }
+
+    /// Asks the agent to cancel its task `task_id` (`CancelTask`, `tasks/cancel` in 0.3)
+    /// within `timeout`; its answer (the task, or an error such as TaskNotCancelable) is not
+    /// read further.
+    pub async fn cancel(
+        &self,
+        client: &UpstreamClient,
+        at: &Endpoint,
+        task_id: &str,
+        timeout: Duration,
+    ) -> Result<(), A2aError> {
+        let request = v1::CancelTaskRequest {
+            tenant: String::new(),
+            id: task_id.to_owned(),
+            metadata: None,
+            rest: Default::default(),
+        };
+        let params = match at.dialect {
+            Dialect::V1 => serde_json::to_value(request),
+            Dialect::V03 => serde_json::to_value(v03::TaskIdParams::from(request)),
+        };
+        let id = crate::ldp::new_id();
+        self.call(client, at, &id, Method::CancelTask, params, None, timeout)
+            .await
+            .map(|_| ())
+    }
+
+    /// One JSON-RPC call: `method` in `at`'s dialect with `params`, `A2A-Version` and the
+    /// key; the `result`, or the error the agent answered.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call, every part of it needed"
+    )]
+    async fn call(
+        &self,
+        client: &UpstreamClient,
+        at: &Endpoint,
+        id: &str,
+        method: Method,
+        params: serde_json::Result<serde_json::Value>,
+        hops: Option<u32>,
+        timeout: Duration,
+    ) -> Result<Box<RawValue>, A2aError> {
+        let url = at.url.clone();
+        let malformed = |reason: String| UpstreamError::Malformed {
+            url: url.clone(),
+            reason,
+        };
+        let name = method
+            .name(at.dialect)
+            .ok_or_else(|| malformed(format!("{method:?} has no name in {:?}", at.dialect)))?;
+        let params = params.map_err(|e| malformed(format!("request not encoded: {e}")))?;
+        let body = serde_json::to_vec(&Request::new(id.to_owned(), name, params))
+            .map_err(|e| malformed(format!("request not encoded: {e}")))?;
+        let mut headers = self.auth.clone();
+        headers.push((
+            HeaderName::from_static("a2a-version"),
+            HeaderValue::from_static(at.version()),
+        ));
+        // The transport joins a base and a path: an agent at its origin's root is POSTed
+        // `/`, one at `/rpc` is the base `…/rpc` with no more path.
+        let path = if origin(&at.url) == at.url { "/" } else { "" };
+        let answer = client
+            .request(
+                &at.url,
+                path,
+                Some(Bytes::from(body)),
+                &headers,
+                hops,
+                timeout,
+            )
+            .await?;
+        if !answer.head.status.is_success() {
+            return Err(UpstreamError::Status {
+                url,
+                status: answer.head.status.as_u16(),
+                error: None,
+            }
+            .into());
+        }
+        let response: Response = serde_json::from_slice(&answer.body)
+            .map_err(|e| malformed(format!("not a JSON-RPC response: {e}")))?;
+        match response.outcome() {
+            Some(Ok(result)) => Ok(result),
+            Some(Err(e)) => Err(A2aError::Rpc {
+                url,
+                code: e.code,
+                message: short(&e.message),
+            }),
+            None => {
+                Err(malformed("a JSON-RPC response with neither result nor error".into()).into())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_endpoint_is_the_interface_path_on_the_configured_origin() {
+        let v1: AgentCard = serde_json::from_value(json!({"name": "a",
+            "supportedInterfaces": [
+                {"url": "http://10.0.0.9:9999/grpc", "protocolBinding": "GRPC", "protocolVersion": "1.0"},
+                {"url": "http://0.0.0.0:9999/a2a/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+                {"url": "http://internal:9999/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]}))
+        .unwrap();
+        assert_eq!(
+            Endpoint::of(&v1, "http://127.0.0.1:5000"),
+            Some(Endpoint {
+                url: "http://127.0.0.1:5000/rpc".into(),
+                dialect: Dialect::V1
+            })
+        );
+        let old: AgentCard = serde_json::from_value(json!({"name": "a",
+            "url": "http://0.0.0.0:1/", "protocolVersion": "0.3.0"}))
+        .unwrap();
+        assert_eq!(
+            Endpoint::of(&old, "https://h:8/base"),
+            Some(Endpoint {
+                url: "https://h:8".into(),
+                dialect: Dialect::V03
+            })
+        );
+        let none: AgentCard = serde_json::from_value(json!({"name": "a"})).unwrap();
+        assert_eq!(Endpoint::of(&none, "http://h"), None);
+        assert_eq!(short(&"é".repeat(400)).len(), 512);
+    }
+}
