@@ -25,6 +25,8 @@ pub struct Endpoint {
     pub url: String,
     /// 1.0, or 0.3 for an agent whose card offers no 1.0 JSON-RPC interface.
     pub dialect: Dialect,
+    /// Whether its card says it streams (`capabilities.streaming`).
+    pub streaming: bool,
 }
 
 impl Endpoint {
@@ -39,6 +41,7 @@ impl Endpoint {
         Some(Endpoint {
             url: format!("{}{}", origin(base), path_of(&interface.url)),
             dialect,
+            streaming: card.streaming(),
         })
     }
 
@@ -212,17 +215,7 @@ impl Agent {
         timeout: Duration,
     ) -> Result<Outcome, A2aError> {
         let id = message.message_id.clone();
-        let request = v1::SendMessageRequest {
-            tenant: String::new(),
-            message,
-            configuration: None,
-            metadata: None,
-            rest: Default::default(),
-        };
-        let params = match at.dialect {
-            Dialect::V1 => serde_json::to_value(request),
-            Dialect::V03 => serde_json::to_value(v03::MessageSendParams::from(request)),
-        };
+        let params = send_params(at, message);
         let raw = self
             .call(client, at, &id, Method::SendMessage, params, hops, timeout)
             .await?;
@@ -240,6 +233,155 @@ impl Agent {
                 v03::SendMessageResult::Message(m) => Outcome::Message(Box::new((*m).into())),
             },
         })
+    }
+
+    /// Sends `message` as `SendStreamingMessage` (`message/stream` in 0.3) to `at` and reads
+    /// its events within `timeout`: the agent's task id goes to `task_id` as soon as it is
+    /// named (for a cancel), each status message's and artifact's text to `on_text`; the
+    /// task is built from the events (artifacts appended or replaced as they say) up to its
+    /// terminal or interrupted state, or the message the agent answered with. What is held
+    /// stays within the transport's answer cap.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call, every part of it needed"
+    )]
+    pub async fn stream(
+        &self,
+        client: &UpstreamClient,
+        at: &Endpoint,
+        message: v1::Message,
+        hops: Option<u32>,
+        timeout: Duration,
+        task_id: &std::sync::OnceLock<String>,
+        mut on_text: impl FnMut(&str),
+    ) -> Result<Outcome, A2aError> {
+        let url = at.url.clone();
+        let malformed = |reason: String| UpstreamError::Malformed {
+            url: url.clone(),
+            reason,
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
+        let id = message.message_id.clone();
+        let params =
+            send_params(at, message).map_err(|e| malformed(format!("request not encoded: {e}")))?;
+        let name = Method::SendStreamingMessage
+            .name(at.dialect)
+            .unwrap_or(a2a_wire::method::SEND_STREAMING_MESSAGE);
+        let body = serde_json::to_vec(&Request::new(id, name, params))
+            .map_err(|e| malformed(format!("request not encoded: {e}")))?;
+        let path = if origin(&at.url) == at.url { "/" } else { "" };
+        let headers = self.headers(at);
+        let (head, mut events) = client
+            .events(&at.url, path, Bytes::from(body), &headers, hops, timeout)
+            .await?;
+        if !head.status.is_success() {
+            return Err(UpstreamError::Status {
+                url,
+                status: head.status.as_u16(),
+                error: None,
+            }
+            .into());
+        }
+        let cap = client.max_response_bytes();
+        let read = async {
+            let mut task: Option<v1::Task> = None;
+            let mut held = 0usize;
+            loop {
+                let Some(data) = events.next().await? else {
+                    return task.map(|t| Outcome::Task(Box::new(t))).ok_or_else(|| {
+                        malformed("the stream ended before a task or message".into()).into()
+                    });
+                };
+                held += data.len();
+                if held > cap {
+                    return Err(malformed(format!("a streamed answer past {cap} bytes")).into());
+                }
+                let response: Response = serde_json::from_str(&data)
+                    .map_err(|e| malformed(format!("not a JSON-RPC response: {e}")))?;
+                let result = match response.outcome() {
+                    Some(Ok(r)) => r,
+                    Some(Err(e)) => {
+                        return Err(A2aError::Rpc {
+                            url: url.clone(),
+                            code: e.code,
+                            message: short(&e.message),
+                        })
+                    }
+                    None => {
+                        return Err(
+                            malformed("an event with neither result nor error".into()).into()
+                        )
+                    }
+                };
+                let event: v1::StreamResponse = match at.dialect {
+                    Dialect::V1 => serde_json::from_str(result.get()),
+                    Dialect::V03 => {
+                        serde_json::from_str::<v03::StreamResult>(result.get()).map(Into::into)
+                    }
+                }
+                .map_err(|e| malformed(format!("not a stream event: {e}")))?;
+                match event {
+                    v1::StreamResponse::Message(m) => return Ok(Outcome::Message(m)),
+                    v1::StreamResponse::Task(t) => {
+                        let _ = task_id.set(t.id.clone());
+                        task = Some(*t);
+                    }
+                    v1::StreamResponse::StatusUpdate(u) => {
+                        let _ = task_id.set(u.task_id.clone());
+                        if let Some(m) = &u.status.message {
+                            m.parts
+                                .iter()
+                                .filter_map(v1::Part::as_text)
+                                .for_each(&mut on_text);
+                        }
+                        let t = task.get_or_insert_with(|| empty_task(&u.task_id, &u.context_id));
+                        t.status = u.status;
+                    }
+                    v1::StreamResponse::ArtifactUpdate(u) => {
+                        let _ = task_id.set(u.task_id.clone());
+                        u.artifact
+                            .parts
+                            .iter()
+                            .filter_map(v1::Part::as_text)
+                            .for_each(&mut on_text);
+                        let t = task.get_or_insert_with(|| empty_task(&u.task_id, &u.context_id));
+                        match t
+                            .artifacts
+                            .iter_mut()
+                            .find(|a| a.artifact_id == u.artifact.artifact_id)
+                        {
+                            Some(a) if u.append => a.parts.extend(u.artifact.parts),
+                            Some(a) => *a = u.artifact,
+                            None => t.artifacts.push(u.artifact),
+                        }
+                    }
+                }
+                let ended = |t: &mut v1::Task| {
+                    t.status.state.is_terminal() || t.status.state.is_interrupted()
+                };
+                if let Some(t) = task.take_if(ended) {
+                    return Ok(Outcome::Task(Box::new(t)));
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline, read).await {
+            Ok(r) => r,
+            Err(_) => Err(UpstreamError::Timeout {
+                url: at.url.clone(),
+                after: timeout,
+            }
+            .into()),
+        }
+    }
+
+    /// The headers of every call: the key, and `A2A-Version`.
+    fn headers(&self, at: &Endpoint) -> Vec<(HeaderName, HeaderValue)> {
+        let mut headers = self.auth.clone();
+        headers.push((
+            HeaderName::from_static("a2a-version"),
+            HeaderValue::from_static(at.version()),
+        ));
+        headers
     }
 
     /// Asks the agent to cancel its task `task_id` (`CancelTask`, `tasks/cancel` in 0.3)
@@ -295,11 +437,7 @@ impl Agent {
         let params = params.map_err(|e| malformed(format!("request not encoded: {e}")))?;
         let body = serde_json::to_vec(&Request::new(id.to_owned(), name, params))
             .map_err(|e| malformed(format!("request not encoded: {e}")))?;
-        let mut headers = self.auth.clone();
-        headers.push((
-            HeaderName::from_static("a2a-version"),
-            HeaderValue::from_static(at.version()),
-        ));
+        let headers = self.headers(at);
         // The transport joins a base and a path: an agent at its origin's root is POSTed
         // `/`, one at `/rpc` is the base `…/rpc` with no more path.
         let path = if origin(&at.url) == at.url { "/" } else { "" };
@@ -337,6 +475,34 @@ impl Agent {
     }
 }
 
+/// The params of `SendMessage`/`SendStreamingMessage` carrying `message`, in `at`'s dialect.
+fn send_params(at: &Endpoint, message: v1::Message) -> serde_json::Result<serde_json::Value> {
+    let request = v1::SendMessageRequest {
+        tenant: String::new(),
+        message,
+        configuration: None,
+        metadata: None,
+        rest: Default::default(),
+    };
+    match at.dialect {
+        Dialect::V1 => serde_json::to_value(request),
+        Dialect::V03 => serde_json::to_value(v03::MessageSendParams::from(request)),
+    }
+}
+
+/// A task known only by the events about it.
+fn empty_task(id: &str, context_id: &str) -> v1::Task {
+    v1::Task {
+        id: id.to_owned(),
+        context_id: context_id.to_owned(),
+        status: v1::TaskStatus::new(v1::TaskState::Unspecified),
+        artifacts: Vec::new(),
+        history: Vec::new(),
+        metadata: None,
+        rest: Default::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,7 +520,8 @@ mod tests {
             Endpoint::of(&v1, "http://127.0.0.1:5000"),
             Some(Endpoint {
                 url: "http://127.0.0.1:5000/rpc".into(),
-                dialect: Dialect::V1
+                dialect: Dialect::V1,
+                streaming: false,
             })
         );
         let old: AgentCard = serde_json::from_value(json!({"name": "a",
@@ -364,7 +531,8 @@ mod tests {
             Endpoint::of(&old, "https://h:8/base"),
             Some(Endpoint {
                 url: "https://h:8".into(),
-                dialect: Dialect::V03
+                dialect: Dialect::V03,
+                streaming: false,
             })
         );
         let none: AgentCard = serde_json::from_value(json!({"name": "a"})).unwrap();

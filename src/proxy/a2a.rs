@@ -4,7 +4,11 @@
 //! provenance, or a failure. A transport error, an error status, a JSON-RPC error, an answer
 //! that is not A2A, or a `FAILED` task fails over as for LDP delegates; `REJECTED` is the
 //! client's answer; `INPUT_REQUIRED`/`AUTH_REQUIRED` end the task as failed (the gateway
-//! does not hold interrupted tasks). A cancel stops waiting for the agent.
+//! does not hold interrupted tasks). An agent whose card says it streams is sent
+//! `SendStreamingMessage` instead, whether the client streams or not: it names its task at
+//! once, so a cancel becomes `CancelTask` for that task (an agent that does not stream is
+//! only no longer waited for); a streaming LDP client is told its status messages and
+//! artifacts' text as TASK_UPDATEs.
 //!
 //! The `contextId`: the client session's tasks at one agent share one, derived from the
 //! session id and the delegate's name (`ldp-` and 32 hex digits of their SHA-256), so
@@ -12,10 +16,10 @@
 //! a verification) carries its whole context and is sent without one.
 
 use super::attempt::{Attempt, Failure, Health};
-use super::task::{Answer, TaskCtx, TaskRun};
+use super::task::{Answer, Progress, TaskCtx, TaskRun};
 use super::Proxy;
 use crate::a2a::{A2aError, Agent, Outcome};
-use crate::ldp::{ErrorCategory, ErrorSeverity, Json, LdpError, PayloadMode, Provenance};
+use crate::ldp::{Body, ErrorCategory, ErrorSeverity, Json, LdpError, PayloadMode, Provenance};
 use crate::registry::Delegate;
 use crate::session::Binding;
 use crate::upstream::UpstreamError;
@@ -73,14 +77,46 @@ impl Proxy {
         let limit = Self::attempt_timeout(&t.policy, left);
         let hops = Some(t.hops.saturating_add(1));
         let sent = Instant::now();
+        let named = std::sync::OnceLock::new();
+        let calling = async {
+            if !at.streaming {
+                return agent.send(&self.upstream, &at, message, hops, limit).await;
+            }
+            // A streaming agent names its task at once (so a cancel can name it too); a
+            // streaming LDP client is told its status messages and artifacts as they come.
+            let relay = |text: &str| {
+                if let Progress::Updates(tx) = t.progress {
+                    let update = t.env.reply(
+                        self.id(),
+                        Body::TaskUpdate {
+                            task_id: t.task.task_id.clone(),
+                            progress: None,
+                            message: Some(short(text)),
+                        },
+                        PayloadMode::Text,
+                    );
+                    // Dropped if the client is not keeping up: its result carries it all.
+                    let _ = tx.try_send(update);
+                }
+            };
+            agent
+                .stream(&self.upstream, &at, message, hops, limit, &named, relay)
+                .await
+        };
         let answered = tokio::select! {
             biased;
-            a = agent.send(&self.upstream, &at, message, hops, limit) => Some(a),
+            a = calling => Some(a),
             () = t.running.abandoned() => None,
         };
         let took = sent.elapsed();
         run.upstream += took;
         let Some(answered) = answered else {
+            // Cancelled: the agent is asked to cancel the task it named, if it named one.
+            if let Some(task_id) = named.get() {
+                let timeout = self.cfg.upstream.handshake_timeout;
+                let sent = agent.cancel(&self.upstream, &at, task_id, timeout).await;
+                tracing::info!(delegate = %delegate.name, ok = sent.is_ok(), "task cancelled at the A2A agent");
+            }
             return Attempt::Done(Answer::Failed(super::task::cancelled()));
         };
         let (attempt, health) = self.judge_answer(t, run, &binding, answered, took, charged);

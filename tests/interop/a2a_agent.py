@@ -1,15 +1,16 @@
 """An A2A agent built with the reference SDK's server classes (`a2a-sdk` 1.3.0), a delegate of
 the gateway in tests/it/a2a_delegates.rs.
 
-    python a2a_agent.py NAME [--v03]
+    python a2a_agent.py NAME [--v03] [--stream]
 
 Serves its Agent Card at /.well-known/agent-card.json (a 1.0 JSON-RPC interface; with
 --v03, only a 0.3 one, the SDK's v0.3 compat layer answering), JSON-RPC at `/`, and
 `GET /log`: every contextId its executor saw and every JSON-RPC call's method and
-`A2A-Version` header. Prints `PORT <n>` once listening on 127.0.0.1.
+`A2A-Version` header, and the ids of the tasks it was asked to cancel. With --stream its
+card says it streams, and each task first reports `working on it`. Prints `PORT <n>` once listening on 127.0.0.1.
 
 Its one skill, `echo`, answers `NAME: <input>` as a text artifact; the input `ask me` puts
-the task in INPUT_REQUIRED, `fail` in FAILED.
+the task in INPUT_REQUIRED, `fail` in FAILED, `slow` waits a minute before answering.
 """
 
 import asyncio
@@ -32,7 +33,8 @@ from starlette.routing import Route
 
 NAME = sys.argv[1]
 V03 = "--v03" in sys.argv
-LOG = {"contexts": [], "calls": []}
+STREAM = "--stream" in sys.argv
+LOG = {"contexts": [], "calls": [], "cancelled": []}
 
 
 class Echo(AgentExecutor):
@@ -42,6 +44,10 @@ class Echo(AgentExecutor):
         task = ctx.current_task or new_task_from_user_message(ctx.message)
         await queue.enqueue_event(task)
         up = TaskUpdater(queue, task.id, task.context_id)
+        if STREAM:
+            await up.start_work(up.new_agent_message([new_text_part("working on it")]))
+        if text == "slow":
+            await asyncio.sleep(60)
         if text == "ask me":
             await up.requires_input(up.new_agent_message([new_text_part("which file?")]))
             return
@@ -52,6 +58,7 @@ class Echo(AgentExecutor):
         await up.complete()
 
     async def cancel(self, ctx, queue):
+        LOG["cancelled"].append(ctx.task_id)
         up = TaskUpdater(queue, ctx.task_id, ctx.context_id)
         await up.cancel()
 
@@ -106,7 +113,7 @@ def main():
             )
         ],
         capabilities=pb.AgentCapabilities(
-            streaming=False,
+            streaming=STREAM,
             extensions=[
                 pb.AgentExtension(
                     uri="urn:ldp:identity",

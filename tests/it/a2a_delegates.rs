@@ -10,10 +10,12 @@
 //! caches; without either each test prints a skip note and passes, unless
 //! `LDP_INTEROP_REQUIRED=1` (CI).
 
+use crate::support::client::submit_body;
 use crate::support::process::{output_within, py_script, pythons, text, Running};
-use crate::support::{Client, TestGateway};
+use crate::support::{eventually_async, Client, TestGateway};
 use axum::routing::{get, post};
 use ldp_gateway::config::{DeclaredCard, DelegateConfig, DelegateKind};
+use ldp_gateway::ldp::Body;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -329,7 +331,7 @@ fn rogue_answer(n: usize) -> (u16, Vec<u8>) {
     }
 }
 
-/// A misbehaving agent (a fine card, then garbage, an answer past the cap, a JSON-RPC error,
+/// A misbehaving agent (a fine card, at the v0.3 path only, then garbage, an answer past the cap, a JSON-RPC error,
 /// a 500, a task that is not one, a task still working) is preferred by quality and fails
 /// over to an SDK agent every time: the client always gets the good agent's answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -339,7 +341,8 @@ async fn a_misbehaving_a2a_agent_is_failed_over_every_time() {
     let counted = calls.clone();
     let app = axum::Router::new()
         .route(
-            "/.well-known/agent-card.json",
+            // Only the v0.3 card path: the gateway falls back to it.
+            "/.well-known/agent.json",
             get(|| async {
                 axum::Json(json!({"name": "rogue", "version": "1",
                     "supportedInterfaces": [{"url": "http://10.255.255.1/", "protocolBinding": "JSONRPC",
@@ -394,4 +397,64 @@ async fn a_misbehaving_a2a_agent_is_failed_over_every_time() {
     gw.shutdown().await;
     server.abort();
     drop(good);
+}
+
+/// An agent whose card says it streams is sent `SendStreamingMessage`: a streaming LDP
+/// client hears its status message as a TASK_UPDATE before the result; a client's
+/// TASK_CANCEL of a slow task becomes `CancelTask` for the task the agent named, and the
+/// client's task ends cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_a2a_agent_relays_updates_and_takes_cancels() {
+    let Some(py) = a2a_python() else { return };
+    let agent = Agent::start(&py, "live", &["--stream"]).await;
+    let gw = TestGateway::builder()
+        .entry(entry("live", &agent.url, 0.8))
+        .spawn()
+        .await;
+    let c = gw.client();
+    let s = session(&c).await;
+    let env = c.envelope(&s, submit_body(SKILL, json!("streamed")));
+    let (status, events) = c.stream(&env).await;
+    assert_eq!(status, 200);
+    let told: Vec<&str> = events
+        .iter()
+        .filter(|e| e["body"]["type"] == "TASK_UPDATE")
+        .filter_map(|e| e["body"]["message"].as_str())
+        .collect();
+    assert!(told.contains(&"working on it"), "{events:?}");
+    let last = &events.last().expect("events")["body"];
+    assert_eq!(result_of(last), ("live: streamed", "ldp:delegate:live"));
+
+    // A slow task, cancelled once the agent runs it.
+    let submit = submit_body(SKILL, json!("slow"));
+    let Body::TaskSubmit { task_id, .. } = &submit else {
+        unreachable!()
+    };
+    let task_id = task_id.clone();
+    let running = {
+        let (c, s) = (c.clone(), s.clone());
+        tokio::spawn(async move { c.send_body(&s, submit).await })
+    };
+    let started = eventually_async(AGENT_UP, || async { agent.log().await.0.len() == 2 }).await;
+    assert!(started, "the slow task never reached the agent");
+    let cancel = c.send_body(&s, Body::TaskCancel { task_id }).await;
+    assert_eq!(cancel.status, 200, "{}", cancel.text());
+    let answer = running.await.expect("joined").json;
+    assert_eq!(answer["body"]["type"], "TASK_FAILED", "{answer}");
+    assert_eq!(answer["body"]["error"]["code"], "CANCELLED", "{answer}");
+    let cancelled_upstream = eventually_async(AGENT_UP, || async {
+        let j = Client::new(&agent.url).get("/log").await.json;
+        j["cancelled"].as_array().is_some_and(|a| a.len() == 1)
+    })
+    .await;
+    assert!(cancelled_upstream, "the agent was never asked to cancel");
+    let (_, calls) = agent.log().await;
+    let methods: Vec<&str> = calls.iter().map(|(m, _)| m.as_str()).collect();
+    assert_eq!(
+        methods,
+        ["SendStreamingMessage", "SendStreamingMessage", "CancelTask"],
+        "{calls:?}"
+    );
+    gw.shutdown().await;
+    drop(agent);
 }
