@@ -342,6 +342,44 @@ mod tests {
     }
 
     #[test]
+    fn a2a_entries_need_no_card_and_refuse_openai_and_ldp_only_keys() {
+        let entry: DelegateConfig = serde_json::from_value(serde_json::json!({
+            "url": "http://agent:9999", "kind": "a2a", "card": {"quality": 0.7}
+        }))
+        .unwrap();
+        assert_eq!(entry.kind, DelegateKind::A2a);
+        assert!(problems(&entry).is_empty(), "{:?}", problems(&entry));
+        assert!(problems(&DelegateConfig {
+            kind: DelegateKind::A2a,
+            ..DelegateConfig::new("http://agent:9999")
+        })
+        .is_empty());
+        let mut bad = entry;
+        bad.model = Some("m".into());
+        bad.signing_secret_env = Some("S".into());
+        bad.api_key_env = Some("NOT A VAR".into());
+        if let Some(card) = bad.card.as_mut() {
+            card.skills = vec!["a@b".into()];
+            card.quality = Some(3.0);
+        }
+        let keys: Vec<String> = problems(&bad).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            [
+                "delegates[0].model",
+                "delegates[0].signing_secret_env",
+                "delegates[0].api_key_env",
+                "delegates[0].card.skills",
+                "delegates[0].card.quality",
+            ]
+        );
+        assert_eq!(
+            problems(&bad)[0].1,
+            "not for kind = \"a2a\" (an A2A agent is called by its Agent Card)"
+        );
+    }
+
+    #[test]
     fn credentials_in_a_url_are_refused_without_being_shown() {
         let d = DelegateConfig::new("http://admin:hunter2@127.0.0.1:9/x");
         assert_eq!(

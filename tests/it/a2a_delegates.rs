@@ -458,3 +458,82 @@ async fn a_streaming_a2a_agent_relays_updates_and_takes_cancels() {
     gw.shutdown().await;
     drop(agent);
 }
+
+/// A card change takes effect at the next poll: an agent that starts offering another skill
+/// at another JSON-RPC path is routed that skill there; a card naming the gateway's own
+/// `ldp.delegate_id` marks it down (routing to it would loop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_card_change_takes_effect_at_the_next_poll() {
+    let version = Arc::new(AtomicUsize::new(0));
+    let card_version = version.clone();
+    let answer = |text: &str| {
+        axum::Json(
+            json!({"jsonrpc": "2.0", "id": "x", "result": {"task": {"id": "t",
+            "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"},
+            "artifacts": [{"artifactId": "a", "parts": [{"text": text}]}]}}}),
+        )
+    };
+    let app = axum::Router::new()
+        .route(
+            "/.well-known/agent-card.json",
+            get(move || {
+                let v = card_version.load(Ordering::SeqCst);
+                async move {
+                    let (path, skill) = if v == 0 {
+                        ("/v1", SKILL)
+                    } else {
+                        ("/v2", "shout")
+                    };
+                    let mut card = json!({"name": "changing", "version": v.to_string(),
+                        "supportedInterfaces": [{"url": format!("http://elsewhere{path}"),
+                            "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+                        "skills": [{"id": skill, "name": skill}]});
+                    if v == 2 {
+                        card["capabilities"] = json!({"extensions": [{"uri": "urn:x",
+                            "params": {"ldp.delegate_id": GATEWAY_ID}}]});
+                    }
+                    axum::Json(card)
+                }
+            }),
+        )
+        .route("/v1", post(move || async move { answer("from v1") }))
+        .route("/v2", post(move || async move { answer("from v2") }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let gw = TestGateway::builder()
+        .entry(entry("changing", &url, 0.8))
+        .config(|c| {
+            c.identity.delegate_id = GATEWAY_ID.into();
+            c.discovery.poll_interval = Duration::from_millis(100);
+        })
+        .spawn()
+        .await;
+    let c = gw.client();
+    let s = session(&c).await;
+    let a = c.task(&s, SKILL, json!("x"), "text").await;
+    assert_eq!(result_of(&a), ("from v1", "ldp:delegate:changing"));
+
+    version.store(1, Ordering::SeqCst);
+    let d = gw.delegate("changing").expect("registered");
+    let changed = crate::support::eventually(Duration::from_secs(10), || {
+        d.card().is_some_and(|c| c.capability("shout").is_some())
+    })
+    .await;
+    assert!(changed, "the new card was never read: {:?}", d.card());
+    let b = c.task(&s, "shout", json!("y"), "text").await;
+    assert_eq!(result_of(&b), ("from v2", "ldp:delegate:changing"));
+    let gone = c.task_resp(&s, SKILL, json!("z")).await;
+    assert_eq!(gone.envelope().body.message_type().as_str(), "TASK_FAILED");
+
+    version.store(2, Ordering::SeqCst);
+    let down = crate::support::eventually(Duration::from_secs(10), || !d.is_healthy()).await;
+    assert!(down, "a card with the gateway's own id left the agent up");
+    assert!(
+        d.last_error().is_some_and(|e| e.contains("own")),
+        "{:?}",
+        d.last_error()
+    );
+    gw.shutdown().await;
+    server.abort();
+}
