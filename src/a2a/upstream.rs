@@ -198,6 +198,14 @@ impl Agent {
                 error: None,
             });
         }
+        // Read within the answer cap; kept only within `[discovery] max_card_bytes`.
+        let max = client.card_limits().max_bytes;
+        if answer.body.len() > max {
+            return Err(UpstreamError::Malformed {
+                url,
+                reason: format!("an Agent Card larger than {max} bytes"),
+            });
+        }
         serde_json::from_slice(&answer.body).map_err(|e| UpstreamError::Malformed {
             url,
             reason: format!("not an Agent Card: {e}"),

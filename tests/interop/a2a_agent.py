@@ -79,11 +79,15 @@ class Recorder:
             more = m.get("more_body", False)
         headers = dict(scope["headers"])
         try:
-            method = json.loads(body).get("method")
+            request = json.loads(body)
         except Exception:  # noqa: BLE001
-            method = None
+            request = {}
         LOG["calls"].append(
-            {"method": method, "version": headers.get(b"a2a-version", b"").decode()}
+            {
+                "method": request.get("method"),
+                "version": headers.get(b"a2a-version", b"").decode(),
+                "request": request,
+            }
         )
         replayed = False
 
