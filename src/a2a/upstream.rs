@@ -188,8 +188,13 @@ impl Agent {
         timeout: Duration,
     ) -> Result<AgentCard, UpstreamError> {
         let url = format!("{base}{path}");
+        let mut headers = self.auth.clone();
+        headers.push((
+            HeaderName::from_static("a2a-version"),
+            HeaderValue::from_static(PROTOCOL_VERSION_1_0),
+        ));
         let answer = client
-            .request(base, path, None, &self.auth, None, timeout)
+            .request(base, path, None, &headers, None, timeout)
             .await?;
         if !answer.head.status.is_success() {
             return Err(UpstreamError::Status {
