@@ -537,3 +537,44 @@ async fn an_a2a_card_change_takes_effect_at_the_next_poll() {
     gw.shutdown().await;
     server.abort();
 }
+
+/// A streaming agent of 0.3 is sent `message/stream` and, at a cancel, `tasks/cancel`, both
+/// with `A2A-Version: 0.3`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_v03_agent_is_streamed_and_cancelled_with_v03_names() {
+    let Some(py) = a2a_python() else { return };
+    let agent = Agent::start(&py, "old", &["--v03", "--stream"]).await;
+    let gw = TestGateway::builder()
+        .entry(entry("old", &agent.url, 0.8))
+        .spawn()
+        .await;
+    let c = gw.client();
+    let s = session(&c).await;
+    let a = c.task(&s, SKILL, json!("hi"), "text").await;
+    assert_eq!(result_of(&a), ("old: hi", "ldp:delegate:old"));
+    let submit = submit_body(SKILL, json!("slow"));
+    let Body::TaskSubmit { task_id, .. } = &submit else {
+        unreachable!()
+    };
+    let task_id = task_id.clone();
+    let running = {
+        let (c, s) = (c.clone(), s.clone());
+        tokio::spawn(async move { c.send_body(&s, submit).await })
+    };
+    let started = eventually_async(AGENT_UP, || async { agent.log().await.0.len() == 2 }).await;
+    assert!(started, "the slow task never reached the agent");
+    c.send_body(&s, Body::TaskCancel { task_id }).await;
+    let answer = running.await.expect("joined").json;
+    assert_eq!(answer["body"]["error"]["code"], "CANCELLED", "{answer}");
+    let (_, calls) = agent.log().await;
+    assert_eq!(
+        calls,
+        [
+            ("message/stream".to_owned(), "0.3".to_owned()),
+            ("message/stream".to_owned(), "0.3".to_owned()),
+            ("tasks/cancel".to_owned(), "0.3".to_owned()),
+        ]
+    );
+    gw.shutdown().await;
+    drop(agent);
+}
