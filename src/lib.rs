@@ -6,6 +6,7 @@
 //! → `upstream` (delegate client, upstream sessions, failover) → back through `proxy`
 //! (provenance lineage, `provenance` ledger row, `telemetry` metrics) → `server` (answer).
 
+pub mod a2a;
 pub mod cluster;
 pub mod config;
 pub mod frontend;

@@ -2,6 +2,7 @@
 //! sessions, translating payload modes and rewriting provenance. No HTTP here: the server
 //! hands in parsed envelopes and sends back what this returns.
 
+mod a2a;
 mod admission;
 mod attempt;
 mod bind;

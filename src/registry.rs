@@ -39,6 +39,9 @@ async fn fetch(d: &Delegate, client: &UpstreamClient, timeout: Duration) -> Fetc
             own: false,
         };
     }
+    if let Some(agent) = &d.a2a {
+        return fetch_a2a(d, agent, client, timeout).await;
+    }
     match client.fetch_card(&d.base_url, timeout).await {
         Ok(card) if card.delegate_id == client.from_id() => {
             let why = RegistryError::OwnCard(d.base_url.clone());
@@ -55,6 +58,44 @@ async fn fetch(d: &Delegate, client: &UpstreamClient, timeout: Duration) -> Fetc
             changed: d.record_fetch_failure(e.to_string()),
             own: false,
         },
+    }
+}
+
+/// An A2A agent's poll: its Agent Card, where it says to call it, and the LDP card built
+/// from it and the declared one. A card change takes effect here, at the next poll.
+async fn fetch_a2a(
+    d: &Delegate,
+    agent: &crate::a2a::Agent,
+    client: &UpstreamClient,
+    timeout: Duration,
+) -> Fetched {
+    let failed = |why: String, own: bool| Fetched {
+        changed: d.record_fetch_failure(why),
+        own,
+    };
+    let card = match agent.fetch_card(client, &d.base_url, timeout).await {
+        Ok(card) => card,
+        Err(e) => return failed(e.to_string(), false),
+    };
+    let Some(endpoint) = crate::a2a::Endpoint::of(&card, &d.base_url) else {
+        let why = format!(
+            "the Agent Card at {} offers no JSON-RPC interface of A2A 1.0 or 0.3",
+            d.base_url
+        );
+        return failed(why, false);
+    };
+    match crate::a2a::card::build(&d.name, &d.base_url, &card, agent.declared.as_ref()) {
+        Ok(ldp) if ldp.delegate_id == client.from_id() => {
+            failed(RegistryError::OwnCard(d.base_url.clone()).to_string(), true)
+        }
+        Ok(ldp) => {
+            agent.set_endpoint(endpoint);
+            Fetched {
+                changed: d.record_card(ldp),
+                own: false,
+            }
+        }
+        Err(e) => failed(format!("{}: {e}", d.base_url), false),
     }
 }
 
@@ -130,6 +171,8 @@ pub struct Delegate {
     outlier: OutlierConfig,
     /// An OpenAI-backed delegate's backend and declared card (`None`: an LDP delegate).
     pub openai: Option<OpenAiDelegate>,
+    /// An A2A agent's calls, declared card and endpoint (`None`: not an A2A agent).
+    pub a2a: Option<crate::a2a::Agent>,
     /// Until when (ms on the registry's clock) it is skipped: it answered 429.
     paused_until_ms: AtomicU64,
     /// What verifier votes and client ratings say of its answers, per skill.
@@ -169,6 +212,10 @@ impl Delegate {
             )),
             backend,
         });
+        let a2a = match cfg.kind {
+            crate::config::DelegateKind::A2a => Some(a2a_agent(cfg, &name)?),
+            _ => None,
+        };
         Ok(Delegate {
             name,
             base_url,
@@ -184,9 +231,15 @@ impl Delegate {
             limit: cfg.limits.as_ref().and_then(crate::limits::RateLimit::new),
             outlier,
             openai,
+            a2a,
             paused_until_ms: AtomicU64::new(0),
             learned: quality::Learned::default(),
         })
+    }
+
+    /// Whether it speaks LDP (it keeps upstream sessions, takes TASK_CANCEL).
+    pub fn is_ldp(&self) -> bool {
+        self.openai.is_none() && self.a2a.is_none()
     }
 
     /// Skips the delegate for `d` (it answered 429 with that `Retry-After`).
@@ -523,6 +576,24 @@ pub enum RegistryError {
     /// An OpenAI-backed delegate cannot be set up (its API key).
     #[error(transparent)]
     Backend(#[from] BackendError),
+}
+
+/// The A2A agent of entry `cfg` (named `name`), its key read from `api_key_env`.
+fn a2a_agent(cfg: &DelegateConfig, name: &str) -> Result<crate::a2a::Agent, BackendError> {
+    let key =
+        match &cfg.api_key_env {
+            Some(var) => Some(crate::secret::Secret::from_env(var).ok_or_else(|| {
+                BackendError::MissingKey {
+                    delegate: name.to_owned(),
+                    var: var.clone(),
+                }
+            })?),
+            None => None,
+        };
+    crate::a2a::Agent::new(cfg.card.clone(), key.as_ref()).map_err(|_| BackendError::BadKey {
+        delegate: name.to_owned(),
+        var: cfg.api_key_env.clone().unwrap_or_default(),
+    })
 }
 
 /// The card of an `openai` entry without `[delegates.card]` (`check` refuses one; a

@@ -17,6 +17,9 @@ pub enum DelegateKind {
     /// An OpenAI-compatible chat-completions server; its identity is declared in
     /// `[delegates.card]`.
     OpenAi,
+    /// An A2A agent: its identity is built from its Agent Card, completed by
+    /// `[delegates.card]`.
+    A2a,
 }
 
 /// The request field an OpenAI-backed delegate is sent its output bound in.
@@ -30,11 +33,14 @@ pub enum MaxTokensParam {
 }
 
 /// `[delegates.card]`: the identity an operator declares for an OpenAI-backed delegate, which
-/// has no card of its own. The gateway builds a full LDP identity card from it.
+/// has no card of its own, or completes for an A2A agent, whose Agent Card says nothing of
+/// quality, prices or trust. The gateway builds a full LDP identity card from it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct DeclaredCard {
-    /// The skills it offers (at least one).
+    /// The skills it offers (at least one for an OpenAI-backed delegate; for an A2A agent,
+    /// optional: when given, only these of its Agent Card's skills are offered).
+    #[serde(default)]
     pub skills: Vec<String>,
     /// Quality 0..1.
     #[serde(default)]
@@ -87,17 +93,17 @@ pub struct DelegateConfig {
     /// Environment variable holding the secret that signs messages to this delegate.
     #[serde(default)]
     pub signing_secret_env: Option<String>,
-    /// `"ldp"` (default) or `"openai"`.
+    /// `"ldp"` (default), `"openai"` or `"a2a"`.
     #[serde(default)]
     pub kind: DelegateKind,
     /// OpenAI-backed: the upstream model name sent with every request.
     #[serde(default)]
     pub model: Option<String>,
-    /// OpenAI-backed: the environment variable holding the API key (sent as
+    /// OpenAI-backed or A2A: the environment variable holding the API key (sent as
     /// `Authorization: Bearer`).
     #[serde(default)]
     pub api_key_env: Option<String>,
-    /// OpenAI-backed: the declared identity.
+    /// OpenAI-backed: the declared identity; A2A: what completes the Agent Card's.
     #[serde(default)]
     pub card: Option<DeclaredCard>,
     /// OpenAI-backed: the field every request's output bound is sent in (default: the one
@@ -177,6 +183,29 @@ impl DelegateConfig {
                 }
             }
             DelegateKind::OpenAi => self.check_openai(i, c),
+            DelegateKind::A2a => self.check_a2a(i, c),
+        }
+    }
+
+    /// An A2A entry: no model, no signing secret, no output-bound field; an API key variable
+    /// that can be one; a declared card (optional) with sane values.
+    fn check_a2a(&self, i: usize, c: &mut Checks) {
+        let at = |key: &str| format!("delegates[{i}].{key}");
+        for (key, set) in [
+            ("model", self.model.is_some()),
+            ("signing_secret_env", self.signing_secret_env.is_some()),
+            ("max_tokens_param", self.max_tokens_param.is_some()),
+        ] {
+            if set {
+                c.push(
+                    at(key),
+                    "not for kind = \"a2a\" (an A2A agent is called by its Agent Card)",
+                );
+            }
+        }
+        self.check_key_var(i, c);
+        if let Some(card) = &self.card {
+            check_declared(i, card, c);
         }
     }
 
@@ -196,18 +225,7 @@ impl DelegateConfig {
                 "only for LDP delegates (an OpenAI endpoint verifies no signature)",
             );
         }
-        if let Some(var) = &self.api_key_env {
-            let valid = !var.is_empty()
-                && var
-                    .chars()
-                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
-            if !valid {
-                c.push(
-                    at("api_key_env"),
-                    "must be an environment variable name ([A-Za-z0-9_]+)",
-                );
-            }
-        }
+        self.check_key_var(i, c);
         let Some(card) = &self.card else {
             c.push(
                 at("card"),
@@ -218,37 +236,60 @@ impl DelegateConfig {
         if card.skills.is_empty() {
             c.push(at("card.skills"), "must name at least one skill");
         }
-        if card
-            .skills
-            .iter()
-            .any(|s| s.trim().is_empty() || s.contains('@'))
-        {
-            c.push(
-                at("card.skills"),
-                "skill names must be non-empty, without '@'",
-            );
-        }
-        if let Some(q) = card.quality {
-            c.fraction(&at("card.quality"), q);
-        }
-        for (key, price) in [
-            ("card.price_per_mtok_input", card.price_per_mtok_input),
-            ("card.price_per_mtok_output", card.price_per_mtok_output),
-        ] {
-            if price.is_some_and(|p| !(p.is_finite() && p >= 0.0)) {
-                c.push(at(key), "must be a number of USD, 0 or more");
+        check_declared(i, card, c);
+    }
+
+    /// `api_key_env` names an environment variable.
+    fn check_key_var(&self, i: usize, c: &mut Checks) {
+        if let Some(var) = &self.api_key_env {
+            let valid = !var.is_empty()
+                && var
+                    .chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+            if !valid {
+                c.push(
+                    format!("delegates[{i}].api_key_env"),
+                    "must be an environment variable name ([A-Za-z0-9_]+)",
+                );
             }
         }
-        if card.context_window == Some(0) {
-            c.push(at("card.context_window"), "must be at least 1 token");
+    }
+}
+
+/// The values of entry `i`'s declared card (skills named properly, quality a fraction, prices
+/// and the window sane, the trust domain named).
+fn check_declared(i: usize, card: &DeclaredCard, c: &mut Checks) {
+    let at = |key: &str| format!("delegates[{i}].{key}");
+    if card
+        .skills
+        .iter()
+        .any(|s| s.trim().is_empty() || s.contains('@'))
+    {
+        c.push(
+            at("card.skills"),
+            "skill names must be non-empty, without '@'",
+        );
+    }
+    if let Some(q) = card.quality {
+        c.fraction(&at("card.quality"), q);
+    }
+    for (key, price) in [
+        ("card.price_per_mtok_input", card.price_per_mtok_input),
+        ("card.price_per_mtok_output", card.price_per_mtok_output),
+    ] {
+        if price.is_some_and(|p| !(p.is_finite() && p >= 0.0)) {
+            c.push(at(key), "must be a number of USD, 0 or more");
         }
-        if card
-            .trust_domain
-            .as_ref()
-            .is_some_and(|d| d.name.trim().is_empty())
-        {
-            c.push(at("card.trust_domain"), "must have a name");
-        }
+    }
+    if card.context_window == Some(0) {
+        c.push(at("card.context_window"), "must be at least 1 token");
+    }
+    if card
+        .trust_domain
+        .as_ref()
+        .is_some_and(|d| d.name.trim().is_empty())
+    {
+        c.push(at("card.trust_domain"), "must have a name");
     }
 }
 
@@ -298,6 +339,44 @@ mod tests {
         let mut c = Checks::default();
         d.check(0, &mut c);
         c.out
+    }
+
+    #[test]
+    fn a2a_entries_need_no_card_and_refuse_openai_and_ldp_only_keys() {
+        let entry: DelegateConfig = serde_json::from_value(serde_json::json!({
+            "url": "http://agent:9999", "kind": "a2a", "card": {"quality": 0.7}
+        }))
+        .unwrap();
+        assert_eq!(entry.kind, DelegateKind::A2a);
+        assert!(problems(&entry).is_empty(), "{:?}", problems(&entry));
+        assert!(problems(&DelegateConfig {
+            kind: DelegateKind::A2a,
+            ..DelegateConfig::new("http://agent:9999")
+        })
+        .is_empty());
+        let mut bad = entry;
+        bad.model = Some("m".into());
+        bad.signing_secret_env = Some("S".into());
+        bad.api_key_env = Some("NOT A VAR".into());
+        if let Some(card) = bad.card.as_mut() {
+            card.skills = vec!["a@b".into()];
+            card.quality = Some(3.0);
+        }
+        let keys: Vec<String> = problems(&bad).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            [
+                "delegates[0].model",
+                "delegates[0].signing_secret_env",
+                "delegates[0].api_key_env",
+                "delegates[0].card.skills",
+                "delegates[0].card.quality",
+            ]
+        );
+        assert_eq!(
+            problems(&bad)[0].1,
+            "not for kind = \"a2a\" (an A2A agent is called by its Agent Card)"
+        );
     }
 
     #[test]

@@ -212,16 +212,21 @@ impl Proxy {
             return Attempt::Done(Answer::Failed(super::task::cancelled()));
         }
         let mut charged = 0.0;
-        let outcome = match &delegate.openai {
+        let outcome = match (&delegate.openai, &delegate.a2a) {
             // A completion is not dropped by a cancel: a streamed one stops being read (and
             // what it used is charged), a whole one runs to its end within the answer cap.
-            Some(openai) => {
+            (Some(openai), _) => {
                 self.complete(t, run, binding, openai, deadline, &mut charged)
+                    .await
+            }
+            // An A2A agent is sent CancelTask at a cancel, if it named its task by then.
+            (None, Some(agent)) => {
+                self.ask_agent(t, run, binding, agent, deadline, &mut charged)
                     .await
             }
             // An LDP exchange is dropped at the cancel, once the delegate was sent TASK_CANCEL
             // and had a moment to answer it (its own answer is kept).
-            None => {
+            (None, None) => {
                 let exchanging = self.exchanges(t, run, binding, deadline, &mut charged);
                 let dropped = async {
                     t.running.abandoned().await;

@@ -260,7 +260,7 @@ impl Proxy {
             url: delegate.base_url.clone(),
             reason: "no identity card".into(),
         })?;
-        if delegate.openai.is_some() {
+        if !delegate.is_ldp() {
             return Ok(Self::bind_stateless(session, skill, delegate, &card));
         }
         let mut prefs = vec![session.payload.mode];
@@ -300,8 +300,9 @@ impl Proxy {
         Ok(binding)
     }
 
-    /// A binding to an OpenAI-backed delegate: it keeps no session, so none is opened (the
-    /// gateway keeps the conversation instead, `openai::conversation`). The id is the
+    /// A binding to an OpenAI-backed delegate or an A2A agent: it keeps no LDP session, so
+    /// none is opened (the gateway keeps the conversation instead, `openai::conversation`;
+    /// an A2A agent keeps its context, `proxy/a2a.rs`). The id is the
     /// gateway's own, local to this replica; text is the only mode.
     fn bind_stateless(
         session: &ClientSession,

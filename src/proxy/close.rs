@@ -9,10 +9,10 @@ use crate::state::{ConversationStore as _, SessionStore};
 use crate::upstream::{UpstreamClient, UpstreamError};
 
 async fn close_all(upstream: &UpstreamClient, bindings: Vec<Binding>) {
-    // An OpenAI-backed delegate has no session to close.
+    // An OpenAI-backed delegate or an A2A agent has no session to close.
     let closes = bindings
         .iter()
-        .filter(|b| b.delegate.openai.is_none())
+        .filter(|b| b.delegate.is_ldp())
         .map(|b| upstream.close_session(&b.delegate.base_url, &b.upstream));
     futures_util::future::join_all(closes).await;
 }
@@ -52,7 +52,7 @@ impl Proxy {
         let calls: Vec<(Binding, TaskId)> = task
             .cancel()
             .into_iter()
-            .filter(|(b, _)| b.delegate.openai.is_none())
+            .filter(|(b, _)| b.delegate.is_ldp())
             .collect();
         if calls.is_empty() {
             task.abandon();

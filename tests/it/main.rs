@@ -11,6 +11,7 @@
 
 mod support;
 
+mod a2a_delegates;
 mod a2a_wire;
 mod adapter;
 mod bridge_ladp;
