@@ -103,15 +103,26 @@ impl Proxy {
                 .stream(&self.upstream, &at, message, hops, limit, &named, relay)
                 .await
         };
+        let mut calling = std::pin::pin!(calling);
         let answered = tokio::select! {
             biased;
-            a = calling => Some(a),
+            a = calling.as_mut() => Some(a),
             () = t.running.abandoned() => None,
         };
         let took = sent.elapsed();
         run.upstream += took;
         let Some(answered) = answered else {
-            // Cancelled: the agent is asked to cancel the task it named, if it named one.
+            // Cancelled. A stream cancelled before its first event named the task is read
+            // on, within the handshake timeout, until the agent names it (or answers): the
+            // cancel must reach the agent's task.
+            let until = Instant::now() + self.cfg.upstream.handshake_timeout;
+            while at.streaming && named.get().is_none() && Instant::now() < until {
+                tokio::select! {
+                    _ = calling.as_mut() => break,
+                    () = tokio::time::sleep(std::time::Duration::from_millis(5)) => {}
+                }
+            }
+            // The agent is asked to cancel the task it named, if it named one.
             if let Some(task_id) = named.get() {
                 let timeout = self.cfg.upstream.handshake_timeout;
                 let sent = agent.cancel(&self.upstream, &at, task_id, timeout).await;
