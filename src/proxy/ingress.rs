@@ -177,6 +177,37 @@ impl Proxy {
                 return Ok(id.clone());
             }
         }
+        let id = self.open_ingress_session(ctx, ingress).await?;
+        self.ingress_sessions.insert(key, id.clone());
+        Ok(id)
+    }
+}
+
+// --- llmcp bridge ---
+impl Proxy {
+    /// Runs `task` as [`Proxy::ingress_task`] does, but the ledger row's input preview
+    /// (`store_payloads`) is `ledger_input`, never the task's input: LLMCP's context
+    /// documents reach the delegate and are kept out of the ledger (a digest-only stand-in).
+    pub async fn ingress_task_ledgered(
+        &self,
+        ctx: &RequestCtx,
+        task: IngressTask<'_>,
+        ledger_input: &Json,
+    ) -> Result<Trip, Refusal> {
+        self.run_ingress_task(ctx, task, Some(ledger_input), None)
+            .await
+    }
+}
+
+// --- a2a bridge ---
+impl Proxy {
+    /// Opens a session of `ctx`'s tenant for `ingress` (as a SESSION_PROPOSE without a claim
+    /// would be), kept by the caller: the A2A bridge keeps one per `contextId`.
+    pub async fn open_ingress_session(
+        &self,
+        ctx: &RequestCtx,
+        ingress: Ingress,
+    ) -> Result<SessionId, LdpError> {
         let config = SessionConfig {
             preferred_payload_modes: Some(vec![PayloadMode::Text]),
             payload_mode: Some(PayloadMode::Text),
@@ -196,11 +227,7 @@ impl Proxy {
         );
         let answer = self.propose(&propose, &config, ctx).await;
         match answer.body {
-            Body::SessionAccept { session_id, .. } => {
-                let id: SessionId = session_id.into();
-                self.ingress_sessions.insert(key, id.clone());
-                Ok(id)
-            }
+            Body::SessionAccept { session_id, .. } => Ok(session_id.into()),
             Body::SessionReject { reason, error } => {
                 Err(error.unwrap_or_else(|| LdpError::gateway(GatewayCode::TrustViolation, reason)))
             }
@@ -210,20 +237,102 @@ impl Proxy {
             )),
         }
     }
-}
 
-// --- llmcp bridge ---
-impl Proxy {
-    /// Runs `task` as [`Proxy::ingress_task`] does, but the ledger row's input preview
-    /// (`store_payloads`) is `ledger_input`, never the task's input: LLMCP's context
-    /// documents reach the delegate and are kept out of the ledger (a digest-only stand-in).
-    pub async fn ingress_task_ledgered(
+    /// Runs `task` (an A2A task: `Ingress::A2a`) in `session`, a session of the caller's
+    /// opened by [`Proxy::open_ingress_session`] for its context: tasks of one session keep
+    /// their delegate per skill (affinity) and an OpenAI-backed delegate's conversation. A
+    /// session gone (idle past its TTL) is opened anew, once. TASK_UPDATEs (the gateway's
+    /// notes, the delegate's updates and deltas) go to `updates` as they come. Answers the
+    /// trip and the session it ran in.
+    pub async fn ingress_task_in_session(
         &self,
         ctx: &RequestCtx,
         task: IngressTask<'_>,
-        ledger_input: &Json,
-    ) -> Result<Trip, Refusal> {
-        self.run_ingress_task(ctx, task, Some(ledger_input), None)
-            .await
+        mut session: SessionId,
+        updates: Option<&mpsc::Sender<Envelope>>,
+    ) -> Result<(Trip, SessionId), Refusal> {
+        if ctx
+            .tenant
+            .signing
+            .as_ref()
+            .is_some_and(|(_, required)| *required)
+        {
+            return Err(Refusal::Unauthenticated(format!(
+                "this tenant requires signed LDP messages, which the {} ingress cannot carry",
+                task.ingress.as_str()
+            )));
+        }
+        self.admit_tenant(ctx).await?;
+        let progress = updates.map_or(Progress::Quiet, Progress::Updates);
+        let from = ingress_from(task.ingress);
+        for fresh in [false, true] {
+            if fresh {
+                session = match self.open_ingress_session(ctx, task.ingress).await {
+                    Ok(id) => id,
+                    Err(error) => {
+                        let env = Envelope::new(
+                            session.clone(),
+                            from,
+                            self.id(),
+                            Body::TaskCancel {
+                                task_id: task.task_id.clone(),
+                            },
+                            PayloadMode::Text,
+                        );
+                        let reply = Arc::new(self.task_failed(&env, &task.task_id, error));
+                        let policy = self.policies.load().default_policy().clone();
+                        return Ok((Trip::failed(task.task_id.clone(), reply, policy), session));
+                    }
+                };
+            }
+            let env = Envelope::new(
+                session.clone(),
+                from,
+                self.id(),
+                Body::TaskSubmit {
+                    task_id: task.task_id.clone(),
+                    skill: task.skill.to_owned(),
+                    input: task.input.clone(),
+                    contract: task.contract.clone(),
+                },
+                PayloadMode::Text,
+            );
+            let t = TaskIn {
+                task_id: &task.task_id,
+                ingress: task.ingress,
+                retried_if_session_lost: !fresh,
+                skill: task.skill,
+                input: &task.input,
+                contract: task.contract.as_ref(),
+                chat: task.chat,
+                verifying: false,
+                quorum: task.quorum,
+                keep_rounds: task.keep_rounds,
+                ledger_input: None,
+            };
+            let trip = self.submit(&env, ctx, t, progress).await?;
+            let lost = matches!(&trip.reply.body,
+                Body::TaskFailed { error, .. } if error.code == GatewayCode::SessionNotFound.as_str());
+            if lost && !fresh {
+                continue;
+            }
+            return Ok((trip, session));
+        }
+        Err(Refusal::Unavailable(
+            "the ingress session could not be kept".into(),
+        ))
+    }
+
+    /// Cancels `tenant`'s task `task_id` running in `session` (opened for `ingress` by
+    /// [`Proxy::open_ingress_session`]); false when it is not running there.
+    pub async fn cancel_task_in_session(
+        &self,
+        tenant: &str,
+        ingress: Ingress,
+        session: &SessionId,
+        task_id: &TaskId,
+    ) -> bool {
+        let owner = super::owner_of(tenant, ingress_from(ingress));
+        self.cancel_for_disconnect(session, &owner, task_id).await
     }
 }
