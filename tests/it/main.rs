@@ -13,6 +13,7 @@ mod support;
 
 mod a2a_wire;
 mod adapter;
+mod bridge_a2a;
 mod bridge_ladp;
 mod bridge_llmcp;
 mod bridge_llmx;
