@@ -397,3 +397,85 @@ async fn bridge_a2a_context_keeps_the_conversation_and_a_refusal_is_rejected() {
     assert_eq!(t["metadata"]["ldp_error"]["code"], "UNKNOWN_POLICY");
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn bridge_a2a_subscribe_follows_a_running_task_to_its_end() {
+    let oa = start(OpenAiOptions::new(MODEL)).await;
+    let gw = gateway(&oa).await;
+    let c = client(&gw);
+    let mut slow = v1_message("slow", json!({"skill": SLOW_SKILL}));
+    slow["configuration"] = json!({"returnImmediately": true});
+    let r = rpc(&c, "SendMessage", slow, Some("1.0")).await;
+    let id = r.json["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": id}});
+    let mut sub = reqwest::Client::new()
+        .post(c.url("/a2a"))
+        .header("authorization", format!("Bearer {KEY}"))
+        .header("A2A-Version", "1.0")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sub.headers()["content-type"], "text/event-stream");
+    // The first event is the task as it is now (the subscription is in place).
+    let mut seen = String::from_utf8(sub.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    assert!(seen.contains("\"task\""), "{seen}");
+    let cancel = rpc(&c, "CancelTask", json!({"id": id}), Some("1.0")).await;
+    assert_eq!(
+        cancel.json["result"]["status"]["state"],
+        "TASK_STATE_CANCELED",
+        "{}",
+        cancel.text()
+    );
+    // Then the cancellation, and the stream ends.
+    while let Some(chunk) = sub.chunk().await.unwrap() {
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let last = seen.trim_end().rsplit("data: ").next().unwrap();
+    let last: Value = serde_json::from_str(last).unwrap();
+    assert_eq!(
+        last["result"]["statusUpdate"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{seen}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn bridge_a2a_context_keeps_its_delegate() {
+    // Two equal LDP delegates of one skill: every task of a context goes to the one its
+    // first task was routed to.
+    let mut a = SimOptions::new(card("twin-a", "default", &[(SUMMARIZE, 0.9)], &["text"]));
+    a.latency = Duration::from_millis(2);
+    let mut b = SimOptions::new(card("twin-b", "default", &[(SUMMARIZE, 0.9)], &["text"]));
+    b.latency = Duration::from_millis(2);
+    let even = "name = \"even\"\n[weights]\nquality = 1.0\ncost = 0.0\nlatency = 0.0\n[balance]\ntolerance = 0.05\n";
+    let gw = TestGateway::builder()
+        .sim(a)
+        .sim(b)
+        .tenant(tenant("acme", KEY))
+        .healthy(2)
+        .policy("even.toml", even)
+        .config(|c| c.policies.default = "even".into())
+        .spawn()
+        .await;
+    let c = client(&gw);
+    let mut per_context = Vec::new();
+    for ctx in ["ctx-a", "ctx-b", "ctx-c"] {
+        let mut delegates = std::collections::BTreeSet::new();
+        for _ in 0..4 {
+            let mut m = v1_message("hi", json!({"skill": SUMMARIZE}));
+            m["message"]["contextId"] = json!(ctx);
+            let r = rpc(&c, "SendMessage", m, Some("1.0")).await;
+            let d = &r.json["result"]["task"]["metadata"]["ldp_delegate"];
+            delegates.insert(
+                d.as_str()
+                    .unwrap_or_else(|| panic!("{}", r.text()))
+                    .to_owned(),
+            );
+        }
+        per_context.push(delegates.len());
+    }
+    assert_eq!(per_context, [1, 1, 1]);
+    gw.shutdown().await;
+}
