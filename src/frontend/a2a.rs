@@ -32,6 +32,9 @@
 //!   upstream; whatever it still produces is dropped. A terminal task: -32002.
 //! - `SubscribeToTask` of a terminal task: -32004 (spec §3.1.6: nothing left to stream).
 //! - A task or context is visible only to its tenant: another tenant's id is -32001.
+//! - Each tenant's last [`MAX_TASKS_PER_TENANT`] tasks and [`MAX_CONTEXTS_PER_TENANT`]
+//!   contexts are kept (in this process: a restart or another replica does not know them);
+//!   a task's history is the user's message, when its input is at most [`MAX_HISTORY_BYTES`].
 
 mod tasks;
 
@@ -60,6 +63,9 @@ pub const IDENTITY_EXTENSION_URI: &str = "urn:ldp:a2a:identity:v1";
 pub const MAX_ID_BYTES: usize = 256;
 /// Most parts in one message.
 pub const MAX_PARTS: usize = 64;
+/// Largest task input kept as the task's history (the user's message) for `GetTask`; a
+/// larger one leaves the history empty (the table holds up to [`MAX_TASKS_PER_TENANT`] tasks).
+pub const MAX_HISTORY_BYTES: usize = 16 * 1024;
 /// TASK_UPDATEs buffered between the task and its listeners.
 const UPDATES_BUFFERED: usize = 64;
 /// The security scheme's name on the card.
@@ -301,12 +307,17 @@ pub fn job(req: v1::SendMessageRequest, default_skill: Option<&str>) -> Result<J
     let mut user = message;
     user.context_id = context_id.clone();
     user.task_id = id.clone();
+    let history = if input.get().len() <= MAX_HISTORY_BYTES {
+        vec![user]
+    } else {
+        Vec::new()
+    };
     let task = Task {
         id,
         context_id,
         status: status(TaskState::Submitted, None),
         artifacts: Vec::new(),
-        history: vec![user],
+        history,
         metadata: None,
         rest: Map::new(),
     };
@@ -783,11 +794,49 @@ mod tests {
     }
 
     #[test]
+    fn a_message_needs_a_skill_and_no_task_id() {
+        let m = |meta: Value, task: &str| {
+            let mut m = Message::new("m", Role::User, vec![Part::text("hi")]);
+            m.metadata = meta.as_object().cloned();
+            m.task_id = task.into();
+            v1::SendMessageRequest {
+                tenant: String::new(),
+                message: m,
+                configuration: None,
+                metadata: None,
+                rest: Map::new(),
+            }
+        };
+        let no_skill = job(m(serde_json::json!({}), ""), None);
+        assert!(matches!(no_skill, Err(A2aError::InvalidParams(_))));
+        let j = job(m(serde_json::json!({}), ""), Some("sum")).unwrap();
+        assert_eq!(
+            (j.skill.as_str(), j.task.context_id == j.task.id),
+            ("sum", true)
+        );
+        let j = job(
+            m(serde_json::json!({"skill": "x", "policy": "p"}), ""),
+            Some("sum"),
+        )
+        .unwrap();
+        assert_eq!((j.skill.as_str(), j.policy.as_deref()), ("x", Some("p")));
+        let bad = job(m(serde_json::json!({"skill": 3}), ""), None);
+        assert!(matches!(bad, Err(A2aError::InvalidParams(_))));
+        let cont = job(m(serde_json::json!({}), "t1"), Some("sum"));
+        assert!(matches!(cont, Err(A2aError::Unsupported(_))));
+    }
+
+    #[test]
     fn parts_become_the_input() {
         let text = input_of(&[Part::text("a"), Part::data(serde_json::json!({"k": 1}))]);
         assert_eq!(text.unwrap().as_string().as_deref(), Some("a\n{\"k\":1}"));
         let data = input_of(&[Part::data(serde_json::json!({"k": 1}))]).unwrap();
         assert_eq!(data.get(), "{\"k\":1}");
         assert!(matches!(input_of(&[]), Err(A2aError::InvalidParams(_))));
+        let file = Part {
+            content: PartContent::Url("https://example.com/f".into()),
+            ..Part::text("")
+        };
+        assert!(matches!(input_of(&[file]), Err(A2aError::ContentType(_))));
     }
 }
