@@ -7,7 +7,9 @@
 //! - Methods: `SendMessage`, `SendStreamingMessage`, `GetTask`, `CancelTask`,
 //!   `SubscribeToTask` and their v0.3 names (`message/send`, `message/stream`, `tasks/get`,
 //!   `tasks/cancel`, `tasks/resubscribe`), answered in the caller's version's shapes. Push
-//!   config methods: -32003; `ListTasks` and `GetExtendedAgentCard`: -32004.
+//!   config methods and a send asking for push notifications: -32003; `ListTasks` and
+//!   `GetExtendedAgentCard`: -32004. `acceptedOutputModes` is not checked (the output is a
+//!   text or a data part). A notification (no `id`) is answered like a request, `id: null`.
 //! - `A2A-Version`, as the SDK's server checks it: v1.0 names need major version 1, v0.3
 //!   names major version 0 (absent or empty means 0.3, spec §3.6.2); else -32009 (which a
 //!   v0.3 caller receives as -32603, v0.3 having no -32009).
@@ -259,8 +261,14 @@ pub struct Job {
 /// Checks a send request and makes the task it asks for.
 pub fn job(req: v1::SendMessageRequest, default_skill: Option<&str>) -> Result<Job, A2aError> {
     let v1::SendMessageRequest {
-        message, metadata, ..
+        message,
+        metadata,
+        configuration,
+        ..
     } = req;
+    if configuration.is_some_and(|c| c.task_push_notification_config.is_some()) {
+        return Err(A2aError::PushNotSupported);
+    }
     if !message.task_id.is_empty() {
         return Err(A2aError::Unsupported(
             "the gateway answers each message with a new task and does not continue one: \

@@ -323,6 +323,10 @@ async fn bridge_a2a_answers_every_error_code() {
     )
     .await;
     assert_eq!(code(&r), Some(-32003), "{}", r.text());
+    let mut push = v1_message("hi", json!({}));
+    push["configuration"] = json!({"taskPushNotificationConfig": {"url": "http://127.0.0.1:9/cb"}});
+    let r = rpc(&c, "SendMessage", push, Some("1.0")).await;
+    assert_eq!(code(&r), Some(-32003), "{}", r.text());
     let r = rpc(&c, "ListTasks", json!({}), Some("1.0")).await;
     assert_eq!(code(&r), Some(-32004), "{}", r.text());
     // A v1.0 method without a version (0.3) or with one the gateway does not speak.
