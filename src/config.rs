@@ -3,6 +3,7 @@
 //! The root [`Config`] and its loading live here; each section is a file of `config/` with
 //! its type(s), defaults and validation, so a new setting is added in one room.
 
+mod a2a;
 mod admin;
 mod checks;
 mod cluster;
@@ -25,6 +26,7 @@ mod task_status;
 mod tenants;
 mod upstream;
 
+pub use a2a::A2aConfig;
 pub use admin::AdminConfig;
 pub use cluster::ClusterConfig;
 pub use delegates::{
@@ -96,6 +98,8 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// The LADP bridge (`POST /ladp`).
     pub ladp: LadpConfig,
+    /// The A2A bridge (`POST /a2a`, the Agent Card).
+    pub a2a: A2aConfig,
 }
 
 /// Why a configuration cannot be used.
@@ -161,6 +165,7 @@ impl Config {
         self.upstream.check(&mut c);
         self.openai.check(&mut c);
         self.ladp.check(&mut c);
+        self.a2a.check(&mut c);
         self.provenance.check(&mut c);
         self.cluster.check(&mut c);
         // Beside `cluster.redis_url` (both name where shared state lives): `check` has always

@@ -3,6 +3,7 @@
 //! protocol. This layer stands between `server` (HTTP: routes, bodies, statuses) and `proxy`
 //! (the one task pipeline): it imports `proxy`, and `proxy` never imports it.
 
+pub mod a2a;
 pub mod ladp;
 pub mod llmcp;
 pub mod llmx;

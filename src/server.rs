@@ -5,6 +5,7 @@
 //! envelopes; only malformed or oversized requests get a 4xx, always with body
 //! `{"error": LdpError}`.
 
+mod a2a_routes;
 mod admin;
 mod api_error;
 mod conn;
@@ -68,6 +69,8 @@ pub struct Shared {
     pub llmx: crate::frontend::llmx::LlmxState,
     /// The LADP bridge's agent rates and tasks.
     pub ladp: crate::frontend::ladp::LadpState,
+    /// The A2A bridge's tasks and contexts.
+    pub a2a: crate::frontend::a2a::A2aState,
 }
 
 /// Why the gateway could not start.
@@ -215,6 +218,7 @@ impl Gateway {
             public_url: format!("http://{ldp_addr}").into(),
             llmx: Default::default(),
             ladp: crate::frontend::ladp::LadpState::new(&config.ladp),
+            a2a: Default::default(),
         }));
         let mut tasks = vec![registry.clone().spawn_poller(
             upstream.clone(),

@@ -478,3 +478,38 @@ pub fn llmcp(data: &[u8]) -> bool {
     }
     accepted
 }
+
+/// The A2A bridge's reader (`frontend::a2a::read`, then `job` for a send) under each kind of
+/// `A2A-Version`: never a panic; every error object has a bounded message, and a v0.3 caller
+/// never gets v1.0's -32009; a task made has a skill and a bounded context id. Accepted: read
+/// under some version.
+pub fn a2a(data: &[u8]) -> bool {
+    use ldp_gateway::frontend::a2a::{job, read, Call, MAX_ID_BYTES};
+    let mut accepted = false;
+    for version in [Some("1.0"), None, Some("0.3"), Some("v9")] {
+        match read(data, version) {
+            Err((_, dialect, e)) => {
+                let obj = e.to_error(dialect);
+                assert!(obj.message.len() <= 512, "unbounded message");
+                if dialect == a2a_wire::Dialect::V03 {
+                    assert_ne!(obj.code, -32009, "v0.3 has no -32009");
+                }
+            }
+            Ok(incoming) => {
+                accepted = true;
+                if let Call::Send { req, .. } = incoming.call {
+                    match job(*req, Some("default")) {
+                        Ok(j) => {
+                            assert!(!j.skill.is_empty());
+                            assert!(j.task.context_id.len() <= MAX_ID_BYTES.max(36));
+                        }
+                        Err(e) => {
+                            let _ = e.to_error(incoming.dialect);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    accepted
+}

@@ -55,15 +55,48 @@ fn ingress_from(ingress: Ingress) -> &'static str {
 }
 
 impl Proxy {
-    /// Runs `task` for `ctx`'s tenant; content deltas go to `deltas` as they come when the
-    /// client streams (an OpenAI-backed delegate's; an LDP delegate's answer comes whole).
-    /// The trip's reply is a TASK_RESULT or a TASK_FAILED; `Err` is a refusal before the
-    /// task ran (rate limit, signing required).
+    /// Runs `task` for `ctx`'s tenant in the tenant's session for its front end; content
+    /// deltas go to `deltas` as they come when the client streams (an OpenAI-backed
+    /// delegate's; an LDP delegate's answer comes whole). The trip's reply is a TASK_RESULT
+    /// or a TASK_FAILED; `Err` is a refusal before the task ran (rate limit, signing
+    /// required).
     pub async fn ingress_task(
         &self,
         ctx: &RequestCtx,
         task: IngressTask<'_>,
         deltas: Option<&mpsc::Sender<ChatDelta>>,
+    ) -> Result<Trip, Refusal> {
+        let progress = deltas.map_or(Progress::Quiet, Progress::Deltas);
+        self.run_ingress(ctx, task, progress, &mut None).await
+    }
+
+    /// Runs `task` (an A2A task) in `session`, a session the front end keeps (opened by
+    /// [`Proxy::open_ingress_session`], one per A2A context): tasks of one session keep their
+    /// delegate per skill (affinity) and an OpenAI-backed delegate's conversation.
+    /// TASK_UPDATEs (the gateway's notes, the delegate's updates and deltas) go to `updates`
+    /// as they come. Answers the trip and the session it ran in (a new one if it was gone).
+    pub async fn ingress_task_in_session(
+        &self,
+        ctx: &RequestCtx,
+        task: IngressTask<'_>,
+        session: SessionId,
+        updates: Option<&mpsc::Sender<Envelope>>,
+    ) -> Result<(Trip, SessionId), Refusal> {
+        let progress = updates.map_or(Progress::Quiet, Progress::Updates);
+        let mut kept = Some(session);
+        let trip = self.run_ingress(ctx, task, progress, &mut kept).await?;
+        Ok((trip, kept.unwrap_or_default()))
+    }
+
+    /// The one way in: `task` in `kept` (a session the front end keeps, replaced here if it
+    /// is gone) or, with none, in the tenant's session for the front end. A session gone
+    /// idle past its TTL (or lost by the store) is opened anew, once.
+    async fn run_ingress(
+        &self,
+        ctx: &RequestCtx,
+        task: IngressTask<'_>,
+        progress: Progress<'_>,
+        kept: &mut Option<SessionId>,
     ) -> Result<Trip, Refusal> {
         if ctx
             .tenant
@@ -78,11 +111,14 @@ impl Proxy {
             )));
         }
         self.admit_tenant(ctx).await?;
-        let progress = deltas.map_or(Progress::Quiet, Progress::Deltas);
         let from = ingress_from(task.ingress);
-        // A session gone idle past its TTL (or lost by the store) is opened anew, once.
         for fresh in [false, true] {
-            let session_id = match self.ingress_session(ctx, task.ingress, fresh).await {
+            let session = match (kept.as_ref(), fresh) {
+                (Some(id), false) => Ok(id.clone()),
+                (Some(_), true) => self.open_ingress_session(ctx, task.ingress).await,
+                (None, _) => self.ingress_session(ctx, task.ingress, fresh).await,
+            };
+            let session_id = match session {
                 Ok(id) => id,
                 Err(error) => {
                     let env = Envelope::new(
@@ -99,6 +135,9 @@ impl Proxy {
                     return Ok(Trip::failed(task.task_id.clone(), reply, policy));
                 }
             };
+            if kept.is_some() {
+                *kept = Some(session_id.clone());
+            }
             let env = Envelope::new(
                 session_id,
                 from,
@@ -168,6 +207,21 @@ impl Proxy {
                 return Ok(id.clone());
             }
         }
+        let id = self.open_ingress_session(ctx, ingress).await?;
+        self.ingress_sessions.insert(key, id.clone());
+        Ok(id)
+    }
+}
+
+// The sessions a front end keeps itself (the A2A bridge: one per context).
+impl Proxy {
+    /// Opens a session of `ctx`'s tenant for `ingress` (as a SESSION_PROPOSE without a claim
+    /// would be), kept by the caller: the A2A bridge keeps one per `contextId`.
+    pub async fn open_ingress_session(
+        &self,
+        ctx: &RequestCtx,
+        ingress: Ingress,
+    ) -> Result<SessionId, LdpError> {
         let config = SessionConfig {
             preferred_payload_modes: Some(vec![PayloadMode::Text]),
             payload_mode: Some(PayloadMode::Text),
@@ -187,11 +241,7 @@ impl Proxy {
         );
         let answer = self.propose(&propose, &config, ctx).await;
         match answer.body {
-            Body::SessionAccept { session_id, .. } => {
-                let id: SessionId = session_id.into();
-                self.ingress_sessions.insert(key, id.clone());
-                Ok(id)
-            }
+            Body::SessionAccept { session_id, .. } => Ok(session_id.into()),
             Body::SessionReject { reason, error } => {
                 Err(error.unwrap_or_else(|| LdpError::gateway(GatewayCode::TrustViolation, reason)))
             }
@@ -200,5 +250,18 @@ impl Proxy {
                 format!("unexpected {} to a proposal", other.message_type().as_str()),
             )),
         }
+    }
+
+    /// Cancels `tenant`'s task `task_id` running in `session` (opened for `ingress` by
+    /// [`Proxy::open_ingress_session`]); false when it is not running there.
+    pub async fn cancel_task_in_session(
+        &self,
+        tenant: &str,
+        ingress: Ingress,
+        session: &SessionId,
+        task_id: &TaskId,
+    ) -> bool {
+        let owner = super::owner_of(tenant, ingress_from(ingress));
+        self.cancel_for_disconnect(session, &owner, task_id).await
     }
 }

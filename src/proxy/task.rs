@@ -89,9 +89,11 @@ impl<'a> TaskCtx<'a> {
 
     /// Whether the task carries its whole context (every front end's request does: the
     /// OpenAI ingress's send the conversation every time): it is routed afresh, with no
-    /// affinity.
+    /// affinity. An A2A task runs in its `contextId`'s own session
+    /// ([`Proxy::ingress_task_in_session`]), which keeps affinity and conversation as an LDP
+    /// client's does.
     pub(super) fn stateless(&self) -> bool {
-        self.task.ingress != Ingress::Ldp || self.task.verifying
+        !matches!(self.task.ingress, Ingress::Ldp | Ingress::A2a) || self.task.verifying
     }
 
     /// The session's key for the task's binding with `delegate`: the skill, since a session

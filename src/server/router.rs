@@ -16,6 +16,7 @@ pub fn router(state: AppState) -> Router {
         .merge(super::llmx_routes::router(&state))
         .merge(super::ladp_routes::router(&state))
         .merge(super::llmcp_routes::router(&state))
+        .merge(super::a2a_routes::router(&state))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         // Inside the counting layer: a panic's 500 is counted and reported like any error.
@@ -32,7 +33,7 @@ pub fn router(state: AppState) -> Router {
 
 /// The route labels of `ldp_gateway_http_requests_total` for the LDP listener's routes (those
 /// `count_requests` names), exported at 0 from the start.
-pub(super) const ROUTES: [&str; 11] = [
+pub(super) const ROUTES: [&str; 13] = [
     "/ldp/messages",
     "/ldp/stream",
     "/ldp/feedback",
@@ -44,6 +45,8 @@ pub(super) const ROUTES: [&str; 11] = [
     "/llmx",
     "/ladp",
     "/llmcp",
+    "/.well-known/agent-card.json",
+    "/a2a",
 ];
 
 /// Counts every request by route template (never the raw path: bounded labels) and status.
@@ -68,6 +71,8 @@ async fn count_requests(
                 "/llmx" => "/llmx",
                 "/ladp" => "/ladp",
                 "/llmcp" => "/llmcp",
+                "/.well-known/agent-card.json" => "/.well-known/agent-card.json",
+                "/a2a" => "/a2a",
                 _ => "other",
             });
     let resp = next.run(req).await;

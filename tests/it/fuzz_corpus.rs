@@ -86,3 +86,8 @@ fn ladp_corpus() {
 fn llmcp_corpus() {
     replay("llmcp", oracles::llmcp);
 }
+
+#[test]
+fn a2a_corpus() {
+    replay("a2a", oracles::a2a);
+}

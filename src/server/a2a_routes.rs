@@ -1,0 +1,270 @@
+//! The A2A bridge on the LDP listener (`crate::frontend::a2a`):
+//!
+//! - `GET /.well-known/agent-card.json`: the gateway's Agent Card (public, as card discovery
+//!   is: it says how to authenticate), with an `ETag` (a `If-None-Match` that matches is
+//!   answered 304) and `Cache-Control: max-age` (`[a2a] card_max_age_secs`).
+//! - `POST /a2a`: JSON-RPC 2.0 with the tenant Bearer key. JSON-RPC errors are answered with
+//!   HTTP 200 (as the A2A SDK's server does, and its clients expect); a request refused before
+//!   it is read is answered with its HTTP status and a JSON-RPC error body (`id: null`,
+//!   -32600): 401 (no or bad key, with `WWW-Authenticate: Bearer`), 413, 400, 408.
+//!   `SendStreamingMessage` and `SubscribeToTask` answer Server-Sent Events, each `data:`
+//!   one JSON-RPC response, closed after the terminal state.
+
+use super::api_error::{catch_panics_shaped, ApiError, Shape};
+use super::request::{read_json_body, refuse, request_ctx};
+use super::AppState;
+use crate::frontend::a2a::{self as bridge, A2aError, Call, Job};
+use crate::proxy::RequestCtx;
+use a2a_wire::consts::{AGENT_CARD_PATH, VERSION_HEADER};
+use a2a_wire::v1::StreamResponse;
+use a2a_wire::{Dialect, ErrorCode, ErrorObject, Id, Response as RpcResponse};
+use axum::body::Body as HttpBody;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::Value;
+use sha2::Digest;
+use std::convert::Infallible;
+use tokio::sync::broadcast;
+
+/// The card and JSON-RPC routes (a panic of their handlers answered with a JSON-RPC
+/// internal error, -32603).
+pub(super) fn router(state: &AppState) -> Router<AppState> {
+    let shape: Shape = std::sync::Arc::new(|e| rpc_failure(e, ErrorCode::Internal));
+    Router::new()
+        .route(AGENT_CARD_PATH, get(card))
+        .route(bridge::ROUTE, post(a2a))
+        .layer(axum::middleware::from_fn_with_state(
+            (state.metrics.clone(), shape),
+            catch_panics_shaped,
+        ))
+}
+
+/// `GET /.well-known/agent-card.json`.
+async fn card(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    let url = format!("{}{}", s.public_url, bridge::ROUTE);
+    let card = bridge::agent_card(&s.proxy, &url);
+    let bytes = match serde_json::to_vec(&card) {
+        Ok(b) => b,
+        Err(e) => {
+            let e = ApiError::new(crate::ldp::error::GatewayCode::Internal, e.to_string());
+            return refuse(e);
+        }
+    };
+    let digest = sha2::Sha256::digest(&bytes);
+    let etag = format!("\"{}\"", hex::encode(&digest[..16]));
+    let max_age = format!("max-age={}", s.config.a2a.card_max_age_secs);
+    let matched = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    let status = if matched {
+        StatusCode::NOT_MODIFIED
+    } else {
+        StatusCode::OK
+    };
+    let mut resp = if matched {
+        status.into_response()
+    } else {
+        (status, bytes).into_response()
+    };
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    for (name, value) in [(header::ETAG, etag), (header::CACHE_CONTROL, max_age)] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    }
+    resp
+}
+
+/// `POST /a2a`.
+async fn a2a(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> Response {
+    let mut ctx = match request_ctx(&s, &headers) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            let mut resp = refused(e);
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return resp;
+        }
+    };
+    let bytes = match read_json_body(&s, &headers, body).await {
+        Ok(b) => b,
+        Err(e) => return refused(e),
+    };
+    let version = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok());
+    let incoming = match bridge::read(&bytes, version) {
+        Ok(i) => i,
+        Err((id, dialect, e)) => return rpc_error(id, dialect, &e),
+    };
+    let (id, dialect) = (incoming.id, incoming.dialect);
+    let tenant = ctx.tenant.name.clone();
+    match incoming.call {
+        Call::Send { req, stream } => {
+            let now = req
+                .configuration
+                .as_ref()
+                .is_some_and(|c| c.return_immediately);
+            let job = match bridge::job(*req, s.config.a2a.default_skill.as_deref()) {
+                Ok(j) => j,
+                Err(e) => return rpc_error(id, dialect, &e),
+            };
+            if let Some(p) = &job.policy {
+                ctx.policy = Some(p.clone());
+            }
+            send(s, ctx, id, dialect, job, stream, now).await
+        }
+        Call::Get(g) => match s.a2a.get(&tenant, &g.id) {
+            Some(t) => rpc_ok(id, bridge::task_result(t, g.history_length, dialect)),
+            None => rpc_error(id, dialect, &A2aError::TaskNotFound(g.id)),
+        },
+        Call::Cancel(c) => match bridge::cancel(&s.proxy, &s.a2a, &tenant, &c.id).await {
+            Ok(t) => rpc_ok(id, bridge::task_result(t, None, dialect)),
+            Err(e) => rpc_error(id, dialect, &e),
+        },
+        Call::Subscribe(r) => match s.a2a.subscribe(&tenant, &r.id) {
+            None => rpc_error(id, dialect, &A2aError::TaskNotFound(r.id)),
+            Some((t, _)) if t.status.state.is_terminal() => {
+                let e = A2aError::Unsupported(format!(
+                    "task {:?} is {}: nothing left to stream",
+                    t.id,
+                    t.status.state.as_str()
+                ));
+                rpc_error(id, dialect, &e)
+            }
+            Some((t, rx)) => sse(id, dialect, t, rx),
+        },
+    }
+}
+
+/// Starts `job` and answers: an SSE stream, the submitted task at once, or the task once it
+/// ends.
+async fn send(
+    s: AppState,
+    ctx: RequestCtx,
+    id: Id,
+    dialect: Dialect,
+    job: Job,
+    stream: bool,
+    now: bool,
+) -> Response {
+    let tenant = ctx.tenant.name.clone();
+    let submitted = job.task.clone();
+    let (mut rx, session) = s.a2a.insert(&tenant, submitted.clone());
+    let runner = s.clone();
+    // Tracked: a client that leaves does not stop the task, its settling or its ledger row.
+    let spawned = s.proxy.spawn_tracked(async move {
+        bridge::run(&runner.proxy, &runner.a2a, &ctx, job, session).await;
+    });
+    if spawned.is_none() {
+        let e = ErrorObject::new(ErrorCode::Internal, "the gateway is stopping");
+        return rpc(RpcResponse::<Value>::error(id, e));
+    }
+    if stream {
+        return sse(id, dialect, submitted, rx);
+    }
+    if !now {
+        loop {
+            match rx.recv().await {
+                Ok(ev) if bridge::is_final(&ev) => break,
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let done = s
+                        .a2a
+                        .get(&tenant, &submitted.id)
+                        .is_none_or(|t| t.status.state.is_terminal());
+                    if done {
+                        break;
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    }
+    match s.a2a.get(&tenant, &submitted.id) {
+        Some(t) => rpc_ok(id, bridge::send_result(t, dialect)),
+        None => rpc_error(id, dialect, &A2aError::TaskNotFound(submitted.id)),
+    }
+}
+
+/// An SSE answer: `first` (the task as it is), then its events until one ends it.
+fn sse(
+    id: Id,
+    dialect: Dialect,
+    first: a2a_wire::v1::Task,
+    rx: broadcast::Receiver<StreamResponse>,
+) -> Response {
+    let first = StreamResponse::Task(Box::new(first));
+    let state = (Some(first), Some(rx), id, dialect);
+    let events = futures_util::stream::unfold(state, |(first, rx, id, dialect)| async move {
+        let mut rx = rx?;
+        let ev = match first {
+            Some(ev) => ev,
+            None => loop {
+                match rx.recv().await {
+                    Ok(ev) => break ev,
+                    // Behind: the events skipped are gone; the next one still comes.
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            },
+        };
+        let last = bridge::is_final(&ev);
+        let body = RpcResponse::success(id.clone(), bridge::event_result(ev, dialect));
+        let data = serde_json::to_string(&body).unwrap_or_default();
+        let next = (!last).then_some(rx);
+        Some((
+            Ok::<Event, Infallible>(Event::default().data(data)),
+            (None, next, id, dialect),
+        ))
+    });
+    Sse::new(events).into_response()
+}
+
+/// A JSON-RPC answer (HTTP 200).
+fn rpc(body: RpcResponse<Value>) -> Response {
+    match serde_json::to_vec(&body) {
+        Ok(b) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            b,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+fn rpc_ok(id: Id, result: Value) -> Response {
+    rpc(RpcResponse::success(id, result))
+}
+
+fn rpc_error(id: Id, dialect: Dialect, e: &A2aError) -> Response {
+    rpc(RpcResponse::error(id, e.to_error(dialect)))
+}
+
+/// A request refused before it was read: its HTTP status (counted and logged as the LDP
+/// routes' are), a JSON-RPC error body (-32600, `id: null`).
+fn refused(e: ApiError) -> Response {
+    rpc_failure(e, ErrorCode::InvalidRequest)
+}
+
+/// `e`'s HTTP status (counted and logged as the LDP routes' are) with a JSON-RPC error body
+/// of `code` (`id: null`).
+fn rpc_failure(e: ApiError, code: ErrorCode) -> Response {
+    let message = e.error().message.clone();
+    let mut resp = refuse(e);
+    let body = RpcResponse::<Value>::error(Id::Null, ErrorObject::new(code, message));
+    *resp.body_mut() = HttpBody::from(serde_json::to_vec(&body).unwrap_or_default());
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
