@@ -4,8 +4,9 @@
 //! The OpenAI rows do the same against a zero-latency simulated OpenAI server: straight
 //! (`oai-direct`), through the gateway's OpenAI ingress (`oai-ingress`: chat completions in,
 //! an OpenAI-backed delegate out) and from LDP clients through the gateway to it (`ldp-oai`);
-//! `--only openai` selects the three. The bridge rows (`llmcp`, `llmx`, `ladp`; `--only bridges`)
-//! send the LDP rows' echo task through the gateway's bridges of other agent protocols.
+//! `--only openai` selects the three. The bridge rows (`llmcp`, `llmx`, `ladp`, `a2a`; `--only bridges`)
+//! send the LDP rows' echo task through the gateway's bridges of other agent protocols, and the
+//! `a2a` row as an A2A `SendMessage` through its A2A front end.
 //!
 //! `cargo build --release && cargo bench --bench load [-- SECS]` (SECS: measured seconds per
 //! row, default 4; each row runs 3 times, interleaved, and the median is reported). It runs `target/release/ldp-gateway` (the release binary, not built here)
@@ -168,16 +169,18 @@ enum Load {
     Bridge(Bridge),
 }
 
-/// The bridges of other agent protocols (issue 26), each row the same echo task as the LDP
-/// rows' in its protocol; `--only bridges` selects the three.
+/// The bridges of other agent protocols (issues 26 and 27), each row the same echo task as the
+/// LDP rows' in its protocol; `--only bridges` selects them all.
 #[derive(Clone, Copy)]
 enum Bridge {
     Llmcp,
     Llmx,
     Ladp,
+    A2a,
 }
 
-const BRIDGE_PATHS: [&str; 3] = ["llmcp", "llmx", "ladp"];
+const BRIDGE_PATHS: [&str; 4] = ["llmcp", "llmx", "ladp", "a2a"];
+const BRIDGES: [Bridge; 4] = [Bridge::Llmcp, Bridge::Llmx, Bridge::Ladp, Bridge::A2a];
 
 impl Bridge {
     fn path(self) -> &'static str {
@@ -185,11 +188,12 @@ impl Bridge {
             Bridge::Llmcp => "/llmcp",
             Bridge::Llmx => "/llmx",
             Bridge::Ladp => "/ladp",
+            Bridge::A2a => "/a2a",
         }
     }
 
     /// Request `i` of the connection whose sender is `sender` (LLMX sequence numbers and
-    /// LADP rate limits are per sender).
+    /// LADP rate limits are per sender; A2A message ids unique).
     fn body(self, sender: &str, i: u64) -> Bytes {
         let text = match self {
             Bridge::Llmcp => serde_json::json!({
@@ -212,6 +216,12 @@ impl Bridge {
             Bridge::Ladp => {
                 format!("(msg task-init {sender} gateway {i} (data (skill echo) (task \"hello\")))")
             }
+            Bridge::A2a => serde_json::json!({
+                "jsonrpc": "2.0", "id": i, "method": "SendMessage",
+                "params": {"message": {"messageId": format!("{sender}-{i}"), "role": "ROLE_USER",
+                    "parts": [{"text": "hello"}], "metadata": {"skill": "echo"}}}
+            })
+            .to_string(),
         };
         Bytes::from(text)
     }
@@ -227,6 +237,7 @@ impl Bridge {
                 .is_ok_and(|v| v["type"] == "response" && v["assistant"].is_object()),
             Bridge::Llmx => body.contains("OBS:") && body.contains("s:OK"),
             Bridge::Ladp => body.contains("synthesis"),
+            Bridge::A2a => body.contains("TASK_STATE_COMPLETED"),
         }
     }
 }
@@ -319,6 +330,12 @@ async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32
         )],
         None => Vec::new(),
     };
+    // A2A's version header beside the key.
+    let mut bridge_headers = auth.clone();
+    bridge_headers.push((
+        reqwest::header::HeaderName::from_static("a2a-version"),
+        reqwest::header::HeaderValue::from_static("1.0"),
+    ));
     let mut lat = Vec::with_capacity(100_000);
     let mut errors = 0u64;
     let mut i = 0u64;
@@ -667,7 +684,7 @@ fn bridge_table(rows: &[Row]) -> String {
         }
         if s.is_empty() {
             s.push_str("\nBridges vs the LDP path (the same echo task; the gateway's CPU per task, and what each bridge adds to it):\n\n");
-            s.push_str("| conns | gateway CPU µs/task: LDP / llmcp / llmx / ladp | added CPU µs/task: llmcp / llmx / ladp | p50 µs: LDP / llmcp / llmx / ladp |\n");
+            s.push_str("| conns | gateway CPU µs/task: LDP / llmcp / llmx / ladp / a2a | added CPU µs/task: llmcp / llmx / ladp / a2a | p50 µs: LDP / llmcp / llmx / ladp / a2a |\n");
             s.push_str("|---:|---:|---:|---:|\n");
         }
         let each = |f: &dyn Fn(&Row) -> String| {
@@ -1081,10 +1098,7 @@ async fn main() -> anyhow::Result<()> {
         delegate_pid,
     ));
     // The bridges' rows: the same echo task, in each bridge's protocol.
-    for (path, bridge) in BRIDGE_PATHS
-        .into_iter()
-        .zip([Bridge::Llmcp, Bridge::Llmx, Bridge::Ladp])
-    {
+    for (path, bridge) in BRIDGE_PATHS.into_iter().zip(BRIDGES) {
         targets.push((
             path,
             Target {

@@ -578,3 +578,52 @@ async fn a_streaming_v03_agent_is_streamed_and_cancelled_with_v03_names() {
     gw.shutdown().await;
     drop(agent);
 }
+
+/// A2A both ways: an A2A client (v1.0 JSON-RPC `SendMessage` at the gateway's `/a2a`) is
+/// answered by an SDK agent behind the gateway, through one governed task (its ledger row:
+/// ingress `a2a`, the agent as delegate); two messages of one A2A context reach the agent in
+/// one context of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_client_reaches_an_a2a_agent_through_the_gateway() {
+    let Some(py) = a2a_python() else { return };
+    let agent = Agent::start(&py, "one", &[]).await;
+    let gw = TestGateway::builder()
+        .entry(entry("one", &agent.url, 0.8))
+        .spawn()
+        .await;
+    let c = gw.client();
+    for (n, text) in ["hi", "again"].into_iter().enumerate() {
+        let body = json!({"jsonrpc": "2.0", "id": n, "method": "SendMessage", "params": {
+            "message": {"messageId": format!("m-{n}"), "role": "ROLE_USER",
+                "parts": [{"text": text}], "contextId": "ctx-1",
+                "metadata": {"skill": SKILL}}}});
+        let headers = [("content-type", "application/json"), ("A2A-Version", "1.0")];
+        let r = c
+            .post_with("/a2a", body.to_string().into_bytes(), &headers)
+            .await;
+        let task = &r.json["result"]["task"];
+        assert_eq!(
+            task["status"]["state"],
+            "TASK_STATE_COMPLETED",
+            "{}",
+            r.text()
+        );
+        let out = &task["artifacts"][0]["parts"][0]["text"];
+        assert_eq!(
+            out.as_str(),
+            Some(format!("one: {text}").as_str()),
+            "{task}"
+        );
+        let row = gw.ledger_row(task["id"].as_str().unwrap()).await;
+        assert_eq!(row.ingress, ldp_gateway::provenance::Ingress::A2a);
+        assert_eq!(row.delegate.as_deref(), Some("one"));
+    }
+    let (contexts, calls) = agent.log().await;
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(contexts.len(), 2, "{contexts:?}");
+    assert_eq!(
+        contexts[0], contexts[1],
+        "one A2A context, one upstream context"
+    );
+    gw.shutdown().await;
+}
