@@ -362,7 +362,7 @@ async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32
                     &t.base,
                     b.path(),
                     Some(b.body(&sender, i)),
-                    &auth,
+                    &bridge_headers,
                     None,
                     TIMEOUT,
                 )

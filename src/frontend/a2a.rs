@@ -40,10 +40,10 @@
 
 mod tasks;
 
-pub use tasks::{A2aState, Cancel, MAX_CONTEXTS_PER_TENANT, MAX_TASKS_PER_TENANT};
+pub use tasks::{A2aState, Cancel, Inserted, MAX_CONTEXTS_PER_TENANT, MAX_TASKS_PER_TENANT};
 
 use crate::ldp::error::GatewayCode;
-use crate::ldp::{Body, Envelope, Json, LdpError, TaskId};
+use crate::ldp::{Body, Envelope, Json, LdpError, SessionId, TaskId};
 use crate::provenance::Ingress;
 use crate::proxy::{IngressTask, Proxy, Refusal, RequestCtx, Trip};
 use a2a_wire::v1::{
@@ -727,6 +727,13 @@ fn finish_failed(
         },
         Some(ev),
     );
+}
+
+/// Closes the session of `tenant`'s context forgotten to make room for a new one.
+pub async fn close_context(proxy: &Proxy, tenant: &str, session: &SessionId) {
+    proxy
+        .close_ingress_session(tenant, Ingress::A2a, session)
+        .await;
 }
 
 /// Cancels `ctx`'s tenant's task `id`: marked `CANCELED` (its listeners told), then

@@ -13,6 +13,7 @@ use crate::ldp::{
 };
 use crate::openai::wire::ChatRequest;
 use crate::provenance::Ingress;
+use crate::state::{ConversationStore as _, SessionStore as _};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -249,6 +250,20 @@ impl Proxy {
                 GatewayCode::Internal,
                 format!("unexpected {} to a proposal", other.message_type().as_str()),
             )),
+        }
+    }
+
+    /// Closes `tenant`'s `session` kept by the `ingress` front end (an A2A context it
+    /// forgot): its upstream sessions closed, its conversations dropped, its slot under the
+    /// tenant's session cap freed.
+    pub async fn close_ingress_session(&self, tenant: &str, ingress: Ingress, session: &SessionId) {
+        let owner = super::owner_of(tenant, ingress_from(ingress));
+        match self.sessions.close(session, &owner).await {
+            Ok(bindings) => {
+                self.close_later(bindings);
+                self.conversations.forget_session(session).await;
+            }
+            Err(e) => tracing::warn!(error = %e, "a front end's session was not closed"),
         }
     }
 

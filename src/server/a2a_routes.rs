@@ -157,7 +157,17 @@ async fn send(
 ) -> Response {
     let tenant = ctx.tenant.name.clone();
     let submitted = job.task.clone();
-    let (mut rx, session) = s.a2a.insert(&tenant, submitted.clone());
+    let bridge::Inserted {
+        events: mut rx,
+        session,
+        evicted,
+    } = s.a2a.insert(&tenant, submitted.clone());
+    if let Some(old) = evicted {
+        let (proxy, tenant) = (s.proxy.clone(), tenant.clone());
+        s.proxy.spawn_tracked(async move {
+            bridge::close_context(&proxy, &tenant, &old).await;
+        });
+    }
     let runner = s.clone();
     // Tracked: a client that leaves does not stop the task, its settling or its ledger row.
     let spawned = s.proxy.spawn_tracked(async move {

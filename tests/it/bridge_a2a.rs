@@ -483,3 +483,45 @@ async fn bridge_a2a_context_keeps_its_delegate() {
     assert_eq!(per_context, [1, 1, 1]);
     gw.shutdown().await;
 }
+
+/// A context's session lives no longer than the context: past the contexts a tenant keeps
+/// (`MAX_CONTEXTS_PER_TENANT`), the forgotten one's session is closed, so a client sending
+/// one new context after another never runs into its tenant's session cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bridge_a2a_forgotten_contexts_free_their_sessions() {
+    use ldp_gateway::frontend::a2a::MAX_CONTEXTS_PER_TENANT;
+    let mut fast = SimOptions::new(card("sim-ldp", "default", &[(SUMMARIZE, 0.9)], &["text"]));
+    fast.latency = Duration::ZERO;
+    let mut t = tenant("acme", KEY);
+    // Room for the kept contexts' sessions and a few closing in the background.
+    t.max_sessions = Some(MAX_CONTEXTS_PER_TENANT + 8);
+    let gw = TestGateway::builder()
+        .sim(fast)
+        .tenant(t)
+        .healthy(1)
+        .spawn()
+        .await;
+    let c = client(&gw);
+    let mut states = std::collections::BTreeMap::<String, usize>::new();
+    for _ in 0..MAX_CONTEXTS_PER_TENANT + 200 {
+        let r = rpc(
+            &c,
+            "SendMessage",
+            v1_message("hi", json!({"skill": SUMMARIZE})),
+            Some("1.0"),
+        )
+        .await;
+        let state = r.json["result"]["task"]["status"]["state"]
+            .as_str()
+            .unwrap_or("none");
+        *states.entry(state.to_owned()).or_default() += 1;
+    }
+    assert_eq!(
+        states.into_iter().collect::<Vec<_>>(),
+        [(
+            "TASK_STATE_COMPLETED".to_owned(),
+            MAX_CONTEXTS_PER_TENANT + 200
+        )]
+    );
+    gw.shutdown().await;
+}

@@ -57,14 +57,12 @@ impl A2aState {
     }
 
     /// Adds `task` for `tenant` (forgetting its oldest task past the cap) and touches its
-    /// context; answers a listener of its events and the context's session, if any.
-    pub fn insert(
-        &self,
-        tenant: &str,
-        task: Task,
-    ) -> (broadcast::Receiver<StreamResponse>, Option<SessionId>) {
+    /// context; answers a listener of its events, the context's session, if any, and the
+    /// session of a context forgotten to make room (the caller closes it: a context's
+    /// session lives no longer than the context).
+    pub fn insert(&self, tenant: &str, task: Task) -> Inserted {
         self.with(tenant, |t| {
-            let session = touch_context(t, &task.context_id);
+            let (session, evicted) = touch_context(t, &task.context_id);
             while t.order.len() >= MAX_TASKS_PER_TENANT {
                 match t.order.pop_front() {
                     Some(old) => {
@@ -83,7 +81,11 @@ impl A2aState {
                     events,
                 },
             );
-            (rx, session)
+            Inserted {
+                events: rx,
+                session,
+                evicted,
+            }
         })
     }
 
@@ -167,15 +169,26 @@ impl A2aState {
     }
 }
 
+/// What [`A2aState::insert`] answers.
+pub struct Inserted {
+    /// A listener of the task's events.
+    pub events: broadcast::Receiver<StreamResponse>,
+    /// The session its context runs in, if it has one yet.
+    pub session: Option<SessionId>,
+    /// The session of the context forgotten to make room, for the caller to close.
+    pub evicted: Option<SessionId>,
+}
+
 /// Marks `context` used now (adding it, forgetting the least recently used past the cap);
-/// answers its session.
-fn touch_context(t: &mut TenantTables, context: &str) -> Option<SessionId> {
+/// answers its session and the forgotten context's.
+fn touch_context(t: &mut TenantTables, context: &str) -> (Option<SessionId>, Option<SessionId>) {
     t.tick += 1;
     let tick = t.tick;
     if let Some(c) = t.contexts.get_mut(context) {
         c.1 = tick;
-        return c.0.clone();
+        return (c.0.clone(), None);
     }
+    let mut evicted = None;
     if t.contexts.len() >= MAX_CONTEXTS_PER_TENANT {
         let oldest = t
             .contexts
@@ -183,11 +196,11 @@ fn touch_context(t: &mut TenantTables, context: &str) -> Option<SessionId> {
             .min_by_key(|(_, (_, used))| *used)
             .map(|(k, _)| k.clone());
         if let Some(k) = oldest {
-            t.contexts.remove(&k);
+            evicted = t.contexts.remove(&k).and_then(|(session, _)| session);
         }
     }
     t.contexts.insert(context.to_owned(), (None, tick));
-    None
+    (None, evicted)
 }
 
 #[cfg(test)]
