@@ -1,6 +1,6 @@
 """The real a2a-sdk (1.3.0) client against the gateway's A2A bridge (tests/it/bridge_a2a.rs).
 
-Usage: a2a_client.py BASE_URL KEY OTHER_KEY LDP_SKILL OPENAI_SKILL SLOW_SKILL
+Usage: a2a_client.py BASE_URL KEY OTHER_KEY LDP_SKILL OPENAI_SKILL SLOW_SKILL [A2A_SKILL]
 
 Discovers the card (and validates it strictly against the SDK's AgentCard model), then: a
 blocking send to each skill, a streamed send, a get, the cancel of a slow task sent with
@@ -58,6 +58,8 @@ def task_view(task):
 
 async def main():
     base, key, other_key, ldp_skill, openai_skill, slow_skill = sys.argv[1:7]
+    # An optional seventh: the skill of an A2A agent behind the gateway.
+    a2a_skill = sys.argv[7] if len(sys.argv) > 7 else None
     report = {}
     auth = {"Authorization": f"Bearer {key}"}
     async with httpx.AsyncClient(headers=auth, timeout=60) as http, httpx.AsyncClient(
@@ -87,7 +89,9 @@ async def main():
 
         # A blocking send to the LDP delegate's skill and to the OpenAI-backed one.
         sends = {}
-        for skill in (ldp_skill, openai_skill):
+        for skill in (ldp_skill, openai_skill, a2a_skill):
+            if skill is None:
+                continue
             async for ev in blocking.send_message(SendMessageRequest(message=message("hello a2a", skill))):
                 sends[skill] = task_view(ev.task)
         report["send"] = sends

@@ -29,7 +29,7 @@ const GATEWAY_ID: &str = "ldp:delegate:gateway";
 
 /// The A2A venv's interpreter, or `None` (after a note) when there is none and it is not
 /// required.
-fn a2a_python() -> Option<PathBuf> {
+pub(crate) fn a2a_python() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("LDP_PY_A2A").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(p));
     }
@@ -49,14 +49,14 @@ fn a2a_python() -> Option<PathBuf> {
 }
 
 /// One running SDK agent.
-struct Agent {
+pub(crate) struct Agent {
     process: Running,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Agent {
     /// `a2a_agent.py name [flags]`, once it listens.
-    async fn start(py: &Path, name: &str, flags: &[&str]) -> Agent {
+    pub(crate) async fn start(py: &Path, name: &str, flags: &[&str]) -> Agent {
         let mut cmd = py_script(py, "a2a_agent.py");
         cmd.arg(name).args(flags);
         let mut process = Running::spawn(cmd);
@@ -94,7 +94,7 @@ impl Agent {
 }
 
 /// The `[[delegates]]` entry of A2A agent `name` at `url`, declared at `quality`.
-fn entry(name: &str, url: &str, quality: f64) -> DelegateConfig {
+pub(crate) fn entry(name: &str, url: &str, quality: f64) -> DelegateConfig {
     DelegateConfig {
         name: Some(name.to_owned()),
         kind: DelegateKind::A2a,

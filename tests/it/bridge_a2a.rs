@@ -1,5 +1,5 @@
 //! The A2A bridge (issue 27 item 1) end to end: the real `a2a-sdk` client (the pinned venv's,
-//! `tests/interop/a2a_client.py`) discovers the gateway's card, sends to an LDP and an
+//! `tests/interop/a2a_client.py`) discovers the gateway's card, sends to an LDP, an A2A and an
 //! OpenAI-backed delegate, streams, gets and cancels a slow task, and cannot see another
 //! tenant's task; the card's ETag and LDP identity extension; the v0.3 method names by raw
 //! JSON-RPC; every error code; a `contextId` keeping an OpenAI-backed delegate's
@@ -27,6 +27,8 @@ const CHAT: &str = "chat";
 const SLOW_SKILL: &str = "ponder";
 const SLOW: Duration = Duration::from_secs(30);
 const MODEL: &str = "sim-mini";
+/// The A2A agent's skill (an SDK agent behind the gateway).
+const ECHO: &str = "echo";
 /// A cold start of the SDK and a dozen calls on a loaded 2-core machine.
 const SDK_WITHIN: Duration = Duration::from_secs(180);
 
@@ -43,17 +45,31 @@ fn tenant(name: &str, key: &str) -> TenantConfig {
 /// `mini` (chat) in front of `oa`; tenants `acme` and `other`; `summarize` the default A2A
 /// skill.
 async fn gateway(oa: &OpenAiHandle) -> TestGateway {
+    gateway_with(oa, None).await
+}
+
+/// [`gateway`], with an A2A agent (a `kind = "a2a"` entry) in the fleet too.
+async fn gateway_with(
+    oa: &OpenAiHandle,
+    agent: Option<ldp_gateway::config::DelegateConfig>,
+) -> TestGateway {
     let mut fast = SimOptions::new(card("sim-ldp", "default", &[(SUMMARIZE, 0.9)], &["text"]));
     fast.latency = Duration::from_millis(5);
     let mut slow = SimOptions::new(card("sim-slow", "default", &[(SLOW_SKILL, 0.9)], &["text"]));
     slow.latency = SLOW;
-    TestGateway::builder()
-        .sim(fast)
-        .sim(slow)
-        .entry(entry("mini", &oa.url(), MODEL, declared(&[CHAT], 0.8)))
-        .tenant(tenant("acme", KEY))
+    let mut b = TestGateway::builder().sim(fast).sim(slow).entry(entry(
+        "mini",
+        &oa.url(),
+        MODEL,
+        declared(&[CHAT], 0.8),
+    ));
+    let healthy = 3 + usize::from(agent.is_some());
+    if let Some(a) = agent {
+        b = b.entry(a);
+    }
+    b.tenant(tenant("acme", KEY))
         .tenant(tenant("other", OTHER_KEY))
-        .healthy(3)
+        .healthy(healthy)
         .config(|c| c.a2a.default_skill = Some(SUMMARIZE.into()))
         .spawn()
         .await
@@ -118,11 +134,14 @@ fn a2a_python() -> Option<PathBuf> {
 async fn bridge_a2a_sdk_client_discovers_sends_streams_gets_and_cancels() {
     let Some(py) = a2a_python() else { return };
     let oa = start(OpenAiOptions::new(MODEL)).await;
-    let gw = gateway(&oa).await;
+    // An SDK agent behind the gateway too: A2A in front and behind.
+    let agent = crate::a2a_delegates::Agent::start(&py, "one", &[]).await;
+    let behind = crate::a2a_delegates::entry("one", &agent.url, 0.8);
+    let gw = gateway_with(&oa, Some(behind)).await;
     let base = client(&gw).url("");
     let base = base.trim_end_matches('/').to_owned();
     let mut cmd = py_script(&py, "a2a_client.py");
-    cmd.args([&base, KEY, OTHER_KEY, SUMMARIZE, CHAT, SLOW_SKILL]);
+    cmd.args([&base, KEY, OTHER_KEY, SUMMARIZE, CHAT, SLOW_SKILL, ECHO]);
     let out = output_within(cmd, SDK_WITHIN).await;
     assert!(
         out.status.success(),
@@ -139,7 +158,7 @@ async fn bridge_a2a_sdk_client_discovers_sends_streams_gets_and_cancels() {
         (Some("JSONRPC"), Some("1.0"))
     );
     assert_eq!(card["streaming"], true);
-    assert_eq!(card["skills"], json!([CHAT, SLOW_SKILL, SUMMARIZE]));
+    assert_eq!(card["skills"], json!([CHAT, ECHO, SLOW_SKILL, SUMMARIZE]));
     assert_eq!(card["security"], json!(["bearer"]));
     let ext = &card["extensions"][0];
     assert_eq!(
@@ -154,7 +173,7 @@ async fn bridge_a2a_sdk_client_discovers_sends_streams_gets_and_cancels() {
         "{ext}"
     );
 
-    for (skill, delegate) in [(SUMMARIZE, "d0"), (CHAT, "mini")] {
+    for (skill, delegate) in [(SUMMARIZE, "d0"), (CHAT, "mini"), (ECHO, "one")] {
         let t = &r["send"][skill];
         assert_eq!(t["state"], "TASK_STATE_COMPLETED", "{skill}: {t}");
         assert!(!t["output"].as_str().unwrap().is_empty(), "{t}");
