@@ -396,13 +396,6 @@ pub fn halted(r: &Reply, halt: &Msg, cancelled: usize) -> Msg {
     ))
 }
 
-/// Cancels `tenant`'s task `task_id` because its client went away before the answer.
-pub async fn cancel(proxy: &Proxy, tenant: &str, task_id: &TaskId) -> bool {
-    proxy
-        .cancel_ingress_task(tenant, Ingress::Ladp, task_id)
-        .await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -138,13 +138,6 @@ pub async fn answer(
     Ok(outcome(task_id, &trip, Ok(Box::new(response))))
 }
 
-/// Cancels `tenant`'s LLMCP task `task_id` because its client went away before the answer.
-pub async fn cancel(proxy: &Proxy, tenant: &str, task_id: &TaskId) -> bool {
-    proxy
-        .cancel_ingress_task(tenant, Ingress::Llmcp, task_id)
-        .await
-}
-
 fn outcome(task_id: TaskId, trip: &Trip, result: Result<Box<Response>, LdpError>) -> LlmcpOutcome {
     LlmcpOutcome {
         task_id,

@@ -379,13 +379,6 @@ pub async fn run(
     }
 }
 
-/// Cancels `tenant`'s LLMX task `task_id` (its client went away before the answer).
-pub async fn cancel(proxy: &Proxy, tenant: &str, task_id: &TaskId) -> bool {
-    proxy
-        .cancel_ingress_task(tenant, Ingress::Llmx, task_id)
-        .await
-}
-
 /// The trip as one answer block.
 fn answer(
     proxy: &Proxy,

@@ -122,13 +122,6 @@ pub async fn chat(
     })
 }
 
-/// Cancels `tenant`'s completion `task_id` because its client went away before the answer.
-pub async fn cancel(proxy: &Proxy, tenant: &str, task_id: &TaskId) -> bool {
-    proxy
-        .cancel_ingress_task(tenant, Ingress::Openai, task_id)
-        .await
-}
-
 /// The conversation as one text task for an LDP delegate: a lone message's text as it is;
 /// several as a transcript, one `role: text` line each.
 fn input_text(messages: &[Message]) -> String {

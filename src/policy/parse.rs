@@ -1,6 +1,6 @@
 //! Parsing policy files (TOML) strictly, keeping line numbers.
 //!
-//! Phase one of two (see [`super::compile`]): the text is parsed into a spanned TOML tree
+//! Phase one of two (see `compile.rs`): the text is parsed into a spanned TOML tree
 //! and walked by hand into a [`RawPolicy`]. Walking by hand rather than deriving serde
 //! structs means one bad key does not hide the next: every syntax error, unknown key and
 //! wrong type in the file is collected, each with its 1-based line and dotted key. Values

@@ -1,4 +1,4 @@
-//! The front ends' way in (`crate::frontend`: OpenAI, LLMCP, LLMX, LADP, A2A): one request of
+//! The front ends' way in (`frontend`: OpenAI, LLMCP, LLMX, LADP, A2A): one request of
 //! another protocol runs as one LDP task through the same pipeline (tenant limits, trust,
 //! policy, routing, budgets, verification, failover, ledger, metrics) in a gateway session
 //! kept per tenant and front end. Its trust claim is the tenant's first trust domain (the

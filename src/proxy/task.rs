@@ -441,7 +441,7 @@ impl Proxy {
 
     /// Runs the task; a panic on the way (a bug) is caught here, so the task still gets
     /// its ledger row, its status and an answer in the protocol: `INTERNAL`, with no panic
-    /// text. Its budget hold was released on the way out ([`super::hold::Held`]).
+    /// text. Its budget hold was released on the way out (`hold.rs`: `Held`).
     async fn run_unwinding(&self, t: &TaskCtx<'_>, run: &mut TaskRun) -> Answer {
         use futures_util::FutureExt as _;
         let running = std::panic::AssertUnwindSafe(self.run_checked(t, run)).catch_unwind();

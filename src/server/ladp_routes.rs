@@ -5,11 +5,12 @@
 //! a failed task with its LDP status (as on the LDP routes) and the forms it got to.
 
 use super::api_error::{catch_panics_shaped, ApiError, Shape};
-use super::request::{read_body, refuse, request_ctx};
+use super::request::{read_body, refuse, request_ctx, CancelOnDrop};
 use super::AppState;
 use crate::frontend::ladp::{self as bridge, LadpError, Phase, Request, UNKNOWN_SENDER};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{LdpError, TaskId};
+use crate::provenance::Ingress;
 use crate::proxy::RequestCtx;
 use axum::body::Body as HttpBody;
 use axum::extract::State;
@@ -86,12 +87,7 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
     s.ladp
         .start(&tenant, &sender, msg.epoch_ms, task_id.clone());
     // A client that leaves before its answer cancels the task.
-    let mut guard = CancelOnDrop {
-        proxy: s.proxy.clone(),
-        tenant: tenant.clone(),
-        task_id: task_id.clone(),
-        done: false,
-    };
+    let guard = CancelOnDrop::new(s, &tenant, Ingress::Ladp, [task_id.clone()]);
     let proxy = s.proxy.clone();
     let (id, quorum) = (task_id.clone(), init.quorum);
     // Its own (tracked) task: a client that leaves does not stop its settling and ledger row.
@@ -104,7 +100,7 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
         return told(e, &sender, None);
     };
     let joined = handle.await;
-    guard.done = true;
+    guard.done();
     let trip = match joined {
         Ok(Ok(trip)) => trip,
         Ok(Err(refusal)) => {
@@ -139,30 +135,6 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
         }
     }
     resp
-}
-
-/// Cancels a task whose request is dropped (its client gone) before the answer.
-struct CancelOnDrop {
-    proxy: Arc<crate::proxy::Proxy>,
-    tenant: String,
-    task_id: TaskId,
-    done: bool,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let (proxy, tenant, task) = (
-            self.proxy.clone(),
-            std::mem::take(&mut self.tenant),
-            std::mem::take(&mut self.task_id),
-        );
-        self.proxy.spawn_tracked(async move {
-            bridge::cancel(&proxy, &tenant, &task).await;
-        });
-    }
 }
 
 fn ok(text: String) -> Response {

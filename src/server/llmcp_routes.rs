@@ -4,11 +4,12 @@
 //! refusal is an LLMCP error packet (`type: "error"`) with the LDP routes' status.
 
 use super::api_error::{catch_panics_shaped, ApiError, Shape};
-use super::request::{read_body, refuse, request_ctx};
+use super::request::{read_json_body, refuse, request_ctx, CancelOnDrop};
 use super::AppState;
 use crate::frontend::llmcp::LlmcpOutcome;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::TaskId;
+use crate::provenance::Ingress;
 use axum::body::Body as HttpBody;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
@@ -56,7 +57,7 @@ async fn handle(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -
 
 async fn answer(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Response, Refused> {
     let ctx = request_ctx(s, headers)?;
-    let bytes = read_body(s, headers, body).await?;
+    let bytes = read_json_body(s, headers, body).await?;
     let req = llmcp::read_request(&bytes).map_err(|e| {
         let unsupported = matches!(e, ReadError::Unsupported { .. } | ReadError::NoProtocol);
         Refused {
@@ -72,12 +73,8 @@ async fn answer(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Res
     let task_id: TaskId = crate::ldp::new_id().into();
     let repair_id: TaskId = crate::ldp::new_id().into();
     // A client that leaves before its answer cancels the task (and its repair).
-    let mut guard = CancelOnDrop {
-        proxy: s.proxy.clone(),
-        tenant: ctx.tenant.name.clone(),
-        tasks: [task_id.clone(), repair_id.clone()],
-        done: false,
-    };
+    let tasks = [task_id.clone(), repair_id.clone()];
+    let guard = CancelOnDrop::new(s, &ctx.tenant.name, Ingress::Llmcp, tasks);
     let proxy = s.proxy.clone();
     // Its own (tracked) task: a client that leaves does not stop its settling and ledger row.
     let task = s.proxy.spawn_tracked(async move {
@@ -91,7 +88,7 @@ async fn answer(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Res
         });
     };
     let joined = task.await;
-    guard.done = true;
+    guard.done();
     let outcome: LlmcpOutcome = match joined {
         Ok(Ok(o)) => o,
         Ok(Err(refusal)) => {
@@ -168,31 +165,4 @@ fn ldp_headers(o: &LlmcpOutcome) -> HeaderMap {
 
 fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-/// Cancels an LLMCP request's tasks when the request is dropped (its client gone) before the
-/// answer.
-struct CancelOnDrop {
-    proxy: std::sync::Arc<crate::proxy::Proxy>,
-    tenant: String,
-    tasks: [TaskId; 2],
-    done: bool,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let (proxy, tenant, tasks) = (
-            self.proxy.clone(),
-            std::mem::take(&mut self.tenant),
-            std::mem::take(&mut self.tasks),
-        );
-        self.proxy.spawn_tracked(async move {
-            for task in &tasks {
-                crate::frontend::llmcp::cancel(&proxy, &tenant, task).await;
-            }
-        });
-    }
 }

@@ -7,12 +7,13 @@
 //! bad key), 409 (sequence not above the sender's last), 413 (over the size limit).
 
 use super::api_error::{catch_panics_shaped, ApiError, ErrorKind, Shape};
-use super::request::{read_body, refuse, request_ctx};
+use super::request::{read_body, refuse, request_ctx, CancelOnDrop};
 use super::AppState;
 use crate::frontend::llmx::{self as bridge, Answered, Inbound, Nack};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::TaskId;
-use crate::proxy::{Proxy, RequestCtx};
+use crate::provenance::Ingress;
+use crate::proxy::RequestCtx;
 use axum::body::{Body as HttpBody, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -21,7 +22,7 @@ use axum::routing::post;
 use axum::Router;
 use llmx::{Block, Header, Message};
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// The `/llmx` route (a panic of its handler answered with a NACK).
@@ -122,24 +123,18 @@ async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound) -> Response {
     } = inbound;
     let header = reply_header(&s, Some(&theirs));
     let ids: Vec<TaskId> = jobs.iter().map(|_| crate::ldp::new_id().into()).collect();
-    let guard = CancelOnDrop {
-        proxy: s.proxy.clone(),
-        tenant: ctx.tenant.name.clone(),
-        pending: Arc::new(Mutex::new(ids.iter().cloned().map(Some).collect())),
-    };
+    let guard = CancelOnDrop::new(&s, &ctx.tenant.name, Ingress::Llmx, ids.iter().cloned());
     let (tx, mut rx) = mpsc::channel::<Answered>(jobs.len().max(1));
     let timeout = s.config.upstream.task_timeout;
     for (i, (job, task_id)) in jobs.into_iter().zip(ids).enumerate() {
         let (proxy, registry, ctx, tx) =
             (s.proxy.clone(), s.registry.clone(), ctx.clone(), tx.clone());
-        let pending = guard.pending.clone();
+        let answered = guard.answered();
         // Each REQ runs as its own tracked task: a client that leaves does not stop its
         // settling and its ledger row.
         let spawned = s.proxy.spawn_tracked(async move {
             let a = bridge::run(&proxy, &registry, &ctx, &job, task_id, timeout).await;
-            if let Some(slot) = pending.lock().unwrap_or_else(|p| p.into_inner()).get_mut(i) {
-                *slot = None;
-            }
+            answered(i);
             let _ = tx.send(a).await;
         });
         if spawned.is_none() {
@@ -187,33 +182,4 @@ async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound) -> Response {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     resp
-}
-
-/// Cancels the message's tasks still running when its answer is dropped (the client left).
-struct CancelOnDrop {
-    proxy: Arc<Proxy>,
-    tenant: String,
-    /// Each REQ's task, `None` once answered.
-    pending: Arc<Mutex<Vec<Option<TaskId>>>>,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let left: Vec<TaskId> = self
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter_mut()
-            .filter_map(Option::take)
-            .collect();
-        if left.is_empty() {
-            return;
-        }
-        let (proxy, tenant) = (self.proxy.clone(), std::mem::take(&mut self.tenant));
-        self.proxy.spawn_tracked(async move {
-            for task_id in left {
-                bridge::cancel(&proxy, &tenant, &task_id).await;
-            }
-        });
-    }
 }

@@ -6,12 +6,13 @@
 //! `x-ldp-policy` and `x-ldp-task-id`. Errors are OpenAI's shape with the LDP routes' statuses.
 
 use super::api_error::{ApiError, ErrorKind};
-use super::request::{read_json_body, refuse, request_ctx};
+use super::request::{read_json_body, refuse, request_ctx, CancelOnDrop};
 use super::AppState;
 use crate::frontend::openai::{ChatOutcome, ChatRefusal, ChatReply};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::TaskId;
 use crate::openai::wire::{ChatRequest, ErrorDetail, Usage};
+use crate::provenance::Ingress;
 use crate::proxy::ChatDelta;
 use axum::body::Body as HttpBody;
 use axum::extract::State;
@@ -186,12 +187,7 @@ async fn completion(
     let proxy = s.proxy.clone();
     let id = task_id.clone();
     // A client that leaves before its answer (or its first delta) cancels the task.
-    let mut guard = CancelChatOnDrop {
-        proxy: s.proxy.clone(),
-        tenant: ctx.tenant.name.clone(),
-        task_id: task_id.clone(),
-        done: false,
-    };
+    let guard = CancelOnDrop::new(s, &ctx.tenant.name, Ingress::Openai, [task_id.clone()]);
     // The task runs as its own (tracked) task: a client that leaves does not stop its
     // settling and its ledger row.
     let task = s
@@ -211,7 +207,7 @@ async fn completion(
         Some(rx) => stream(s, reply, task_id, rx, task).await,
         None => whole(s, reply, &task_id, task).await,
     };
-    guard.done = true;
+    guard.done();
     answered
 }
 
@@ -232,30 +228,6 @@ async fn whole(
             resp.headers_mut().extend(headers);
             Ok(resp)
         }
-    }
-}
-
-/// Cancels an ingress task whose request is dropped (its client gone) before the answer.
-struct CancelChatOnDrop {
-    proxy: std::sync::Arc<crate::proxy::Proxy>,
-    tenant: String,
-    task_id: TaskId,
-    done: bool,
-}
-
-impl Drop for CancelChatOnDrop {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let (proxy, tenant, task) = (
-            self.proxy.clone(),
-            std::mem::take(&mut self.tenant),
-            std::mem::take(&mut self.task_id),
-        );
-        self.proxy.spawn_tracked(async move {
-            crate::frontend::openai::cancel(&proxy, &tenant, &task).await;
-        });
     }
 }
 

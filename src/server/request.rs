@@ -175,3 +175,73 @@ pub(super) fn request_ctx(s: &AppState, headers: &HeaderMap) -> Result<RequestCt
             .unwrap_or(0),
     })
 }
+
+/// Cancels a front end's tasks still pending when its request is dropped (the client left
+/// before the answer), as a disconnected LDP client's are. Each task is marked answered
+/// ([`CancelOnDrop::answered`]) or all at once ([`CancelOnDrop::done`]).
+pub(super) struct CancelOnDrop {
+    proxy: std::sync::Arc<crate::proxy::Proxy>,
+    tenant: String,
+    ingress: crate::provenance::Ingress,
+    pending: std::sync::Arc<std::sync::Mutex<Vec<Option<crate::ldp::TaskId>>>>,
+}
+
+impl CancelOnDrop {
+    /// A guard over `tasks` of `tenant`'s request through `ingress`.
+    pub(super) fn new(
+        s: &AppState,
+        tenant: &str,
+        ingress: crate::provenance::Ingress,
+        tasks: impl IntoIterator<Item = crate::ldp::TaskId>,
+    ) -> CancelOnDrop {
+        CancelOnDrop {
+            proxy: s.proxy.clone(),
+            tenant: tenant.to_owned(),
+            ingress,
+            pending: std::sync::Arc::new(std::sync::Mutex::new(
+                tasks.into_iter().map(Some).collect(),
+            )),
+        }
+    }
+
+    /// A handle that marks task `i` answered (from the task that runs it).
+    pub(super) fn answered(&self) -> impl Fn(usize) + Send + Sync + 'static {
+        let pending = self.pending.clone();
+        move |i| {
+            if let Some(slot) = pending.lock().unwrap_or_else(|p| p.into_inner()).get_mut(i) {
+                *slot = None;
+            }
+        }
+    }
+
+    /// Every task answered: nothing to cancel.
+    pub(super) fn done(&self) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending.iter_mut().for_each(|t| *t = None);
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let left: Vec<crate::ldp::TaskId> = self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter_mut()
+            .filter_map(Option::take)
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        let (proxy, tenant, ingress) = (
+            self.proxy.clone(),
+            std::mem::take(&mut self.tenant),
+            self.ingress,
+        );
+        self.proxy.spawn_tracked(async move {
+            for task_id in left {
+                proxy.cancel_ingress_task(&tenant, ingress, &task_id).await;
+            }
+        });
+    }
+}

@@ -3,7 +3,7 @@
 //! schema — or taken whole as Markdown, the seed's fallback.
 
 use crate::error::AnswerError;
-use crate::packet::Format;
+use crate::tools::ToolCall;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -94,14 +94,13 @@ pub enum LocatorType {
     SectionHeading,
 }
 
-/// A proposed tool call: `{ "name": "browser.click", "arguments": { "handleId": "…" } }`.
-/// No key beyond these two (the seed: "must not include keys beyond the schema").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ToolCall {
-    pub name: String,
-    #[serde(default)]
-    pub arguments: Map<String, Value>,
+/// `output.format`: JSON (the default) or Markdown (read-only tasks: no tool calls).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    #[default]
+    Json,
+    Markdown,
 }
 
 /// A model's answer that passed the checks.

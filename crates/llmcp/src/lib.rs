@@ -68,15 +68,16 @@ pub mod packet;
 pub mod tools;
 
 pub use answer::{
-    read, read_answer, read_markdown, Assistant, Citation, Locator, LocatorType, ModelAnswer, Node,
-    ToolCall,
+    read, read_answer, read_markdown, Assistant, Citation, Format, Locator, LocatorType,
+    ModelAnswer, Node,
 };
 pub use error::{AnswerError, ReadError, ToolError};
 pub use packet::{
-    Context, Conversation, Document, ErrorBody, ErrorPacket, Format, InReplyTo, Input, Output,
-    PacketType, Probe, Protocol, Request, Response, Role, Sender, Task, UserMessage, PROTOCOL_NAME,
+    Context, Conversation, Document, ErrorBody, ErrorPacket, InReplyTo, Input, Output, PacketType,
+    Probe, Protocol, Request, Response, Role, Sender, Task, UserMessage, PROTOCOL_NAME,
     PROTOCOL_VERSION,
 };
+pub use tools::ToolCall;
 
 /// Longest packet id, conversation id or task name read.
 pub const MAX_ID_BYTES: usize = 256;

@@ -2,7 +2,8 @@
 //! packet (the gateway's own: the seed defines none). Fields the gateway does not read are
 //! kept in `rest` and written back as they came.
 
-use crate::answer::{Assistant, ToolCall};
+use crate::answer::{Assistant, Format};
+use crate::tools::ToolCall;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -171,15 +172,6 @@ pub struct Output {
     pub format: Format,
     #[serde(flatten)]
     pub rest: Map<String, Value>,
-}
-
-/// `output.format`: JSON (the default) or Markdown (read-only tasks: no tool calls).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Format {
-    #[default]
-    Json,
-    Markdown,
 }
 
 /// A response packet (`type: "response"`).

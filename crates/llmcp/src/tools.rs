@@ -3,12 +3,22 @@
 //! rules say ("the validator is authoritative"); so are missing required keys and values of
 //! the wrong type.
 
-use crate::answer::ToolCall;
 use crate::error::ToolError;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 /// The tool schema version these tools are.
 pub const TOOLS_SCHEMA_VERSION: u32 = 1;
+
+/// A proposed tool call: `{ "name": "browser.click", "arguments": { "handleId": "…" } }`.
+/// No key beyond these two (the seed: "must not include keys beyond the schema").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCall {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: Map<String, Value>,
+}
 
 /// An argument's type.
 #[derive(Debug, Clone, Copy)]
