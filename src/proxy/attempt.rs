@@ -171,6 +171,42 @@ impl Exchange {
 }
 
 impl Proxy {
+    /// The start of one attempt at a delegate reached without an LDP session (OpenAI-backed,
+    /// A2A): counted, bound, the client told where it went; the time left before
+    /// `deadline`, or the timeout failure when none is.
+    pub(super) fn begin_attempt(
+        &self,
+        t: &TaskCtx<'_>,
+        run: &mut TaskRun,
+        binding: &Binding,
+        deadline: Instant,
+    ) -> Result<Duration, Box<Failure>> {
+        let delegate = &binding.delegate;
+        run.attempts += 1;
+        run.mode = Some(PayloadMode::Text);
+        run.binding = Some(binding.clone());
+        t.tell(
+            self.id(),
+            Some(0.0),
+            format_args!("routed to {}", delegate.name),
+        );
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let e = UpstreamError::Timeout {
+                url: delegate.base_url.clone(),
+                after: left,
+            };
+            return Err(Box::new(Failure {
+                reason: "timeout",
+                retryable: false,
+                ..Failure::upstream(delegate, &e)
+            }));
+        }
+        Ok(left)
+    }
+}
+
+impl Proxy {
     /// Applies what an exchange says to the delegate's health (the EWMA of observed latency,
     /// the failure count behind ejection): the one place that judges a delegate.
     pub(super) fn judge(&self, delegate: &Delegate, health: Health) {

@@ -43,26 +43,10 @@ impl Proxy {
         charged: &mut f64,
     ) -> Attempt {
         let delegate = binding.delegate.clone();
-        run.attempts += 1;
-        run.mode = Some(PayloadMode::Text);
-        run.binding = Some(binding.clone());
-        t.tell(
-            self.id(),
-            Some(0.0),
-            format_args!("routed to {}", delegate.name),
-        );
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            let e = crate::upstream::UpstreamError::Timeout {
-                url: delegate.base_url.clone(),
-                after: left,
-            };
-            return Attempt::Failed(Failure {
-                reason: "timeout",
-                retryable: false,
-                ..Failure::upstream(&delegate, &e)
-            });
-        }
+        let left = match self.begin_attempt(t, run, &binding, deadline) {
+            Ok(left) => left,
+            Err(timed_out) => return Attempt::Failed(*timed_out),
+        };
         // An LDP task: its input as the user's text (a frame rendered as across the LDP hop),
         // after the session's remembered turns. The ingress sends its own messages.
         let (user, turns) = match t.task.chat {
