@@ -253,8 +253,8 @@ pub fn decide_with<O: Offer>(
     );
     if s.index.is_empty() {
         // Evidence would leave the skill without a producer: the best-evidenced one serves
-        // (the task is verified).
-        if let Some((i, _)) = s.probation_best {
+        // (the task is verified). Not for a re-run or a failover: those excluded others.
+        if let Some((i, _)) = s.probation_best.filter(|_| need.exclude.is_empty()) {
             return Ok(trial_pick(&s, i, 0.0, Trial::Probation));
         }
         return Err(NoEligible {
