@@ -172,8 +172,8 @@ fn policy(name: &str, v: Option<Verifying>) -> String {
             v.verifiers, v.sample
         );
         if v.calibrated {
-            let reference =
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/calibration/qa.jsonl");
+            let reference = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("policies/calibration/qa.jsonl");
             let _ = write!(
                 p,
                 "[verify.calibration]\nreference = {:?}\nevery = \"10m\"\nitems = 12\n",
@@ -251,7 +251,10 @@ impl Rig {
             _dir: dir,
         };
         // A calibrated policy: its round at start is in before the first task.
-        if policies.iter().any(|(_, v)| v.is_some_and(|v| v.calibrated)) {
+        if policies
+            .iter()
+            .any(|(_, v)| v.is_some_and(|v| v.calibrated))
+        {
             let deadline = Instant::now() + TIMEOUT;
             while rig.calibration_rows().await? < 2 {
                 if Instant::now() > deadline {
@@ -273,7 +276,10 @@ impl Rig {
             );
             let body: Value = serde_json::from_slice(&reqwest::get(&url).await?.bytes().await?)?;
             for r in body["rows"].as_array().into_iter().flatten() {
-                if r["task_id"].as_str().is_some_and(|t| t.starts_with("calibration-")) {
+                if r["task_id"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("calibration-"))
+                {
                     usd += r["cost_usd"].as_f64().unwrap_or(0.0);
                 }
             }
@@ -292,7 +298,11 @@ impl Rig {
             let body: Value = serde_json::from_slice(&reqwest::get(&url).await?.bytes().await?)?;
             n += body["rows"].as_array().map_or(0, |rows| {
                 rows.iter()
-                    .filter(|r| r["task_id"].as_str().is_some_and(|t| t.starts_with("calibration-")))
+                    .filter(|r| {
+                        r["task_id"]
+                            .as_str()
+                            .is_some_and(|t| t.starts_with("calibration-"))
+                    })
                     .count()
             });
         }
@@ -636,11 +646,23 @@ async fn main() -> anyhow::Result<()> {
     };
     let scenarios = [
         ("blind", Dress::AsIs, None),
-        ("verified (sample 1.0)", Dress::AsIs, Verifying::sampled(1.0)),
+        (
+            "verified (sample 1.0)",
+            Dress::AsIs,
+            Verifying::sampled(1.0),
+        ),
         ("sampled (sample 0.2)", Dress::AsIs, Verifying::sampled(0.2)),
         ("oracle", Dress::Oracle, None),
-        ("rubber stamp, before (1 verifier)", Dress::Stamp, stamp(false)),
-        ("rubber stamp, after (calibrated)", Dress::Stamp, stamp(true)),
+        (
+            "rubber stamp, before (1 verifier)",
+            Dress::Stamp,
+            stamp(false),
+        ),
+        (
+            "rubber stamp, after (calibrated)",
+            Dress::Stamp,
+            stamp(true),
+        ),
     ];
     let mut results: Vec<(&str, Vec<Run>)> = Vec::new();
     for (name, dress, sample) in scenarios {
@@ -685,7 +707,10 @@ async fn main() -> anyhow::Result<()> {
         out,
         "| scenario | right / delivered | right / all tasks | verified but wrong | failed | runs locked out | USD per 100 tasks: mean (min–max) | × oracle | trials (explore) | liar share, last ¼: answers / calls | p50 ms | p99 ms |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for (name, runs) in &results {
         let sum = |f: &dyn Fn(&Run) -> usize| runs.iter().map(f).sum::<usize>();
         let (tasks, delivered, right) =

@@ -698,7 +698,14 @@ impl Registry {
     /// Adds one observation of `verifier`'s judgement at the verify skill `skill` (a
     /// calibration item, agreement with a round's outcome, a trusted rating); its
     /// reliability, read as its quality there. Nothing when it is not registered (any more).
-    pub fn observe_judgement(&self, verifier: &str, skill: &str, score: f64, weight: f64, at_ms: i64) {
+    pub fn observe_judgement(
+        &self,
+        verifier: &str,
+        skill: &str,
+        score: f64,
+        weight: f64,
+        at_ms: i64,
+    ) {
         if let Some(e) = self.get(verifier).and_then(|d| d.learned.estimate(skill)) {
             e.observe_judged(score, weight, at_ms);
         }

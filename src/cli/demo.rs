@@ -762,7 +762,10 @@ mod tests {
             rows.iter().any(|r| r.observed.is_some()),
             "votes were learnt: {rows:?}"
         );
-        let stamp = rows.iter().find(|r| r.delegate == fleet::QUIZ_STAMP).unwrap();
+        let stamp = rows
+            .iter()
+            .find(|r| r.delegate == fleet::QUIZ_STAMP)
+            .unwrap();
         assert!(
             stamp.blended.is_some_and(|r| r < 0.6),
             "calibration at start found the stamp out: {stamp:?}"

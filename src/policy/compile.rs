@@ -469,8 +469,13 @@ fn calibration(
         None => Some(10),
         Some(n) => {
             let ok = (1..=MAX_CALIBRATION_ITEMS).contains(&n.value);
-            c.check("verify.calibration.items", n, ok, "must be between 1 and 100")
-                .and_then(|n| u32::try_from(n).ok())
+            c.check(
+                "verify.calibration.items",
+                n,
+                ok,
+                "must be between 1 and 100",
+            )
+            .and_then(|n| u32::try_from(n).ok())
         }
     };
     let reference = cal.reference.filter(|r| !r.value.trim().is_empty());

@@ -209,7 +209,13 @@ impl Proxy {
     /// One round for one policy: every healthy LDP verifier of its verify skill that its
     /// card-only constraints allow (calibration sends them data too) is sent the same
     /// `items` reference items, drawn at random, all verifiers at once.
-    pub async fn calibrate(&self, policy: &Arc<Policy>, verify: &Verify, cal: &Calibration, round: u64) {
+    pub async fn calibrate(
+        &self,
+        policy: &Arc<Policy>,
+        verify: &Verify,
+        cal: &Calibration,
+        round: u64,
+    ) {
         let items = match load_reference(&cal.reference) {
             Ok(items) => items,
             Err(e) => {
@@ -220,8 +226,7 @@ impl Proxy {
         let n = (cal.items as usize).min(items.len());
         let drawn: Vec<&Item> = fastrand::choose_multiple(items.iter(), n);
         let index = self.registry.index();
-        let (offers, statics) =
-            index.offers_with_statics(&verify.skill, policy, &self.cfg.routing);
+        let (offers, statics) = index.offers_with_statics(&verify.skill, policy, &self.cfg.routing);
         let verifiers: Vec<Arc<Delegate>> = offers
             .iter()
             .zip(statics.iter())
@@ -233,7 +238,8 @@ impl Proxy {
             .map(|d| self.calibrate_one(d, &verify.skill, &drawn));
         let outcomes = futures_util::future::join_all(runs).await;
         for (d, o) in verifiers.iter().zip(outcomes) {
-            self.settle_calibration(policy, verify, cal, round, d, o).await;
+            self.settle_calibration(policy, verify, cal, round, d, o)
+                .await;
         }
     }
 
@@ -311,7 +317,9 @@ impl Proxy {
             let Some((verdict, cost)) = answer else {
                 continue;
             };
-            let cost = cost.filter(|c| c.is_finite() && *c >= 0.0).unwrap_or(declared);
+            let cost = cost
+                .filter(|c| c.is_finite() && *c >= 0.0)
+                .unwrap_or(declared);
             out.cost += cost;
             if let Some(passed) = verdict {
                 out.score.add(item.correct, passed);
@@ -450,6 +458,9 @@ mod tests {
         let e = load_reference(&bad).unwrap_err().to_string();
         assert!(e.contains("bad.jsonl:3: not a calibration item"), "{e}");
         std::fs::write(&bad, "\n").unwrap();
-        assert!(load_reference(&bad).unwrap_err().to_string().ends_with("no calibration items"));
+        assert!(load_reference(&bad)
+            .unwrap_err()
+            .to_string()
+            .ends_with("no calibration items"));
     }
 }

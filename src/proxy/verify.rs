@@ -381,8 +381,13 @@ impl Proxy {
         }
         for v in votes {
             let agreed = if v.passed == passed { 1.0 } else { 0.0 };
-            self.registry
-                .observe_judgement(&v.verifier, verify_skill, agreed, AGREEMENT_WEIGHT, now);
+            self.registry.observe_judgement(
+                &v.verifier,
+                verify_skill,
+                agreed,
+                AGREEMENT_WEIGHT,
+                now,
+            );
         }
     }
 
@@ -578,7 +583,11 @@ fn sub_task<'a>(
 }
 
 /// `{"input": …, "output": …, "skill": …}` from the texts as they came (no re-serialising).
-pub(super) fn verification_input(input: &Json, output: &Json, skill: &str) -> Result<Json, serde_json::Error> {
+pub(super) fn verification_input(
+    input: &Json,
+    output: &Json,
+    skill: &str,
+) -> Result<Json, serde_json::Error> {
     let skill = serde_json::to_string(skill)?;
     Json::from_text(format!(
         "{{\"input\":{},\"output\":{},\"skill\":{skill}}}",

@@ -331,7 +331,8 @@ pub(super) fn unmeasured<O: Offer>(o: &O, f: &Figures, policy: &Policy, need: &N
     o.observed_latency_ms().is_none()
         || (need.probation
             && policy.verify.is_some()
-            && f.observed_quality.is_none_or(|q| q.count < EXPLORE_EVIDENCE))
+            && f.observed_quality
+                .is_none_or(|q| q.count < EXPLORE_EVIDENCE))
 }
 
 /// The trial a drawn decision makes, if any candidate calls for one: uniformly among the

@@ -3,8 +3,8 @@
 
 use super::decide::unmeasured;
 use super::{
-    decide, scores, Components, Constraint, Figures, Need, NoEligible, Offer, RoutingParams,
-    Trial, SCORING_RULE,
+    decide, scores, Components, Constraint, Figures, Need, NoEligible, Offer, RoutingParams, Trial,
+    SCORING_RULE,
 };
 use crate::policy::Policy;
 use serde::{Serialize, Serializer};

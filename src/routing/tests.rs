@@ -533,7 +533,10 @@ fn an_unmeasured_delegate_outside_the_band_is_explored_only_when_explore_allows(
     };
     assert_eq!(count(&off, &mut rng), 0);
     let explored = count(&on, &mut rng);
-    assert!((300..500).contains(&explored), "about 20% of 2000: {explored}");
+    assert!(
+        (300..500).contains(&explored),
+        "about 20% of 2000: {explored}"
+    );
     // Once measured, it is scored like the others and no longer explored.
     offers[2].observed = Some(100.0);
     let pick = decide(&offers, &p, &need(), &on, &mut rng).unwrap();

@@ -42,7 +42,8 @@ async fn ask(c: &crate::support::Client, session: &str, i: usize) -> (String, bo
 /// `ldp_gateway_verifier_reliability{delegate, skill="verify"}` now.
 async fn reliability(gw: &TestGateway, delegate: &str) -> Option<f64> {
     let scrape = gw.metrics().await;
-    let series = format!("ldp_gateway_verifier_reliability{{delegate=\"{delegate}\",skill=\"verify\"}}");
+    let series =
+        format!("ldp_gateway_verifier_reliability{{delegate=\"{delegate}\",skill=\"verify\"}}");
     let value = scrape
         .samples()
         .find_map(|l| l.strip_prefix(series.as_str()))
@@ -97,10 +98,17 @@ async fn a_rubber_stamp_verifier_loses_its_weight_to_calibration() {
     for i in 0..30 {
         let (id, right, status) = ask(&c, &s, i).await;
         let row = gw.ledger_row(&id).await;
-        assert!(row.votes.iter().all(|v| v.verifier == "d2"), "{:?}", row.votes);
+        assert!(
+            row.votes.iter().all(|v| v.verifier == "d2"),
+            "{:?}",
+            row.votes
+        );
         stamped_wrong += usize::from(!right && status == "peer_verified");
     }
-    assert!(stamped_wrong > 0, "a rubber stamp lets wrong answers through");
+    assert!(
+        stamped_wrong > 0,
+        "a rubber stamp lets wrong answers through"
+    );
 
     // The reference arrives: the next round scores the stamp as a coin (0.5), under the
     // floor, and the honest judge near 1.
@@ -110,7 +118,11 @@ async fn a_rubber_stamp_verifier_loses_its_weight_to_calibration() {
             && reliability(&gw, "d3").await.is_some_and(|r| r > 0.9)
     })
     .await;
-    assert!(fell, "the stamp's reliability: {:?}", reliability(&gw, "d2").await);
+    assert!(
+        fell,
+        "the stamp's reliability: {:?}",
+        reliability(&gw, "d2").await
+    );
     let rows = calibration_rows(&gw, "d2").await;
     let round = rows.first().expect("a calibration row for the stamp");
     assert_eq!(round.tenant, "", "never charged to a tenant");
@@ -118,7 +130,10 @@ async fn a_rubber_stamp_verifier_loses_its_weight_to_calibration() {
     let cal = &round.routing.to_value()["calibration"];
     assert_eq!(cal["score"], json!(0.5), "{cal}");
     assert!(cal["adjustment"].as_f64().unwrap() < 0.0, "{cal}");
-    assert!(cal["reference_source"].as_str().unwrap().ends_with("reference.jsonl"));
+    assert!(cal["reference_source"]
+        .as_str()
+        .unwrap()
+        .ends_with("reference.jsonl"));
 
     // Phase 2: the stamp is no longer chosen; what goes out verified is right.
     let mut delivered = Vec::new();
@@ -201,7 +216,10 @@ async fn a_delegate_without_a_latency_claim_is_explored_only_when_explore_allows
 /// Rates a task `bad` (the built-in tenant of a gateway without tenants is a trusted rater).
 async fn rate_bad(c: &crate::support::Client, task_id: &str) {
     let r = c
-        .post_json("/ldp/feedback", &json!({"task_id": task_id, "outcome": "bad"}))
+        .post_json(
+            "/ldp/feedback",
+            &json!({"task_id": task_id, "outcome": "bad"}),
+        )
         .await;
     assert_eq!(r.status, 200, "{}", r.text());
 }
@@ -247,7 +265,10 @@ async fn a_producer_wrongly_voted_down_regains_traffic_through_probation() {
         let (c, s, admin, i) = (&c, &s, &admin, i);
         async move {
             let _ = ask(c, s, i).await;
-            let x = admin.get("/admin/route?skill=qa&policy=verified").await.json;
+            let x = admin
+                .get("/admin/route?skill=qa&policy=verified")
+                .await
+                .json;
             let row = x["delegates"]
                 .as_array()
                 .and_then(|ds| ds.iter().find(|d| d["delegate"] == "d0").cloned())
@@ -256,8 +277,14 @@ async fn a_producer_wrongly_voted_down_regains_traffic_through_probation() {
         }
     })
     .await;
-    let x = admin.get("/admin/route?skill=qa&policy=verified").await.json;
-    assert!(excluded, "the cheap producer is excluded by evidence, on probation: {x:#}");
+    let x = admin
+        .get("/admin/route?skill=qa&policy=verified")
+        .await
+        .json;
+    assert!(
+        excluded,
+        "the cheap producer is excluded by evidence, on probation: {x:#}"
+    );
     // The misjudging verifier leaves; the honest one judges from now on. Each task in a
     // session of its own: a routing decision each (affinity keeps a session's producer).
     assert_eq!(admin.delete("/admin/delegates/d2").await.status, 204);

@@ -219,7 +219,10 @@ mod tests {
         assert_eq!(items.len(), 12);
         assert_eq!(items.iter().filter(|i| i.correct).count(), 6);
         assert!(items.iter().all(|i| i.skill == QUIZ_SKILL));
-        let v = parse_str("verified.toml", POLICIES[1].1).unwrap().verify.unwrap();
+        let v = parse_str("verified.toml", POLICIES[1].1)
+            .unwrap()
+            .verify
+            .unwrap();
         let cal = v.calibration.unwrap();
         assert!(cal.reference.ends_with(REFERENCE.0), "{:?}", cal.reference);
     }
