@@ -10,8 +10,9 @@
 //! evidence of the producer's quality (`registry::quality`), a round counting as one
 //! observation (each vote its share of the round's weight), and goes into the ledger row;
 //! with two votes or more, each verifier's agreement with the outcome is evidence of its
-//! reliability. A task not sampled runs unverified unless evidence excludes every producer
-//! (then it is verified, the best-evidenced producer serving on probation).
+//! reliability. A task not sampled runs unverified unless its producer is not yet measured
+//! (under [`MEASURE_EVIDENCE`] observations) or evidence excludes every producer (then the
+//! best-evidenced one serves on probation, verified).
 
 use super::task::{Answer, TaskCtx, TaskIn, TaskRun};
 use super::Proxy;
@@ -77,7 +78,8 @@ impl Proxy {
             Some(v) if !t.task.verifying => v,
             _ => return self.run_task(t, run, &[], deadline).await,
         };
-        if !sampled(verify.sample) {
+        // Not sampled, and the producer it would go to already measured: unverified.
+        if !sampled(verify.sample) && !self.unmeasured_producer(t) {
             match self.run_task(t, run, &[], deadline).await {
                 // Evidence may exclude every producer: the best-evidenced one then serves,
                 // verified (routing picks it for a verified task only).
@@ -391,6 +393,26 @@ impl Proxy {
         }
     }
 
+    /// Whether the producer the task would go to (the session's for the skill, else the
+    /// router's pick now) has under [`MEASURE_EVIDENCE`] observations: its results are then
+    /// verified whatever `sample` says (measured before it is trusted).
+    fn unmeasured_producer(&self, t: &TaskCtx<'_>) -> bool {
+        let need = t.need();
+        let bound = (!t.routed_afresh())
+            .then(|| t.session.binding(need.skill))
+            .flatten()
+            .map(|b| b.delegate);
+        let Some(producer) =
+            bound.or_else(|| self.decide(&t.policy, &need).ok().map(|c| c.delegate))
+        else {
+            return false;
+        };
+        self.registry
+            .quality_of(&producer.name, need.skill)
+            .and_then(|q| q.observed)
+            .is_none_or(|o| o.count < MEASURE_EVIDENCE)
+    }
+
     /// Drops the session's binding to a voted-down producer: the session's next task is
     /// decided afresh (affinity must not keep it, nor the producer a re-run moved to).
     async fn drop_binding(&self, t: &TaskCtx<'_>, producer: &Arc<Delegate>) {
@@ -525,6 +547,10 @@ impl Proxy {
         );
     }
 }
+
+/// Observations of a producer's quality under which its results are verified whatever
+/// `sample` says.
+const MEASURE_EVIDENCE: f64 = 5.0;
 
 /// How much one verifier's agreement with a round's outcome counts (a calibration item
 /// counts 1): half, since the outcome it is compared with may itself be wrong.
