@@ -78,8 +78,10 @@ impl Proxy {
             Some(v) if !t.task.verifying => v,
             _ => return self.run_task(t, run, &[], deadline).await,
         };
-        // Not sampled, and the producer it would go to already measured: unverified.
-        if !sampled(verify.sample) && !self.unmeasured_producer(t) {
+        // Not sampled, and the producer it would go to already measured (or sampling is
+        // off): unverified.
+        let measure = verify.sample > 0.0 && self.unmeasured_producer(t);
+        if !sampled(verify.sample) && !measure {
             match self.run_task(t, run, &[], deadline).await {
                 // Evidence may exclude every producer: the best-evidenced one then serves,
                 // verified (routing picks it for a verified task only).
