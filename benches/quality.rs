@@ -18,15 +18,20 @@
 //! 2. verified — `[verify]` with `sample = 1.0` (2 verifiers, threshold 0.75, 3 rounds);
 //! 3. sampled — the same with `sample = 0.2`;
 //! 4. oracle — no `[verify]`, every card declaring its true accuracy as its quality (so
-//!    `min_quality` keeps the liar out from the start).
+//!    `min_quality` keeps the liar out from the start);
+//! 5. rubber stamp, before — `v-beta` passes everything (still claiming 0.95) and is the
+//!    cheapest verifier (0.0002 USD), `[verify]` with 1 verifier, `sample = 1.0`;
+//! 6. rubber stamp, after — the same with `[verify.calibration]` (the shipped reference,
+//!    12 items, a round at start, waited for).
 //!
 //! For each: right answers among those delivered, tasks failed (by code), runs in which every
 //! producer ended below `min_quality` (NO_ELIGIBLE_DELEGATE), cost per 100 tasks
 //! (the ledger rows' `cost_usd`, read through `/admin/provenance`; checked against the
-//! simulators' call counts × prices), the liar's share in the last quarter (of answers
+//! simulators' call counts × prices) and its ratio to the oracle's, the share of tasks a
+//! `[routing] explore` trial served, verified answers that were wrong, the liar's share in the last quarter (of answers
 //! delivered, and of producer calls it received), p50/p99 client-observed task latency.
 //!
-//! 5. Added latency of verification: the same fleet, accuracy 1.0 everywhere, verified
+//! 7. Added latency of verification: the same fleet, accuracy 1.0 everywhere, verified
 //!    (`sample = 1`) and unverified tasks interleaved in one run (two sessions naming their
 //!    policy), max(TASKS, 300) measured of each after a 10% warm-up.
 //!
@@ -107,7 +112,7 @@ const FLEET: [Member; 5] = [
 ];
 
 /// How the fleet is dressed for a scenario.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq)]
 enum Dress {
     /// Cards as above.
     AsIs,
@@ -115,30 +120,66 @@ enum Dress {
     Oracle,
     /// Everyone right (and judging right) every time.
     Perfect,
+    /// As is, but `v-beta` is a rubber stamp (passes everything, still claims 0.95) and the
+    /// cheapest verifier ([`STAMP_PRICE`]).
+    Stamp,
 }
 
-fn card(m: &Member, declared: f64) -> anyhow::Result<IdentityCard> {
+/// The rubber stamp's price per call (`v-gamma` costs 0.0005).
+const STAMP_PRICE: f64 = 0.0002;
+
+/// What a scenario's policy asks of verification.
+#[derive(Clone, Copy)]
+struct Verifying {
+    sample: f64,
+    verifiers: u32,
+    /// `[verify.calibration]` with the shipped reference (a round at start).
+    calibrated: bool,
+}
+
+impl Verifying {
+    const fn sampled(sample: f64) -> Option<Verifying> {
+        Some(Verifying {
+            sample,
+            verifiers: 2,
+            calibrated: false,
+        })
+    }
+}
+
+/// `m`'s card, declaring `declared` quality at `price` per call.
+fn card_priced(m: &Member, declared: f64, price: f64) -> anyhow::Result<IdentityCard> {
     Ok(serde_json::from_value(json!({
         "delegate_id": format!("ldp:delegate:{}", m.name), "name": m.name,
         "model_family": m.family, "model_version": "sim-1", "trust_domain": {"name": "default"},
         "endpoint": "", "supported_payload_modes": ["semantic_frame", "text"],
         "capabilities": [{"name": m.skill, "quality": {"quality_score": declared,
-            "cost_per_call_usd": m.price, "latency_p50_ms": SIM_LATENCY.as_millis() as u64}}]
+            "cost_per_call_usd": price, "latency_p50_ms": SIM_LATENCY.as_millis() as u64}}]
     }))?)
 }
 
-/// A policy named `name`: min_quality 0.8, cost-heavy weights, `[verify]` at `sample` if given.
-fn policy(name: &str, sample: Option<f64>) -> String {
+/// A policy named `name`: min_quality 0.8, cost-heavy weights, `[verify]` if asked.
+fn policy(name: &str, v: Option<Verifying>) -> String {
     let mut p = format!(
         "name = \"{name}\"\n[require]\nmin_quality = 0.8\n\
          [weights]\nquality = 0.2\ncost = 0.7\nlatency = 0.1\n"
     );
-    if let Some(s) = sample {
+    if let Some(v) = v {
         let _ = write!(
             p,
-            "[verify]\nskill = \"verify\"\nverifiers = 2\nthreshold = 0.75\nmax_rounds = 3\n\
-             sample = {s:?}\nindependent = true\n"
+            "[verify]\nskill = \"verify\"\nverifiers = {}\nthreshold = 0.75\nmax_rounds = 3\n\
+             sample = {:?}\nindependent = true\n",
+            v.verifiers, v.sample
         );
+        if v.calibrated {
+            let reference = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("policies/calibration/qa.jsonl");
+            let _ = write!(
+                p,
+                "[verify.calibration]\nreference = {:?}\nevery = \"10m\"\nitems = 12\n",
+                reference.display().to_string()
+            );
+        }
     }
     p
 }
@@ -154,7 +195,7 @@ struct Rig {
 impl Rig {
     async fn start(
         dress: Dress,
-        policies: &[(&str, Option<f64>)],
+        policies: &[(&str, Option<Verifying>)],
         seed: u64,
     ) -> anyhow::Result<Rig> {
         let dir = tempfile::tempdir()?;
@@ -167,16 +208,19 @@ impl Rig {
         let mut delegates = Vec::new();
         for (i, m) in FLEET.iter().enumerate() {
             let (declared, accuracy) = match dress {
-                Dress::AsIs => (m.declared, m.accuracy),
+                Dress::AsIs | Dress::Stamp => (m.declared, m.accuracy),
                 Dress::Oracle => (m.accuracy, m.accuracy),
                 Dress::Perfect => (m.declared, 1.0),
             };
+            let stamp = dress == Dress::Stamp && m.name == "v-beta";
+            let price = if stamp { STAMP_PRICE } else { m.price };
             let opts = SimOptions {
                 accuracy: Some(accuracy),
                 verifier: m.skill == "verify",
+                rubber_stamp: stamp,
                 seed: Some(seed + i as u64),
                 latency: SIM_LATENCY,
-                ..SimOptions::new(card(m, declared)?)
+                ..SimOptions::new(card_priced(m, declared, price)?)
             };
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
             let s = sim::spawn(listener, opts).await?;
@@ -200,12 +244,69 @@ impl Rig {
         if !gw.wait_healthy(FLEET.len(), TIMEOUT).await {
             anyhow::bail!("the fleet did not come up healthy");
         }
-        Ok(Rig {
+        let rig = Rig {
             gw,
             sims,
             client: Transport::new("ldp:client:quality-bench", TIMEOUT, TIMEOUT),
             _dir: dir,
-        })
+        };
+        // A calibrated policy: its round at start is in before the first task.
+        if policies
+            .iter()
+            .any(|(_, v)| v.is_some_and(|v| v.calibrated))
+        {
+            let deadline = Instant::now() + TIMEOUT;
+            while rig.calibration_rows().await? < 2 {
+                if Instant::now() > deadline {
+                    anyhow::bail!("no calibration round at start");
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(rig)
+    }
+
+    /// What the calibration rounds cost (their rows' `cost_usd`).
+    async fn calibration_cost(&self) -> anyhow::Result<f64> {
+        let mut usd = 0.0;
+        for v in ["v-beta", "v-gamma"] {
+            let url = format!(
+                "{}/admin/provenance?delegate={v}&limit=10000",
+                self.gw.admin_url()
+            );
+            let body: Value = serde_json::from_slice(&reqwest::get(&url).await?.bytes().await?)?;
+            for r in body["rows"].as_array().into_iter().flatten() {
+                if r["task_id"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("calibration-"))
+                {
+                    usd += r["cost_usd"].as_f64().unwrap_or(0.0);
+                }
+            }
+        }
+        Ok(usd)
+    }
+
+    /// How many calibration rows the ledger has (the gateway's own, tenant `""`).
+    async fn calibration_rows(&self) -> anyhow::Result<usize> {
+        let mut n = 0;
+        for v in ["v-beta", "v-gamma"] {
+            let url = format!(
+                "{}/admin/provenance?delegate={v}&limit=100",
+                self.gw.admin_url()
+            );
+            let body: Value = serde_json::from_slice(&reqwest::get(&url).await?.bytes().await?)?;
+            n += body["rows"].as_array().map_or(0, |rows| {
+                rows.iter()
+                    .filter(|r| {
+                        r["task_id"]
+                            .as_str()
+                            .is_some_and(|t| t.starts_with("calibration-"))
+                    })
+                    .count()
+            });
+        }
+        Ok(n)
     }
 
     fn sim(&self, name: &str) -> anyhow::Result<&SimHandle> {
@@ -313,11 +414,18 @@ impl Rig {
 
     /// Σ over the simulators of (tasks received × card price): what the calls cost before
     /// the per-token surcharge (`× (1 + tokens/1000)`), a floor for the ledger's total.
-    fn priced_calls(&self) -> f64 {
+    fn priced_calls(&self, dress: Dress) -> f64 {
         FLEET
             .iter()
             .zip(&self.sims)
-            .map(|(m, s)| s.stats().tasks as f64 * m.price)
+            .map(|(m, s)| {
+                let price = if dress == Dress::Stamp && m.name == "v-beta" {
+                    STAMP_PRICE
+                } else {
+                    m.price
+                };
+                s.stats().tasks as f64 * price
+            })
             .sum()
     }
 
@@ -362,6 +470,11 @@ struct Run {
     took: Vec<Duration>,
     verified: usize,
     by_producer: BTreeMap<String, usize>,
+    /// Tasks whose (last) routing pick was a trial (`[routing] explore`: exploring or
+    /// probation).
+    trials: usize,
+    /// Delivered as `peer_verified` yet wrong.
+    verified_wrong: usize,
 }
 
 impl Run {
@@ -398,8 +511,13 @@ fn percent(a: usize, b: usize) -> f64 {
     100.0 * a as f64 / b.max(1) as f64
 }
 
-async fn scenario(dress: Dress, sample: Option<f64>, n: usize, seed: u64) -> anyhow::Result<Run> {
-    let rig = Rig::start(dress, &[("quality", sample)], seed).await?;
+async fn scenario(
+    dress: Dress,
+    verifying: Option<Verifying>,
+    n: usize,
+    seed: u64,
+) -> anyhow::Result<Run> {
+    let rig = Rig::start(dress, &[("quality", verifying)], seed).await?;
     let sid = rig.open(None).await?;
     let last_quarter = n - n / 4;
     let mut liar_calls_before = 0;
@@ -416,7 +534,13 @@ async fn scenario(dress: Dress, sample: Option<f64>, n: usize, seed: u64) -> any
         anyhow::bail!("{} ledger rows for {n} tasks", rows.len());
     }
     let cost_usd: f64 = rows.iter().filter_map(|r| r.cost_usd).sum();
-    let priced = rig.priced_calls();
+    let trials = rows
+        .iter()
+        .filter(|r| !r.routing.to_value()["trial"].is_null())
+        .count();
+    // Calibration rounds are the gateway's own (no session): their cost is not the tasks'.
+    let calibration: f64 = rig.calibration_cost().await?;
+    let priced = rig.priced_calls(dress) - calibration;
     rig.shutdown().await;
 
     let liar_id = format!("ldp:delegate:{LIAR}");
@@ -452,6 +576,11 @@ async fn scenario(dress: Dress, sample: Option<f64>, n: usize, seed: u64) -> any
         took: obs.iter().map(|o| o.took).collect(),
         verified: obs.iter().filter(|o| o.verified).count(),
         by_producer,
+        trials,
+        verified_wrong: obs
+            .iter()
+            .filter(|o| o.verified && o.right == Some(false))
+            .count(),
     })
 }
 
@@ -459,7 +588,7 @@ async fn scenario(dress: Dress, sample: Option<f64>, n: usize, seed: u64) -> any
 /// latencies of each (after a 10% warm-up), and how many came back otherwise verified than
 /// their policy says.
 async fn added_latency(n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>, usize)> {
-    let policies = [("plain", None), ("verified", Some(1.0))];
+    let policies = [("plain", None), ("verified", Verifying::sampled(1.0))];
     let rig = Rig::start(Dress::Perfect, &policies, 1000).await?;
     let plain = rig.open(Some("plain")).await?;
     let verified = rig.open(Some("verified")).await?;
@@ -508,11 +637,32 @@ fn args() -> (usize, usize) {
 async fn main() -> anyhow::Result<()> {
     let (n, reps) = args();
     let started = Instant::now();
+    let stamp = |calibrated| {
+        Some(Verifying {
+            sample: 1.0,
+            verifiers: 1,
+            calibrated,
+        })
+    };
     let scenarios = [
         ("blind", Dress::AsIs, None),
-        ("verified (sample 1.0)", Dress::AsIs, Some(1.0)),
-        ("sampled (sample 0.2)", Dress::AsIs, Some(0.2)),
+        (
+            "verified (sample 1.0)",
+            Dress::AsIs,
+            Verifying::sampled(1.0),
+        ),
+        ("sampled (sample 0.2)", Dress::AsIs, Verifying::sampled(0.2)),
         ("oracle", Dress::Oracle, None),
+        (
+            "rubber stamp, before (1 verifier)",
+            Dress::Stamp,
+            stamp(false),
+        ),
+        (
+            "rubber stamp, after (calibrated)",
+            Dress::Stamp,
+            stamp(true),
+        ),
     ];
     let mut results: Vec<(&str, Vec<Run>)> = Vec::new();
     for (name, dress, sample) in scenarios {
@@ -529,6 +679,16 @@ async fn main() -> anyhow::Result<()> {
     }
     let n5 = n.max(300);
     let (plain, verified, mismatched) = added_latency(n5).await?;
+    let per100 = |runs: &[Run]| {
+        runs.iter()
+            .map(|r| r.cost_usd / r.tasks as f64 * 100.0)
+            .sum::<f64>()
+            / runs.len().max(1) as f64
+    };
+    let oracle_cost = results
+        .iter()
+        .find(|(name, _)| *name == "oracle")
+        .map_or(0.0, |(_, runs)| per100(runs));
 
     let mut out = String::new();
     let _ = writeln!(
@@ -537,14 +697,20 @@ async fn main() -> anyhow::Result<()> {
          0.01 USD · honest-b claims 0.85, right 90%, 0.005 USD · verifiers v-beta and v-gamma \
          (other model families) judge right 95%, 0.0005 USD · every delegate 2 ms. Policy: \
          min_quality 0.8, weights quality 0.2 / cost 0.7 / latency 0.1; `[verify]` 2 verifiers, \
-         threshold 0.75, max_rounds 3. {n} sequential tasks per run, {reps} run(s) per scenario \
+         threshold 0.75, max_rounds 3 (rubber stamp scenarios: `v-beta` passes everything, \
+         still claims 0.95, costs 0.0002 USD; 1 verifier, sample 1.0; after: \
+         `[verify.calibration]` with the shipped 12-item reference, a round at start). \
+         `[routing] explore` at its default, 0.05. {n} sequential tasks per run, {reps} run(s) per scenario \
          (simulator seeds 1000, 2000, …), each run on a fresh gateway.\n"
     );
     let _ = writeln!(
         out,
-        "| scenario | right / delivered | right / all tasks | failed | runs locked out | USD per 100 tasks: mean (min–max) | liar share, last ¼: answers / calls | p50 ms | p99 ms |"
+        "| scenario | right / delivered | right / all tasks | verified but wrong | failed | runs locked out | USD per 100 tasks: mean (min–max) | × oracle | trials (explore) | liar share, last ¼: answers / calls | p50 ms | p99 ms |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for (name, runs) in &results {
         let sum = |f: &dyn Fn(&Run) -> usize| runs.iter().map(f).sum::<usize>();
         let (tasks, delivered, right) =
@@ -572,11 +738,14 @@ async fn main() -> anyhow::Result<()> {
         let took: Vec<Duration> = runs.iter().flat_map(|r| r.took.iter().copied()).collect();
         let _ = writeln!(
             out,
-            "| {name} | {:.1}% ({right}/{delivered}) | {:.1}% | {failed_text} | {}/{} | {mean:.3} ({min:.3}–{max:.3}) | {:.1}% / {:.1}% | {:.2} | {:.2} |",
+            "| {name} | {:.1}% ({right}/{delivered}) | {:.1}% | {} | {failed_text} | {}/{} | {mean:.3} ({min:.3}–{max:.3}) | {:.2} | {:.1}% | {:.1}% / {:.1}% | {:.2} | {:.2} |",
             percent(right, delivered),
             percent(right, tasks),
+            sum(&|r| r.verified_wrong),
             runs.iter().filter(|r| r.locked_out_at.is_some()).count(),
             runs.len(),
+            mean / oracle_cost.max(1e-12),
+            percent(sum(&|r| r.trials), tasks),
             percent(sum(&|r| r.liar_answers_last), last),
             100.0 * runs.iter().map(|r| r.liar_calls_last).sum::<u64>() as f64 / last.max(1) as f64,
             ms(pct(&took, 0.5)),
@@ -588,7 +757,10 @@ async fn main() -> anyhow::Result<()> {
         "\nright / delivered: answers equal to `expected` among the TASK_RESULTs; failed: \
          TASK_FAILED by code, all runs; locked out: a run in which a task failed \
          NO_ELIGIBLE_DELEGATE (every producer below min_quality); cost: the ledger rows' \
-         `cost_usd` (verifiers and voted-down results included); liar share: of the last \
+         `cost_usd` (verifiers and voted-down results included; calibration rounds, the \
+         gateway's own, not), and its ratio to the oracle's mean; verified but wrong: \
+         `peer_verified` answers not equal to `expected`; trials: tasks whose pick was a \
+         `[routing] explore` trial (exploring or probation; explore 0.05); liar share: of the last \
          quarter's tasks, those the liar answered / producer calls it received; latency: \
          client-observed, every task of every run.\n"
     );

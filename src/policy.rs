@@ -180,6 +180,30 @@ pub struct Verify {
     /// A verifier never shares the producer's delegate or model family (default true; false
     /// still never lets a producer judge itself).
     pub independent: bool,
+    /// A verifier whose learned reliability at the verify skill is below this (0..1, default
+    /// [`DEFAULT_MIN_RELIABILITY`]) is not chosen; calibration rounds keep measuring it, so
+    /// it can win its weight back. An unknown reliability (no claim, no evidence) passes.
+    pub min_reliability: f64,
+    /// `[verify.calibration]`: rounds of reference items sent to every verifier, if any.
+    pub calibration: Option<Calibration>,
+}
+
+/// Default `[verify] min_reliability`: above a coin's 0.5, which a verifier that passes
+/// everything scores on a calibration round (scored as balanced accuracy).
+pub const DEFAULT_MIN_RELIABILITY: f64 = 0.6;
+
+/// `[verify.calibration]` (LADP §11, §4.2.8): every `every` (and once at start) each
+/// verifier of the skill is sent `items` reference items, shaped as real verification
+/// tasks, and its verdicts scored against the reference's `correct`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Calibration {
+    /// The reference source: JSON Lines of `{skill, input, output, correct}`, resolved
+    /// against the policy file's folder.
+    pub reference: PathBuf,
+    /// Time between rounds (default 10 minutes).
+    pub every: std::time::Duration,
+    /// Reference items per verifier and round (1..=100, default 10).
+    pub items: u32,
 }
 
 impl Default for Verify {
@@ -191,6 +215,8 @@ impl Default for Verify {
             max_rounds: 3,
             sample: 1.0,
             independent: true,
+            min_reliability: DEFAULT_MIN_RELIABILITY,
+            calibration: None,
         }
     }
 }

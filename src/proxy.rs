@@ -6,6 +6,7 @@ mod a2a;
 mod admission;
 mod attempt;
 mod bind;
+mod calibrate;
 mod card;
 mod close;
 mod handshake;
@@ -19,6 +20,7 @@ mod status;
 mod task;
 mod verify;
 
+pub use calibrate::{load_reference, Item as CalibrationItem, ReferenceError};
 pub use ingress::IngressTask;
 pub use retries::RetryBudget;
 pub use task::{ChatDelta, Trip};
@@ -418,6 +420,8 @@ impl Proxy {
                         quorum: None,
                         keep_rounds: false,
                         ledger_input: None,
+                        checked: false,
+                        rerouted: false,
                     },
                     progress,
                 )

@@ -668,7 +668,7 @@ impl Registry {
     }
 
     /// Whether `tenant`'s ratings are shared evidence.
-    fn trusted_rater(&self, tenant: &str) -> bool {
+    pub fn trusted_rater(&self, tenant: &str) -> bool {
         self.trusted_raters.load().contains(tenant)
     }
 
@@ -692,6 +692,45 @@ impl Registry {
     pub fn observe(&self, delegate: &str, skill: &str, score: f64, weight: f64, at_ms: i64) {
         if let Some(e) = self.get(delegate).and_then(|d| d.learned.estimate(skill)) {
             e.observe(score, weight, at_ms);
+        }
+    }
+
+    /// Adds one observation of `verifier`'s judgement at the verify skill `skill` (a
+    /// calibration item, agreement with a round's outcome, a trusted rating); its
+    /// reliability, read as its quality there. Nothing when it is not registered (any more).
+    pub fn observe_judgement(
+        &self,
+        verifier: &str,
+        skill: &str,
+        score: f64,
+        weight: f64,
+        at_ms: i64,
+    ) {
+        if let Some(e) = self.get(verifier).and_then(|d| d.learned.estimate(skill)) {
+            e.observe_judged(score, weight, at_ms);
+        }
+    }
+
+    /// A rating of a verified task, as evidence of its verifiers' judgement: each vote of
+    /// the delivered result (`votes`, its last round's) agreed with the rating as far as
+    /// `score` says. Only a trusted rater's counts (no tenant alone moves the verifiers'
+    /// weights, which every tenant's tasks share); weight 1 per rating, split between the
+    /// votes as a round is.
+    pub fn observe_rating_of_votes(
+        &self,
+        votes: &[crate::provenance::Vote],
+        verify_skill: &str,
+        tenant: &str,
+        score: f64,
+        at_ms: i64,
+    ) {
+        if votes.is_empty() || !self.trusted_rater(tenant) {
+            return;
+        }
+        let share = 1.0 / votes.len() as f64;
+        for v in votes {
+            let agreed = if v.passed { score } else { 1.0 - score };
+            self.observe_judgement(&v.verifier, verify_skill, agreed, share, at_ms);
         }
     }
 

@@ -15,7 +15,7 @@ mod score;
 pub use constraints::{
     evaluate, figures, static_eval, statics, Constraint, Evaluation, Figures, LatencySource, Static,
 };
-pub use decide::{decide, decide_with, scores, NoEligible, Pick};
+pub use decide::{decide, decide_with, scores, NoEligible, Pick, Trial};
 pub use explain::{explain, ConstraintRow, Explanation, Picked, RowView};
 pub use quality::{blend, claim_weight, plausible, Observed};
 pub use score::{score, Components, RULE as SCORING_RULE};
@@ -75,7 +75,15 @@ pub struct RoutingParams {
     /// A task reserves its delegate's declared cost × this against budgets (actual costs run
     /// a little above the declared price; the margin keeps budgets from being overshot).
     pub budget_reserve_factor: f64,
+    /// The share of decisions (0..1, default [`DEFAULT_EXPLORE`]; 0 turns it off) that may
+    /// go to a trial: an eligible delegate outside the band that is unmeasured (no observed
+    /// latency; under `[verify]`, little quality evidence), or, for a verified task, a
+    /// producer on probation (excluded by quality evidence alone).
+    pub explore: f64,
 }
+
+/// Default `[routing] explore`: one decision in twenty may measure the unknown.
+pub const DEFAULT_EXPLORE: f64 = 0.05;
 
 impl Default for RoutingParams {
     fn default() -> Self {
@@ -85,6 +93,7 @@ impl Default for RoutingParams {
             unknown_passes_bounds: false,
             panic_threshold: 0.5,
             budget_reserve_factor: 1.25,
+            explore: DEFAULT_EXPLORE,
         }
     }
 }
@@ -173,6 +182,12 @@ pub struct Need<'a> {
     /// The tenant whose own ratings count beside the shared evidence (none: the shared
     /// evidence only, as for choosing verifiers).
     pub rater: Option<&'a str>,
+    /// The task will be verified: a producer excluded by quality evidence alone may be
+    /// picked on probation, and one is when evidence excludes every producer.
+    pub probation: bool,
+    /// Choosing a verifier: the policy's `[verify] min_reliability` (its quality at the
+    /// verify skill is its reliability). No trials are made for verifiers.
+    pub min_reliability: Option<f64>,
 }
 
 /// Every offer's evaluation, the components and score of the eligible ones (`None` for the

@@ -261,6 +261,8 @@ impl Gateway {
                 .handle()
                 .spawn_pruner(p.retention, p.prune_every, shutdown.subscribe()),
         );
+        // Calibration rounds of verifiers (policies' `[verify.calibration]`): one at start.
+        tasks.push(proxy.clone().spawn_calibration(shutdown.subscribe()));
         // Replicas share one ledger: each learns from the votes and ratings of all.
         if crate::config::is_postgres(&p.store) {
             tasks.push(registry.clone().spawn_quality_refresh(

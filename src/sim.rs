@@ -40,7 +40,8 @@
 //! `INVALID_VERIFICATION_TASK`). If the original input carries `expected`, the truth is
 //! `output.answer == expected`, and the verdict is the truth with probability A (default 1)
 //! and its opposite otherwise; without `expected` it passes. The output is
-//! `{"passed": bool, "confidence": A, "reason": "…"}`. [`SimStats`] counts right and wrong
+//! `{"passed": bool, "confidence": A, "reason": "…"}`. A rubber stamp (`rubber_stamp =
+//! true`, a verifier) passes everything, with the same confidence. [`SimStats`] counts right and wrong
 //! answers, passed and failed verdicts, and misjudged ones.
 //!
 //! [`openai`] is its OpenAI-compatible counterpart (`/v1/models`, `/v1/chat/completions`).
@@ -109,6 +110,9 @@ pub struct SimOptions {
     pub accuracy: Option<f64>,
     /// Offer the `verify` skill (added to the card if it lacks it) and judge verification tasks.
     pub verifier: bool,
+    /// A verifier that passes everything (implies `verifier`): every verdict is `passed`,
+    /// with the confidence `accuracy` claims.
+    pub rubber_stamp: bool,
     /// Seed of the draws behind right/wrong answers and verdicts; `None`: random.
     pub seed: Option<u64>,
 }
@@ -129,6 +133,7 @@ impl SimOptions {
             break_stream: false,
             accuracy: None,
             verifier: false,
+            rubber_stamp: false,
             seed: None,
         }
     }
@@ -197,6 +202,7 @@ struct Inner {
     /// `SimOptions::accuracy`, clamped.
     accuracy: Option<f64>,
     verifier: bool,
+    rubber_stamp: bool,
     /// Draws for right/wrong answers and verdicts (seedable, unlike the fault knobs).
     rng: Mutex<fastrand::Rng>,
     sweep_interval: Duration,
@@ -238,7 +244,8 @@ impl SimState {
         };
         let accuracy = opts.accuracy.map(clamp_rate);
         let mut card = opts.card;
-        if opts.verifier && card.capability(task::VERIFY_SKILL).is_none() {
+        let verifier = opts.verifier || opts.rubber_stamp;
+        if verifier && card.capability(task::VERIFY_SKILL).is_none() {
             card.capabilities.push(task::verify_capability(accuracy));
         }
         let rng = opts
@@ -248,7 +255,8 @@ impl SimState {
             card,
             fail_modes: opts.fail_modes,
             accuracy,
-            verifier: opts.verifier,
+            verifier,
+            rubber_stamp: opts.rubber_stamp,
             rng: Mutex::new(rng),
             sweep_interval: opts.sweep_interval,
             knobs: Mutex::new(knobs),

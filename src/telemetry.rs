@@ -235,6 +235,9 @@ pub struct Metrics {
     pub delegate_quality: GaugeVec,
     /// `ldp_gateway_panics_total{where}`: panics caught ([`PANIC_PLACES`]); any is a bug.
     pub panics: IntCounterVec,
+    /// `ldp_gateway_verifier_reliability{delegate,skill}`: a verifier's learned reliability
+    /// at a policy's verify skill (the weight of its vote), set at each scrape.
+    pub verifier_reliability: GaugeVec,
 }
 
 fn counter_vec(
@@ -498,6 +501,12 @@ impl Metrics {
         for place in PANIC_PLACES {
             panics.with_label_values(&[place]);
         }
+        let verifier_reliability = gauge_vec(
+            &r,
+            "ldp_gateway_verifier_reliability",
+            "A verifier's learned reliability at a verify skill (card claim as prior; calibration, agreement, trusted ratings): the weight of its vote",
+            &["delegate", "skill"],
+        )?;
         Ok(Metrics {
             registry: r,
             tasks,
@@ -537,6 +546,7 @@ impl Metrics {
             verifications,
             delegate_quality,
             panics,
+            verifier_reliability,
             scrape: std::sync::Mutex::new(()),
             known: std::sync::Mutex::new((None, 0)),
         })
@@ -550,6 +560,7 @@ impl Metrics {
         self.delegate_latency_ewma.reset();
         self.delegate_declared_latency.reset();
         self.delegate_quality.reset();
+        self.verifier_reliability.reset();
         refresh(self);
         self.render()
     }

@@ -61,6 +61,10 @@ pub struct DelegateArgs {
     /// `--accuracy`, default 1).
     #[arg(long, conflicts_with = "openai")]
     pub verifier: bool,
+    /// A verifier that passes everything (implies `--verifier`; its card claims `--accuracy`
+    /// as its quality at `verify`): for tests and the demo of learned verifier reliability.
+    #[arg(long, conflicts_with = "openai")]
+    pub rubber_stamp: bool,
     /// Seed for the right/wrong draws (reproducible runs); default random.
     #[arg(long, conflicts_with = "openai")]
     pub seed: Option<u64>,
@@ -90,6 +94,7 @@ pub async fn run(args: DelegateArgs) -> anyhow::Result<()> {
     }
     opts.accuracy = args.accuracy;
     opts.verifier = args.verifier;
+    opts.rubber_stamp = args.rubber_stamp;
     opts.seed = args.seed;
     let listener = TcpListener::bind(&args.listen)
         .await

@@ -152,6 +152,12 @@ fn write_policies(work: &Path) -> anyhow::Result<()> {
         let file = policy_dir.join(format!("{name}.toml"));
         std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
     }
+    let (path, text) = quiz::REFERENCE;
+    let file = policy_dir.join(path);
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
     Ok(())
 }
 
@@ -534,6 +540,10 @@ fn quiz_section(
         .get(quiz::VERIFIED)
         .and_then(|p| p.require.min_quality)
         .unwrap_or(0.0);
+    let reliability_floor = policies
+        .get(quiz::VERIFIED)
+        .and_then(|p| p.verify.as_ref())
+        .map_or(0.0, |v| v.min_reliability);
     let mut out = format!(
         "quiz: a delegate whose card claims a quality it does not have, next to verification. \
          Every `{}` task carries its expected answer, which only the simulated delegates read \
@@ -541,7 +551,9 @@ fn quiz_section(
         fleet::QUIZ_SKILL
     );
     for q in fleet::QUIZ {
-        let role = if q.verifier {
+        let role = if q.rubber_stamp {
+            "verifier (stamp)"
+        } else if q.verifier {
             "verifier"
         } else if q.name == liar.name {
             "producer (liar)"
@@ -586,9 +598,10 @@ fn quiz_section(
     let _ = write!(
         out,
         "\nquality at the quiz now (accuracy is the demo's secret; the gateway sees the declared \
-         quality and the votes, and routes by the blend):\n{}\
+         quality and the votes, and routes by the blend; a verifier's blend at `verify` is its \
+         reliability, learnt from calibration rounds and agreement: the weight of its vote):\n{}\
          \x20 explain: curl{} '{admin}/admin/route?skill={}&policy={}&format=text'\n",
-        report::render_quality(&quiz::quality_rows(gateway), floor),
+        report::render_quality(&quiz::quality_rows(gateway), floor, reliability_floor),
         auth_header(token_env),
         fleet::QUIZ_SKILL,
         quiz::VERIFIED,
@@ -709,8 +722,8 @@ mod tests {
     }
 
     /// The quiz against the real fleet and gateway, shortened: unverified, the liar gets
-    /// every task and keeps its claim; verified, samples are voted on and the votes reach its
-    /// quality.
+    /// every task but the explored ones and keeps its claim; verified, samples are voted on
+    /// and the votes reach its quality; the rubber stamp's calibration costs it its weight.
     #[tokio::test]
     async fn the_quiz_learns_only_when_verified() {
         let args = DemoArgs {
@@ -732,11 +745,9 @@ mod tests {
         let u = report::QuizBatch::total(&unverified.batches);
         let v = report::QuizBatch::total(&verified.batches);
         assert_eq!(unverified.batches.len(), 3);
-        assert_eq!(
-            (u.tasks, u.liar, u.failed, u.checked),
-            (60, 60, 0, 0),
-            "{u:?}"
-        );
+        assert_eq!((u.tasks, u.failed, u.checked), (60, 0, 0), "{u:?}");
+        // `[routing] explore` (0.05) may send a few to the unmeasured others.
+        assert!(u.liar >= 45, "{u:?}");
         assert!(unverified
             .batches
             .iter()
@@ -751,8 +762,17 @@ mod tests {
             rows.iter().any(|r| r.observed.is_some()),
             "votes were learnt: {rows:?}"
         );
+        let stamp = rows
+            .iter()
+            .find(|r| r.delegate == fleet::QUIZ_STAMP)
+            .unwrap();
+        assert!(
+            stamp.blended.is_some_and(|r| r < 0.6),
+            "calibration at start found the stamp out: {stamp:?}"
+        );
         let text = quiz_section(&gateway, &unverified, &verified, "http://admin", "X");
         assert!(text.contains("policy verified: "), "{text}");
+        assert!(text.contains("below min_reliability 0.6"), "{text}");
         gateway.shutdown().await;
         fleet::stop(fleet).await;
     }

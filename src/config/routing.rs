@@ -19,6 +19,7 @@ pub(super) fn check(r: &RoutingParams, c: &mut Checks) {
         }
     }
     c.fraction("routing.panic_threshold", r.panic_threshold);
+    c.fraction("routing.explore", r.explore);
     if !(r.budget_reserve_factor.is_finite() && (1.0..=100.0).contains(&r.budget_reserve_factor)) {
         c.push(
             "routing.budget_reserve_factor",

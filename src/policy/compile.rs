@@ -28,6 +28,10 @@ const MAX_ATTEMPTS: i64 = 10;
 const MAX_VERIFIERS: i64 = 10;
 /// Upper bound of `[verify] max_rounds`.
 const MAX_ROUNDS: i64 = 10;
+/// Upper bound of `[verify.calibration] items`.
+const MAX_CALIBRATION_ITEMS: i64 = 100;
+/// Shortest `[verify.calibration] every`.
+const MIN_CALIBRATION_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Parses and compiles one policy file's text; `path` is only used in problems and as the
 /// policy's `source`. Every problem in the text is returned, sorted by line.
@@ -400,6 +404,16 @@ fn compile_raw(file: &str, raw: RawPolicy, problems: &mut Vec<PolicyProblem>) ->
                 })
                 .unwrap_or(d.sample)
         });
+        let min_reliability = v.min_reliability.map_or(d.min_reliability, |m| {
+            let key = "verify.min_reliability";
+            c.finite(key, m)
+                .and_then(|m| {
+                    let ok = (0.0..=1.0).contains(&m.value);
+                    c.check(key, m, ok, "must be between 0 and 1")
+                })
+                .unwrap_or(d.min_reliability)
+        });
+        let calibration = v.calibration.and_then(|cal| calibration(&mut c, file, cal));
         Verify {
             skill,
             verifiers,
@@ -407,6 +421,8 @@ fn compile_raw(file: &str, raw: RawPolicy, problems: &mut Vec<PolicyProblem>) ->
             max_rounds,
             sample,
             independent: v.independent.map_or(d.independent, |i| i.value),
+            min_reliability,
+            calibration,
         }
     });
 
@@ -423,6 +439,68 @@ fn compile_raw(file: &str, raw: RawPolicy, problems: &mut Vec<PolicyProblem>) ->
         source: PathBuf::from(file),
     })
 }
+
+/// `[verify.calibration]`: `reference` is required (resolved against the policy file's
+/// folder; its content is read at each round, not here: compiling reads no other file).
+fn calibration(
+    c: &mut Checker<'_>,
+    file: &str,
+    cal: At<parse::RawCalibration>,
+) -> Option<super::Calibration> {
+    let (line, cal) = (cal.line, cal.value);
+    let key = "verify.calibration.every";
+    let every = match cal.every {
+        None => Some(std::time::Duration::from_secs(600)),
+        Some(e) => match humantime::parse_duration(&e.value) {
+            Ok(d) if (MIN_CALIBRATION_EVERY..=MAX_EVERY).contains(&d) => Some(d),
+            Ok(_) => {
+                let why = format!("must be between 1s and 30days, got {}", quote(&e.value));
+                c.problem(e.line, key, why);
+                None
+            }
+            Err(err) => {
+                let why = format!("not a duration ({err}), got {}", quote(&e.value));
+                c.problem(e.line, key, why);
+                None
+            }
+        },
+    };
+    let items = match cal.items {
+        None => Some(10),
+        Some(n) => {
+            let ok = (1..=MAX_CALIBRATION_ITEMS).contains(&n.value);
+            c.check(
+                "verify.calibration.items",
+                n,
+                ok,
+                "must be between 1 and 100",
+            )
+            .and_then(|n| u32::try_from(n).ok())
+        }
+    };
+    let reference = cal.reference.filter(|r| !r.value.trim().is_empty());
+    if reference.is_none() {
+        let why = "a reference file is required (JSON Lines of {skill, input, output, correct})";
+        c.problem(line, "verify.calibration.reference", why.into());
+    }
+    let (reference, every, items) = (reference?, every?, items?);
+    let path = PathBuf::from(&reference.value);
+    let reference = if path.is_absolute() {
+        path
+    } else {
+        Path::new(file)
+            .parent()
+            .map_or_else(|| path.clone(), |dir| dir.join(&path))
+    };
+    Some(super::Calibration {
+        reference,
+        every,
+        items,
+    })
+}
+
+/// Longest `[verify.calibration] every`.
+const MAX_EVERY: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 
 /// `'value'`, with control characters and quotes escaped.
 fn quote(s: &str) -> String {

@@ -94,6 +94,17 @@ pub(crate) struct RawVerify {
     pub max_rounds: Option<At<i64>>,
     pub sample: Option<At<f64>>,
     pub independent: Option<At<bool>>,
+    pub min_reliability: Option<At<f64>>,
+    /// `[verify.calibration]`, with the line of its header.
+    pub calibration: Option<At<RawCalibration>>,
+}
+
+/// `[verify.calibration]` as written.
+#[derive(Debug, Default)]
+pub(crate) struct RawCalibration {
+    pub reference: Option<At<String>>,
+    pub every: Option<At<String>>,
+    pub items: Option<At<i64>>,
 }
 
 const TOP_KEYS: &[&str] = &[
@@ -131,7 +142,10 @@ const VERIFY_KEYS: &[&str] = &[
     "max_rounds",
     "sample",
     "independent",
+    "min_reliability",
+    "calibration",
 ];
+const CALIBRATION_KEYS: &[&str] = &["reference", "every", "items"];
 
 /// The 1-based line holding byte `offset` of `bytes` (offsets past the end count as the
 /// last line).
@@ -487,6 +501,7 @@ impl Walker<'_> {
 
     fn verify(&mut self, prefix: &str, t: &DeTable<'_>) -> RawVerify {
         let mut r = RawVerify::default();
+        let calibration_line = self.header_line(t, "calibration");
         for (k, (key, v)) in self.entries(prefix, t, VERIFY_KEYS) {
             match k {
                 "skill" => r.skill = self.string(&key, v),
@@ -494,7 +509,24 @@ impl Walker<'_> {
                 "threshold" => r.threshold = self.number(&key, v),
                 "max_rounds" => r.max_rounds = self.integer(&key, v),
                 "sample" => r.sample = self.number(&key, v),
-                _ => r.independent = self.boolean(&key, v),
+                "independent" => r.independent = self.boolean(&key, v),
+                "min_reliability" => r.min_reliability = self.number(&key, v),
+                _ => {
+                    if let Some(t) = self.table(&key, v) {
+                        let mut c = RawCalibration::default();
+                        for (k, (key, v)) in self.entries(&key, t, CALIBRATION_KEYS) {
+                            match k {
+                                "reference" => c.reference = self.string(&key, v),
+                                "every" => c.every = self.string(&key, v),
+                                _ => c.items = self.integer(&key, v),
+                            }
+                        }
+                        r.calibration = Some(At {
+                            value: c,
+                            line: calibration_line,
+                        });
+                    }
+                }
             }
         }
         r
@@ -678,7 +710,7 @@ independent = false
             messages("[verify]\nverifiers = 2\nrounds = 3\n"),
             vec![
                 "p.toml:3: verify.rounds: unknown key (expected one of: skill, verifiers, \
-                 threshold, max_rounds, sample, independent)"
+                 threshold, max_rounds, sample, independent, min_reliability, calibration)"
             ]
         );
     }

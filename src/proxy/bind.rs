@@ -41,7 +41,7 @@ impl Proxy {
         run: &mut TaskRun,
     ) -> Result<Binding, NoBinding> {
         let (session, policy) = (t.session, &t.policy);
-        if t.stateless() {
+        if t.routed_afresh() {
             let picked = self.decide(policy, need).map_err(NoBinding::None)?;
             return self.bind_fresh(t, need, run, picked).await;
         }
@@ -109,7 +109,7 @@ impl Proxy {
         run: &mut TaskRun,
         picked: Chosen,
     ) -> Result<Binding, NoBinding> {
-        if t.stateless() {
+        if t.routed_afresh() {
             return self.bind_fresh(t, need, run, picked).await;
         }
         let _guard = t.session.handshake.lock().await;
@@ -149,7 +149,14 @@ impl Proxy {
         picked: Chosen,
     ) -> Result<Binding, NoBinding> {
         let delegate = self.claimed(t, need, run, picked).await?;
-        self.open_binding(t.session, need.skill, delegate.clone())
+        // A trial is one task's: the session keeps no affinity to it.
+        let trial = run.route.as_ref().is_some_and(|r| r.trial.is_some());
+        let key = if trial {
+            std::borrow::Cow::Owned(format!("{}\u{1f}{}", need.skill, delegate.name))
+        } else {
+            std::borrow::Cow::Borrowed(need.skill)
+        };
+        self.open_binding(t.session, &key, delegate.clone())
             .await
             .map_err(|error| NoBinding::Open { delegate, error })
     }
@@ -197,6 +204,7 @@ impl Proxy {
                 eligible: p.eligible,
                 band: p.band,
                 excluded: p.excluded,
+                trial: p.trial,
             },
         })
     }

@@ -163,6 +163,8 @@ impl Proxy {
                 quorum: task.quorum,
                 keep_rounds: task.keep_rounds,
                 ledger_input: task.ledger_input.as_ref(),
+                checked: false,
+                rerouted: false,
             };
             let trip = self.submit(&env, ctx, t, progress).await?;
             let lost = matches!(&trip.reply.body,

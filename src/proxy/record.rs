@@ -32,6 +32,7 @@ impl Proxy {
             reused_binding: run.route.is_none() && run.binding.is_some(),
             band: run.route.as_ref().map(|r| r.band),
             excluded: run.route.as_ref().map(|r| Excluded(&r.excluded)),
+            trial: run.route.as_ref().and_then(|r| r.trial),
             notes: &run.notes,
             upstream_errors: &run.upstream_errors,
         });
@@ -169,6 +170,9 @@ struct RoutingSummary<'a> {
     band: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     excluded: Option<Excluded<'a>>,
+    /// The pick was a trial (`[routing] explore`): `exploring` or `probation`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trial: Option<crate::routing::Trial>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     notes: &'a [String],
     /// What each failed attempt's delegate did, whole (its address, its own message): the

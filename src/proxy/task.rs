@@ -61,7 +61,19 @@ impl<'a> TaskCtx<'a> {
             now_ms: now.timestamp_millis(),
             // The tenant's own ratings steer its own tasks (and only those).
             rater: Some(&self.tenant.name),
+            probation: self.task.checked,
+            min_reliability: None,
         }
+    }
+
+    /// The same task, quiet ([`TaskCtx::quiet`]), run verified: a producer on probation may
+    /// serve it; `rerouted`: a vote-down's re-run, bound for this task only (the session's
+    /// next task is decided afresh).
+    pub(super) fn checked(&self, rerouted: bool) -> TaskCtx<'a> {
+        let mut t = self.quiet();
+        t.task.checked = true;
+        t.task.rerouted = rerouted;
+        t
     }
 
     /// The same task with nothing streamed to its client while it runs (a verified task: its
@@ -96,12 +108,18 @@ impl<'a> TaskCtx<'a> {
         !matches!(self.task.ingress, Ingress::Ldp | Ingress::A2a) || self.task.verifying
     }
 
+    /// Whether its binding is its own, not the session's for the skill: a stateless task,
+    /// or a vote-down's re-run (affinity must not pin the producer it moved to).
+    pub(super) fn routed_afresh(&self) -> bool {
+        self.stateless() || self.task.rerouted
+    }
+
     /// The session's key for the task's binding with `delegate`: the skill, since a session
     /// keeps one delegate per skill (affinity); for a stateless task, the skill and the
     /// delegate, so that the upstream session opened with each delegate is kept and reused
     /// while every request is routed afresh.
     pub(super) fn binding_key<'k>(&'k self, delegate: &str) -> std::borrow::Cow<'k, str> {
-        if self.stateless() {
+        if self.routed_afresh() {
             std::borrow::Cow::Owned(format!("{}\u{1f}{delegate}", self.task.skill))
         } else {
             std::borrow::Cow::Borrowed(self.task.skill)
@@ -268,6 +286,10 @@ pub(super) struct TaskIn<'a> {
     /// What the ledger's input preview shows in place of `input` (a front end whose input
     /// carries text the ledger must not keep: LLMCP's context documents).
     pub ledger_input: Option<&'a crate::ldp::Json>,
+    /// Run verified (`[verify]`): routing may pick a producer on probation.
+    pub checked: bool,
+    /// A vote-down's re-run: bound for this task only.
+    pub rerouted: bool,
 }
 
 /// A piece of an answer as it streams, with who is answering (for the response's headers).
@@ -291,6 +313,8 @@ pub(super) struct RouteInfo {
     pub(super) eligible: usize,
     pub(super) band: usize,
     pub(super) excluded: Vec<(crate::routing::Constraint, usize)>,
+    /// A trial pick (`[routing] explore`), not one on the score.
+    pub(super) trial: Option<crate::routing::Trial>,
 }
 
 /// Where progress goes while a task runs.

@@ -3,11 +3,16 @@
 //! before it is answered. Each verifier is sent an LDP task of the verify skill whose input
 //! is `{"input": <the task's input>, "output": <the result>, "skill": "<the task's skill>"}`
 //! and whose output is `{"passed": bool, "confidence": 0..1, "reason": "…"}`. Votes are
-//! weighted by each verifier's quality; the result passes when the weighted yes reaches
-//! `threshold` of the total weight. A result voted down is routed again, to a producer not
-//! yet voted down, for at most `max_rounds` rounds; then `VERIFICATION_FAILED`. Every vote is
+//! weighted by each verifier's learned reliability (a verifier under `min_reliability` is
+//! not chosen); the result passes when the weighted yes reaches `threshold` of the total
+//! weight. A result voted down is routed again, for that task only, to a producer not yet
+//! voted down, for at most `max_rounds` rounds; then `VERIFICATION_FAILED`. Every vote is
 //! evidence of the producer's quality (`registry::quality`), a round counting as one
-//! observation (each vote its share of the round's weight), and goes into the ledger row.
+//! observation (each vote its share of the round's weight), and goes into the ledger row;
+//! with two votes or more, each verifier's agreement with the outcome is evidence of its
+//! reliability. A task not sampled runs unverified unless its producer is not yet measured
+//! (under [`MEASURE_EVIDENCE`] observations) or evidence excludes every producer (then the
+//! best-evidenced one serves on probation, verified).
 
 use super::task::{Answer, TaskCtx, TaskIn, TaskRun};
 use super::Proxy;
@@ -56,8 +61,8 @@ struct Tally {
 }
 
 /// One verifier's answer, read.
-struct Verdict {
-    passed: bool,
+pub(super) struct Verdict {
+    pub(super) passed: bool,
     confidence: Option<f64>,
     reason: Option<String>,
 }
@@ -70,9 +75,21 @@ impl Proxy {
         let deadline = Instant::now() + self.task_timeout(&t.need());
         let policy = t.policy.clone();
         let verify = match policy.verify.as_ref() {
-            Some(v) if !t.task.verifying && sampled(v.sample) => v,
+            Some(v) if !t.task.verifying => v,
             _ => return self.run_task(t, run, &[], deadline).await,
         };
+        // Not sampled, and the producer it would go to already measured (or sampling is
+        // off): unverified.
+        let measure = verify.sample > 0.0 && self.unmeasured_producer(t);
+        if !sampled(verify.sample) && !measure {
+            match self.run_task(t, run, &[], deadline).await {
+                // Evidence may exclude every producer: the best-evidenced one then serves,
+                // verified (routing picks it for a verified task only).
+                Answer::Failed(e)
+                    if e.code == GatewayCode::NoEligibleDelegate.as_str() && !t.cancelled() => {}
+                answer => return answer,
+            }
+        }
         // The task's own quorum (an LADP `task-init`'s) in place of the policy's threshold.
         let own;
         let verify = match t.task.quorum {
@@ -85,10 +102,11 @@ impl Proxy {
             }
             None => verify,
         };
-        let quiet = t.quiet();
-        let t = &quiet;
+        // Quiet and verified; a vote-down's re-run is bound for its task only.
+        let (first, again) = (t.checked(false), t.checked(true));
         let mut voted_down: Vec<String> = Vec::new();
         for round in 1..=verify.max_rounds {
+            let t = if round == 1 { &first } else { &again };
             // Cancelled (TASK_CANCEL, the client left): no round starts after it.
             if t.cancelled() {
                 return Answer::Failed(super::task::cancelled());
@@ -162,6 +180,7 @@ impl Proxy {
                     t.tell(self.id(), None, format_args!("{note}; routing again"));
                     run.notes.push(note);
                     voted_down.push(producer.name.clone());
+                    self.drop_binding(t, &producer).await;
                 }
                 Round::NoVote(e) => {
                     self.extra_cost(t, run, &producer, t.task.skill, cost);
@@ -188,6 +207,8 @@ impl Proxy {
         let base = Need {
             skill,
             rater: None,
+            probation: false,
+            min_reliability: Some(verify.min_reliability),
             ..t.need()
         };
         // The verification task: the original input and the result, as JSON text.
@@ -347,10 +368,61 @@ impl Proxy {
             );
             return Round::NoVote(error);
         }
-        if yes >= verify.threshold * total {
+        let passed = yes >= verify.threshold * total;
+        self.learn_agreement(&run.votes[first_vote..], skill, passed, now);
+        if passed {
             Round::Passed { yes, total }
         } else {
             Round::Failed { yes, total }
+        }
+    }
+
+    /// With two votes or more, each verifier's agreement with the round's outcome is
+    /// evidence of its judgement ([`AGREEMENT_WEIGHT`] each: the outcome may be wrong).
+    fn learn_agreement(&self, votes: &[Vote], verify_skill: &str, passed: bool, now: i64) {
+        if votes.len() < 2 {
+            return;
+        }
+        for v in votes {
+            let agreed = if v.passed == passed { 1.0 } else { 0.0 };
+            self.registry.observe_judgement(
+                &v.verifier,
+                verify_skill,
+                agreed,
+                AGREEMENT_WEIGHT,
+                now,
+            );
+        }
+    }
+
+    /// Whether the producer the task would go to (the session's for the skill, else the
+    /// router's pick now) has under [`MEASURE_EVIDENCE`] observations: its results are then
+    /// verified whatever `sample` says (measured before it is trusted).
+    fn unmeasured_producer(&self, t: &TaskCtx<'_>) -> bool {
+        let need = t.need();
+        let bound = (!t.routed_afresh())
+            .then(|| t.session.binding(need.skill))
+            .flatten()
+            .map(|b| b.delegate);
+        let Some(producer) =
+            bound.or_else(|| self.decide(&t.policy, &need).ok().map(|c| c.delegate))
+        else {
+            return false;
+        };
+        self.registry
+            .quality_of(&producer.name, need.skill)
+            .and_then(|q| q.observed)
+            .is_none_or(|o| o.count < MEASURE_EVIDENCE)
+    }
+
+    /// Drops the session's binding to a voted-down producer: the session's next task is
+    /// decided afresh (affinity must not keep it, nor the producer a re-run moved to).
+    async fn drop_binding(&self, t: &TaskCtx<'_>, producer: &Arc<Delegate>) {
+        use crate::state::SessionStore as _;
+        let key = t.binding_key(&producer.name);
+        if let Some(old) = t.session.unbind_delegate(&key, producer) {
+            self.sessions.unshare_binding(t.session, &key).await;
+            self.close_later(vec![old]);
         }
     }
 
@@ -379,8 +451,9 @@ impl Proxy {
         out
     }
 
-    /// A vote's weight: the verifier's quality at the verify skill as routing sees it
-    /// (declared and learnt, blended), else the routing's score for an unknown value.
+    /// A vote's weight: the verifier's reliability, its quality at the verify skill as
+    /// routing sees it (the card's claim as a prior by claim type, and what calibration,
+    /// agreement and trusted ratings taught), else the routing's score for an unknown value.
     fn vote_weight(&self, verifier: &Delegate, skill: &str) -> f64 {
         self.registry
             .quality_of(&verifier.name, skill)
@@ -477,6 +550,14 @@ impl Proxy {
     }
 }
 
+/// Observations of a producer's quality under which its results are verified whatever
+/// `sample` says.
+const MEASURE_EVIDENCE: f64 = 5.0;
+
+/// How much one verifier's agreement with a round's outcome counts (a calibration item
+/// counts 1): half, since the outcome it is compared with may itself be wrong.
+const AGREEMENT_WEIGHT: f64 = 0.5;
+
 /// Whether this task is verified: `sample` of them are (all at 1, none at 0).
 fn sampled(sample: f64) -> bool {
     sample >= 1.0 || (sample > 0.0 && fastrand::f64() < sample)
@@ -515,6 +596,8 @@ fn sub_task<'a>(
             quorum: None,
             keep_rounds: false,
             ledger_input: None,
+            checked: false,
+            rerouted: false,
         },
         session: t.session,
         tenant: t.tenant,
@@ -528,7 +611,11 @@ fn sub_task<'a>(
 }
 
 /// `{"input": …, "output": …, "skill": …}` from the texts as they came (no re-serialising).
-fn verification_input(input: &Json, output: &Json, skill: &str) -> Result<Json, serde_json::Error> {
+pub(super) fn verification_input(
+    input: &Json,
+    output: &Json,
+    skill: &str,
+) -> Result<Json, serde_json::Error> {
     let skill = serde_json::to_string(skill)?;
     Json::from_text(format!(
         "{{\"input\":{},\"output\":{},\"skill\":{skill}}}",
@@ -543,7 +630,7 @@ fn verification_input(input: &Json, output: &Json, skill: &str) -> Result<Json, 
 /// verdict may also come as text holding that JSON
 /// (a model's answer, as an OpenAI-backed or text-mode verifier gives it; a Markdown code
 /// fence around it is allowed). Anything else is no vote.
-fn read_verdict(output: &Json) -> Option<Verdict> {
+pub(super) fn read_verdict(output: &Json) -> Option<Verdict> {
     if let Some(text) = output.as_string() {
         let body = text
             .trim()

@@ -53,11 +53,19 @@ pub fn explain(
             )
         })
         .collect();
+    // The policy's verify skill is explained as choosing verifiers (their reliability and
+    // floor); any other skill of a policy with `[verify]` as a verified task's (probation).
+    let verify = policy.verify.as_ref();
+    let choosing_verifiers = verify.is_some_and(|v| v.skill == q.skill);
     let need = Need {
         skill: q.skill,
         now_ms: quality::now_ms(),
-        rater: Some(q.tenant),
+        rater: (!choosing_verifiers).then_some(q.tenant),
         client_domain: q.client_domain.unwrap_or(own_domain),
+        probation: verify.is_some() && !choosing_verifiers,
+        min_reliability: verify
+            .filter(|_| choosing_verifiers)
+            .map(|v| v.min_reliability),
         ..Need::default()
     };
     Ok(routing::explain(offers, &others, policy, &need, params))

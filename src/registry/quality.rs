@@ -12,6 +12,12 @@
 //! own traffic. Per-tenant evidence is bounded: tenants are configured, and each estimate
 //! keeps at most [`MAX_RATERS`] of them.
 //!
+//! A verifier's reliability is its estimate at the verify skill, fed by its judgements
+//! (`judged`): calibration rounds, its agreement with a round's outcome when other verifiers
+//! voted, and trusted raters' ratings of the tasks it judged. That evidence is this process's
+//! own (not in the ledger's votes or ratings), so a rebuild keeps it; a calibration round
+//! at start measures it again after a restart.
+//!
 //! Reads are lock-free (`ArcSwapOption`): a decision reads every offer's estimate. Writes are
 //! rare (a vote, a rating) and replace the small value whole.
 
@@ -96,6 +102,8 @@ impl Beta {
 #[derive(Debug)]
 pub struct Estimate {
     beta: ArcSwapOption<Beta>,
+    /// Evidence of its judgement as a verifier (shared, kept by rebuilds).
+    judged: ArcSwapOption<Beta>,
     own: ArcSwapOption<Own>,
     half_life_ms: Arc<AtomicU64>,
 }
@@ -104,11 +112,21 @@ impl Estimate {
     /// Adds an observation to the shared evidence (every tenant's routing sees it); a score
     /// or weight out of range (or not finite) is ignored.
     pub fn observe(&self, score: f64, weight: f64, at_ms: i64) {
+        self.add(&self.beta, score, weight, at_ms);
+    }
+
+    /// Adds an observation of its judgement as a verifier (shared; a rebuild from the
+    /// ledger keeps it); ignored as [`Estimate::observe`] says.
+    pub fn observe_judged(&self, score: f64, weight: f64, at_ms: i64) {
+        self.add(&self.judged, score, weight, at_ms);
+    }
+
+    fn add(&self, to: &ArcSwapOption<Beta>, score: f64, weight: f64, at_ms: i64) {
         if !usable(score, weight) {
             return;
         }
         let hl = self.half_life_ms.load(Ordering::Relaxed);
-        self.beta.rcu(|old| {
+        to.rcu(|old| {
             let b = old.as_deref().copied().unwrap_or(Beta::empty(at_ms));
             Some(Arc::new(b.observe(score, weight, at_ms, hl)))
         });
@@ -141,11 +159,16 @@ impl Estimate {
             .load()
             .as_deref()
             .map(|b| b.aged(now_ms, hl, false));
+        let judged = self
+            .judged
+            .load()
+            .as_deref()
+            .map(|b| b.aged(now_ms, hl, false));
         let own = rater.and_then(|r| {
             let own = self.own.load();
             own.as_deref()?.get(r).map(|b| b.aged(now_ms, hl, false))
         });
-        let (good, bad) = [shared, own]
+        let (good, bad) = [shared, judged, own]
             .into_iter()
             .flatten()
             .fold((0.0, 0.0), |(g, b), x| (g + x.good, b + x.bad));
@@ -158,13 +181,14 @@ impl Estimate {
 
     /// The shared evidence, aged to now (the clock is read only when there is evidence).
     pub fn observed_now(&self) -> Option<Observed> {
-        if self.beta.load().is_none() {
+        if self.beta.load().is_none() && self.judged.load().is_none() {
             return None;
         }
         self.observed(now_ms(), None)
     }
 
-    /// Replaces the evidence, shared and own (a rebuild from the ledger).
+    /// Replaces the evidence, shared and own (a rebuild from the ledger); the judged
+    /// evidence stays.
     pub fn set(&self, beta: Option<Beta>, own: Option<Own>) {
         self.beta.store(beta.map(Arc::new));
         self.own.store(own.filter(|o| !o.is_empty()).map(Arc::new));
@@ -212,6 +236,7 @@ impl Learned {
             .or_insert_with(|| {
                 Arc::new(Estimate {
                     beta: ArcSwapOption::empty(),
+                    judged: ArcSwapOption::empty(),
                     own: ArcSwapOption::empty(),
                     half_life_ms: self.half_life_ms.clone(),
                 })

@@ -42,11 +42,13 @@ pub enum Constraint {
     ContractBudget,
     /// The contract's deadline.
     ContractDeadline,
+    /// A verifier's `[verify] min_reliability`.
+    MinReliability,
 }
 
 impl Constraint {
     /// All, in order.
-    pub const ALL: [Constraint; 15] = [
+    pub const ALL: [Constraint; 16] = [
         Constraint::Healthy,
         Constraint::NotTried,
         Constraint::NotEjected,
@@ -62,6 +64,7 @@ impl Constraint {
         Constraint::ModelFamily,
         Constraint::ContractBudget,
         Constraint::ContractDeadline,
+        Constraint::MinReliability,
     ];
 
     /// Stable name for logs, metrics and the ledger.
@@ -82,6 +85,7 @@ impl Constraint {
             Constraint::ModelFamily => "model_family",
             Constraint::ContractBudget => "contract_budget",
             Constraint::ContractDeadline => "contract_deadline",
+            Constraint::MinReliability => "min_reliability",
         }
     }
 
@@ -146,6 +150,15 @@ impl Evaluation {
         self.failed == 0
     }
 
+    /// Whether evidence alone excludes it: `min_quality` is its only failure and its
+    /// declared quality, without the evidence, would meet `min_quality` (a producer
+    /// probation may try).
+    pub fn excluded_by_evidence(&self, min_quality: Option<f64>) -> bool {
+        self.failed == Constraint::MinQuality.bit()
+            && self.figures.observed_quality.is_some()
+            && min_quality.is_some_and(|m| self.figures.declared_quality.is_some_and(|d| d >= m))
+    }
+
     /// Whether `c` failed.
     pub fn failed(&self, c: Constraint) -> bool {
         self.failed & c.bit() != 0
@@ -175,6 +188,13 @@ pub struct Static {
     cost_usd: Option<f64>,
     declared_latency_ms: Option<f64>,
     claim_type: Option<ClaimType>,
+}
+
+impl Static {
+    /// Whether every card-only constraint passed.
+    pub fn passes(&self) -> bool {
+        self.failed == 0
+    }
 }
 
 /// What the card declares: quality, price (declared, else the tier's), p50 latency.
@@ -356,6 +376,12 @@ pub(super) fn evaluate_with<O: Offer>(
             unknown,
             |left, l| l <= left,
         ),
+    );
+    // The reliability is the vote's weight (the blend, no benefit of the doubt); an
+    // unknown one passes: calibration measures it.
+    fail(
+        Constraint::MinReliability,
+        bound(need.min_reliability, f.quality, false, |min, r| r >= min),
     );
     (Evaluation { figures: f, failed }, load)
 }

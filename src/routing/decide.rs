@@ -22,7 +22,36 @@ pub struct Pick {
     pub band: usize,
     /// `(constraint, offers it excluded)`, for constraints that excluded any.
     pub excluded: Vec<(Constraint, usize)>,
+    /// Whether the pick is a trial (`[routing] explore`), and which.
+    pub trial: Option<Trial>,
 }
+
+/// A pick made to measure rather than on the score (at most `[routing] explore` of the
+/// decisions, or probation as the last resort).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trial {
+    /// Eligible but outside the band and unmeasured: no observed latency, or (a verified
+    /// task) under [`EXPLORE_EVIDENCE`] of quality evidence.
+    Exploring,
+    /// Excluded by quality evidence alone, tried on a verified task so it can win its way
+    /// back (or, when evidence excludes every producer, the best-evidenced one serves).
+    Probation,
+}
+
+impl Trial {
+    /// Stable name for logs, explain and the ledger.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trial::Exploring => "exploring",
+            Trial::Probation => "probation",
+        }
+    }
+}
+
+/// Quality evidence (decayed count) under which a producer of a verified task is still
+/// explored.
+pub const EXPLORE_EVIDENCE: f64 = 3.0;
 
 /// Why nothing could be picked: the skill, and per constraint how many offers it excluded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +92,12 @@ struct Survivors {
     loads: Vec<Load>,
     excluded: [usize; Constraint::ALL.len()],
     evaluated: usize,
+    /// Offers excluded by evidence alone (`need.probation` only): how many, the one a
+    /// uniform draw kept (when `draw` was asked), and the best-evidenced one with its
+    /// plausible quality.
+    probation: usize,
+    probation_drawn: Option<usize>,
+    probation_best: Option<(usize, f64)>,
 }
 
 fn survivors<O: Offer>(
@@ -71,6 +106,7 @@ fn survivors<O: Offer>(
     policy: &Policy,
     need: &Need<'_>,
     params: &RoutingParams,
+    mut draw: Option<&mut fastrand::Rng>,
 ) -> Survivors {
     let cap = offers.len().min(64);
     let mut s = Survivors {
@@ -79,6 +115,9 @@ fn survivors<O: Offer>(
         loads: Vec::with_capacity(cap),
         excluded: [0; Constraint::ALL.len()],
         evaluated: offers.len(),
+        probation: 0,
+        probation_drawn: None,
+        probation_best: None,
     };
     let mut ejected = 0usize;
     for (i, (o, st)) in offers.iter().zip(statics).enumerate() {
@@ -89,6 +128,19 @@ fn survivors<O: Offer>(
             s.figures.push(e.figures);
             s.loads.push(load);
         } else {
+            if need.probation && e.excluded_by_evidence(policy.require.min_quality) {
+                s.probation += 1;
+                // Reservoir sampling: each one kept with probability 1/n.
+                if let Some(rng) = draw.as_deref_mut() {
+                    if rng.usize(..s.probation) == 0 {
+                        s.probation_drawn = Some(i);
+                    }
+                }
+                let q = e.figures.plausible_quality().unwrap_or(0.0);
+                if s.probation_best.is_none_or(|(_, b)| q > b) {
+                    s.probation_best = Some((i, q));
+                }
+            }
             // Each set bit is a failed constraint (`Constraint as u16` is its bit).
             let mut bits = e.failed;
             while bits != 0 {
@@ -186,8 +238,25 @@ pub fn decide_with<O: Offer>(
     params: &RoutingParams,
     rng: &mut fastrand::Rng,
 ) -> Result<Pick, NoEligible> {
-    let s = survivors(offers, statics, policy, need, params);
+    // A trial is drawn first (one draw per decision, none for verifiers or at explore 0),
+    // so that the survivors' pass can also draw a probation candidate.
+    let trying = need.min_reliability.is_none()
+        && params.explore > 0.0
+        && (params.explore >= 1.0 || rng.f64() < params.explore);
+    let s = survivors(
+        offers,
+        statics,
+        policy,
+        need,
+        params,
+        (trying && need.probation).then_some(&mut *rng),
+    );
     if s.index.is_empty() {
+        // Evidence would leave the skill without a producer: the best-evidenced one serves
+        // (the task is verified). Not for a re-run or a failover: those excluded others.
+        if let Some((i, _)) = s.probation_best.filter(|_| need.exclude.is_empty()) {
+            return Ok(trial_pick(&s, i, 0.0, Trial::Probation));
+        }
         return Err(NoEligible {
             skill: need.skill.to_owned(),
             offering: offers.len(),
@@ -206,6 +275,11 @@ pub fn decide_with<O: Offer>(
         .collect();
     let best = scores.iter().copied().fold(f64::MIN, f64::max);
     let floor = best * (1.0 - policy.tolerance);
+    if trying {
+        if let Some(p) = trial(offers, &s, &scores, floor, policy, need, rng) {
+            return Ok(p);
+        }
+    }
     let band: Vec<usize> = (0..scores.len()).filter(|k| scores[*k] >= floor).collect();
     let weight = |k: usize| offers[s.index[k]].weight().max(0.0) * s.loads[k].weight_factor;
     let first = (band.len() > 1).then(|| weighted(&band, &weight, None, rng));
@@ -247,7 +321,58 @@ pub fn decide_with<O: Offer>(
         } else {
             exclusions(&s.excluded)
         },
+        trial: None,
     })
+}
+
+/// Whether survivor `k` is unmeasured: no observed latency, or, for a verified task under
+/// `[verify]`, under [`EXPLORE_EVIDENCE`] of quality evidence.
+pub(super) fn unmeasured<O: Offer>(o: &O, f: &Figures, policy: &Policy, need: &Need<'_>) -> bool {
+    o.observed_latency_ms().is_none()
+        || (need.probation
+            && policy.verify.is_some()
+            && f.observed_quality
+                .is_none_or(|q| q.count < EXPLORE_EVIDENCE))
+}
+
+/// The trial a drawn decision makes, if any candidate calls for one: uniformly among the
+/// unmeasured survivors outside the band and the probation candidates. Allocates nothing.
+fn trial<O: Offer>(
+    offers: &[O],
+    s: &Survivors,
+    scores: &[f64],
+    floor: f64,
+    policy: &Policy,
+    need: &Need<'_>,
+    rng: &mut fastrand::Rng,
+) -> Option<Pick> {
+    let exploring = |k: &usize| {
+        scores[*k] < floor && unmeasured(&offers[s.index[*k]], &s.figures[*k], policy, need)
+    };
+    let n = (0..s.index.len()).filter(exploring).count();
+    let total = n + usize::from(s.probation_drawn.is_some()) * s.probation;
+    if total == 0 {
+        return None;
+    }
+    let ticket = rng.usize(..total);
+    match (0..s.index.len()).filter(exploring).nth(ticket) {
+        Some(k) => Some(trial_pick(s, s.index[k], scores[k], Trial::Exploring)),
+        None => s
+            .probation_drawn
+            .map(|i| trial_pick(s, i, 0.0, Trial::Probation)),
+    }
+}
+
+/// A trial's pick of offer `index` (its band is none: it was not chosen on its score).
+fn trial_pick(s: &Survivors, index: usize, score: f64, trial: Trial) -> Pick {
+    Pick {
+        index,
+        score,
+        eligible: s.index.len(),
+        band: 0,
+        excluded: exclusions(&s.excluded),
+        trial: Some(trial),
+    }
 }
 
 /// What [`decide`] computed, for explain and tests: every offer's evaluation (with
@@ -265,6 +390,7 @@ pub fn scores<O: Offer>(
         policy,
         need,
         params,
+        None,
     );
     let mut evals: Vec<Evaluation> = offers
         .iter()

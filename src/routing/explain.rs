@@ -1,8 +1,9 @@
 //! Explaining a decision: every delegate, every constraint with the value it compared, the
 //! score components, the band of near-equals and the pick.
 
+use super::decide::unmeasured;
 use super::{
-    decide, scores, Components, Constraint, Figures, Need, NoEligible, Offer, RoutingParams,
+    decide, scores, Components, Constraint, Figures, Need, NoEligible, Offer, RoutingParams, Trial,
     SCORING_RULE,
 };
 use crate::policy::Policy;
@@ -38,6 +39,12 @@ pub struct RowView {
     pub score: Option<f64>,
     /// Within tolerance of the best.
     pub in_band: bool,
+    /// A trial it may get (`[routing] explore`): exploring (eligible, outside the band,
+    /// unmeasured) or on probation (excluded by quality evidence alone; verified tasks).
+    pub trial: Option<Trial>,
+    /// Choosing verifiers: its reliability (its blended quality at the verify skill, the
+    /// weight of its vote).
+    pub reliability: Option<f64>,
 }
 
 /// What a decision picked now. Serialized as `{"Ok": name}` or `{"Err": reason}`, the shape
@@ -217,6 +224,10 @@ fn detail<O: Offer>(c: Constraint, o: &O, f: &Figures, policy: &Policy, need: &N
                 fmt_opt(f.latency_ms.map(|l| l.round()), " ms")
             ),
         },
+        Constraint::MinReliability => match need.min_reliability {
+            None => "not a verifier choice".into(),
+            Some(m) => format!("reliability {} >= {m}", quality_text(f)),
+        },
     }
 }
 
@@ -237,6 +248,15 @@ pub fn explain<O: Offer>(
         if in_band {
             band.push(o.name().to_owned());
         }
+        let trial = if need.min_reliability.is_some() || params.explore <= 0.0 {
+            None
+        } else if s.is_some() && !in_band && unmeasured(o, &e.figures, policy, need) {
+            Some(Trial::Exploring)
+        } else if need.probation && e.excluded_by_evidence(policy.require.min_quality) {
+            Some(Trial::Probation)
+        } else {
+            None
+        };
         delegates.push(RowView {
             delegate: o.name().to_owned(),
             delegate_id: o.card().delegate_id.clone(),
@@ -253,6 +273,8 @@ pub fn explain<O: Offer>(
             components: s.map(|(c, _)| c),
             score: s.map(|(_, s)| s),
             in_band,
+            trial,
+            reliability: need.min_reliability.and(e.figures.quality),
         });
     }
     for (name, id) in others {
@@ -265,6 +287,8 @@ pub fn explain<O: Offer>(
             components: None,
             score: None,
             in_band: false,
+            trial: None,
+            reliability: None,
         });
     }
     let mut rng = fastrand::Rng::new();
@@ -330,6 +354,21 @@ impl Explanation {
                     f.quality
                         .map_or_else(|| "undeclared".to_owned(), |q| format!("{q:.3}"))
                 );
+            }
+            if let Some(r) = d.reliability {
+                let _ = writeln!(out, "  reliability: {r:.3} (the weight of its vote)");
+            }
+            match d.trial {
+                Some(Trial::Exploring) => {
+                    let _ = writeln!(out, "  exploring: unmeasured, may get trial tasks");
+                }
+                Some(Trial::Probation) => {
+                    let _ = writeln!(
+                        out,
+                        "  on probation: excluded by evidence alone, may get verified trial tasks"
+                    );
+                }
+                None => {}
             }
             for c in &d.constraints {
                 let _ = writeln!(

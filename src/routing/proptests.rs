@@ -313,6 +313,8 @@ fn need() -> impl Strategy<Value = Need<'static>> {
                 exclude: &[],
                 now_ms: 0,
                 rater: None,
+                probation: false,
+                min_reliability: None,
             },
         )
 }
@@ -340,6 +342,8 @@ fn params() -> impl Strategy<Value = RoutingParams> {
                 tier_prices,
                 missing_score,
                 unknown_passes_bounds,
+                // The properties are of the score's decision; trials have their own tests.
+                explore: 0.0,
                 ..RoutingParams::default()
             },
         )
@@ -979,7 +983,10 @@ proptest! {
         let offers = l.offers();
         let policy = l.policy();
         let need = Need { skill: "s", client_domain: "default", ..Need::default() };
-        let params = RoutingParams::default();
+        let params = RoutingParams {
+            explore: 0.0,
+            ..RoutingParams::default()
+        };
         let mut rng = fastrand::Rng::with_seed(l.seed);
         for _ in 0..4 {
             let p = decide(&offers, &policy, &need, &params, &mut rng).expect("all eligible");

@@ -499,3 +499,113 @@ fn evidence_moves_min_quality_and_the_quality_score() {
         "{table}"
     );
 }
+
+#[test]
+fn an_unmeasured_delegate_outside_the_band_is_explored_only_when_explore_allows() {
+    // "a" and "b" measured and fast; "c" declares no latency and is unmeasured: its
+    // latency scores missing_score, out of the band.
+    let mut offers = vec![
+        offer("a", Some(0.9), Some(0.01), Some(100)),
+        offer("b", Some(0.9), Some(0.01), Some(100)),
+        offer("c", Some(0.9), Some(0.01), None),
+    ];
+    offers[0].observed = Some(100.0);
+    offers[1].observed = Some(100.0);
+    let mut p = Policy::builtin_balanced();
+    p.tolerance = 0.05;
+    let mut rng = fastrand::Rng::with_seed(7);
+    let off = RoutingParams {
+        explore: 0.0,
+        ..RoutingParams::default()
+    };
+    let on = RoutingParams {
+        explore: 0.2,
+        ..RoutingParams::default()
+    };
+    let count = |params: &RoutingParams, rng: &mut fastrand::Rng| {
+        (0..2000)
+            .filter(|_| {
+                let pick = decide(&offers, &p, &need(), params, rng).unwrap();
+                assert_eq!(pick.trial.is_some(), pick.index == 2, "{pick:?}");
+                pick.index == 2
+            })
+            .count()
+    };
+    assert_eq!(count(&off, &mut rng), 0);
+    let explored = count(&on, &mut rng);
+    assert!(
+        (300..500).contains(&explored),
+        "about 20% of 2000: {explored}"
+    );
+    // Once measured, it is scored like the others and no longer explored.
+    offers[2].observed = Some(100.0);
+    let pick = decide(&offers, &p, &need(), &on, &mut rng).unwrap();
+    assert_eq!(pick.trial, None);
+}
+
+#[test]
+fn probation_tries_a_producer_excluded_by_evidence_and_serves_when_none_is_left() {
+    let mut p = Policy::builtin_balanced();
+    p.require.min_quality = Some(0.8);
+    p.verify = Some(crate::policy::Verify::default());
+    let bad = Some(Observed {
+        mean: 0.2,
+        count: 20.0,
+    });
+    let mut offers = vec![
+        offer("good", Some(0.9), Some(0.01), Some(100)),
+        offer("fallen", Some(0.9), Some(0.001), Some(100)),
+    ];
+    offers[0].observed = Some(100.0);
+    offers[0].quality_seen = Some(Observed {
+        mean: 0.9,
+        count: 20.0,
+    });
+    offers[1].observed = Some(100.0);
+    offers[1].quality_seen = bad;
+    let params = RoutingParams {
+        explore: 1.0,
+        ..RoutingParams::default()
+    };
+    let mut rng = fastrand::Rng::with_seed(3);
+    // Not verified: never.
+    let pick = decide(&offers, &p, &need(), &params, &mut rng).unwrap();
+    assert_eq!((pick.index, pick.trial), (0, None));
+    // Verified: the fallen one gets its trial.
+    let verified = Need {
+        probation: true,
+        ..need()
+    };
+    let pick = decide(&offers, &p, &verified, &params, &mut rng).unwrap();
+    assert_eq!((pick.index, pick.trial), (1, Some(Trial::Probation)));
+    // Every producer excluded by evidence: the best-evidenced one serves a verified task,
+    // whatever explore says; an unverified one finds nobody.
+    offers[0].quality_seen = Some(Observed {
+        mean: 0.5,
+        count: 20.0,
+    });
+    let off = RoutingParams {
+        explore: 0.0,
+        ..RoutingParams::default()
+    };
+    let pick = decide(&offers, &p, &verified, &off, &mut rng).unwrap();
+    assert_eq!((pick.index, pick.trial), (0, Some(Trial::Probation)));
+    assert!(decide(&offers, &p, &need(), &off, &mut rng).is_err());
+    // A verifier's floor: below it, not chosen; unknown passes.
+    let choosing = Need {
+        min_reliability: Some(0.6),
+        ..need()
+    };
+    p.require.min_quality = None;
+    offers[0].quality_seen = Some(Observed {
+        mean: 0.7,
+        count: 20.0,
+    });
+    let pick = decide(&offers, &p, &choosing, &off, &mut rng).unwrap();
+    assert_eq!(pick.index, 0, "0.9 claimed, 0.7 seen: about 0.72");
+    offers[0].quality_seen = bad;
+    assert!(decide(&offers, &p, &choosing, &off, &mut rng).is_err());
+    offers[0].hints.quality = None;
+    offers[0].quality_seen = None;
+    assert!(decide(&offers, &p, &choosing, &off, &mut rng).is_ok());
+}

@@ -200,6 +200,12 @@ async fn metrics(State(s): State<AppState>) -> Response {
 fn refresh_gauges(s: &AppState, m: &crate::telemetry::Metrics) {
     let snapshot = s.registry.snapshot();
     init_known(s, m, &snapshot);
+    let policies = s.proxy.policies();
+    let verify_skills: std::collections::BTreeSet<&str> = policies
+        .policies
+        .iter()
+        .filter_map(|p| p.verify.as_ref().map(|v| v.skill.as_str()))
+        .collect();
     for d in snapshot.iter() {
         let name = d.name.as_str();
         m.delegate_up
@@ -231,6 +237,11 @@ fn refresh_gauges(s: &AppState, m: &crate::telemetry::Metrics) {
                             .with_label_values(&[name, skill, source])
                             .set(q);
                     }
+                }
+                if let Some(r) = q.blended.filter(|_| verify_skills.contains(skill)) {
+                    m.verifier_reliability
+                        .with_label_values(&[name, skill])
+                        .set(r);
                 }
             }
         }

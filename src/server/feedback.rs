@@ -158,7 +158,42 @@ async fn rate(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Feedb
         s.registry
             .observe_rating(delegate, &fb.skill, &fb.tenant, fb.score, fb.created_ms);
     }
+    rate_verifiers(s, &fb).await;
     Ok(fb)
+}
+
+/// A trusted rater's rating of a verified task is also evidence of its verifiers'
+/// judgement (their reliability): the row's last round of votes is read back (one more
+/// ledger read, for trusted raters only). A failed read only loses that evidence.
+async fn rate_verifiers(s: &AppState, fb: &Feedback) {
+    if !s.registry.trusted_rater(&fb.tenant) {
+        return;
+    }
+    let q = crate::provenance::Query {
+        task_id: Some(fb.task_id.clone()),
+        tenant: Some(fb.tenant.clone()),
+        limit: Some(1),
+        ..Default::default()
+    };
+    let Ok(rows) = s.ledger.query(q).await else {
+        return;
+    };
+    let Some(row) = rows.into_iter().next().filter(|r| !r.votes.is_empty()) else {
+        return;
+    };
+    let policies = s.proxy.policies();
+    let Some(verify) = row
+        .policy
+        .as_deref()
+        .and_then(|p| policies.get(p))
+        .and_then(|p| p.verify.as_ref())
+    else {
+        return;
+    };
+    let last = row.votes.iter().map(|v| v.round).max().unwrap_or(0);
+    let votes: Vec<_> = row.votes.into_iter().filter(|v| v.round == last).collect();
+    s.registry
+        .observe_rating_of_votes(&votes, &verify.skill, &fb.tenant, fb.score, fb.created_ms);
 }
 
 #[cfg(test)]

@@ -137,6 +137,16 @@ pub(super) fn judge(v: &Verification<'_>, accuracy: f64, honest: bool) -> Verdic
     }
 }
 
+/// A rubber stamp's verdict on `v`: passed, whatever the truth (misjudged when it differs).
+pub(super) fn stamp(v: &Verification<'_>, confidence: f64) -> Verdict {
+    let truth = v.expected.is_none_or(|e| v.answer == Some(e));
+    Verdict {
+        output: json!({ "passed": true, "confidence": confidence, "reason": format!("{}: looks fine", v.skill) }),
+        passed: true,
+        misjudged: !truth,
+    }
+}
+
 /// A task failure with severity `error`.
 pub(super) fn failure(
     code: &str,

@@ -266,7 +266,8 @@ async fn a_lying_cheap_delegate_loses_its_traffic_to_evidence() {
     let count = f["observed_quality"]["count"].as_f64().unwrap_or(0.0);
     let rounds: f64 = votes_on_liar.iter().map(|v| v.1).sum();
     assert!(
-        count > 0.0 && near(count, rounds, COUNT_TOL),
+        // Fading: a hair below, more so on a loaded machine (1% of the rounds).
+        count > 0.0 && near(count, rounds, COUNT_TOL.max(rounds * 0.01)),
         "{f} vs {rounds}"
     );
     let blended = f["quality"].as_f64().unwrap();

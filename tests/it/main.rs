@@ -42,4 +42,5 @@ mod signing;
 mod sim;
 mod sim_accuracy;
 mod streaming;
+mod verifiers;
 mod verify;

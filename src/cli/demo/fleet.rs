@@ -107,11 +107,17 @@ pub struct Quizzer {
     pub p50_ms: u64,
     /// Probability of a right answer, or of a right verdict.
     pub accuracy: f64,
+    /// A verifier that passes everything (its `accuracy`: how often that is right).
+    pub rubber_stamp: bool,
 }
 
+/// Registry name of the quiz verifier that passes everything (the cheapest).
+pub const QUIZ_STAMP: &str = "yi-stamp-us";
+
 /// The quiz fleet: the cheap liar (claims 0.95, right half the time), two dearer honest
-/// producers, and two verifiers of other model families.
-pub const QUIZ: [Quizzer; 5] = [
+/// producers, two verifiers of other model families, and a rubber stamp that claims as much
+/// as they do, costs the least and passes everything (calibration rounds find it out).
+pub const QUIZ: [Quizzer; 6] = [
     Quizzer {
         name: QUIZ_LIAR,
         family: "falcon",
@@ -121,6 +127,7 @@ pub const QUIZ: [Quizzer; 5] = [
         price_usd: 0.001,
         p50_ms: 40,
         accuracy: 0.5,
+        rubber_stamp: false,
     },
     Quizzer {
         name: "granite-quiz-eu",
@@ -131,6 +138,7 @@ pub const QUIZ: [Quizzer; 5] = [
         price_usd: 0.004,
         p50_ms: 80,
         accuracy: 1.0,
+        rubber_stamp: false,
     },
     Quizzer {
         name: "deepseek-quiz-apac",
@@ -141,6 +149,7 @@ pub const QUIZ: [Quizzer; 5] = [
         price_usd: 0.006,
         p50_ms: 100,
         accuracy: 0.98,
+        rubber_stamp: false,
     },
     Quizzer {
         name: "olmo-judge-eu",
@@ -151,6 +160,7 @@ pub const QUIZ: [Quizzer; 5] = [
         price_usd: 0.0005,
         p50_ms: 30,
         accuracy: 0.98,
+        rubber_stamp: false,
     },
     Quizzer {
         name: "jamba-judge-us",
@@ -161,6 +171,18 @@ pub const QUIZ: [Quizzer; 5] = [
         price_usd: 0.0008,
         p50_ms: 40,
         accuracy: 0.98,
+        rubber_stamp: false,
+    },
+    Quizzer {
+        name: QUIZ_STAMP,
+        family: "yi",
+        jurisdiction: "us-east",
+        verifier: true,
+        declared: 0.95,
+        price_usd: 0.0002,
+        p50_ms: 20,
+        accuracy: 0.5,
+        rubber_stamp: true,
     },
 ];
 
@@ -319,6 +341,7 @@ fn options(name: &str, card: IdentityCard) -> SimOptions {
     if let Some(q) = QUIZ.iter().find(|q| q.name == name) {
         opts.accuracy = Some(q.accuracy);
         opts.verifier = q.verifier;
+        opts.rubber_stamp = q.rubber_stamp;
     }
     let fastest = opts
         .card
@@ -448,9 +471,12 @@ mod tests {
                 "{q:?}"
             );
         }
-        // Two verifiers, of families no producer shares, so both may judge every producer.
+        // Three verifiers (one a rubber stamp, the cheapest), of families no producer
+        // shares, so each may judge every producer.
         let verifiers: Vec<&Quizzer> = QUIZ.iter().filter(|q| q.verifier).collect();
-        assert_eq!(verifiers.len(), 2);
+        assert_eq!(verifiers.len(), 3);
+        let stamp = verifiers.iter().find(|v| v.rubber_stamp).unwrap();
+        assert!(verifiers.iter().all(|v| v.price_usd >= stamp.price_usd));
         for v in &verifiers {
             assert!(producers.iter().all(|p| p.family != v.family), "{v:?}");
         }
@@ -469,8 +495,8 @@ mod tests {
             assert_eq!(h.latency_p50_ms, Some(q.p50_ms), "{name}");
             let o = options(name, card);
             assert_eq!(
-                (o.accuracy, o.verifier),
-                (Some(q.accuracy), q.verifier),
+                (o.accuracy, o.verifier, o.rubber_stamp),
+                (Some(q.accuracy), q.verifier, q.rubber_stamp),
                 "{name}"
             );
         }

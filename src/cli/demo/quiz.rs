@@ -22,6 +22,12 @@ pub const POLICIES: [(&str, &str); 2] = [
     ("verified", include_str!("policies/verified.toml")),
 ];
 
+/// The calibration reference the `verified` policy names (`calibration/quiz.jsonl` beside it).
+pub const REFERENCE: (&str, &str) = (
+    "calibration/quiz.jsonl",
+    include_str!("policies/calibration/quiz.jsonl"),
+);
+
 /// The policy that trusts the cards.
 pub const UNVERIFIED: &str = "unverified";
 /// The policy that verifies a sample of the results.
@@ -202,5 +208,22 @@ mod tests {
             let (p, _) = set.select(None, None, skill, "anonymous").unwrap();
             assert_ne!(p.name.0, VERIFIED, "{skill}");
         }
+    }
+
+    #[test]
+    fn the_quiz_reference_reads_and_is_half_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("quiz.jsonl");
+        std::fs::write(&file, REFERENCE.1).unwrap();
+        let items = ldp_gateway::proxy::load_reference(&file).unwrap();
+        assert_eq!(items.len(), 12);
+        assert_eq!(items.iter().filter(|i| i.correct).count(), 6);
+        assert!(items.iter().all(|i| i.skill == QUIZ_SKILL));
+        let v = parse_str("verified.toml", POLICIES[1].1)
+            .unwrap()
+            .verify
+            .unwrap();
+        let cal = v.calibration.unwrap();
+        assert!(cal.reference.ends_with(REFERENCE.0), "{:?}", cal.reference);
     }
 }

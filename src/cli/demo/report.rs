@@ -672,7 +672,7 @@ pub struct QualityRow {
 
 /// The declared-versus-observed quality table; rows `min_quality` (`floor`) excludes (their
 /// blend plus one standard deviation below it) are flagged.
-pub fn render_quality(rows: &[QualityRow], floor: f64) -> String {
+pub fn render_quality(rows: &[QualityRow], floor: f64, reliability_floor: f64) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -684,7 +684,13 @@ pub fn render_quality(rows: &[QualityRow], floor: f64) -> String {
         let observed = r
             .observed
             .map_or_else(|| "-".into(), |(m, n)| format!("{m:.2} ({n:.1})"));
-        let below = r.plausible.or(r.blended).is_some_and(|b| b < floor);
+        // A verifier's blend is its reliability, compared as it is with `min_reliability`.
+        let verifier = r.skill == super::fleet::VERIFY_SKILL;
+        let below = if verifier {
+            r.blended.is_some_and(|b| b < reliability_floor)
+        } else {
+            r.plausible.or(r.blended).is_some_and(|b| b < floor)
+        };
         let _ = writeln!(
             out,
             "  {:<22} {:<7} {:>8} {:>8} {:>18} {:>8}{}",
@@ -694,7 +700,9 @@ pub fn render_quality(rows: &[QualityRow], floor: f64) -> String {
             num(r.declared),
             observed,
             num(r.blended),
-            if below {
+            if below && verifier {
+                format!("  ← below min_reliability {reliability_floor}: not chosen to vote")
+            } else if below {
                 format!("  ← below min_quality {floor}: not routed to")
             } else {
                 String::new()
@@ -968,6 +976,7 @@ mod tests {
                 row("fresh", None, Some(0.95)),
             ],
             0.8,
+            0.6,
         );
         let flagged: Vec<&str> = t.lines().filter(|l| l.contains('←')).collect();
         assert_eq!(flagged.len(), 1, "{t}");

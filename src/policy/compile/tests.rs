@@ -160,6 +160,11 @@ threshold = 0.6
 max_rounds = 4
 sample = 0.1
 independent = false
+min_reliability = 0.7
+[verify.calibration]
+reference = "calibration/qa.jsonl"
+every = "5m"
+items = 4
 "#;
     let p = parse_str("dir/eu.toml", text).unwrap();
     let expected = Policy {
@@ -199,6 +204,12 @@ independent = false
             max_rounds: 4,
             sample: 0.1,
             independent: false,
+            min_reliability: 0.7,
+            calibration: Some(crate::policy::Calibration {
+                reference: PathBuf::from("dir/calibration/qa.jsonl"),
+                every: std::time::Duration::from_secs(300),
+                items: 4,
+            }),
         }),
         source: PathBuf::from("dir/eu.toml"),
     };
@@ -522,6 +533,8 @@ fn verify_defaults_when_empty_and_absent_means_off() {
             max_rounds: 3,
             sample: 1.0,
             independent: true,
+            min_reliability: 0.6,
+            calibration: None,
         }
     );
     // Each key alone changes only itself.
@@ -695,7 +708,7 @@ fn verify_unknown_key() {
     assert_eq!(
         one("[verify]\nverifiers = 2\nquorum = 0.5\n"),
         "p.toml:4: verify.quorum: unknown key (expected one of: skill, verifiers, threshold, \
-         max_rounds, sample, independent)"
+         max_rounds, sample, independent, min_reliability, calibration)"
     );
 }
 
@@ -723,7 +736,7 @@ extra = true
             "p.toml:7: verify.sample: must be between 0 and 1, got -1",
             "p.toml:8: verify.independent: expected a boolean, got an integer",
             "p.toml:9: verify.extra: unknown key (expected one of: skill, verifiers, threshold, \
-             max_rounds, sample, independent)",
+             max_rounds, sample, independent, min_reliability, calibration)",
         ]
     );
 }
@@ -957,4 +970,37 @@ proptest::proptest! {
             }
         }
     }
+}
+
+#[test]
+fn calibration_keys_are_checked_with_their_lines() {
+    let text = "name = \"x\"\n[verify]\nmin_reliability = 1.5\n[verify.calibration]\nevery = \"soon\"\nitems = 0\n";
+    let problems: Vec<String> = parse_str("p.toml", text)
+        .unwrap_err()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        problems,
+        [
+            "p.toml:3: verify.min_reliability: must be between 0 and 1, got 1.5",
+            "p.toml:4: verify.calibration.reference: a reference file is required (JSON Lines of {skill, input, output, correct})",
+            "p.toml:5: verify.calibration.every: not a duration (expected number at 0), got 'soon'",
+            "p.toml:6: verify.calibration.items: must be between 1 and 100, got 0",
+        ]
+    );
+    let text = "name = \"x\"\n[verify.calibration]\nitems = 500\nbogus = 1\n";
+    let problems: Vec<String> = parse_str("p.toml", text)
+        .unwrap_err()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        problems,
+        [
+            "p.toml:2: verify.calibration.reference: a reference file is required (JSON Lines of {skill, input, output, correct})",
+            "p.toml:3: verify.calibration.items: must be between 1 and 100, got 500",
+            "p.toml:4: verify.calibration.bogus: unknown key (expected one of: reference, every, items)",
+        ]
+    );
 }

@@ -258,6 +258,9 @@ impl TestGateway {
         config.admin.token_env = NO_ADMIN_TOKEN.into();
         config.discovery.poll_interval = Duration::from_secs(3600);
         config.policies.dir = Path::new(ROOT).join("policies");
+        // Trials (`[routing] explore`) are random picks off the score: off, so a test of
+        // anything else sees the score's choice; the tests of exploration turn it on.
+        config.routing.explore = 0.0;
         Builder {
             config,
             upstreams: Vec::new(),

@@ -1,0 +1,466 @@
+//! Calibration rounds (LADP §11, §8 `calibration-init`, §4.2.8 `calibration`): a policy's
+//! `[verify.calibration]` sends every verifier of its verify skill `items` reference items at
+//! start and every `every`, each shaped exactly as a real verification task (the same
+//! `{"input", "output", "skill"}` input, a task id of the same form, in a session opened as
+//! for a client), and scores its verdicts against the reference's `correct`.
+//!
+//! The score is the balanced accuracy (the mean of its accuracy on right and on wrong items,
+//! when the round has both): a verifier that passes everything scores 0.5 whatever the mix.
+//! The round is evidence of its reliability (the score, weighing one observation per item
+//! answered), and is recorded as one ledger row per verifier with no tenant (tenant `""`:
+//! never charged to one; its cost counted under `ldp_gateway_cost_usd_total{tenant=""}`),
+//! its `routing` column holding `{"calibration": {round, reference_source, items, answered,
+//! score, reliability_before, reliability, adjustment}}`.
+//!
+//! Bounded: at most [`MAX_REFERENCE_BYTES`] of reference read per round, `items` (≤ 100) per
+//! verifier; LDP verifiers only (an OpenAI-backed or A2A verifier is not calibrated).
+
+use super::verify::{read_verdict, verification_input};
+use super::Proxy;
+use crate::ldp::{Body, Envelope, Json, PayloadMode, SessionConfig, TaskId};
+use crate::policy::{Calibration, Policy, Verify};
+use crate::provenance::{JsonText, LedgerRow, Outcome};
+use crate::registry::Delegate;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The most of a reference file read (the rest is ignored, and said so once per round).
+pub const MAX_REFERENCE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// How often the loop looks for a round that is due (and for policies reloaded).
+const TICK: Duration = Duration::from_secs(1);
+
+/// One reference item: a task's input and an output, and whether that output is right.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Item {
+    /// The skill of the judged task.
+    pub skill: String,
+    /// Its input.
+    pub input: Json,
+    /// The output to judge.
+    pub output: Json,
+    /// Whether the output is right.
+    pub correct: bool,
+}
+
+/// Why a reference could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ReferenceError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A line is not an item.
+    #[error("{path}:{line}: not a calibration item ({{skill, input, output, correct}}): {reason}")]
+    Item {
+        /// The file.
+        path: String,
+        /// Its 1-based line.
+        line: usize,
+        /// Why.
+        reason: String,
+    },
+    /// No items at all.
+    #[error("{0}: no calibration items")]
+    Empty(String),
+}
+
+/// Reads a reference: JSON Lines of [`Item`] (blank lines and lines starting with `#`
+/// skipped), at most [`MAX_REFERENCE_BYTES`].
+pub fn load_reference(path: &Path) -> Result<Vec<Item>, ReferenceError> {
+    use std::io::Read as _;
+    let name = path.display().to_string();
+    let read = |source| ReferenceError::Read {
+        path: name.clone(),
+        source,
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(read)?
+        .take(MAX_REFERENCE_BYTES)
+        .read_to_string(&mut text)
+        .map_err(read)?;
+    let mut items = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line_text = line.trim();
+        if line_text.is_empty() || line_text.starts_with('#') {
+            continue;
+        }
+        let item = serde_json::from_str::<Item>(line_text).map_err(|e| ReferenceError::Item {
+            path: name.clone(),
+            line: i + 1,
+            reason: e.to_string(),
+        })?;
+        items.push(item);
+    }
+    if items.is_empty() {
+        return Err(ReferenceError::Empty(name));
+    }
+    Ok(items)
+}
+
+/// How one verifier did in one round.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Score {
+    /// Right verdicts on right items, and right items answered.
+    pub right_on_right: u32,
+    pub right: u32,
+    /// Right verdicts on wrong items, and wrong items answered.
+    pub right_on_wrong: u32,
+    pub wrong: u32,
+}
+
+impl Score {
+    fn add(&mut self, correct: bool, passed: bool) {
+        if correct {
+            self.right += 1;
+            self.right_on_right += u32::from(passed);
+        } else {
+            self.wrong += 1;
+            self.right_on_wrong += u32::from(!passed);
+        }
+    }
+
+    /// Items answered with a verdict.
+    pub fn answered(&self) -> u32 {
+        self.right + self.wrong
+    }
+
+    /// The balanced accuracy when the round had both kinds of items, else the plain
+    /// accuracy; none without a verdict.
+    pub fn value(&self) -> Option<f64> {
+        let rate = |hit: u32, of: u32| f64::from(hit) / f64::from(of);
+        match (self.right, self.wrong) {
+            (0, 0) => None,
+            (0, w) => Some(rate(self.right_on_wrong, w)),
+            (r, 0) => Some(rate(self.right_on_right, r)),
+            (r, w) => Some((rate(self.right_on_right, r) + rate(self.right_on_wrong, w)) / 2.0),
+        }
+    }
+}
+
+/// What one verifier's part of a round came to.
+struct Outcome1 {
+    score: Score,
+    cost: f64,
+    upstream_session: Option<String>,
+    error: Option<String>,
+    started_at: String,
+    started: Instant,
+}
+
+impl Proxy {
+    /// The calibration loop: every policy's `[verify.calibration]` (one schedule per verify
+    /// skill and reference, the first policy naming it giving `every` and `items`), a round
+    /// at start and each `every`, until `shutdown`.
+    pub fn spawn_calibration(
+        self: Arc<Self>,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            // (verify skill, reference) → (rounds run, when the last one started).
+            let mut last: HashMap<(String, PathBuf), (u64, Instant)> = HashMap::new();
+            loop {
+                let policies = self.policies();
+                let mut seen = Vec::new();
+                for p in &policies.policies {
+                    let Some((verify, cal)) = p
+                        .verify
+                        .as_ref()
+                        .and_then(|v| v.calibration.as_ref().map(|c| (v, c)))
+                    else {
+                        continue;
+                    };
+                    let key = (verify.skill.clone(), cal.reference.clone());
+                    if seen.contains(&key) {
+                        continue;
+                    }
+                    seen.push(key.clone());
+                    let due = last
+                        .get(&key)
+                        .is_none_or(|(_, at)| at.elapsed() >= cal.every);
+                    if !due {
+                        continue;
+                    }
+                    let round = last.get(&key).map_or(1, |(n, _)| n + 1);
+                    last.insert(key, (round, Instant::now()));
+                    tokio::select! {
+                        () = self.calibrate(p, verify, cal, round) => {}
+                        _ = shutdown.changed() => return,
+                    }
+                }
+                // Schedules of policies gone are forgotten (bounded by the policy set).
+                last.retain(|k, _| seen.contains(k));
+                tokio::select! {
+                    () = tokio::time::sleep(TICK) => {}
+                    _ = shutdown.changed() => return,
+                }
+            }
+        })
+    }
+
+    /// One round for one policy: every healthy LDP verifier of its verify skill that its
+    /// card-only constraints allow (calibration sends them data too) is sent the same
+    /// `items` reference items, drawn at random, all verifiers at once.
+    pub async fn calibrate(
+        &self,
+        policy: &Arc<Policy>,
+        verify: &Verify,
+        cal: &Calibration,
+        round: u64,
+    ) {
+        let items = match load_reference(&cal.reference) {
+            Ok(items) => items,
+            Err(e) => {
+                tracing::warn!(policy = %policy.name.0, error = %e, "calibration round skipped");
+                return;
+            }
+        };
+        let n = (cal.items as usize).min(items.len());
+        let drawn: Vec<&Item> = fastrand::choose_multiple(items.iter(), n);
+        let index = self.registry.index();
+        let (offers, statics) = index.offers_with_statics(&verify.skill, policy, &self.cfg.routing);
+        let verifiers: Vec<Arc<Delegate>> = offers
+            .iter()
+            .zip(statics.iter())
+            .filter(|(o, st)| st.passes() && o.delegate.is_healthy() && o.delegate.is_ldp())
+            .map(|(o, _)| o.delegate.clone())
+            .collect();
+        let runs = verifiers
+            .iter()
+            .map(|d| self.calibrate_one(d, &verify.skill, &drawn));
+        let outcomes = futures_util::future::join_all(runs).await;
+        for (d, o) in verifiers.iter().zip(outcomes) {
+            self.settle_calibration(policy, verify, cal, round, d, o)
+                .await;
+        }
+    }
+
+    /// Sends one verifier the items, in one upstream session opened as for a client.
+    async fn calibrate_one(&self, d: &Delegate, skill: &str, items: &[&Item]) -> Outcome1 {
+        let started = Instant::now();
+        let mut out = Outcome1 {
+            score: Score::default(),
+            cost: 0.0,
+            upstream_session: None,
+            error: None,
+            started_at: crate::ldp::now_rfc3339(),
+            started,
+        };
+        let Some(card) = d.card() else {
+            out.error = Some("no identity card".into());
+            return out;
+        };
+        let config = SessionConfig {
+            preferred_payload_modes: Some(vec![PayloadMode::Text]),
+            payload_mode: Some(PayloadMode::Text),
+            ttl_secs: Some(self.cfg.sessions.default_ttl.as_secs().max(1)),
+            required_trust_domain: None,
+            trust_domain: Some(self.cfg.identity.trust_domain.name.clone()),
+            policy: None,
+        };
+        let session = match self.upstream.open_session(&d.base_url, &card, config).await {
+            Ok(s) => s,
+            Err(e) => {
+                out.error = Some(e.to_string());
+                return out;
+            }
+        };
+        let timeout = self.cfg.upstream.task_timeout;
+        let sends = items.iter().map(|item| {
+            let session = &session;
+            async move {
+                let input = verification_input(&item.input, &item.output, &item.skill).ok()?;
+                let task_id = TaskId::from(format!(
+                    "{}~verify-{}",
+                    crate::ldp::new_id(),
+                    crate::ldp::new_id()
+                ));
+                let env = Envelope::new(
+                    session.session_id.as_str(),
+                    self.id(),
+                    session.delegate_id.as_str(),
+                    Body::TaskSubmit {
+                        task_id,
+                        skill: skill.to_owned(),
+                        input,
+                        contract: None,
+                    },
+                    session.payload.mode,
+                );
+                let answer = self
+                    .upstream
+                    .send_hops(&d.base_url, &env, timeout, Some(1))
+                    .await
+                    .ok()?;
+                match answer.body {
+                    Body::TaskResult {
+                        output, provenance, ..
+                    } => {
+                        let cost = provenance.and_then(|p| p.cost_usd);
+                        Some((read_verdict(&output).map(|v| v.passed), cost))
+                    }
+                    _ => None,
+                }
+            }
+        });
+        let answers = futures_util::future::join_all(sends).await;
+        let declared = self.declared_cost(d, skill).unwrap_or(0.0);
+        for (item, answer) in items.iter().zip(answers) {
+            let Some((verdict, cost)) = answer else {
+                continue;
+            };
+            let cost = cost
+                .filter(|c| c.is_finite() && *c >= 0.0)
+                .unwrap_or(declared);
+            out.cost += cost;
+            if let Some(passed) = verdict {
+                out.score.add(item.correct, passed);
+            }
+        }
+        out.upstream_session = Some(session.session_id.to_string());
+        self.upstream.close_session(&d.base_url, &session).await;
+        out
+    }
+
+    /// Learns one verifier's round, counts its cost and records its ledger row.
+    async fn settle_calibration(
+        &self,
+        policy: &Policy,
+        verify: &Verify,
+        cal: &Calibration,
+        round: u64,
+        d: &Delegate,
+        o: Outcome1,
+    ) {
+        let skill = verify.skill.as_str();
+        let reliability = || {
+            self.registry
+                .quality_of(&d.name, skill)
+                .and_then(|q| q.blended)
+        };
+        let before = reliability();
+        let now = crate::registry::quality::now_ms();
+        if let Some(score) = o.score.value() {
+            let weight = f64::from(o.score.answered());
+            self.registry
+                .observe_judgement(&d.name, skill, score, weight, now);
+        }
+        let after = reliability();
+        let adjustment = match (before, after) {
+            (Some(b), Some(a)) => Some(a - b),
+            _ => None,
+        };
+        tracing::info!(verifier = %d.name, round, score = ?o.score.value(), ?before, ?after,
+            "calibration round");
+        if o.cost > 0.0 {
+            self.metrics
+                .cost_usd
+                .with_label_values(&["", skill, d.name.as_str(), policy.name.0.as_str()])
+                .inc_by(o.cost);
+        }
+        let routing = JsonText::of(&serde_json::json!({
+            "policy": policy.name.0,
+            "calibration": {
+                "round": round,
+                "reference_source": cal.reference.display().to_string(),
+                "items": cal.items,
+                "answered": o.score.answered(),
+                "score": o.score.value(),
+                "reliability_before": before,
+                "reliability": after,
+                "adjustment": adjustment,
+            }
+        }));
+        let card = d.card();
+        let finished = chrono::Utc::now();
+        let elapsed_ms = o.started.elapsed().as_secs_f64() * 1000.0;
+        let row = LedgerRow {
+            task_id: format!("calibration-{}", crate::ldp::new_id()),
+            ingress: crate::provenance::Ingress::Ldp,
+            session_id: String::new(),
+            upstream_session_id: o.upstream_session,
+            tenant: String::new(),
+            skill: skill.to_owned(),
+            policy: Some(policy.name.0.clone()),
+            delegate: Some(d.name.clone()),
+            delegate_id: card.as_ref().map(|c| c.delegate_id.clone()),
+            model_version: card.as_ref().map(|c| c.model_version.clone()),
+            outcome: if o.error.is_some() {
+                Outcome::Failed
+            } else {
+                Outcome::Result
+            },
+            error_code: o.error.as_ref().map(|_| "CALIBRATION_FAILED".to_owned()),
+            error_message: o.error,
+            score: None,
+            candidates: None,
+            attempts: cal.items,
+            fallbacks: Vec::new(),
+            payload_mode: Some(PayloadMode::Text.as_str().to_owned()),
+            latency_ms: elapsed_ms,
+            upstream_ms: elapsed_ms,
+            cost_usd: Some(o.cost),
+            reported_cost_usd: None,
+            declared_cost_usd: self.declared_cost(d, skill),
+            tokens: None,
+            confidence: o.score.value(),
+            verification_status: None,
+            started_at: o.started_at,
+            finished_at: finished.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            finished_ms: finished.timestamp_millis(),
+            output_sha256: None,
+            lineage: JsonText::of(&[] as &[u8]),
+            routing,
+            payload: None,
+            votes: Vec::new(),
+        };
+        if let Err(e) = self.ledger.record(row).await {
+            tracing::warn!(error = %e, "calibration row not recorded");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rubber_stamp_scores_a_coin_whatever_the_mix() {
+        let mut stamp = Score::default();
+        for correct in [true, true, true, false] {
+            stamp.add(correct, true);
+        }
+        assert_eq!(stamp.value(), Some(0.5));
+        let mut judge = Score::default();
+        for correct in [true, false, false] {
+            judge.add(correct, correct);
+        }
+        assert_eq!(judge.value(), Some(1.0));
+        assert_eq!(Score::default().value(), None);
+    }
+
+    #[test]
+    fn the_shipped_reference_reads_and_bad_lines_are_named() {
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/calibration/qa.jsonl");
+        let items = load_reference(&shipped).unwrap();
+        assert!(items.len() >= 10 && items.iter().any(|i| !i.correct));
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("bad.jsonl");
+        std::fs::write(&bad, "# comment\n\n{\"skill\":\"qa\"}\n").unwrap();
+        let e = load_reference(&bad).unwrap_err().to_string();
+        assert!(e.contains("bad.jsonl:3: not a calibration item"), "{e}");
+        std::fs::write(&bad, "\n").unwrap();
+        assert!(load_reference(&bad)
+            .unwrap_err()
+            .to_string()
+            .ends_with("no calibration items"));
+    }
+}
