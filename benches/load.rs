@@ -354,7 +354,14 @@ async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32
                 Ok(Body::TaskResult { .. })
             ),
             Load::Chat { path, model } => client
-                .request(&t.base, path, Some(chat_body(model)), &auth, None, TIMEOUT)
+                .request(
+                    &t.base,
+                    path,
+                    Some(chat_body(model)),
+                    &auth,
+                    None.into(),
+                    TIMEOUT,
+                )
                 .await
                 .is_ok_and(|a| completed(&a)),
             Load::Bridge(b) => client
@@ -363,7 +370,7 @@ async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32
                     b.path(),
                     Some(b.body(&sender, i)),
                     &bridge_headers,
-                    None,
+                    None.into(),
                     TIMEOUT,
                 )
                 .await

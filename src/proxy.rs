@@ -17,6 +17,7 @@ mod retries;
 mod run;
 mod status;
 mod task;
+mod trace;
 mod verify;
 
 pub use ingress::IngressTask;
@@ -95,6 +96,8 @@ pub struct RequestCtx {
     pub policy: Option<String>,
     /// Gateways the request passed through before this one (the `x-ldp-hops` header).
     pub hops: u32,
+    /// The request's span (its tasks' spans go under it); off when tracing is.
+    pub trace: crate::telemetry::otel::Trace,
 }
 
 impl RequestCtx {
@@ -104,6 +107,7 @@ impl RequestCtx {
             tenant: Arc::new(Tenant::builtin_anonymous()),
             policy: None,
             hops: 0,
+            trace: Default::default(),
         }
     }
 }

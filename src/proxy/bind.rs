@@ -166,6 +166,7 @@ impl Proxy {
             .claim(&t.policy, need, picked, run)
             .await
             .map_err(NoBinding::None)?;
+        super::trace::route(t, &route, &delegate);
         run.route = Some(route);
         Ok(delegate)
     }
@@ -197,6 +198,8 @@ impl Proxy {
                 eligible: p.eligible,
                 band: p.band,
                 excluded: p.excluded,
+                components: p.components,
+                candidates: offers.len(),
             },
         })
     }

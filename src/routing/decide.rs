@@ -22,6 +22,8 @@ pub struct Pick {
     pub band: usize,
     /// `(constraint, offers it excluded)`, for constraints that excluded any.
     pub excluded: Vec<(Constraint, usize)>,
+    /// The chosen offer's score components (its trace span shows them).
+    pub components: super::score::Components,
 }
 
 /// Why nothing could be picked: the skill, and per constraint how many offers it excluded.
@@ -247,6 +249,7 @@ pub fn decide_with<O: Offer>(
         } else {
             exclusions(&s.excluded)
         },
+        components: scale.components(&s.figures[k], params.missing_score),
     })
 }
 

@@ -42,4 +42,5 @@ mod signing;
 mod sim;
 mod sim_accuracy;
 mod streaming;
+mod traces;
 mod verify;

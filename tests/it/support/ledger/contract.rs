@@ -45,6 +45,7 @@ pub fn row(task: &str, session: &str, tenant: &str, finished_ms: i64) -> LedgerR
         routing: JsonText::of(&json!({"policy": "balanced"})),
         payload: None,
         votes: Vec::new(),
+        trace_id: None,
     }
 }
 
