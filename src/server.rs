@@ -157,6 +157,14 @@ impl Gateway {
             .map_err(ServerError::Policies)?;
         let metrics = Arc::new(crate::telemetry::Metrics::new()?);
         let otel = start_tracing(&config.telemetry, &metrics)?;
+        for d in &config.delegates {
+            let (operation, provider) = match d.kind {
+                crate::config::DelegateKind::OpenAi => ("chat", "openai"),
+                crate::config::DelegateKind::A2a => ("invoke_agent", "a2a"),
+                crate::config::DelegateKind::Ldp => ("invoke_agent", "ldp"),
+            };
+            metrics.gen_ai_known(operation, provider, d.model.as_deref().unwrap_or_default());
+        }
         let p = &config.provenance;
         // Opening may block (a Postgres connection): off the runtime's threads.
         let (store, durability) = (p.store.clone(), p.durability);

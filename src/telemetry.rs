@@ -631,6 +631,19 @@ impl Metrics {
         }
     }
 
+    /// Creates at 0 the GenAI series of a configured delegate's calls (successes; an
+    /// OpenAI-backed one's tokens too), so its panels have data before traffic.
+    pub fn gen_ai_known(&self, operation: &str, provider: &str, model: &str) {
+        self.gen_ai_operation_duration
+            .with_label_values(&[operation, provider, model, ""]);
+        if operation == "chat" {
+            for kind in ["input", "output"] {
+                self.gen_ai_token_usage
+                    .with_label_values(&[operation, provider, model, kind]);
+            }
+        }
+    }
+
     /// Renders after `refresh` has set the per-delegate gauges anew: they are cleared first,
     /// so a delegate that left, or a skill its card no longer lists, has no series.
     pub fn render_with(&self, refresh: impl FnOnce(&Metrics)) -> String {
