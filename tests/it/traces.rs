@@ -121,10 +121,21 @@ fn one<'s>(spans: &'s [Value], name: &str) -> &'s Value {
     found[0]
 }
 
-/// An LDP TASK_SUBMIT of `skill` with `input` from `c` in `session`, with `headers`.
+/// An LDP TASK_SUBMIT of `qa` with `input` from `c` in `session`, with `headers`.
 async fn submit(c: &Client, session: &str, input: Value, headers: &[(&str, &str)]) -> Value {
+    submit_skill(c, session, "qa", input, headers).await
+}
+
+/// [`submit`] of `skill`.
+async fn submit_skill(
+    c: &Client,
+    session: &str,
+    skill: &str,
+    input: Value,
+    headers: &[(&str, &str)],
+) -> Value {
     let task_id = uuid::Uuid::new_v4().to_string();
-    let body = json!({"type": "TASK_SUBMIT", "task_id": task_id, "skill": "qa", "input": input});
+    let body = json!({"type": "TASK_SUBMIT", "task_id": task_id, "skill": skill, "input": input});
     let env = c.envelope_json(session, body, "text");
     let r = c
         .post_with("/ldp/messages", serde_json::to_vec(&env).unwrap(), headers)
@@ -453,6 +464,50 @@ async fn sampling_at_zero_exports_nothing_but_a_sampled_parent_and_at_one_every_
     .await;
     assert!(every, "every task's trace at 1: {traces:?}");
     all.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_agent_is_sent_its_attempt_s_trace_context() {
+    let Some(rx) = Receiver::start(false).await else {
+        return;
+    };
+    let Some(py) = crate::a2a_delegates::a2a_python() else {
+        return;
+    };
+    let agent = crate::a2a_delegates::Agent::start(&py, "one", &[]).await;
+    let gw = TestGateway::builder()
+        .entry(crate::a2a_delegates::entry("one", &agent.url, 0.8))
+        .config(|c| traced(c, &rx.url, "gw", 1.0))
+        .spawn()
+        .await;
+    let c = gw.client();
+    let session = c.accepted(json!({"payload_mode": "text"})).await;
+    let parent = traceparent(CLIENT_TRACE, CLIENT_SPAN, true);
+    let body = submit_skill(
+        &c,
+        &session,
+        "echo",
+        json!("hello"),
+        &[("traceparent", &parent)],
+    )
+    .await;
+    assert_eq!(body["type"], "TASK_RESULT", "{body}");
+    let spans = rx
+        .trace(CLIENT_TRACE, |s| !named(s, "invoke_agent one").is_empty())
+        .await;
+    let attempt = one(&spans, "invoke_agent one");
+    assert_eq!(attempt["attributes"]["gen_ai.provider.name"], "a2a");
+    assert_eq!(attempt["attributes"]["gen_ai.agent.id"], "ldp:delegate:one");
+    let log = Client::new(&agent.url).get("/log").await.json;
+    let sent: Vec<&str> = log["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["traceparent"].as_str())
+        .collect();
+    let want = traceparent(CLIENT_TRACE, attempt["span_id"].as_str().unwrap(), true);
+    assert!(sent.contains(&want.as_str()), "{want} in {sent:?}");
+    gw.shutdown().await;
 }
 
 /// Resident memory of `pid`, in KiB.
