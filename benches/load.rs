@@ -7,7 +7,9 @@
 //! through the gateway to it (`ldp-oai`); `--only openai` selects the four. `--pin` puts the
 //! servers on CPU 0 and the load generator on CPU 1. The bridge rows (`llmcp`, `llmx`, `ladp`, `a2a`; `--only bridges`)
 //! send the LDP rows' echo task through the gateway's bridges of other agent protocols, and the
-//! `a2a` row as an A2A `SendMessage` through its A2A front end.
+//! `a2a` row as an A2A `SendMessage` through its A2A front end. The `gw-trace-100` and
+//! `gw-trace-1` rows are the gateway row with OpenTelemetry tracing on (`[telemetry]`, every
+//! trace sampled, 1 in 100), exporting to a stand-in collector that answers at once.
 //!
 //! `cargo build --release && cargo bench --bench load [-- SECS]` (SECS: measured seconds per
 //! row, default 4; each row runs 3 times, interleaved, and the median is reported). It runs `target/release/ldp-gateway` (the release binary, not built here)
@@ -282,6 +284,20 @@ const OPENAI_SKILL: &str = "chat";
 
 /// The OpenAI rows; `--only openai` selects them all.
 const OPENAI_PATHS: [&str; 4] = ["oai-direct", "oai-nginx", "oai-ingress", "ldp-oai"];
+/// The gateway rows with tracing on (`[telemetry]`), and their sample ratios.
+const TRACE_PATHS: [(&str, f64); 2] = [("gw-trace-100", 1.0), ("gw-trace-1", 0.01)];
+
+/// A stand-in OTLP/HTTP collector on a free loopback port: every export answered 200 at
+/// once, nothing decoded. Its base URL.
+async fn otlp_sink() -> anyhow::Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let app = axum::Router::new().route("/v1/traces", axum::routing::post(|| async { "" }));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(url)
+}
 
 /// The client of one connection: `ldp-client`'s transport (one pooled keep-alive
 /// connection), with the target's API key.
@@ -387,7 +403,14 @@ async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32
                 Ok(Body::TaskResult { .. })
             ),
             Load::Chat { path, model } => client
-                .request(&t.base, path, Some(chat_body(model)), &auth, None, TIMEOUT)
+                .request(
+                    &t.base,
+                    path,
+                    Some(chat_body(model)),
+                    &auth,
+                    None.into(),
+                    TIMEOUT,
+                )
                 .await
                 .is_ok_and(|a| completed(&a)),
             Load::Bridge(b) => client
@@ -396,7 +419,7 @@ async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32
                     b.path(),
                     Some(b.body(&sender, i)),
                     &bridge_headers,
-                    None,
+                    None.into(),
                     TIMEOUT,
                 )
                 .await
@@ -818,6 +841,8 @@ struct Rows<'a> {
     openai_url: Option<&'a str>,
     /// The bridge rows: the LADP agent rate raised out of their way.
     bridges: bool,
+    /// Traces exported to this OTLP endpoint at this sample ratio (the `gw-trace-*` rows).
+    trace: Option<(&'a str, f64)>,
 }
 
 /// Writes a production-like config under `dir` (its own ledger and policy folder), starts
@@ -839,6 +864,7 @@ async fn start_gateway(
     let Rows {
         openai_url,
         bridges,
+        trace,
     } = rows;
     std::fs::create_dir_all(dir.join("policies"))?;
     std::fs::write(dir.join("policies/load-all.toml"), POLICY)?;
@@ -878,6 +904,11 @@ name = "load-fast"
         // Each LADP connection is one agent: its per-agent rate (seed §14) at the highest
         // accepted, a full minute's worth at once, so the limiter runs but never refuses.
         cfg.push_str("[ladp]\nrate_per_minute = 60000\n");
+    }
+    if let Some((endpoint, ratio)) = trace {
+        cfg.push_str(&format!(
+            "[telemetry]\notlp_endpoint = \"{endpoint}\"\nsample_ratio = {ratio}\n"
+        ));
     }
     std::fs::write(dir.join("gateway.toml"), cfg)?;
     let mut cmd = server_cmd(bin);
@@ -924,6 +955,7 @@ async fn session_memory(
     let rows = Rows {
         openai_url: None,
         bridges: false,
+        trace: None,
     };
     let (gateway, url, _) =
         start_gateway(bin, dir, delegate_url, rows, &key, SESSIONS * 2, probe).await?;
@@ -1134,6 +1166,7 @@ async fn main() -> anyhow::Result<()> {
         Rows {
             openai_url,
             bridges: BRIDGE_PATHS.iter().any(|p| wanted(p)),
+            trace: None,
         },
         &key,
         10_000,
@@ -1176,6 +1209,42 @@ async fn main() -> anyhow::Result<()> {
         vec![gw_pid],
         delegate_pid,
     ));
+    // The gateway's row with tracing on, every trace sampled and 1 in 100, exporting to a
+    // collector stand-in that takes every export at once (what the spans cost the gateway).
+    let sink = if TRACE_PATHS.iter().any(|(p, _)| wanted(p)) {
+        Some(otlp_sink().await?)
+    } else {
+        None
+    };
+    let mut traced = Vec::new();
+    for (path, ratio) in TRACE_PATHS.into_iter().filter(|(p, _)| wanted(p)) {
+        let Some(sink) = &sink else { break };
+        let (proc, url, _) = start_gateway(
+            &gw_bin,
+            &dir.join(path),
+            &delegate_url,
+            Rows {
+                openai_url: None,
+                bridges: false,
+                trace: Some((sink, ratio)),
+            },
+            &key,
+            10_000,
+            &probe,
+        )
+        .await?;
+        targets.push((
+            path,
+            Target {
+                base: url,
+                key: Some(key.clone()),
+                load: Load::Ldp("echo"),
+            },
+            vec![proc.child.id()],
+            delegate_pid,
+        ));
+        traced.push(proc);
+    }
     // The bridges' rows: the same echo task, in each bridge's protocol.
     for (path, bridge) in BRIDGE_PATHS.into_iter().zip(BRIDGES) {
         targets.push((

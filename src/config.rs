@@ -23,6 +23,7 @@ mod security;
 mod server;
 mod sessions;
 mod task_status;
+mod telemetry;
 mod tenants;
 mod upstream;
 
@@ -46,6 +47,7 @@ pub use security::SecurityConfig;
 pub use server::ServerConfig;
 pub use sessions::SessionsConfig;
 pub use task_status::TaskStatusConfig;
+pub use telemetry::TelemetryConfig;
 pub use tenants::{trusted_raters, BudgetConfig, SigningConfig, TenantConfig};
 pub use upstream::UpstreamConfig;
 
@@ -100,6 +102,8 @@ pub struct Config {
     pub ladp: LadpConfig,
     /// The A2A bridge (`POST /a2a`, the Agent Card).
     pub a2a: A2aConfig,
+    /// OpenTelemetry traces (OTLP export, off by default).
+    pub telemetry: TelemetryConfig,
 }
 
 /// Why a configuration cannot be used.
@@ -122,11 +126,12 @@ impl Config {
                 path.display()
             )]));
         }
-        let cfg: Config = Figment::from(Serialized::defaults(Config::default()))
+        let mut cfg: Config = Figment::from(Serialized::defaults(Config::default()))
             .merge(Toml::file(path))
             .merge(Env::prefixed("LDP_GATEWAY_").split("__"))
             .extract()
             .map_err(|e| ConfigError::Load(Box::new(e)))?;
+        cfg.telemetry.apply_env(|name| std::env::var(name).ok());
         let issues = cfg.issues();
         if issues.is_empty() {
             return Ok(cfg);
@@ -166,6 +171,7 @@ impl Config {
         self.openai.check(&mut c);
         self.ladp.check(&mut c);
         self.a2a.check(&mut c);
+        self.telemetry.check(&mut c);
         self.provenance.check(&mut c);
         self.cluster.check(&mut c);
         // Beside `cluster.redis_url` (both name where shared state lives): `check` has always

@@ -18,6 +18,7 @@ mod retries;
 mod run;
 mod status;
 mod task;
+mod trace;
 mod verify;
 
 pub use calibrate::{load_reference, Item as CalibrationItem, ReferenceError};
@@ -97,6 +98,8 @@ pub struct RequestCtx {
     pub policy: Option<String>,
     /// Gateways the request passed through before this one (the `x-ldp-hops` header).
     pub hops: u32,
+    /// The request's span (its tasks' spans go under it); off when tracing is.
+    pub trace: crate::telemetry::otel::Trace,
 }
 
 impl RequestCtx {
@@ -106,6 +109,7 @@ impl RequestCtx {
             tenant: Arc::new(Tenant::builtin_anonymous()),
             policy: None,
             hops: 0,
+            trace: Default::default(),
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::config::{Config, ConfigError};
 use crate::provenance::Ledger;
 use crate::proxy::Proxy;
 use crate::registry::Registry;
+use crate::telemetry::otel::Otel;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,6 +72,8 @@ pub struct Shared {
     pub ladp: crate::frontend::ladp::LadpState,
     /// The A2A bridge's tasks and contexts.
     pub a2a: crate::frontend::a2a::A2aState,
+    /// The tracer (`[telemetry] otlp_endpoint` set), else none: no span is made.
+    pub otel: Option<Arc<Otel>>,
 }
 
 /// Why the gateway could not start.
@@ -114,6 +117,7 @@ pub struct Gateway {
     grace: Duration,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    otel: Option<Arc<Otel>>,
 }
 
 impl Gateway {
@@ -152,6 +156,15 @@ impl Gateway {
         let policies = crate::policy::load_dir(&config.policies.dir, &config.policies.default)
             .map_err(ServerError::Policies)?;
         let metrics = Arc::new(crate::telemetry::Metrics::new()?);
+        let otel = start_tracing(&config.telemetry, &metrics)?;
+        for d in &config.delegates {
+            let (operation, provider) = match d.kind {
+                crate::config::DelegateKind::OpenAi => ("chat", "openai"),
+                crate::config::DelegateKind::A2a => ("invoke_agent", "a2a"),
+                crate::config::DelegateKind::Ldp => ("invoke_agent", "ldp"),
+            };
+            metrics.gen_ai_known(operation, provider, d.model.as_deref().unwrap_or_default());
+        }
         let p = &config.provenance;
         // Opening may block (a Postgres connection): off the runtime's threads.
         let (store, durability) = (p.store.clone(), p.durability);
@@ -219,6 +232,7 @@ impl Gateway {
             llmx: Default::default(),
             ladp: crate::frontend::ladp::LadpState::new(&config.ladp),
             a2a: Default::default(),
+            otel: otel.clone(),
         }));
         let mut tasks = vec![registry.clone().spawn_poller(
             upstream.clone(),
@@ -283,6 +297,7 @@ impl Gateway {
             grace: config.server.shutdown_grace,
             shutdown,
             tasks,
+            otel,
         })
     }
 
@@ -374,8 +389,51 @@ impl Gateway {
         }
         self.proxy.close_everything().await;
         let lost = self.ledger.close(Duration::from_secs(10)).await;
+        // Last: the spans of the work above are exported too, within their own grace.
+        if let Some(otel) = &self.otel {
+            otel.shutdown(TRACE_FLUSH_GRACE).await;
+        }
         tracing::info!(provenance_rows_lost = lost, "gateway stopped");
     }
+}
+
+/// How long shutdown waits for the last spans to be exported: a collector that is down or
+/// slow never holds the gateway's exit longer.
+const TRACE_FLUSH_GRACE: Duration = Duration::from_secs(2);
+
+/// The tracer for `[telemetry]`, or none when no endpoint is set. The export headers are read
+/// from `headers_env` now: a variable that is unset or unreadable stops the start (its value
+/// is never shown).
+fn start_tracing(
+    t: &crate::config::TelemetryConfig,
+    metrics: &crate::telemetry::Metrics,
+) -> Result<Option<Arc<Otel>>, ServerError> {
+    let Some(endpoint) = &t.otlp_endpoint else {
+        return Ok(None);
+    };
+    let headers = match &t.headers_env {
+        None => Vec::new(),
+        Some(var) => {
+            let invalid = |why: String| {
+                ConfigError::Invalid(vec![format!("telemetry.headers_env: {var}: {why}")])
+            };
+            let text = std::env::var(var).map_err(|_| invalid("is not set".into()))?;
+            crate::telemetry::otel::parse_headers(&text).map_err(invalid)?
+        }
+    };
+    let settings = crate::telemetry::otel::ExportSettings {
+        endpoint: endpoint.trim_end_matches('/').to_owned(),
+        service_name: t.service_name.clone(),
+        headers,
+    };
+    tracing::info!(endpoint = %crate::secret::redact_url(endpoint), ratio = t.sample_ratio,
+        "exporting traces");
+    Ok(Some(Otel::start(
+        settings,
+        t.sample_ratio,
+        t.capture_content,
+        metrics.otel_spans_dropped.clone(),
+    )))
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {

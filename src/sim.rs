@@ -215,7 +215,13 @@ struct Inner {
     /// Event counters; `active_sessions` and `in_flight` are filled in on read.
     counters: Mutex<SimStats>,
     shutdown: watch::Sender<bool>,
+    /// The `traceparent` of the latest TASK_SUBMITs (at most [`TRACEPARENTS_KEPT`]), oldest
+    /// first: what a test of trace propagation reads (`GET /sim/traceparents`).
+    traceparents: Mutex<std::collections::VecDeque<String>>,
 }
+
+/// How many received `traceparent`s a simulated delegate keeps.
+const TRACEPARENTS_KEPT: usize = 64;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Nothing panics while holding these locks; if something did, the data is still usable.
@@ -266,6 +272,7 @@ impl SimState {
             serials: AtomicU64::new(0),
             counters: Mutex::new(SimStats::default()),
             shutdown: watch::channel(false).0,
+            traceparents: Mutex::new(std::collections::VecDeque::new()),
         }))
     }
 
@@ -280,6 +287,28 @@ impl SimState {
         stats.active_sessions = lock(&self.0.sessions).len() as u64;
         stats.in_flight = lock(&self.0.inflight).len() as u64;
         stats
+    }
+
+    /// The `traceparent` headers of the latest TASK_SUBMITs received, oldest first.
+    pub fn traceparents(&self) -> Vec<String> {
+        lock(&self.0.traceparents).iter().cloned().collect()
+    }
+
+    /// Logs and keeps the `traceparent` a TASK_SUBMIT came with (the simulated delegate's
+    /// side of trace propagation: a delegate that traces itself would continue it).
+    fn saw_trace(&self, env: &Envelope, headers: &axum::http::HeaderMap) {
+        let crate::ldp::Body::TaskSubmit { task_id, .. } = &env.body else {
+            return;
+        };
+        let Some(parent) = headers.get("traceparent").and_then(|v| v.to_str().ok()) else {
+            return;
+        };
+        tracing::info!(%task_id, traceparent = parent, "task received with a trace context");
+        let mut kept = lock(&self.0.traceparents);
+        if kept.len() >= TRACEPARENTS_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(parent.to_owned());
     }
 
     /// True with probability `p`, from the seedable generator.
@@ -470,6 +499,7 @@ pub fn router(state: SimState) -> Router {
         .route("/ldp/messages", post(messages))
         .route("/ldp/stream", post(stream))
         .route("/sim/stats", get(stats))
+        .route("/sim/traceparents", get(traceparents))
         .with_state(state)
 }
 
@@ -543,9 +573,18 @@ fn faults(state: &SimState, env: &Envelope) -> (bool, bool) {
     )
 }
 
-async fn messages(State(state): State<SimState>, body: Bytes) -> Response {
+async fn traceparents(State(state): State<SimState>) -> Json<Vec<String>> {
+    Json(state.traceparents())
+}
+
+async fn messages(
+    State(state): State<SimState>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
     match Envelope::from_slice(&body) {
         Ok(env) => {
+            state.saw_trace(&env, &headers);
             let (malformed, http_500) = faults(&state, &env);
             let reply = handler::handle(&state, env, None).await;
             if http_500 {
@@ -569,11 +608,16 @@ async fn messages(State(state): State<SimState>, body: Bytes) -> Response {
     }
 }
 
-async fn stream(State(state): State<SimState>, body: Bytes) -> Response {
+async fn stream(
+    State(state): State<SimState>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
     let env = match Envelope::from_slice(&body) {
         Ok(env) => env,
         Err(e) => return bad_request(&e),
     };
+    state.saw_trace(&env, &headers);
     let (tx, rx) = mpsc::channel::<Envelope>(8);
     let breaks = lock(&state.0.knobs).break_stream
         && matches!(env.body, crate::ldp::Body::TaskSubmit { .. });

@@ -4,6 +4,8 @@
 //! query exactly these. Labels are bounded: tenant, skill, delegate, policy, outcome, reason,
 //! scope, route, status — never a session or task id.
 
+pub mod otel;
+
 use prometheus::{
     Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -53,6 +55,23 @@ const TASK_BUCKETS: [f64; 16] = [
 const OVERHEAD_BUCKETS: [f64; 12] = [
     0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1,
 ];
+
+/// `gen_ai.client.token.usage` buckets, as the GenAI conventions (v1.37.0) advise:
+/// <https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-metrics/#metric-gen_aiclienttokenusage>.
+const GEN_AI_TOKEN_BUCKETS: [f64; 14] = [
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
+    16777216.0, 67108864.0,
+];
+
+/// `gen_ai.client.operation.duration` buckets (seconds), as the GenAI conventions advise:
+/// <https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-metrics/#metric-gen_aiclientoperationduration>.
+const GEN_AI_DURATION_BUCKETS: [f64; 14] = [
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+];
+
+/// `gen_ai_operation_name` values: an OpenAI-backed delegate's completion, an LDP or A2A
+/// delegate's task.
+pub const GEN_AI_OPERATIONS: [&str; 2] = ["chat", "invoke_agent"];
 
 /// Reasons for an extra upstream attempt, as `ldp_gateway_fallbacks_total{reason}` counts them.
 pub const FALLBACK_REASONS: [&str; 2] = ["payload_mode", "session_lost"];
@@ -238,6 +257,15 @@ pub struct Metrics {
     /// `ldp_gateway_verifier_reliability{delegate,skill}`: a verifier's learned reliability
     /// at a policy's verify skill (the weight of its vote), set at each scrape.
     pub verifier_reliability: GaugeVec,
+    /// `ldp_gateway_otel_spans_dropped_total`: ended spans never exported (queue full, an
+    /// export that failed or missed its deadline).
+    pub otel_spans_dropped: IntCounter,
+    /// `gen_ai_client_token_usage{gen_ai_operation_name, gen_ai_provider_name,
+    /// gen_ai_request_model, gen_ai_token_type}`: tokens per call (the GenAI conventions').
+    pub gen_ai_token_usage: HistogramVec,
+    /// `gen_ai_client_operation_duration{gen_ai_operation_name, gen_ai_provider_name,
+    /// gen_ai_request_model, error_type}`: seconds per call to a delegate.
+    pub gen_ai_operation_duration: HistogramVec,
 }
 
 fn counter_vec(
@@ -507,6 +535,39 @@ impl Metrics {
             "A verifier's learned reliability at a verify skill (card claim as prior; calibration, agreement, trusted ratings): the weight of its vote",
             &["delegate", "skill"],
         )?;
+        let otel_spans_dropped = IntCounter::new(
+            "ldp_gateway_otel_spans_dropped_total",
+            "Trace spans never exported: the export queue was full, or an export failed or missed its deadline",
+        )?;
+        r.register(Box::new(otel_spans_dropped.clone()))?;
+        let gen_ai_token_usage = HistogramVec::new(
+            HistogramOpts::new(
+                "gen_ai_client_token_usage",
+                "Tokens used per delegate call (GenAI conventions), by operation, provider, declared model and token type",
+            )
+            .buckets(GEN_AI_TOKEN_BUCKETS.to_vec()),
+            &[
+                "gen_ai_operation_name",
+                "gen_ai_provider_name",
+                "gen_ai_request_model",
+                "gen_ai_token_type",
+            ],
+        )?;
+        r.register(Box::new(gen_ai_token_usage.clone()))?;
+        let gen_ai_operation_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "gen_ai_client_operation_duration",
+                "Seconds per delegate call (GenAI conventions), by operation, provider, declared model and error type",
+            )
+            .buckets(GEN_AI_DURATION_BUCKETS.to_vec()),
+            &[
+                "gen_ai_operation_name",
+                "gen_ai_provider_name",
+                "gen_ai_request_model",
+                "error_type",
+            ],
+        )?;
+        r.register(Box::new(gen_ai_operation_duration.clone()))?;
         Ok(Metrics {
             registry: r,
             tasks,
@@ -547,9 +608,50 @@ impl Metrics {
             delegate_quality,
             panics,
             verifier_reliability,
+            otel_spans_dropped,
+            gen_ai_token_usage,
+            gen_ai_operation_duration,
             scrape: std::sync::Mutex::new(()),
             known: std::sync::Mutex::new((None, 0)),
         })
+    }
+
+    /// One call to a delegate in the GenAI histograms: `operation` one of
+    /// [`GEN_AI_OPERATIONS`], `provider` and `model` from the configuration (never from an
+    /// answer: bounded), `error` the failure's reason code (empty for a success), and the
+    /// input and output tokens when the delegate reported them.
+    pub fn gen_ai_call(
+        &self,
+        operation: &str,
+        provider: &str,
+        model: &str,
+        error: &str,
+        took: std::time::Duration,
+        tokens: Option<(u64, u64)>,
+    ) {
+        self.gen_ai_operation_duration
+            .with_label_values(&[operation, provider, model, error])
+            .observe(took.as_secs_f64());
+        if let Some((input, output)) = tokens {
+            for (kind, n) in [("input", input), ("output", output)] {
+                self.gen_ai_token_usage
+                    .with_label_values(&[operation, provider, model, kind])
+                    .observe(n as f64);
+            }
+        }
+    }
+
+    /// Creates at 0 the GenAI series of a configured delegate's calls (successes; an
+    /// OpenAI-backed one's tokens too), so its panels have data before traffic.
+    pub fn gen_ai_known(&self, operation: &str, provider: &str, model: &str) {
+        self.gen_ai_operation_duration
+            .with_label_values(&[operation, provider, model, ""]);
+        if operation == "chat" {
+            for kind in ["input", "output"] {
+                self.gen_ai_token_usage
+                    .with_label_values(&[operation, provider, model, kind]);
+            }
+        }
     }
 
     /// Renders after `refresh` has set the per-delegate gauges anew: they are cleared first,

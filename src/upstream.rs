@@ -2,7 +2,7 @@
 //! and stream goes through the `ldp-client` crate's [`UpstreamClient`] (its `Transport`).
 
 pub use ldp_client::{
-    code_shown, requests_own, status_text, CardLimits, Error as UpstreamError,
+    code_shown, requests_own, status_text, CardLimits, Error as UpstreamError, Forward,
     Session as UpstreamSession, Transport as UpstreamClient, DEFAULT_MAX_RESPONSE_BYTES,
     HOPS_HEADER,
 };

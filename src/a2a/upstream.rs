@@ -5,7 +5,7 @@
 //! cap and classified once; nothing an agent sends can panic the gateway.
 
 use crate::config::DeclaredCard;
-use crate::upstream::{UpstreamClient, UpstreamError};
+use crate::upstream::{Forward, UpstreamClient, UpstreamError};
 use a2a_wire::consts::{
     AGENT_CARD_PATH, BINDING_JSONRPC, LEGACY_AGENT_CARD_PATH, PROTOCOL_VERSION_0_3,
     PROTOCOL_VERSION_1_0,
@@ -194,7 +194,7 @@ impl Agent {
             HeaderValue::from_static(PROTOCOL_VERSION_1_0),
         ));
         let answer = client
-            .request(base, path, None, &headers, None, timeout)
+            .request(base, path, None, &headers, None.into(), timeout)
             .await?;
         if !answer.head.status.is_success() {
             return Err(UpstreamError::Status {
@@ -218,19 +218,27 @@ impl Agent {
     }
 
     /// Sends `message` (`SendMessage`, or `message/send` in 0.3) to `at` and reads the
-    /// answer within `timeout`; `hops` as for every forwarded task.
+    /// answer within `timeout`; `forward` (hops, trace context) as for every forwarded task.
     pub async fn send(
         &self,
         client: &UpstreamClient,
         at: &Endpoint,
         message: v1::Message,
-        hops: Option<u32>,
+        forward: Forward<'_>,
         timeout: Duration,
     ) -> Result<Outcome, A2aError> {
         let id = message.message_id.clone();
         let params = send_params(at, message);
         let raw = self
-            .call(client, at, &id, Method::SendMessage, params, hops, timeout)
+            .call(
+                client,
+                at,
+                &id,
+                Method::SendMessage,
+                params,
+                forward,
+                timeout,
+            )
             .await?;
         let bad = |e: serde_json::Error| UpstreamError::Malformed {
             url: at.url.clone(),
@@ -263,7 +271,7 @@ impl Agent {
         client: &UpstreamClient,
         at: &Endpoint,
         message: v1::Message,
-        hops: Option<u32>,
+        forward: Forward<'_>,
         timeout: Duration,
         task_id: &std::sync::OnceLock<String>,
         mut on_text: impl FnMut(&str),
@@ -285,7 +293,7 @@ impl Agent {
         let path = if origin(&at.url) == at.url { "/" } else { "" };
         let headers = self.headers(at);
         let (head, mut events) = client
-            .events(&at.url, path, Bytes::from(body), &headers, hops, timeout)
+            .events(&at.url, path, Bytes::from(body), &headers, forward, timeout)
             .await?;
         if !head.status.is_success() {
             return Err(UpstreamError::Status {
@@ -418,9 +426,17 @@ impl Agent {
             Dialect::V03 => serde_json::to_value(v03::TaskIdParams::from(request)),
         };
         let id = crate::ldp::new_id();
-        self.call(client, at, &id, Method::CancelTask, params, None, timeout)
-            .await
-            .map(|_| ())
+        self.call(
+            client,
+            at,
+            &id,
+            Method::CancelTask,
+            params,
+            None.into(),
+            timeout,
+        )
+        .await
+        .map(|_| ())
     }
 
     /// One JSON-RPC call: `method` in `at`'s dialect with `params`, `A2A-Version` and the
@@ -436,7 +452,7 @@ impl Agent {
         id: &str,
         method: Method,
         params: serde_json::Result<serde_json::Value>,
-        hops: Option<u32>,
+        forward: Forward<'_>,
         timeout: Duration,
     ) -> Result<Box<RawValue>, A2aError> {
         let url = at.url.clone();
@@ -460,7 +476,7 @@ impl Agent {
                 path,
                 Some(Bytes::from(body)),
                 &headers,
-                hops,
+                forward,
                 timeout,
             )
             .await?;

@@ -25,6 +25,9 @@ pub struct ProvenanceArgs {
     /// Rows of tasks that came in through this front end: ldp, openai, llmcp, llmx, ladp, a2a.
     #[arg(long, value_parser = parse_ingress)]
     ingress: Option<Ingress>,
+    /// Rows of tasks that ran in this OpenTelemetry trace (32 hex digits).
+    #[arg(long)]
+    trace_id: Option<String>,
     /// Rows since a duration ago (`1h`) or an RFC 3339 time.
     #[arg(long)]
     since: Option<String>,
@@ -50,6 +53,7 @@ pub fn run(args: ProvenanceArgs) -> anyhow::Result<()> {
         delegate: args.delegate,
         tenant: args.tenant,
         ingress: args.ingress,
+        trace_id: args.trace_id.map(|t| t.to_ascii_lowercase()),
         since_ms: None,
         limit: Some(args.limit),
         offset: None,

@@ -305,6 +305,16 @@ pub struct Params<'a> {
     /// Sent in `x-ldp-hops`: the gateways the task passed through, this one included (a
     /// gateway behind this delegate refuses a loop as it would over LDP).
     pub hops: Option<u32>,
+    /// The attempt's trace context (`traceparent`, `tracestate`), sent beside it.
+    pub trace: &'a [(hyper::header::HeaderName, hyper::header::HeaderValue)],
+}
+
+/// What a completion request carries besides its body: the hop count and trace context.
+fn forward<'a>(params: &Params<'a>) -> crate::upstream::Forward<'a> {
+    crate::upstream::Forward {
+        hops: params.hops,
+        trace: params.trace,
+    }
 }
 
 impl Backend {
@@ -342,7 +352,7 @@ impl Backend {
         timeout: Duration,
     ) -> Result<(), ChatError> {
         let answer = client
-            .request(base, MODELS, None, &self.auth, None, timeout)
+            .request(base, MODELS, None, &self.auth, None.into(), timeout)
             .await?;
         if answer.head.status.is_success() {
             return Ok(());
@@ -367,7 +377,14 @@ impl Backend {
         let body = self.body(messages, params, false, &url)?;
         let request_bytes = body.len();
         let answer = client
-            .request(base, CHAT, Some(body), &self.auth, params.hops, timeout)
+            .request(
+                base,
+                CHAT,
+                Some(body),
+                &self.auth,
+                forward(&params),
+                timeout,
+            )
             .await?;
         if !answer.head.status.is_success() {
             return Err(status_error(url, answer.head, &answer.body));
@@ -434,7 +451,7 @@ impl Backend {
         used.request_bytes = body.len();
         let deadline = Instant::now() + timeout;
         let (head, mut events) = client
-            .events(base, CHAT, body, &self.auth, params.hops, timeout)
+            .events(base, CHAT, body, &self.auth, forward(&params), timeout)
             .await?;
         if !head.status.is_success() {
             let body = tokio::time::timeout_at(deadline, events.body())

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Schema migrations; `ldp_ledger_schema.version` records how many ran. Append only.
-const MIGRATIONS: [&str; 5] = [
+const MIGRATIONS: [&str; 6] = [
     "CREATE TABLE ledger (
         id BIGSERIAL PRIMARY KEY,
         task_id TEXT NOT NULL,
@@ -95,6 +95,9 @@ const MIGRATIONS: [&str; 5] = [
     "CREATE INDEX IF NOT EXISTS ledger_tenant_task ON ledger (tenant, task_id, finished_ms);",
     // 5: the front end a task came in through (`Ingress`); older rows came in over LDP.
     "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS ingress TEXT NOT NULL DEFAULT 'ldp';",
+    // 6: the trace a task ran in (tracing on), found by `?trace_id=`.
+    "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS trace_id TEXT;
+    CREATE INDEX IF NOT EXISTS ledger_trace ON ledger (trace_id) WHERE trace_id IS NOT NULL;",
 ];
 
 /// Replicas starting together take this advisory lock around migrations.
@@ -109,7 +112,7 @@ const COLUMNS: &str = "task_id, session_id, upstream_session_id, tenant, skill, 
     delegate_id, model_version, outcome, error_code, error_message, score, candidates, attempts,
     fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd, reported_cost_usd,
     declared_cost_usd, tokens, confidence, verification_status, started_at, finished_at,
-    finished_ms, output_sha256, lineage, routing, payload, ingress";
+    finished_ms, output_sha256, lineage, routing, payload, ingress, trace_id";
 
 /// The votes' columns, in insert order (`id` is the table's own).
 const VOTE_COLUMNS: &str =
@@ -231,10 +234,11 @@ fn unnest(types: &[&str], first: usize) -> String {
 }
 
 /// The ledger's column types, in [`COLUMNS`] order.
-const ROW_TYPES: [&str; 33] = [
+const ROW_TYPES: [&str; 34] = [
     "text", "text", "text", "text", "text", "text", "text", "text", "text", "text", "text", "text",
     "float8", "int8", "int8", "text", "text", "float8", "float8", "float8", "float8", "float8",
     "int8", "float8", "text", "text", "text", "int8", "text", "text", "text", "text", "text",
+    "text",
 ];
 
 fn migrate(client: &mut Client) -> Result<(), LedgerError> {
@@ -399,7 +403,8 @@ impl Backend for PostgresBackend {
         let routing = text(|r| r.routing.get());
         let payload = opt(|r| r.payload.as_ref().map(JsonText::get));
         let ingress = text(|r| r.ingress.as_str());
-        let params: [&(dyn ToSql + Sync); 33] = [
+        let trace_id = opt(|r| r.trace_id.as_deref());
+        let params: [&(dyn ToSql + Sync); 34] = [
             &task_id,
             &session_id,
             &upstream_session_id,
@@ -433,6 +438,7 @@ impl Backend for PostgresBackend {
             &routing,
             &payload,
             &ingress,
+            &trace_id,
         ];
         // Most groups have no votes: then the rows' statement alone, as before votes.
         if !any_votes(rows) {
@@ -838,7 +844,9 @@ fn read_row(r: &postgres::Row) -> Result<LedgerRow, LedgerError> {
     let payload: Option<String> = get(r, 31)?;
     let outcome: String = get(r, 9)?;
     let ingress: String = get(r, 32)?;
+    let trace_id: Option<String> = get(r, 33)?;
     Ok(LedgerRow {
+        trace_id,
         task_id: get(r, 0)?,
         ingress: Ingress::from_stored(&ingress),
         session_id: get(r, 1)?,

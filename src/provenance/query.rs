@@ -16,6 +16,8 @@ pub struct Query {
     pub tenant: Option<String>,
     /// The front end tasks came in through (`ldp`, `openai`, …).
     pub ingress: Option<Ingress>,
+    /// The OpenTelemetry trace id (32 hex digits).
+    pub trace_id: Option<String>,
     /// Rows finished at or after this Unix ms.
     #[serde(skip)]
     pub since_ms: Option<i64>,
@@ -40,6 +42,7 @@ impl Query {
         .into_iter()
         .filter_map(|(col, v)| v.as_deref().map(|v| (col, v)))
         .chain(self.ingress.map(|i| ("ingress", i.as_str())))
+        .chain(self.trace_id.as_deref().map(|t| ("trace_id", t)))
     }
 }
 

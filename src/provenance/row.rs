@@ -151,6 +151,10 @@ pub struct LedgerRow {
     /// `votes` table beside the row, in the same transaction.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub votes: Vec<Vote>,
+    /// The OpenTelemetry trace the task ran in (32 hex digits), when tracing is on: the row
+    /// and the trace name each other (`/admin/provenance?trace_id=`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// One verifier's vote on a producer's result.

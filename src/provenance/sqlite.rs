@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema migrations; `PRAGMA user_version` records how many ran. Append only.
-pub const MIGRATIONS: [&str; 8] = [
+pub const MIGRATIONS: [&str; 9] = [
     // 1: the ledger as first shipped.
     "CREATE TABLE ledger (
         id INTEGER PRIMARY KEY,
@@ -133,6 +133,9 @@ pub const MIGRATIONS: [&str; 8] = [
     "CREATE INDEX IF NOT EXISTS ledger_tenant_task ON ledger (tenant, task_id, finished_ms);",
     // 8: the front end a task came in through (`Ingress`); older rows came in over LDP.
     "ALTER TABLE ledger ADD COLUMN ingress TEXT NOT NULL DEFAULT 'ldp';",
+    // 9: the trace a task ran in (tracing on), found by `?trace_id=`.
+    "ALTER TABLE ledger ADD COLUMN trace_id TEXT;
+    CREATE INDEX IF NOT EXISTS ledger_trace ON ledger (trace_id) WHERE trace_id IS NOT NULL;",
 ];
 
 /// Most rows left out of the session index before a merge.
@@ -492,32 +495,35 @@ impl SqliteBackend {
 
 /// The schema whose rows have an `ingress` column.
 pub(super) const INGRESS_SCHEMA: i64 = 8;
+/// The schema whose rows have a `trace_id` column.
+pub(super) const TRACE_SCHEMA: i64 = 9;
 
 /// Inserts `rows` with the cached statement, inside the caller's transaction. A file still at
 /// an older schema (opened without migrating, as the migration tests build them) gets its
-/// rows without the `ingress` column (`ingress` false): the caller reads the schema before
+/// rows without the columns it lacks (`ingress`, `trace_id`): the caller reads the schema before
 /// its transaction, whose first statement must be a write (a read first would make it a
 /// read transaction, which SQLite refuses to upgrade at once, not waiting, while another
 /// connection writes).
-fn insert_rows(conn: &Connection, rows: &[LedgerRow], ingress: bool) -> Result<(), LedgerError> {
-    let mut stmt = conn.prepare_cached(if ingress {
+fn insert_rows(conn: &Connection, rows: &[LedgerRow], schema: i64) -> Result<(), LedgerError> {
+    // The columns this file has: the first 32 always, then `ingress`, then `trace_id`.
+    let n = match schema {
+        s if s >= TRACE_SCHEMA => 34,
+        s if s >= INGRESS_SCHEMA => 33,
+        _ => 32,
+    };
+    let columns = ["ingress", "trace_id"][..n - 32].join(", ");
+    let marks: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
+    let sql = format!(
         "INSERT INTO ledger (task_id, session_id, upstream_session_id, tenant, skill, policy,
             delegate, delegate_id, model_version, outcome, error_code, error_message, score,
             candidates, attempts, fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd,
             tokens, confidence, verification_status, started_at, finished_at, finished_ms,
-            output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload,
-            ingress)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-            ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)"
-    } else {
-        "INSERT INTO ledger (task_id, session_id, upstream_session_id, tenant, skill, policy,
-            delegate, delegate_id, model_version, outcome, error_code, error_message, score,
-            candidates, attempts, fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd,
-            tokens, confidence, verification_status, started_at, finished_at, finished_ms,
-            output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-            ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)"
-    })?;
+            output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload{}{columns})
+         VALUES ({})",
+        if n > 32 { ", " } else { "" },
+        marks.join(", ")
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
     for r in rows {
         let fallbacks = serde_json::to_string(&r.fallbacks).unwrap_or_else(|_| "[]".into());
         let values = params![
@@ -555,8 +561,9 @@ fn insert_rows(conn: &Connection, rows: &[LedgerRow], ingress: bool) -> Result<(
             r.routing.get(),
             r.payload.as_ref().map(JsonText::get),
             r.ingress.as_str(),
+            r.trace_id,
         ];
-        stmt.execute(&values[..if ingress { 33 } else { 32 }])?;
+        stmt.execute(&values[..n])?;
     }
     Ok(())
 }
@@ -613,9 +620,9 @@ impl Backend for SqliteBackend {
         self.pace_checkpoints()?;
         // Most batches have no votes: then no vote statement runs at all.
         let votes = any_votes(rows);
-        let ingress = read::schema(&self.conn)? >= INGRESS_SCHEMA;
+        let schema = read::schema(&self.conn)?;
         self.in_transaction(|conn| {
-            insert_rows(conn, rows, ingress)?;
+            insert_rows(conn, rows, schema)?;
             if votes {
                 insert_votes(conn, rows)?;
             }

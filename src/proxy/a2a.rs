@@ -59,7 +59,11 @@ impl Proxy {
             message.context_id = context_id(t.session.id.as_str(), &delegate.name);
         }
         let limit = Self::attempt_timeout(&t.policy, left);
-        let hops = Some(t.hops.saturating_add(1));
+        let trace = run.span.headers();
+        let hops = crate::upstream::Forward {
+            hops: Some(t.hops.saturating_add(1)),
+            trace: &trace,
+        };
         let sent = Instant::now();
         let named = std::sync::OnceLock::new();
         let calling = async {

@@ -248,6 +248,9 @@ impl Proxy {
             return Attempt::Done(Answer::Failed(super::task::cancelled()));
         }
         let mut charged = 0.0;
+        let span = super::trace::attempt(t, &delegate);
+        run.span = span.clone();
+        let started = Instant::now();
         let outcome = match (&delegate.openai, &delegate.a2a) {
             // A completion is not dropped by a cancel: a streamed one stops being read (and
             // what it used is charged), a whole one runs to its end within the answer cap.
@@ -278,6 +281,12 @@ impl Proxy {
             }
         };
         held.settle(charged).await;
+        let ended = match &outcome {
+            Attempt::Done(Answer::Result { output, .. }) => Ok(output),
+            Attempt::Done(Answer::Failed(e)) => Err((e.code.as_str(), "refused")),
+            Attempt::Failed(f) => Err((f.error.code.as_str(), f.reason)),
+        };
+        self.attempt_traced(&span, &delegate, run, ended, started.elapsed());
         outcome
     }
 
@@ -318,6 +327,7 @@ impl Proxy {
             Some(0.0),
             format_args!("routed to {}", delegate.name),
         );
+        let trace = run.span.headers();
         loop {
             run.attempts += 1;
             run.mode = Some(mode);
@@ -368,7 +378,10 @@ impl Proxy {
                 mode,
             );
             let limit = Self::attempt_timeout(&t.policy, left);
-            let hops = Some(t.hops.saturating_add(1));
+            let hops = crate::upstream::Forward {
+                hops: Some(t.hops.saturating_add(1)),
+                trace: &trace,
+            };
             let sent = Instant::now();
             let answer = if streams {
                 let relay = |update: Envelope| {

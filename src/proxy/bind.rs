@@ -173,6 +173,7 @@ impl Proxy {
             .claim(&t.policy, need, picked, run)
             .await
             .map_err(NoBinding::None)?;
+        super::trace::route(t, &route, &delegate);
         run.route = Some(route);
         Ok(delegate)
     }
@@ -205,6 +206,8 @@ impl Proxy {
                 band: p.band,
                 excluded: p.excluded,
                 trial: p.trial,
+                components: p.components,
+                candidates: offers.len(),
             },
         })
     }

@@ -297,7 +297,7 @@ impl Proxy {
                 );
                 let answer = self
                     .upstream
-                    .send_hops(&d.base_url, &env, timeout, Some(1))
+                    .send_hops(&d.base_url, &env, timeout, Some(1).into())
                     .await
                     .ok()?;
                 match answer.body {
@@ -421,6 +421,7 @@ impl Proxy {
             routing,
             payload: None,
             votes: Vec::new(),
+            trace_id: None,
         };
         if let Err(e) = self.ledger.record(row).await {
             tracing::warn!(error = %e, "calibration row not recorded");

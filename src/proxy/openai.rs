@@ -87,10 +87,12 @@ impl Proxy {
         let backend = &openai.backend;
         // The output bound the budget hold assumed: the request allows no more.
         let most_out = self.output_tokens(t.task.chat, backend);
+        let trace = run.span.headers();
         let mut params = bounded_params(t.task.chat, backend, most_out);
         // As over LDP: a gateway behind this delegate (this one, say, by a URL that is its
         // own `/v1`) counts the hop and refuses a loop at `upstream.max_hops`.
         params.hops = Some(t.hops.saturating_add(1));
+        params.trace = &trace;
         let limit = Self::attempt_timeout(&t.policy, left);
         let sent = Instant::now();
         let mut used = Streamed::default();
@@ -498,6 +500,7 @@ fn bounded_params<'a>(
         max_completion_tokens: newer.then_some(most_out),
         extra: chat.map(|c| &c.extra),
         hops: None,
+        trace: &[],
     }
 }
 

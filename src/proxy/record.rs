@@ -93,6 +93,7 @@ impl Proxy {
             routing,
             payload,
             votes: run.votes.clone(),
+            trace_id: t.trace.trace_id(),
         }
     }
 

@@ -40,6 +40,8 @@ pub(super) struct TaskCtx<'a> {
     pub(super) started_at: String,
     /// Its cancellation and the upstream calls it has running (its verifications share it).
     pub(super) running: &'a Arc<RunningTask>,
+    /// The span its own spans go under: the request's, or a verification vote's.
+    pub(super) trace: crate::telemetry::otel::Trace,
 }
 
 impl<'a> TaskCtx<'a> {
@@ -90,6 +92,7 @@ impl<'a> TaskCtx<'a> {
             started: self.started,
             started_at: self.started_at.clone(),
             running: self.running,
+            trace: self.trace.clone(),
         }
     }
 
@@ -189,6 +192,8 @@ pub(super) struct TaskRun {
     pub(super) upstream_errors: Vec<String>,
     /// How long the client should wait when it is answered with a delegate's rate limit.
     pub(super) retry_after: Option<Duration>,
+    /// The running attempt's span: its trace context goes with the call to the delegate.
+    pub(super) span: crate::telemetry::otel::Trace,
 }
 
 /// Most bytes of one upstream error kept for the ledger row (a delegate's message can be as
@@ -315,6 +320,9 @@ pub(super) struct RouteInfo {
     pub(super) excluded: Vec<(crate::routing::Constraint, usize)>,
     /// A trial pick (`[routing] explore`), not one on the score.
     pub(super) trial: Option<crate::routing::Trial>,
+    /// The pick's score components, and how many delegates offered the skill.
+    pub(super) components: crate::routing::Components,
+    pub(super) candidates: usize,
 }
 
 /// Where progress goes while a task runs.
@@ -436,6 +444,7 @@ impl Proxy {
             started,
             started_at,
             running: &running,
+            trace: ctx.trace.clone(),
         };
         if let Some(error) = refused {
             // Refused before routing: the row is recorded all the same (every task has one).

@@ -25,6 +25,7 @@ use crate::provenance::Vote;
 use crate::registry::Delegate;
 use crate::routing::Need;
 use crate::session::Binding;
+use crate::telemetry::otel::{Attr, Kind, Trace};
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -196,6 +197,43 @@ impl Proxy {
     /// sent the verification task at once, their votes weighed. Every vote is recorded in
     /// `run` and learnt as evidence of the producer's quality.
     async fn vote(&self, t: &TaskCtx<'_>, b: &Ballot<'_>, run: &mut TaskRun) -> Round {
+        let name = || format!("verify {}", t.task.skill).into();
+        let span = t.trace.child(name, Kind::Internal, || {
+            vec![
+                Attr::new("ldp.policy", t.policy.name.0.clone()),
+                Attr::new("ldp.verify.round", i64::from(b.round)),
+                Attr::new("ldp.verify.producer", b.producer.name.clone()),
+                Attr::new("ldp.verify.skill", b.verify.skill.clone()),
+            ]
+        });
+        let round = self.vote_in(t, b, run, &span).await;
+        let (result, yes, total) = match &round {
+            Round::Passed { yes, total } => ("passed", *yes, *total),
+            Round::Failed { yes, total } => ("failed", *yes, *total),
+            Round::NoVote(_) => ("no_verifier", 0.0, 0.0),
+        };
+        span.set(|| {
+            vec![
+                Attr::new("ldp.verify.result", result),
+                Attr::new("ldp.verify.yes", yes),
+                Attr::new("ldp.verify.total", total),
+            ]
+        });
+        if let Round::NoVote(e) = &round {
+            span.fail(&e.code);
+        }
+        span.end();
+        round
+    }
+
+    /// [`Proxy::vote`] under its round's `span`.
+    async fn vote_in(
+        &self,
+        t: &TaskCtx<'_>,
+        b: &Ballot<'_>,
+        run: &mut TaskRun,
+        span: &Trace,
+    ) -> Round {
         let (verify, producer, deadline) = (b.verify, b.producer, b.deadline);
         let skill = verify.skill.as_str();
         let mut exclude = self.not_independent(verify, producer);
@@ -243,7 +281,7 @@ impl Proxy {
                 }
             };
             let picked_name = picked.delegate.name.clone();
-            let sub = sub_task(t, &task_id, skill, &input);
+            let sub = sub_task(t, &task_id, skill, &input, span.clone());
             let mut sub_run = TaskRun::default();
             // Binding may open an upstream session: within the task's deadline too.
             let bound = tokio::time::timeout_at(
@@ -293,24 +331,40 @@ impl Proxy {
         }
         // Each cast is an attempt: listed in the task (a cancel sends it TASK_CANCEL) and
         // dropped at the cancel.
-        let casts = ballots.iter().map(|(binding, _, task_id)| {
-            let sub = sub_task(t, task_id, skill, &input);
-            let binding = binding.clone();
-            async move {
-                let mut sub_run = TaskRun::default();
-                match self.attempt(&sub, &mut sub_run, binding, deadline).await {
-                    super::attempt::Attempt::Done(a) => a,
-                    super::attempt::Attempt::Failed(f) => Answer::Failed(f.error),
+        // Each vote a span under the round's, its verifier's attempt under it.
+        let spans: Vec<Trace> = ballots
+            .iter()
+            .map(|(binding, weight, _)| {
+                let name = || format!("vote {}", binding.delegate.name).into();
+                span.child(name, Kind::Internal, || {
+                    vec![
+                        Attr::new("ldp.verifier", binding.delegate.name.clone()),
+                        Attr::new("ldp.vote.weight", *weight),
+                    ]
+                })
+            })
+            .collect();
+        let casts = ballots
+            .iter()
+            .zip(&spans)
+            .map(|((binding, _, task_id), vote)| {
+                let sub = sub_task(t, task_id, skill, &input, vote.clone());
+                let binding = binding.clone();
+                async move {
+                    let mut sub_run = TaskRun::default();
+                    match self.attempt(&sub, &mut sub_run, binding, deadline).await {
+                        super::attempt::Attempt::Done(a) => a,
+                        super::attempt::Attempt::Failed(f) => Answer::Failed(f.error),
+                    }
                 }
-            }
-        });
+            });
         let asked = Instant::now();
         let answers = futures_util::future::join_all(casts).await;
         // The verifiers ran side by side: the round's upstream time is the wall time.
         run.upstream += asked.elapsed();
         let (mut yes, mut total) = (0.0, 0.0);
         let first_vote = run.votes.len();
-        for ((binding, weight, _), answer) in ballots.iter().zip(answers) {
+        for (((binding, weight, _), answer), vote) in ballots.iter().zip(answers).zip(&spans) {
             let verifier = &binding.delegate;
             let verdict = match answer {
                 Answer::Result { output, provenance } => {
@@ -328,8 +382,18 @@ impl Proxy {
                 }
             };
             let Some(v) = verdict else {
+                vote.fail("no_vote");
+                vote.end();
                 continue;
             };
+            vote.set(|| {
+                let mut a = vec![Attr::new("ldp.vote.passed", v.passed)];
+                if let Some(c) = v.confidence {
+                    a.push(Attr::new("ldp.vote.confidence", c));
+                }
+                a
+            });
+            vote.end();
             total += weight;
             if v.passed {
                 yes += weight;
@@ -581,6 +645,7 @@ fn sub_task<'a>(
     task_id: &'a TaskId,
     skill: &'a str,
     input: &'a Json,
+    trace: Trace,
 ) -> TaskCtx<'a> {
     TaskCtx {
         env: t.env,
@@ -607,6 +672,7 @@ fn sub_task<'a>(
         started: Instant::now(),
         started_at: t.started_at.clone(),
         running: t.running,
+        trace,
     }
 }
 

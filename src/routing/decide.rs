@@ -24,6 +24,8 @@ pub struct Pick {
     pub excluded: Vec<(Constraint, usize)>,
     /// Whether the pick is a trial (`[routing] explore`), and which.
     pub trial: Option<Trial>,
+    /// The chosen offer's score components (its trace span shows them).
+    pub components: super::score::Components,
 }
 
 /// A pick made to measure rather than on the score (at most `[routing] explore` of the
@@ -255,7 +257,13 @@ pub fn decide_with<O: Offer>(
         // Evidence would leave the skill without a producer: the best-evidenced one serves
         // (the task is verified). Not for a re-run or a failover: those excluded others.
         if let Some((i, _)) = s.probation_best.filter(|_| need.exclude.is_empty()) {
-            return Ok(trial_pick(&s, i, 0.0, Trial::Probation));
+            return Ok(trial_pick(
+                &s,
+                i,
+                0.0,
+                Components::default(),
+                Trial::Probation,
+            ));
         }
         return Err(NoEligible {
             skill: need.skill.to_owned(),
@@ -276,7 +284,11 @@ pub fn decide_with<O: Offer>(
     let best = scores.iter().copied().fold(f64::MIN, f64::max);
     let floor = best * (1.0 - policy.tolerance);
     if trying {
-        if let Some(p) = trial(offers, &s, &scores, floor, policy, need, rng) {
+        if let Some(mut p) = trial(offers, &s, &scores, floor, policy, need, rng) {
+            // An exploring pick is a survivor: its components are its trace span's.
+            if let Some(k) = s.index.iter().position(|&i| i == p.index) {
+                p.components = scale.components(&s.figures[k], params.missing_score);
+            }
             return Ok(p);
         }
     }
@@ -322,6 +334,7 @@ pub fn decide_with<O: Offer>(
             exclusions(&s.excluded)
         },
         trial: None,
+        components: scale.components(&s.figures[k], params.missing_score),
     })
 }
 
@@ -356,15 +369,27 @@ fn trial<O: Offer>(
     }
     let ticket = rng.usize(..total);
     match (0..s.index.len()).filter(exploring).nth(ticket) {
-        Some(k) => Some(trial_pick(s, s.index[k], scores[k], Trial::Exploring)),
+        Some(k) => Some(trial_pick(
+            s,
+            s.index[k],
+            scores[k],
+            Components::default(),
+            Trial::Exploring,
+        )),
         None => s
             .probation_drawn
-            .map(|i| trial_pick(s, i, 0.0, Trial::Probation)),
+            .map(|i| trial_pick(s, i, 0.0, Components::default(), Trial::Probation)),
     }
 }
 
 /// A trial's pick of offer `index` (its band is none: it was not chosen on its score).
-fn trial_pick(s: &Survivors, index: usize, score: f64, trial: Trial) -> Pick {
+fn trial_pick(
+    s: &Survivors,
+    index: usize,
+    score: f64,
+    components: Components,
+    trial: Trial,
+) -> Pick {
     Pick {
         index,
         score,
@@ -372,6 +397,7 @@ fn trial_pick(s: &Survivors, index: usize, score: f64, trial: Trial) -> Pick {
         band: 0,
         excluded: exclusions(&s.excluded),
         trial: Some(trial),
+        components,
     }
 }
 

@@ -26,8 +26,9 @@ const MIN_RATIO: f64 = 2.0;
 /// A value below this fraction of the worst (0 USD, 0 ms, quality 1) counts as this fraction.
 const FLOOR: f64 = 1e-3;
 
-/// Normalised score components, each in 0..=1 (1 = best in the candidate set).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+/// Normalised score components, each in 0..=1 (1 = best in the candidate set); all 0 for a
+/// pick not made on its score (a probation trial).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Components {
     /// Error rate `1 − quality`, min–max normalised on a log scale (see [`RULE`]).
     pub quality: f64,

@@ -485,6 +485,7 @@ struct ProvenanceQuery {
     delegate: Option<String>,
     tenant: Option<String>,
     ingress: Option<crate::provenance::Ingress>,
+    trace_id: Option<String>,
     limit: Option<u32>,
     offset: Option<u32>,
     since: Option<String>,
@@ -505,6 +506,8 @@ async fn provenance(
         delegate: q.delegate,
         tenant: q.tenant,
         ingress: q.ingress,
+        // Stored lowercase (as `traceparent` writes it).
+        trace_id: q.trace_id.map(|t| t.to_ascii_lowercase()),
         since_ms: None,
         limit: q.limit,
         offset: q.offset,

@@ -8,6 +8,12 @@ use axum::body::Body as HttpBody;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+tokio::task_local! {
+    /// The span of the request being served: set around the handler by the router's tracing
+    /// layer when tracing is on, read by [`request_ctx`].
+    pub(super) static REQUEST_TRACE: crate::telemetry::otel::Trace;
+}
+
 /// Most bytes read and thrown away after a body went over the limit. A server that closes
 /// with unread input sends a reset, and a client still sending (or not yet reading) loses the
 /// 413 it was sent; so, as nginx's lingering close does, the 413 goes out at once and the rest
@@ -158,7 +164,16 @@ pub(super) fn request_ctx(s: &AppState, headers: &HeaderMap) -> Result<RequestCt
         .tenants()
         .authenticate(auth)
         .map_err(|e| ApiError::new(GatewayCode::Unauthenticated, e.to_string()))?;
+    let trace = REQUEST_TRACE.try_with(Clone::clone).unwrap_or_default();
+    // The tenant's name, never its key.
+    trace.set(|| {
+        vec![crate::telemetry::otel::Attr::new(
+            "ldp.tenant",
+            tenant.name.clone(),
+        )]
+    });
     Ok(RequestCtx {
+        trace,
         tenant,
         policy: headers
             .get("x-ldp-policy")

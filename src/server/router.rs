@@ -2,6 +2,7 @@
 //! layers every request passes (body limit, panics caught, requests counted).
 
 use super::{ApiError, AppState, ErrorKind};
+use crate::telemetry::otel::{Attr, Trace, TRACEPARENT};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::response::Response;
 use axum::routing::post;
@@ -23,6 +24,11 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.metrics.clone(),
             super::api_error::catch_panics,
+        ))
+        // Inside the counting layer, around every handler: the request's SERVER span.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            trace_requests,
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -49,32 +55,36 @@ pub(super) const ROUTES: [&str; 13] = [
     "/a2a",
 ];
 
+/// The route template `req` matched, from a bounded set (never the raw path).
+fn route_of(req: &axum::extract::Request) -> &'static str {
+    req.extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", |p| match p.as_str() {
+            "/ldp/messages" => "/ldp/messages",
+            "/ldp/stream" => "/ldp/stream",
+            "/ldp/feedback" => "/ldp/feedback",
+            "/.well-known/ldp-identity" => "/.well-known/ldp-identity",
+            "/ldp/identity" => "/ldp/identity",
+            "/ldp/capabilities" => "/ldp/capabilities",
+            "/healthz" => "/healthz",
+            "/v1/chat/completions" => "/v1/chat/completions",
+            "/v1/models" => "/v1/models",
+            "/llmx" => "/llmx",
+            "/ladp" => "/ladp",
+            "/llmcp" => "/llmcp",
+            "/.well-known/agent-card.json" => "/.well-known/agent-card.json",
+            "/a2a" => "/a2a",
+            _ => "other",
+        })
+}
+
 /// Counts every request by route template (never the raw path: bounded labels) and status.
 async fn count_requests(
     State(s): State<AppState>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let route =
-        req.extensions()
-            .get::<axum::extract::MatchedPath>()
-            .map_or("unmatched", |p| match p.as_str() {
-                "/ldp/messages" => "/ldp/messages",
-                "/ldp/stream" => "/ldp/stream",
-                "/ldp/feedback" => "/ldp/feedback",
-                "/.well-known/ldp-identity" => "/.well-known/ldp-identity",
-                "/ldp/identity" => "/ldp/identity",
-                "/ldp/capabilities" => "/ldp/capabilities",
-                "/healthz" => "/healthz",
-                "/v1/chat/completions" => "/v1/chat/completions",
-                "/v1/models" => "/v1/models",
-                "/llmx" => "/llmx",
-                "/ladp" => "/ladp",
-                "/llmcp" => "/llmcp",
-                "/.well-known/agent-card.json" => "/.well-known/agent-card.json",
-                "/a2a" => "/a2a",
-                _ => "other",
-            });
+    let route = route_of(&req);
     let resp = next.run(req).await;
     let metrics = &s.metrics;
     metrics
@@ -82,6 +92,42 @@ async fn count_requests(
         .with_label_values(&[route, resp.status().as_str()])
         .inc();
     super::api_error::report(metrics, route, &resp);
+    resp
+}
+
+/// With tracing on, one SERVER span per request (under the client's `traceparent`), the
+/// handler run inside it ([`super::request::REQUEST_TRACE`]); an answer naming a task
+/// (`x-ldp-task-id`) names its trace too (`traceparent`). Off: the request passes untouched.
+async fn trace_requests(
+    State(s): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(otel) = s.otel.as_ref() else {
+        return next.run(req).await;
+    };
+    let route = route_of(&req);
+    let method = req.method().clone();
+    let trace = Trace::server(Some(otel), req.headers(), method.as_str(), route);
+    let mut resp = super::request::REQUEST_TRACE
+        .scope(trace.clone(), next.run(req))
+        .await;
+    let status = resp.status();
+    trace.set(|| {
+        vec![Attr::new(
+            "http.response.status_code",
+            i64::from(status.as_u16()),
+        )]
+    });
+    if status.is_server_error() {
+        trace.fail(status.as_str());
+    }
+    if resp.headers().contains_key("x-ldp-task-id") {
+        if let Some(parent) = trace.traceparent() {
+            resp.headers_mut().insert(TRACEPARENT, parent);
+        }
+    }
+    trace.end();
     resp
 }
 

@@ -5,8 +5,8 @@ the gateway in tests/it/a2a_delegates.rs.
 
 Serves its Agent Card at /.well-known/agent-card.json (a 1.0 JSON-RPC interface; with
 --v03, only a 0.3 one, the SDK's v0.3 compat layer answering), JSON-RPC at `/`, and
-`GET /log`: every contextId its executor saw and every JSON-RPC call's method and
-`A2A-Version` header, and the ids of the tasks it was asked to cancel. With --stream its
+`GET /log`: every contextId its executor saw and every JSON-RPC call's method,
+`A2A-Version` and `traceparent` headers, and the ids of the tasks it was asked to cancel. With --stream its
 card says it streams, and each task first reports `working on it`. Prints `PORT <n>` once listening on 127.0.0.1.
 
 Its one skill, `echo`, answers `NAME: <input>` as a text artifact; the input `ask me` puts
@@ -86,6 +86,7 @@ class Recorder:
             {
                 "method": request.get("method"),
                 "version": headers.get(b"a2a-version", b"").decode(),
+                "traceparent": headers.get(b"traceparent", b"").decode(),
                 "request": request,
             }
         )

@@ -42,5 +42,6 @@ mod signing;
 mod sim;
 mod sim_accuracy;
 mod streaming;
+mod traces;
 mod verifiers;
 mod verify;

@@ -451,7 +451,7 @@ impl Inner {
                     };
                     let streamed = self
                         .transport
-                        .send_stream(base, &submit, self.config.deadline, None, relay)
+                        .send_stream(base, &submit, self.config.deadline, None.into(), relay)
                         .await;
                     match streamed {
                         // No stream route here: the task was not taken; one plain exchange.

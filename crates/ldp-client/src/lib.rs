@@ -27,5 +27,7 @@ pub use error::{
 };
 pub use ldp_wire;
 pub use secret::Secret;
-pub use transport::{CardLimits, Session, Transport, DEFAULT_MAX_RESPONSE_BYTES, HOPS_HEADER};
+pub use transport::{
+    CardLimits, Forward, Session, Transport, DEFAULT_MAX_RESPONSE_BYTES, HOPS_HEADER,
+};
 pub use url::{base_url, masked as masked_url, UrlError};

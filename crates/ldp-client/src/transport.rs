@@ -64,6 +64,22 @@ pub struct Transport {
 /// count plus one with every task it forwards and refuses a task past `upstream.max_hops`.
 pub const HOPS_HEADER: &str = "x-ldp-hops";
 
+/// What a forwarded call carries besides its body: the hop count ([`HOPS_HEADER`]) and the
+/// W3C trace context (`traceparent`, `tracestate`) of the span that makes it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Forward<'a> {
+    /// Gateways passed so far, plus one (`None`: not a forwarded task).
+    pub hops: Option<u32>,
+    /// Trace-context headers, sent as they are (empty: none).
+    pub trace: &'a [(hyper::header::HeaderName, hyper::header::HeaderValue)],
+}
+
+impl From<Option<u32>> for Forward<'_> {
+    fn from(hops: Option<u32>) -> Self {
+        Forward { hops, trace: &[] }
+    }
+}
+
 /// How long an idle keep-alive connection to a delegate is kept.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -176,21 +192,23 @@ impl Transport {
         envelope: &Envelope,
         timeout: Duration,
     ) -> Result<Envelope, Error> {
-        self.send_hops(base, envelope, timeout, None).await
+        self.send_hops(base, envelope, timeout, Forward::default())
+            .await
     }
 
-    /// [`Transport::send`] for a forwarded task: `hops` goes in [`HOPS_HEADER`].
+    /// [`Transport::send`] for a forwarded task: its hop count goes in [`HOPS_HEADER`], its
+    /// trace context beside it.
     pub async fn send_hops(
         &self,
         base: &str,
         envelope: &Envelope,
         timeout: Duration,
-        hops: Option<u32>,
+        forward: Forward<'_>,
     ) -> Result<Envelope, Error> {
         let req = Req {
             path: pool::MESSAGES,
             body: Some(self.encode(base, pool::MESSAGES, envelope)?),
-            hops,
+            forward,
             events: false,
             headers: &self.headers,
         };

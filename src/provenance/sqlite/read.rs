@@ -28,11 +28,14 @@ pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, Led
             output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload, ",
     );
     // A file at an older schema (read without migrating) has only LDP rows.
-    let has_ingress = schema(conn)? >= super::INGRESS_SCHEMA;
-    sql.push_str(if has_ingress {
-        "ingress FROM ledger WHERE 1 = 1"
+    let at = schema(conn)?;
+    let has_ingress = at >= super::INGRESS_SCHEMA;
+    let has_trace = at >= super::TRACE_SCHEMA;
+    sql.push_str(if has_ingress { "ingress, " } else { "'ldp', " });
+    sql.push_str(if has_trace {
+        "trace_id FROM ledger WHERE 1 = 1"
     } else {
-        "'ldp' FROM ledger WHERE 1 = 1"
+        "NULL FROM ledger WHERE 1 = 1"
     });
     let mut args: Vec<rusqlite::types::Value> = Vec::new();
     let text = |s: &str| rusqlite::types::Value::Text(s.to_owned());
@@ -51,10 +54,10 @@ pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, Led
         ));
     }
     for (col, v) in q.text_filters() {
-        let col = if col == "ingress" && !has_ingress {
-            "'ldp'"
-        } else {
-            col
+        let col = match col {
+            "ingress" if !has_ingress => "'ldp'",
+            "trace_id" if !has_trace => "NULL",
+            col => col,
         };
         args.push(text(v));
         sql.push_str(&format!(" AND {col} = ?{}", args.len()));
@@ -77,8 +80,10 @@ pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, Led
         let payload: Option<String> = r.get(31)?;
         let tokens: Option<i64> = r.get(20)?;
         let ingress: String = r.get(32)?;
+        let trace_id: Option<String> = r.get(33)?;
         Ok((
             LedgerRow {
+                trace_id,
                 task_id: r.get(0)?,
                 ingress: Ingress::from_stored(&ingress),
                 session_id: r.get(1)?,

@@ -44,6 +44,7 @@ pub(in crate::provenance) fn row(task: &str, session: &str, finished_ms: i64) ->
         routing: JsonText::of(&json!({"policy": "balanced", "reused_binding": false})),
         payload: None,
         votes: Vec::new(),
+        trace_id: None,
     }
 }
 

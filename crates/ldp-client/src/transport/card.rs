@@ -56,7 +56,7 @@ impl Transport {
         let req = Req {
             path,
             body: None,
-            hops: None,
+            forward: Default::default(),
             events: false,
             headers: &self.headers,
         };

@@ -3,7 +3,7 @@
 //! ([`Transport::request`]) or one read as Server-Sent Events ([`Transport::events`]).
 
 use super::sse::SseDecoder;
-use super::{Answer, Req, Transport};
+use super::{Answer, Forward, Req, Transport};
 use crate::Error;
 use bytes::Bytes;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
@@ -91,8 +91,8 @@ impl Events {
 
 impl Transport {
     /// POSTs `body` (JSON) to `base` + `path`, or GETs it without a body, with `headers`
-    /// (an `Authorization` for the endpoint) instead of the transport's own, and `hops` in
-    /// [`super::HOPS_HEADER`] (a forwarded task), and reads the whole answer within `timeout`
+    /// (an `Authorization` for the endpoint) instead of the transport's own (a `content-type` among them replaces JSON's), and
+    /// `forward` (a forwarded task's hop count and trace context), and reads the whole answer within `timeout`
     /// (the same exchange as every LDP call). Any status is an answer; only the exchange can
     /// fail.
     pub async fn request(
@@ -101,13 +101,13 @@ impl Transport {
         path: &'static str,
         body: Option<Bytes>,
         headers: &[(HeaderName, HeaderValue)],
-        hops: Option<u32>,
+        forward: Forward<'_>,
         timeout: Duration,
     ) -> Result<HttpAnswer, Error> {
         let req = Req {
             path,
             body,
-            hops,
+            forward,
             events: false,
             headers,
         };
@@ -117,7 +117,7 @@ impl Transport {
         Ok(HttpAnswer { head, body })
     }
 
-    /// POSTs `body` to `base` + `path` asking for Server-Sent Events (`hops` as for
+    /// POSTs `body` to `base` + `path` asking for Server-Sent Events (`forward` as for
     /// [`Transport::request`]); the answer's head (within `timeout`), and its events to read
     /// as they come (the caller holds the deadline for the rest). A non-2xx answer's events
     /// are its body: read it with [`Transport::request`]'s rules by the caller, or drop it.
@@ -127,13 +127,13 @@ impl Transport {
         path: &'static str,
         body: Bytes,
         headers: &[(HeaderName, HeaderValue)],
-        hops: Option<u32>,
+        forward: Forward<'_>,
         timeout: Duration,
     ) -> Result<(Head, Events), Error> {
         let req = Req {
             path,
             body: Some(body),
-            hops,
+            forward,
             events: true,
             headers,
         };

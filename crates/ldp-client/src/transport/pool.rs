@@ -29,8 +29,8 @@ pub(super) struct Req<'a> {
     pub(super) path: &'static str,
     /// The JSON to POST; `None` for a GET.
     pub(super) body: Option<Bytes>,
-    /// `x-ldp-hops`, for a forwarded task.
-    pub(super) hops: Option<u32>,
+    /// `x-ldp-hops` and the trace context, for a forwarded task.
+    pub(super) forward: super::Forward<'a>,
     /// Asks for Server-Sent Events.
     pub(super) events: bool,
     /// The transport's own headers (a client's `Authorization`, `x-ldp-policy`).
@@ -202,16 +202,17 @@ impl Pool {
             })
             .uri(uri)
             .header(HOST, origin.host.clone());
-        if req.body.is_some() {
+        // JSON unless the caller's headers say otherwise (an OTLP export's protobuf).
+        if req.body.is_some() && !req.headers.iter().any(|(n, _)| n == CONTENT_TYPE) {
             r = r.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
         if req.events {
             r = r.header(ACCEPT, HeaderValue::from_static("text/event-stream"));
         }
-        if let Some(n) = req.hops {
+        if let Some(n) = req.forward.hops {
             r = r.header(super::HOPS_HEADER, HeaderValue::from(n));
         }
-        for (name, value) in req.headers {
+        for (name, value) in req.headers.iter().chain(req.forward.trace) {
             r = r.header(name, value);
         }
         // A `Bytes` clone shares the buffer.
@@ -434,7 +435,7 @@ mod tests {
         let req = Req {
             path: MESSAGES,
             body: Some(Bytes::from_static(b"{}")),
-            hops: None,
+            forward: Default::default(),
             events: false,
             headers: &[],
         };

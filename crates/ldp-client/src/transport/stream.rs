@@ -1,7 +1,7 @@
 //! Streaming a task: TASK_UPDATE events relayed as they arrive (SSE), then the final answer.
 
 use super::sse::SseDecoder;
-use super::{Req, Transport};
+use super::{Forward, Req, Transport};
 use crate::Error;
 use ldp_wire::{Body, Envelope};
 use std::time::Duration;
@@ -16,7 +16,7 @@ impl Transport {
         base: &str,
         envelope: &Envelope,
         timeout: Duration,
-        hops: Option<u32>,
+        forward: Forward<'_>,
         mut on_update: impl FnMut(Envelope) -> F,
     ) -> Result<Envelope, Error>
     where
@@ -27,7 +27,7 @@ impl Transport {
         let req = Req {
             path: STREAM,
             body: Some(self.encode(base, STREAM, envelope)?),
-            hops,
+            forward,
             events: true,
             headers: &self.headers,
         };

@@ -32,6 +32,10 @@ impl Tls {
         timeout: Option<Duration>,
     ) -> Result<reqwest::Response, Error> {
         let mut r = match &req.body {
+            // JSON unless the caller's headers say otherwise (an OTLP export's protobuf).
+            Some(body) if req.headers.iter().any(|(n, _)| n == "content-type") => {
+                self.http.post(url).body(body.clone())
+            }
             Some(body) => self
                 .http
                 .post(url)
@@ -42,10 +46,10 @@ impl Tls {
         if req.events {
             r = r.header("accept", "text/event-stream");
         }
-        if let Some(n) = req.hops {
+        if let Some(n) = req.forward.hops {
             r = r.header(super::HOPS_HEADER, n);
         }
-        for (name, value) in req.headers {
+        for (name, value) in req.headers.iter().chain(req.forward.trace) {
             r = r.header(name, value);
         }
         if let Some(t) = timeout {

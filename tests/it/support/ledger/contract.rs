@@ -45,6 +45,7 @@ pub fn row(task: &str, session: &str, tenant: &str, finished_ms: i64) -> LedgerR
         routing: JsonText::of(&json!({"policy": "balanced"})),
         payload: None,
         votes: Vec::new(),
+        trace_id: None,
     }
 }
 
@@ -108,6 +109,9 @@ pub fn check(b: &mut dyn Backend) {
             if i == 6 {
                 r.votes = vec![vote(1, "d0", "v1", true, 1.0)];
             }
+            if i == 5 {
+                r.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
+            }
             r
         })
         .collect();
@@ -127,6 +131,8 @@ pub fn check(b: &mut dyn Backend) {
     assert_eq!(ids(b, query(|q| q.ingress = Some(Ingress::Openai))), ["t4"]);
     assert_eq!(ids(b, query(|q| q.ingress = Some(Ingress::A2a))).len(), 0);
     assert_eq!(ids(b, query(|q| q.ingress = Some(Ingress::Ldp))).len(), 8);
+    let by_trace = query(|q| q.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into()));
+    assert_eq!(ids(b, by_trace), ["t5"]);
     assert_eq!(
         ids(b, query(|q| q.since_ms = Some(1_007))),
         ["t9", "t8", "t7"]
