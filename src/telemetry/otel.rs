@@ -16,7 +16,8 @@ pub use export::{parse_headers, ExportSettings};
 
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::trace::{
-    SpanContext, SpanKind, Status, TraceContextExt as _, Tracer as _, TracerProvider as _,
+    Span as _, SpanContext, SpanKind, Status, TraceContextExt as _, Tracer as _,
+    TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
@@ -150,16 +151,19 @@ impl Trace {
         use opentelemetry::propagation::TextMapPropagator as _;
         let parent = opentelemetry_sdk::propagation::TraceContextPropagator::new()
             .extract(&Headers(headers));
-        let attrs = vec![
-            KeyValue::new("http.request.method", method.to_owned()),
-            KeyValue::new("http.route", route),
-        ];
-        let span = otel
+        // The sampler (parent-based ratio) reads neither name nor attributes: the span is
+        // started bare, and named and described only when it is recorded, so an unsampled
+        // request builds no strings for it.
+        let mut span = otel
             .tracer
-            .span_builder(format!("{method} {route}"))
+            .span_builder("")
             .with_kind(SpanKind::Server)
-            .with_attributes(attrs)
             .start_with_context(&otel.tracer, &parent);
+        if span.is_recording() {
+            span.update_name(format!("{method} {route}"));
+            span.set_attribute(KeyValue::new("http.request.method", method.to_owned()));
+            span.set_attribute(KeyValue::new("http.route", route));
+        }
         Trace(Some(Traced {
             otel: otel.clone(),
             cx: parent.with_span(span),
