@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Schema migrations; `ldp_ledger_schema.version` records how many ran. Append only.
-const MIGRATIONS: [&str; 5] = [
+const MIGRATIONS: [&str; 6] = [
     "CREATE TABLE ledger (
         id BIGSERIAL PRIMARY KEY,
         task_id TEXT NOT NULL,
@@ -95,6 +95,12 @@ const MIGRATIONS: [&str; 5] = [
     "CREATE INDEX IF NOT EXISTS ledger_tenant_task ON ledger (tenant, task_id, finished_ms);",
     // 5: the front end a task came in through (`Ingress`); older rows came in over LDP.
     "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS ingress TEXT NOT NULL DEFAULT 'ldp';",
+    // 6: how far each gateway's journal is in (`journal.rs`), written in each batch's
+    // transaction: the rows after it are replayed at that gateway's start.
+    "CREATE TABLE IF NOT EXISTS ledger_journal (
+        journal_id TEXT PRIMARY KEY,
+        stored_to BIGINT NOT NULL
+    );",
 ];
 
 /// Replicas starting together take this advisory lock around migrations.
@@ -356,8 +362,19 @@ fn col<T>(rows: &[LedgerRow], f: impl Fn(&LedgerRow) -> T) -> Vec<T> {
     rows.iter().map(f).collect()
 }
 
-impl Backend for PostgresBackend {
-    fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+/// Records that the store holds a journal's rows up to a sequence number.
+const SET_MARK: &str = "INSERT INTO ledger_journal (journal_id, stored_to) VALUES ($1, $2)
+    ON CONFLICT (journal_id) DO UPDATE
+    SET stored_to = GREATEST(ledger_journal.stored_to, excluded.stored_to)";
+
+impl PostgresBackend {
+    /// The rows (and their votes) in one statement; with a journal's mark, that statement
+    /// and the mark's in one transaction.
+    fn insert_with(
+        &mut self,
+        rows: &[LedgerRow],
+        mark: Option<(&str, u64)>,
+    ) -> Result<(), LedgerError> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -435,19 +452,49 @@ impl Backend for PostgresBackend {
             &ingress,
         ];
         // Most groups have no votes: then the rows' statement alone, as before votes.
-        if !any_votes(rows) {
-            self.client
-                .execute(&self.insert.rows, &params)
-                .map_err(pg)?;
+        let votes = any_votes(rows).then(|| VoteColumns::of(rows));
+        let (statement, all): (_, Vec<&(dyn ToSql + Sync)>) = match &votes {
+            None => (&self.insert.rows, params.to_vec()),
+            Some(votes) => (
+                &self.insert.with_votes,
+                params.iter().copied().chain(votes.params()).collect(),
+            ),
+        };
+        let Some((journal, seq)) = mark else {
+            self.client.execute(statement, &all).map_err(pg)?;
             return Ok(());
-        }
-        let votes = VoteColumns::of(rows);
-        let mut all: Vec<&(dyn ToSql + Sync)> = params.to_vec();
-        all.extend(votes.params());
-        self.client
-            .execute(&self.insert.with_votes, &all)
+        };
+        let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+        let mut tx = self.client.transaction().map_err(pg)?;
+        tx.execute(statement, &all).map_err(pg)?;
+        tx.execute(SET_MARK, &[&journal, &seq]).map_err(pg)?;
+        tx.commit().map_err(pg)
+    }
+}
+
+impl Backend for PostgresBackend {
+    fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+        self.insert_with(rows, None)
+    }
+
+    fn insert_marked(&mut self, rows: &[LedgerRow], mark: (&str, u64)) -> Result<(), LedgerError> {
+        self.insert_with(rows, Some(mark))
+    }
+
+    fn journal_mark(&mut self, journal: &str) -> Result<u64, LedgerError> {
+        self.ensure_connected()?;
+        let row = self
+            .client
+            .query_opt(
+                "SELECT stored_to FROM ledger_journal WHERE journal_id = $1",
+                &[&journal],
+            )
             .map_err(pg)?;
-        Ok(())
+        let seq: i64 = match &row {
+            Some(r) => get(r, 0)?,
+            None => 0,
+        };
+        Ok(u64::try_from(seq).unwrap_or(0))
     }
 
     fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
