@@ -39,7 +39,7 @@ pub use row::{
     digest, redact_preview, Evidence, EvidenceSource, Ingress, JsonText, LedgerRow, Outcome, Vote,
 };
 pub use sqlite::SqliteBackend;
-pub use journal::Recovered;
+pub use journal::{Place, Recovered};
 pub use writer::{Ledger, LedgerHandle, Opened};
 
 // Owned by config (the `[provenance]` section's types), re-exported where the ledger is used.
@@ -130,6 +130,11 @@ pub trait Backend: Send + 'static {
         let _ = journal;
         Ok(0)
     }
+    /// Deletes journal `journal`'s mark (the journal is gone).
+    fn forget_journal(&mut self, journal: &str) -> Result<(), LedgerError> {
+        let _ = journal;
+        Ok(())
+    }
     /// Rows matching `q`, newest first; a query by task id reads each row's votes back too.
     fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError>;
     /// Deletes rows finished before `before_ms` (Unix ms), and the ratings and votes given
@@ -215,37 +220,41 @@ pub const FEEDBACK_PER_TASK: u32 = 100;
 /// How long opening a Postgres ledger may take to connect.
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Where the journal of a ledger in `store` lives: next to a SQLite file (`PATH.journal`), or
-/// for Postgres in `journal_dir` as `ledger-HASH.journal` (HASH: of the store's URL without
-/// its password, so that gateways on one host writing to different databases never share
-/// one). None for a store in memory and under `async`.
-pub fn journal_path(
-    store: &str,
-    durability: Durability,
-    journal_dir: &str,
-) -> Option<std::path::PathBuf> {
+/// Where the journals of a ledger in `store` live ([`Place`]): next to a SQLite file
+/// (`PATH.ID.journal`), or for Postgres in `journal_dir` as `ledger-HASH-ID.journal` (HASH:
+/// of the store's URL without its password, so that gateways writing to different databases
+/// never adopt each other's). None for a store in memory and under `async`.
+pub fn journal_place(store: &str, durability: Durability, journal_dir: &str) -> Option<Place> {
     if durability == Durability::Async {
         return None;
     }
     if let Some(rest) = store.strip_prefix("sqlite:") {
-        let path = rest.strip_prefix("//").unwrap_or(rest);
-        return (path != ":memory:").then(|| format!("{path}.journal").into());
+        let path = std::path::Path::new(rest.strip_prefix("//").unwrap_or(rest));
+        let name = path.file_name()?.to_string_lossy();
+        if rest == ":memory:" {
+            return None;
+        }
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        return Some(Place {
+            dir: dir.unwrap_or(std::path::Path::new(".")).to_owned(),
+            prefix: format!("{name}."),
+        });
     }
     let hash = hex::encode(&sha2::Sha256::digest(redact_url(store).as_bytes())[..6]);
-    Some(std::path::Path::new(journal_dir).join(format!("ledger-{hash}.journal")))
+    Some(Place {
+        dir: journal_dir.into(),
+        prefix: format!("ledger-{hash}-"),
+    })
 }
 
-/// Opens the store and, where it has one ([`journal_path`]), its journal, replaying into the
-/// store the rows the journal holds and the store lacks (blocking).
-pub fn open(
-    store: &str,
-    durability: Durability,
-    journal_dir: &str,
-) -> Result<Opened, LedgerError> {
+/// Opens the store and, where it has one ([`journal_place`]), a journal in front of it,
+/// first replaying into the store the rows earlier journals hold and the store lacks
+/// (blocking).
+pub fn open(store: &str, durability: Durability, journal_dir: &str) -> Result<Opened, LedgerError> {
     let backend = open_backend(store, durability)?;
     let shared = is_postgres(store);
-    match journal_path(store, durability, journal_dir) {
-        Some(path) => open_journaled(backend, &path, shared),
+    match journal_place(store, durability, journal_dir) {
+        Some(place) => open_journaled(backend, &place, shared),
         None => Ok(Opened {
             backend,
             journal: None,
@@ -254,14 +263,14 @@ pub fn open(
     }
 }
 
-/// `backend` with the journal at `path` in front of it, recovered into it; `shared` when
-/// other gateways write to the same store.
+/// `backend` with a new journal in `place` in front of it, the earlier journals there that
+/// no process holds replayed into it; `shared` when other gateways write to the same store.
 pub fn open_journaled(
     mut backend: Box<dyn Backend>,
-    path: &std::path::Path,
+    place: &Place,
     shared: bool,
 ) -> Result<Opened, LedgerError> {
-    let journal = journal::recover(path, backend.as_mut(), writer::BATCH_MAX)?;
+    let journal = journal::recover(place, backend.as_mut(), writer::BATCH_MAX)?;
     Ok(Opened {
         backend,
         journal: Some(journal),

@@ -11,11 +11,16 @@
 //! the writer, and only then acknowledges them (so a read that waits for the writer to pass
 //! what was queued before it sees them). Each row has a sequence number; the store records,
 //! in the transaction of each batch, the highest number it holds of this journal (its
-//! *mark*, keyed by the journal's id), so that at start the rows after the mark are replayed
-//! (no row twice) and the journal is emptied. While running, the journal is emptied once the
-//! store has every row in it and it is over [`TRUNCATE_ABOVE`]; at [`JOURNAL_MAX`] it waits
-//! for the store to catch up first (a store that cannot keep up slows acknowledgements
-//! rather than filling the disk).
+//! *mark*, keyed by the journal's id). While running, the journal is emptied once the store
+//! has every row in it and it is over [`TRUNCATE_ABOVE`]; at [`JOURNAL_MAX`] it waits for the
+//! store to catch up first (a store that cannot keep up slows acknowledgements rather than
+//! filling the disk). A clean stop deletes it.
+//!
+//! Each gateway process writes a journal of its own, `PREFIX<id>.journal` in its place
+//! ([`Place`]), locked while it runs. At start a gateway adopts every journal in its place
+//! that nobody holds (its own from before a crash, or a dead neighbour's: replicas on one
+//! host may share a place): it inserts the rows after the store's mark (no row twice),
+//! deletes the file and then the mark.
 //!
 //! Like the SQLite files (`sqlite/files.rs`), the journal's path is compared with the open
 //! file after each write: a journal deleted or replaced under the gateway is created anew,
@@ -27,7 +32,7 @@ mod file;
 use super::{Backend, LedgerError, LedgerRow};
 use crate::telemetry::Metrics;
 pub(super) use file::JournalFile;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -106,11 +111,43 @@ impl Progress {
     }
 }
 
-/// A journal whose rows the store holds: ready to take new ones.
+/// Where a ledger's journals live: a folder, and how their names start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// The folder.
+    pub dir: PathBuf,
+    /// The start of each journal's name (then its id and `.journal`).
+    pub prefix: String,
+}
+
+impl Place {
+    /// The journals in the place now.
+    fn journals(&self) -> Result<Vec<PathBuf>, LedgerError> {
+        let failed = |e: std::io::Error| LedgerError::Journal {
+            path: self.dir.display().to_string(),
+            reason: e.to_string(),
+        };
+        std::fs::create_dir_all(&self.dir).map_err(failed)?;
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).map_err(failed)? {
+            let name = entry.map_err(failed)?.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(&self.prefix) && name.ends_with(".journal") {
+                found.push(self.dir.join(&*name));
+            }
+        }
+        found.sort();
+        Ok(found)
+    }
+}
+
+/// A new journal, the rows of every earlier one already in the store.
 pub struct Recovered {
     pub(super) file: JournalFile,
     /// The next row's sequence number.
     pub(super) next_seq: u64,
+    /// Rows replayed from adopted journals.
+    pub replayed: u64,
 }
 
 impl Recovered {
@@ -120,17 +157,46 @@ impl Recovered {
     }
 }
 
-/// Opens (or creates) the journal at `path`, inserts into `backend` the rows it holds after
-/// the store's mark for it, in batches of `batch`, and empties it.
+/// Adopts every journal in `place` that no process holds (inserting into `backend` the rows
+/// after the store's mark for it, in batches of `batch`, then deleting it and its mark),
+/// and starts a new one.
 pub(super) fn recover(
-    path: &Path,
+    place: &Place,
     backend: &mut dyn Backend,
     batch: usize,
 ) -> Result<Recovered, LedgerError> {
-    let (mut file, contents) = JournalFile::open(path)?;
+    let mut replayed = 0;
+    for path in place.journals()? {
+        match JournalFile::try_open(&path) {
+            Ok(Some((file, contents))) => replayed += adopt(file, contents, backend, batch)?,
+            Ok(None) => {}
+            // Not a journal after all, or unreadable: left alone, and said.
+            Err(e) => tracing::error!(error = %e, "a ledger journal could not be adopted"),
+        }
+    }
+    let id = *uuid::Uuid::new_v4().as_bytes();
+    let path = place
+        .dir
+        .join(format!("{}{}.journal", place.prefix, hex::encode(id)));
+    Ok(Recovered {
+        file: JournalFile::create(&path, id)?,
+        next_seq: 1,
+        replayed,
+    })
+}
+
+/// Moves an earlier journal's rows that the store lacks into it, then deletes the journal
+/// and its mark (in that order: a crash between leaves a harmless mark); how many rows.
+fn adopt(
+    file: JournalFile,
+    contents: file::Contents,
+    backend: &mut dyn Backend,
+    batch: usize,
+) -> Result<u64, LedgerError> {
+    let path = file.path().display().to_string();
     if contents.torn_bytes > 0 {
-        tracing::warn!(path = %path.display(), bytes = contents.torn_bytes,
-            "the ledger journal ended in a torn record (a crash mid-write); cut off");
+        tracing::warn!(path, bytes = contents.torn_bytes,
+            "a ledger journal ended in a torn record (a crash mid-write); ignored");
     }
     let id = file.id();
     let mark = backend.journal_mark(&id)?;
@@ -141,14 +207,12 @@ pub(super) fn recover(
         backend.insert_marked(rows, (&id, last))?;
     }
     if !rows.is_empty() || contents.unreadable > 0 {
-        tracing::warn!(path = %path.display(), replayed = rows.len(),
-            unreadable = contents.unreadable, "ledger rows replayed from the journal");
+        tracing::warn!(path, replayed = rows.len(), unreadable = contents.unreadable,
+            "ledger rows replayed from a journal");
     }
-    file.truncate()?;
-    Ok(Recovered {
-        file,
-        next_seq: contents.last_seq.max(mark) + 1,
-    })
+    file.remove()?;
+    backend.forget_journal(&id)?;
+    Ok(rows.len() as u64)
 }
 
 /// The journal's thread.
@@ -168,8 +232,6 @@ impl<'m> Stage<'m> {
         progress: Arc<Progress>,
         m: &'m Metrics,
     ) -> Stage<'m> {
-        // What the store holds already (its mark) counts as stored.
-        progress.stored(recovered.next_seq - 1);
         Stage {
             journal: recovered.file,
             next_seq: recovered.next_seq,
@@ -180,12 +242,14 @@ impl<'m> Stage<'m> {
     }
 
     /// Until [`Entry::Stop`] or the last sender is gone: journals groups of rows, hands each
-    /// to `forward` (false: the writer is gone), then acknowledges them.
+    /// to `forward` (false: the writer is gone), then acknowledges them. At the end, once the
+    /// store holds every row, deletes the journal: then its id, whose mark the store may
+    /// forget.
     pub(super) fn run(
         mut self,
         mut rx: mpsc::Receiver<Entry>,
         mut forward: impl FnMut(Box<LedgerRow>, u64) -> bool,
-    ) {
+    ) -> Option<String> {
         let mut rows: Vec<Box<LedgerRow>> = Vec::with_capacity(GROUP_MAX);
         let mut acks: Vec<Ack> = Vec::with_capacity(GROUP_MAX);
         let mut stopping = false;
@@ -260,10 +324,18 @@ impl<'m> Stage<'m> {
                 self.empty();
             }
         }
-        // Stopping: the writer is still running; once it holds every row, the journal is
-        // emptied (a clean stop leaves nothing to replay).
-        if self.progress.wait_stored(self.next_seq - 1, STORE_WAIT) {
-            self.empty();
+        // Stopping: the writer is still running; once the store holds every row, the
+        // journal goes (a clean stop leaves nothing to replay).
+        if !self.progress.wait_stored(self.next_seq - 1, STORE_WAIT) {
+            return None;
+        }
+        let id = self.journal.id();
+        match self.journal.remove() {
+            Ok(()) => Some(id),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not delete the ledger journal");
+                None
+            }
         }
     }
 

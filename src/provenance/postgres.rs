@@ -481,6 +481,17 @@ impl Backend for PostgresBackend {
         self.insert_with(rows, Some(mark))
     }
 
+    fn forget_journal(&mut self, journal: &str) -> Result<(), LedgerError> {
+        self.ensure_connected()?;
+        self.client
+            .execute(
+                "DELETE FROM ledger_journal WHERE journal_id = $1",
+                &[&journal],
+            )
+            .map_err(pg)?;
+        Ok(())
+    }
+
     fn journal_mark(&mut self, journal: &str) -> Result<u64, LedgerError> {
         self.ensure_connected()?;
         let row = self

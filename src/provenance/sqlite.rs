@@ -666,6 +666,15 @@ impl Backend for SqliteBackend {
         self.insert_with(rows, Some(mark))
     }
 
+    fn forget_journal(&mut self, journal: &str) -> Result<(), LedgerError> {
+        self.reattach(false)?;
+        self.in_transaction(|conn| {
+            conn.execute("DELETE FROM ledger_journal WHERE journal_id = ?1", [journal])?;
+            Ok(())
+        })?;
+        self.verify_files()
+    }
+
     fn journal_mark(&mut self, journal: &str) -> Result<u64, LedgerError> {
         self.reattach(false)?;
         let seq: Option<i64> = self

@@ -204,6 +204,9 @@ impl Backend for Wrapped {
     fn journal_mark(&mut self, journal: &str) -> Result<u64, LedgerError> {
         self.inner.journal_mark(journal)
     }
+    fn forget_journal(&mut self, journal: &str) -> Result<(), LedgerError> {
+        self.inner.forget_journal(journal)
+    }
     fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
         self.inner.query(q)
     }

@@ -52,6 +52,8 @@ enum Cmd {
         limit: u64,
         ack: Ack<u64>,
     },
+    /// Deletes a journal's mark (the journal is gone).
+    Forget(String, Ack<()>),
     /// Answered once every row queued before it has been committed (or has failed): an
     /// `async` ledger's reads see the rows recorded before them.
     Sync(Ack<()>),
@@ -129,8 +131,8 @@ pub struct LedgerHandle {
 pub struct Ledger {
     handle: LedgerHandle,
     thread: Option<std::thread::JoinHandle<()>>,
-    /// The journal's thread.
-    journal: Option<std::thread::JoinHandle<()>>,
+    /// The journal's thread; it ends with its journal's id once it deleted the journal.
+    journal: Option<std::thread::JoinHandle<Option<String>>>,
 }
 
 /// A store opened for a ledger, with its journal recovered into it (`provenance::open`).
@@ -250,8 +252,16 @@ impl Ledger {
         if let (Some((journal, _)), Some(t)) = (&self.handle.journal, self.journal.take()) {
             let _ = journal.send(Entry::Stop).await;
             let joined = tokio::task::spawn_blocking(move || t.join());
-            if tokio::time::timeout(deadline, joined).await.is_err() {
-                tracing::error!("the ledger journal did not stop in time; its rows are replayed at the next start");
+            match tokio::time::timeout(deadline, joined).await {
+                Ok(Ok(Ok(Some(id)))) => {
+                    if let Err(e) = self.handle.ask(|ack| Cmd::Forget(id, ack)).await {
+                        tracing::warn!(error = %e, "the journal's mark stays in the store");
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => tracing::error!(
+                    "the ledger journal did not stop in time; its rows are replayed at the next start"
+                ),
             }
         }
         let _ = self.handle.tx.send(Cmd::Shutdown).await;
@@ -768,6 +778,10 @@ impl<'m> Writer<'m> {
                 self.flush();
                 let pruned = self.backend.prune_batch(before_ms, limit);
                 let _ = ack.send(pruned.map_err(Arc::new));
+            }
+            Cmd::Forget(id, ack) => {
+                self.flush();
+                let _ = ack.send(self.backend.forget_journal(&id).map_err(Arc::new));
             }
             Cmd::Sync(ack) => self.synced.push(ack),
             Cmd::Wake => {}

@@ -61,7 +61,20 @@ fn failed(path: &Path, reason: impl std::fmt::Display) -> LedgerError {
 impl JournalFile {
     /// Opens the journal at `path` (creating it, and its folder, with a new id when there is
     /// none), locks it, and reads its rows; a torn tail is cut off.
+    #[cfg(test)]
     pub(in crate::provenance) fn open(path: &Path) -> Result<(JournalFile, Contents), LedgerError> {
+        JournalFile::try_open(path)?.ok_or_else(|| {
+            failed(
+                path,
+                "in use by another process (each gateway writes a journal of its own)",
+            )
+        })
+    }
+
+    /// [`JournalFile::open`], `None` when another process holds the journal (a live gateway's).
+    pub(in crate::provenance) fn try_open(
+        path: &Path,
+    ) -> Result<Option<(JournalFile, Contents)>, LedgerError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| failed(dir, e))?;
         }
@@ -72,7 +85,9 @@ impl JournalFile {
             .truncate(false)
             .open(path)
             .map_err(|e| failed(path, e))?;
-        lock(&file, path)?;
+        if !lock(&file, path)? {
+            return Ok(None);
+        }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(|e| failed(path, e))?;
@@ -102,7 +117,7 @@ impl JournalFile {
             torn_bytes: (bytes.len() as u64).saturating_sub(good),
             ..contents
         };
-        Ok((
+        Ok(Some((
             JournalFile {
                 path: path.to_owned(),
                 file,
@@ -112,7 +127,40 @@ impl JournalFile {
                 buf: Vec::new(),
             },
             contents,
-        ))
+        )))
+    }
+
+    /// Creates a new, empty journal with id `id` at `path` (which must not exist), locked.
+    pub(in crate::provenance) fn create(path: &Path, id: [u8; 16]) -> Result<JournalFile, LedgerError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| failed(dir, e))?;
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| failed(path, e))?;
+        if !lock(&file, path)? {
+            return Err(failed(path, "locked by another process as it was created"));
+        }
+        write_header(&mut file, &id).map_err(|e| failed(path, e))?;
+        sync_folder(path);
+        Ok(JournalFile {
+            path: path.to_owned(),
+            file,
+            opened: FileId::of(path).ok().flatten(),
+            id,
+            len: HEADER,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Deletes the journal (the store holds all its rows).
+    pub(in crate::provenance) fn remove(self) -> Result<(), LedgerError> {
+        std::fs::remove_file(&self.path).map_err(|e| failed(&self.path, e))?;
+        sync_folder(&self.path);
+        Ok(())
     }
 
     /// The journal's id (hex), the key of its mark in the store.
@@ -196,18 +244,8 @@ impl JournalFile {
             ));
             std::fs::rename(&self.path, &aside).map_err(|e| failed(&self.path, e))?;
         }
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&self.path)
-            .map_err(|e| failed(&self.path, e))?;
-        lock(&file, &self.path)?;
-        write_header(&mut file, &self.id).map_err(|e| failed(&self.path, e))?;
-        sync_folder(&self.path);
-        self.file = file;
-        self.opened = FileId::of(&self.path).ok().flatten();
-        self.len = HEADER;
+        let path = self.path.clone();
+        *self = JournalFile::create(&path, self.id)?;
         Ok(())
     }
 
@@ -222,17 +260,15 @@ impl JournalFile {
     }
 }
 
-/// Takes the file's exclusive lock: a second gateway on the same journal would interleave
-/// its records and replay the other's rows.
-fn lock(file: &File, path: &Path) -> Result<(), LedgerError> {
-    file.try_lock().map_err(|e| match e {
-        std::fs::TryLockError::WouldBlock => failed(
-            path,
-            "in use by another process (give each gateway its own journal: \
-             [provenance] journal_dir, or its own SQLite file)",
-        ),
-        std::fs::TryLockError::Error(e) => failed(path, e),
-    })
+/// Takes the file's exclusive lock (false: another process holds it). A live gateway holds
+/// its journal's: another one starting beside it adopts only journals nobody holds (those of
+/// gateways that died).
+fn lock(file: &File, path: &Path) -> Result<bool, LedgerError> {
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(failed(path, e)),
+    }
 }
 
 /// Writes a header at the start of an empty file and makes it durable.

@@ -9,10 +9,24 @@ use super::super::tests::Wrapped;
 use super::*;
 use crate::provenance::{open_journaled, Durability, Ledger, Query, SqliteBackend};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::Path;
 use std::sync::mpsc as std_mpsc;
 
 fn metrics() -> Arc<Metrics> {
     Arc::new(Metrics::new().unwrap())
+}
+
+/// The journals' place of the SQLite ledger `dir/p.db`.
+fn place(dir: &Path) -> Place {
+    Place {
+        dir: dir.to_owned(),
+        prefix: "p.db.".into(),
+    }
+}
+
+/// The journal files in `dir`.
+fn journals(dir: &Path) -> Vec<std::path::PathBuf> {
+    place(dir).journals().unwrap()
 }
 
 /// Task ids in the SQLite ledger at `db`.
@@ -45,8 +59,7 @@ async fn rows_acknowledged_while_the_store_is_held_are_replayed_from_a_crash_cop
         }),
         ..Wrapped::new(SqliteBackend::open(&db.display().to_string(), Durability::Commit).unwrap())
     };
-    let journal = dir.path().join("p.db.journal");
-    let opened = open_journaled(Box::new(backend), &journal, false).unwrap();
+    let opened = open_journaled(Box::new(backend), &place(dir.path()), false).unwrap();
     let ledger = Ledger::start_opened(opened, Durability::Commit, 1000, metrics());
     let h = ledger.handle();
     h.record(row("t000", "s", 1)).await.unwrap();
@@ -59,28 +72,28 @@ async fn rows_acknowledged_while_the_store_is_held_are_replayed_from_a_crash_cop
     }
     let crash = dir.path().join("crash");
     std::fs::create_dir(&crash).unwrap();
-    for name in ["p.db", "p.db-wal", "p.db.journal"] {
-        let _ = std::fs::copy(dir.path().join(name), crash.join(name));
+    let mut files = journals(dir.path());
+    assert_eq!(files.len(), 1);
+    files.extend(["p.db", "p.db-wal"].map(|f| dir.path().join(f)));
+    for f in files {
+        let _ = std::fs::copy(&f, crash.join(f.file_name().unwrap()));
     }
     assert!(stored(&crash.join("p.db")).is_empty(), "the store held nothing yet");
     drop(open_gate);
     assert_eq!(ledger.close(Duration::from_secs(30)).await, 0);
     let all: Vec<String> = (0..50).map(|i| format!("t{i:03}")).collect();
     assert_eq!(stored(&db), all, "the running ledger moved every row");
-    assert_eq!(
-        std::fs::metadata(&journal).unwrap().len(),
-        file::HEADER,
-        "a clean stop empties the journal"
-    );
+    assert!(journals(dir.path()).is_empty(), "a clean stop deletes the journal");
 
     // The copy: recovery replays the journal into the store, once.
     let copy = crash.join("p.db").display().to_string();
-    for _ in 0..2 {
+    for replayed in [50, 0] {
         let backend = SqliteBackend::open(&copy, Durability::Commit).unwrap();
-        let opened = open_journaled(Box::new(backend), &crash.join("p.db.journal"), false).unwrap();
-        assert_eq!(opened.journal.as_ref().unwrap().next_seq, 51);
+        let opened = open_journaled(Box::new(backend), &place(&crash), false).unwrap();
+        assert_eq!(opened.journal.as_ref().unwrap().replayed, replayed);
         drop(opened);
         assert_eq!(stored(&crash.join("p.db")), all);
+        assert_eq!(journals(&crash).len(), 1, "the adopted journal is gone");
     }
 }
 
@@ -90,19 +103,26 @@ async fn rows_acknowledged_while_the_store_is_held_are_replayed_from_a_crash_cop
 fn replay_skips_the_rows_the_store_has() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("p.db");
-    let path = dir.path().join("p.db.journal");
-    let (mut j, _) = JournalFile::open(&path).unwrap();
+    let path = dir.path().join("p.db.earlier.journal");
+    let mut j = JournalFile::create(&path, [7; 16]).unwrap();
     let rows: Vec<LedgerRow> = (1..=5).map(|i| row(&format!("t{i}"), "s", i)).collect();
     j.append(rows.iter(), 1, false).unwrap();
     let id = j.id();
     drop(j);
+    // A live neighbour's journal (it holds the lock) is left alone.
+    let live = dir.path().join("p.db.live.journal");
+    let mut held = JournalFile::create(&live, [8; 16]).unwrap();
+    held.append([row("live", "s", 1)].iter(), 1, false).unwrap();
     let mut backend = SqliteBackend::open(&db.display().to_string(), Durability::Commit).unwrap();
     backend.insert_marked(&rows[..3], (&id, 3)).unwrap();
     assert_eq!(backend.journal_mark(&id).unwrap(), 3);
-    let recovered = recover(&path, &mut backend, 2).unwrap();
-    assert_eq!(recovered.next_seq, 6);
-    assert_eq!(backend.journal_mark(&id).unwrap(), 5);
+    let recovered = recover(&place(dir.path()), &mut backend, 2).unwrap();
+    assert_eq!((recovered.replayed, recovered.next_seq), (2, 1));
     assert_eq!(stored(&db), ["t1", "t2", "t3", "t4", "t5"]);
+    assert!(!path.exists(), "the adopted journal is deleted");
+    assert_eq!(backend.journal_mark(&id).unwrap(), 0, "and its mark");
+    assert!(live.exists());
+    drop(held);
 }
 
 /// A rating looks its task up right after the task's answer: the read waits for the writer
@@ -112,8 +132,7 @@ async fn a_read_sees_a_row_acknowledged_just_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("p.db").display().to_string();
     let backend = SqliteBackend::open(&db, Durability::Commit).unwrap();
-    let opened =
-        open_journaled(Box::new(backend), &dir.path().join("p.db.journal"), false).unwrap();
+    let opened = open_journaled(Box::new(backend), &place(dir.path()), false).unwrap();
     let ledger = Ledger::start_opened(opened, Durability::Commit, 1000, metrics());
     let h = ledger.handle();
     for i in 0..20 {
@@ -147,8 +166,7 @@ async fn a_failing_store_is_retried_and_reads_as_not_ready() {
         }),
         ..Wrapped::new(SqliteBackend::open(&db.display().to_string(), Durability::Commit).unwrap())
     };
-    let opened =
-        open_journaled(Box::new(backend), &dir.path().join("p.db.journal"), false).unwrap();
+    let opened = open_journaled(Box::new(backend), &place(dir.path()), false).unwrap();
     let ledger = Ledger::start_opened(opened, Durability::Fsync, 1000, metrics());
     let h = ledger.handle();
     for i in 0..10 {
