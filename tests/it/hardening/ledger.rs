@@ -251,6 +251,59 @@ async fn deleting_the_ledger_files_loses_no_acknowledged_row() {
     delegate.shutdown().await;
 }
 
+/// The ledger's journals in `dir` (SQLite ledger `ledger.db`).
+fn journals(dir: &Path) -> Vec<std::path::PathBuf> {
+    let names = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
+    names
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.starts_with("ledger.db.") && name.ends_with(".journal")
+        })
+        .collect()
+}
+
+/// The journal holds acknowledged rows the store may not have yet: deleted under a running
+/// gateway, it is created anew at its path, and the answers of the group that noticed wait
+/// until the store holds every row so far. A `kill -9` right after loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_journal_loses_no_acknowledged_row() {
+    const PER_ROUND: usize = 40;
+    let delegate = echo_delegate().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = TestGateway::builder()
+        .delegate(&delegate.url())
+        .config_file(dir.path())
+        .await;
+    let child = Serve::new(&config).start().await;
+    let c = child.client();
+    let (sid, _) = c
+        .session(json!({"preferred_payload_modes": ["text"]}))
+        .await;
+    let mut acknowledged = Vec::new();
+    tasks(&c, &sid, 0, PER_ROUND, &mut acknowledged).await;
+    for round in 1..=2 {
+        let before = journals(dir.path());
+        assert_eq!(before.len(), 1, "one journal: {before:?}");
+        std::fs::remove_file(&before[0]).unwrap();
+        tasks(&c, &sid, round, PER_ROUND, &mut acknowledged).await;
+        assert_eq!(journals(dir.path()), before, "the journal is back at its path");
+    }
+    let (_, stderr) = child.kill().await;
+    assert!(stderr.contains("creating it anew"), "{stderr}");
+
+    let child = Serve::new(&config).start().await;
+    child.stop().await;
+    let rows = result_rows(&dir.path().join("ledger.db"));
+    let missing: Vec<&String> = acknowledged.iter().filter(|t| !rows.contains(*t)).collect();
+    eprintln!(
+        "journal deleted twice mid-run, then kill -9: {} results acknowledged, {} missing",
+        acknowledged.len(),
+        missing.len()
+    );
+    assert!(missing.is_empty(), "acknowledged without a row: {missing:?}");
+    delegate.shutdown().await;
+}
+
 /// `n` tasks in `session`, each of which must succeed; their ids go to `acknowledged`.
 async fn tasks(c: &Client, session: &str, round: usize, n: usize, acknowledged: &mut Vec<String>) {
     for i in 0..n {
