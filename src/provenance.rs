@@ -32,6 +32,7 @@ mod tests;
 mod writer;
 
 pub use feedback::{Feedback, Given, RatedTask};
+pub use journal::{Place, Recovered};
 pub use postgres::PostgresBackend;
 pub use query::{Format, Query};
 pub use readers::Cancel;
@@ -39,7 +40,6 @@ pub use row::{
     digest, redact_preview, Evidence, EvidenceSource, Ingress, JsonText, LedgerRow, Outcome, Vote,
 };
 pub use sqlite::SqliteBackend;
-pub use journal::{Place, Recovered};
 pub use writer::{Ledger, LedgerHandle, Opened};
 
 // Owned by config (the `[provenance]` section's types), re-exported where the ledger is used.

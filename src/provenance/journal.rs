@@ -102,12 +102,18 @@ impl Progress {
 
     /// Whether a journal write failed in the last [`FAILURE_MEMORY`] (`/readyz`).
     pub(super) fn failing(&self) -> bool {
-        let at = self.failed_at.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = self
+            .failed_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         at.is_some_and(|t| t.elapsed() < FAILURE_MEMORY)
     }
 
     fn failed(&self) {
-        *self.failed_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        *self
+            .failed_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
     }
 }
 
@@ -195,8 +201,11 @@ fn adopt(
 ) -> Result<u64, LedgerError> {
     let path = file.path().display().to_string();
     if contents.torn_bytes > 0 {
-        tracing::warn!(path, bytes = contents.torn_bytes,
-            "a ledger journal ended in a torn record (a crash mid-write); ignored");
+        tracing::warn!(
+            path,
+            bytes = contents.torn_bytes,
+            "a ledger journal ended in a torn record (a crash mid-write); ignored"
+        );
     }
     let id = file.id();
     let mark = backend.journal_mark(&id)?;
@@ -207,8 +216,12 @@ fn adopt(
         backend.insert_marked(rows, (&id, last))?;
     }
     if !rows.is_empty() || contents.unreadable > 0 {
-        tracing::warn!(path, replayed = rows.len(), unreadable = contents.unreadable,
-            "ledger rows replayed from a journal");
+        tracing::warn!(
+            path,
+            replayed = rows.len(),
+            unreadable = contents.unreadable,
+            "ledger rows replayed from a journal"
+        );
     }
     file.remove()?;
     backend.forget_journal(&id)?;
@@ -318,8 +331,7 @@ impl<'m> Stage<'m> {
             for ack in acks.drain(..) {
                 let _ = ack.send(answer.clone());
             }
-            if self.journal.len() > TRUNCATE_ABOVE
-                && self.progress.stored_to() + 1 >= self.next_seq
+            if self.journal.len() > TRUNCATE_ABOVE && self.progress.stored_to() + 1 >= self.next_seq
             {
                 self.empty();
             }

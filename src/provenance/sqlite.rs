@@ -669,7 +669,10 @@ impl Backend for SqliteBackend {
     fn forget_journal(&mut self, journal: &str) -> Result<(), LedgerError> {
         self.reattach(false)?;
         self.in_transaction(|conn| {
-            conn.execute("DELETE FROM ledger_journal WHERE journal_id = ?1", [journal])?;
+            conn.execute(
+                "DELETE FROM ledger_journal WHERE journal_id = ?1",
+                [journal],
+            )?;
             Ok(())
         })?;
         self.verify_files()

@@ -326,10 +326,9 @@ impl LedgerHandle {
                 m.ledger_queue.inc();
                 let committed = async {
                     let sent = match &self.journal {
-                        Some((journal, _)) => journal
-                            .send(Entry::Row(Box::new(row), ack))
-                            .await
-                            .is_ok(),
+                        Some((journal, _)) => {
+                            journal.send(Entry::Row(Box::new(row), ack)).await.is_ok()
+                        }
                         None => self
                             .tx
                             .send(Cmd::Insert(Box::new(row), Some(ack)))
@@ -423,11 +422,11 @@ impl LedgerHandle {
         self.caught_up().await?;
         let lookup = || {
             let (tenant, task_id) = (tenant.clone(), task_id.clone());
-            move |r: &dyn super::Reader, cancel: &super::Cancel| r.task_of(&tenant, &task_id, cancel)
+            move |r: &dyn super::Reader, cancel: &super::Cancel| {
+                r.task_of(&tenant, &task_id, cancel)
+            }
         };
-        let found = readers
-            .run(ReadScope::Tenant(&tenant), lookup())
-            .await?;
+        let found = readers.run(ReadScope::Tenant(&tenant), lookup()).await?;
         // Another replica's row may still be on its way from its journal to the store.
         if found.is_some() || !self.shared || self.journal.is_none() {
             return Ok(found);
@@ -684,7 +683,9 @@ impl<'m> Writer<'m> {
             }
         }
         if journaled.is_some() && result.is_err() {
-            let wait = self.retry.map_or(RETRY_FIRST, |(_, w)| (w * 2).min(RETRY_MAX));
+            let wait = self
+                .retry
+                .map_or(RETRY_FIRST, |(_, w)| (w * 2).min(RETRY_MAX));
             self.retry = Some((std::time::Instant::now() + wait, wait));
             return result;
         }

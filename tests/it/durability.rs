@@ -124,7 +124,8 @@ impl Store {
             } else if let Some(url) = url {
                 let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
                 let mut tx = c.transaction().unwrap();
-                tx.batch_execute("LOCK TABLE ledger IN EXCLUSIVE MODE").unwrap();
+                tx.batch_execute("LOCK TABLE ledger IN EXCLUSIVE MODE")
+                    .unwrap();
                 locked.send(()).unwrap();
                 let _ = released.recv();
             }

@@ -89,8 +89,7 @@ impl JournalFile {
             return Ok(None);
         }
         let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|e| failed(path, e))?;
+        file.read_to_end(&mut bytes).map_err(|e| failed(path, e))?;
         let (id, contents, good) = match read_header(&bytes) {
             Some(id) => {
                 let (contents, good) = read_records(&bytes[HEADER as usize..]);
@@ -131,7 +130,10 @@ impl JournalFile {
     }
 
     /// Creates a new, empty journal with id `id` at `path` (which must not exist), locked.
-    pub(in crate::provenance) fn create(path: &Path, id: [u8; 16]) -> Result<JournalFile, LedgerError> {
+    pub(in crate::provenance) fn create(
+        path: &Path,
+        id: [u8; 16],
+    ) -> Result<JournalFile, LedgerError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| failed(dir, e))?;
         }
@@ -238,10 +240,9 @@ impl JournalFile {
             std::fs::create_dir_all(dir).map_err(|e| failed(dir, e))?;
         }
         if let Ok(Some(_)) = FileId::of(&self.path) {
-            let aside = self.path.with_extension(format!(
-                "foreign-{}",
-                chrono::Utc::now().timestamp_millis()
-            ));
+            let aside = self
+                .path
+                .with_extension(format!("foreign-{}", chrono::Utc::now().timestamp_millis()));
             std::fs::rename(&self.path, &aside).map_err(|e| failed(&self.path, e))?;
         }
         let path = self.path.clone();
@@ -263,12 +264,20 @@ impl JournalFile {
 /// Takes the file's exclusive lock (false: another process holds it). A live gateway holds
 /// its journal's: another one starting beside it adopts only journals nobody holds (those of
 /// gateways that died).
+#[cfg(unix)]
 fn lock(file: &File, path: &Path) -> Result<bool, LedgerError> {
-    match file.try_lock() {
+    use rustix::fs::{flock, FlockOperation};
+    match flock(file, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => Ok(true),
-        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
-        Err(std::fs::TryLockError::Error(e)) => Err(failed(path, e)),
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(false),
+        Err(e) => Err(failed(path, std::io::Error::from(e))),
     }
+}
+
+/// Elsewhere journals are not locked: one gateway per journal place.
+#[cfg(not(unix))]
+fn lock(_: &File, _: &Path) -> Result<bool, LedgerError> {
+    Ok(true)
 }
 
 /// Writes a header at the start of an empty file and makes it durable.

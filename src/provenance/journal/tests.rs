@@ -8,8 +8,8 @@ use super::super::sqlite::tests::row;
 use super::super::tests::Wrapped;
 use super::*;
 use crate::provenance::{open_journaled, Durability, Ledger, Query, SqliteBackend};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
 
 fn metrics() -> Arc<Metrics> {
@@ -78,12 +78,18 @@ async fn rows_acknowledged_while_the_store_is_held_are_replayed_from_a_crash_cop
     for f in files {
         let _ = std::fs::copy(&f, crash.join(f.file_name().unwrap()));
     }
-    assert!(stored(&crash.join("p.db")).is_empty(), "the store held nothing yet");
+    assert!(
+        stored(&crash.join("p.db")).is_empty(),
+        "the store held nothing yet"
+    );
     drop(open_gate);
     assert_eq!(ledger.close(Duration::from_secs(30)).await, 0);
     let all: Vec<String> = (0..50).map(|i| format!("t{i:03}")).collect();
     assert_eq!(stored(&db), all, "the running ledger moved every row");
-    assert!(journals(dir.path()).is_empty(), "a clean stop deletes the journal");
+    assert!(
+        journals(dir.path()).is_empty(),
+        "a clean stop deletes the journal"
+    );
 
     // The copy: recovery replays the journal into the store, once.
     let copy = crash.join("p.db").display().to_string();
@@ -139,7 +145,10 @@ async fn a_read_sees_a_row_acknowledged_just_before_it() {
         let task = format!("t{i}");
         h.record(row(&task, "s", i)).await.unwrap();
         let found = h.task_of("anonymous", &task).await.unwrap();
-        assert!(found.is_some(), "{task} not found right after it was recorded");
+        assert!(
+            found.is_some(),
+            "{task} not found right after it was recorded"
+        );
         let q = Query {
             task_id: Some(task.clone()),
             ..Query::default()
@@ -172,7 +181,10 @@ async fn a_failing_store_is_retried_and_reads_as_not_ready() {
     for i in 0..10 {
         h.record(row(&format!("t{i}"), "s", i)).await.unwrap();
     }
-    assert!(!h.healthy(Duration::from_secs(10)).await, "ready while moves fail");
+    assert!(
+        !h.healthy(Duration::from_secs(10)).await,
+        "ready while moves fail"
+    );
     fail.store(false, Ordering::SeqCst);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !h.healthy(Duration::from_secs(10)).await {

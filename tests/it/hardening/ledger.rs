@@ -289,7 +289,11 @@ async fn deleting_the_journal_loses_no_acknowledged_row() {
         assert_eq!(before.len(), 1, "one journal: {before:?}");
         std::fs::remove_file(&before[0]).unwrap();
         tasks(&c, &sid, round + 10, 1, &mut acknowledged).await;
-        assert_eq!(journals(dir.path()), before, "the journal is back at its path");
+        assert_eq!(
+            journals(dir.path()),
+            before,
+            "the journal is back at its path"
+        );
     }
     let (_, stderr) = child.kill().await;
     assert!(stderr.contains("creating it anew"), "{stderr}");
@@ -303,7 +307,10 @@ async fn deleting_the_journal_loses_no_acknowledged_row() {
         acknowledged.len(),
         missing.len()
     );
-    assert!(missing.is_empty(), "acknowledged without a row: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "acknowledged without a row: {missing:?}"
+    );
     delegate.shutdown().await;
 }
 
