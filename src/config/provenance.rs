@@ -104,10 +104,38 @@ impl ProvenanceConfig {
             Some(_) if !is_postgres(&self.store) => c.push(
                 "provenance.journal_dir",
                 "applies to a postgres:// store only (a SQLite ledger's journal is next to \
-                 its file, as PATH.journal)"
+                 its file)"
                     .to_owned(),
             ),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    #[test]
+    fn journal_dir_is_for_postgres_and_not_empty() {
+        let mut c = Config::default();
+        c.provenance.journal_dir = Some("journals".into());
+        assert_eq!(
+            c.problems("f.toml"),
+            [
+                "f.toml: provenance.journal_dir: applies to a postgres:// store only (a SQLite \
+              ledger's journal is next to its file)"
+            ]
+        );
+        c.provenance.store = "postgres://ldp@127.0.0.1/ldp".into();
+        assert!(c.problems("f.toml").is_empty());
+        assert_eq!(c.provenance.journal_dir(), "journals");
+        c.provenance.journal_dir = Some(String::new());
+        assert_eq!(
+            c.problems("f.toml"),
+            ["f.toml: provenance.journal_dir: must not be empty"]
+        );
+        c.provenance.journal_dir = None;
+        assert_eq!(c.provenance.journal_dir(), "data");
     }
 }

@@ -193,3 +193,32 @@ async fn a_failing_store_is_retried_and_reads_as_not_ready() {
     assert_eq!(ledger.close(Duration::from_secs(30)).await, 0);
     assert_eq!(stored(&db).len(), 10);
 }
+
+/// Next to a SQLite file; for Postgres in the configured folder, named by the store without
+/// its password; none in memory or under `async`.
+#[test]
+fn where_journals_live() {
+    use crate::provenance::journal_place;
+    let sqlite = journal_place("sqlite://data/p.db", Durability::Commit, "j").unwrap();
+    assert_eq!(
+        (sqlite.dir.as_path(), sqlite.prefix.as_str()),
+        (Path::new("data"), "p.db.")
+    );
+    let bare = journal_place("sqlite://p.db", Durability::Fsync, "j").unwrap();
+    assert_eq!(bare.dir, Path::new("."));
+    assert_eq!(
+        journal_place("sqlite::memory:", Durability::Commit, "j"),
+        None
+    );
+    assert_eq!(journal_place("sqlite://p.db", Durability::Async, "j"), None);
+    let pg = journal_place("postgres://u:one@h/db", Durability::Commit, "j").unwrap();
+    assert_eq!(pg.dir, Path::new("j"));
+    assert!(
+        pg.prefix.starts_with("ledger-") && pg.prefix.ends_with('-'),
+        "{pg:?}"
+    );
+    let other_password = journal_place("postgres://u:two@h/db", Durability::Commit, "j");
+    assert_eq!(other_password.as_ref(), Some(&pg));
+    let other_db = journal_place("postgres://u:one@h/db2", Durability::Commit, "j").unwrap();
+    assert_ne!(other_db.prefix, pg.prefix);
+}
