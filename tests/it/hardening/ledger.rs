@@ -98,8 +98,9 @@ async fn push_tasks(c: Client, n: usize, tally: Arc<Tally>) {
 
 /// Item 10: on a disk that takes no more writes, `/readyz` said 200 `"ledger": true` while
 /// every commit failed. Now it answers 503 `"ledger": false` while the ledger cannot commit,
-/// clients get TASK_FAILED instead of results whose rows are missing, and after a restart
-/// every acknowledged result has its row.
+/// clients get TASK_FAILED rather than results whose rows could be lost (with the journal:
+/// once the journal cannot take a row either), and after a restart every acknowledged result
+/// has its row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn readyz_reports_a_ledger_that_cannot_commit() {
     const CLIENTS: usize = 4;
@@ -141,10 +142,9 @@ async fn readyz_reports_a_ledger_that_cannot_commit() {
         "the ledger alone made it not ready: {body}"
     );
     assert!(!acknowledged.is_empty(), "tasks succeeded before the limit");
-    assert!(
-        ledger_failures > 0,
-        "commits failed and reached clients as failures"
-    );
+    // With the journal, results go on being acknowledged while the store fails (their rows
+    // are in the journal, moved once the store takes them again); a client gets TASK_FAILED
+    // only once the journal cannot take its row either (`ledger_failures`, often 0 here).
     assert!(
         tally.other_failures.lock().unwrap().is_empty(),
         "other answers: {:?}",
