@@ -1,15 +1,17 @@
 //! The provenance ledger's cost, in one run: (b, measured first) the per-task latency through
 //! a real gateway with `durability = "commit"`, `"fsync"` and `"async"`, interleaved, and what
-//! commit adds over async; (a) the sustained insert rate of the batching writer (commit, fsync,
-//! async) and of raw `Backend::insert` batches, against a temp-file SQLite; (c) commit latency
-//! while admin reads and a large prune run beside the commits.
+//! commit adds over async; (a) the sustained insert rate and CPU per row of the batching
+//! writer (commit and fsync, each without and with the journal in front, interleaved; async)
+//! and of raw `Backend::insert` batches, against a temp-file SQLite; (c) commit latency while
+//! admin reads and a large prune run beside the commits.
 //! `cargo bench --bench ledger [-- ROWS [TASKS]]`; `cargo bench --bench ledger -- reads` runs (c)
 //! alone.
 
 use ldp_gateway::config::{Config, DelegateConfig};
 use ldp_gateway::ldp::{Body, Envelope, IdentityCard, PayloadMode, SessionConfig};
 use ldp_gateway::provenance::{
-    Backend, Durability, JsonText, Ledger, LedgerHandle, LedgerRow, Outcome, Query, SqliteBackend,
+    open_journaled, Backend, Durability, JsonText, Ledger, LedgerHandle, LedgerRow, Outcome, Place,
+    Query, SqliteBackend,
 };
 use ldp_gateway::server::Gateway;
 use ldp_gateway::sim::{self, SimOptions};
@@ -86,18 +88,53 @@ fn sqlite(dir: &tempfile::TempDir, name: &str, d: Durability) -> anyhow::Result<
     Ok(SqliteBackend::open(&path, d)?)
 }
 
-/// `rows` rows through the writer: `PRODUCERS` concurrent callers (commit, fsync), or one
-/// caller and a queue that holds them all (async: the writer's drain rate, nothing dropped).
-/// Returns the time until every row is committed, and the rows dropped.
+/// CPU time this process has used (user + system), from `/proc/self/stat`.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which may hold spaces), from its closing paren.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the line (11 and 12 after the state field),
+    // in clock ticks of 1/100 s on Linux.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// `rows` rows through the writer (with the journal in front when `journal`): `PRODUCERS`
+/// concurrent callers (commit, fsync), or one caller and a queue that holds them all (async:
+/// the writer's drain rate, nothing dropped). Returns the time until every row is committed,
+/// the rows dropped, and the process's CPU time meanwhile.
 async fn writer_run(
     dir: &tempfile::TempDir,
     d: Durability,
+    journal: bool,
     rows: usize,
-) -> anyhow::Result<(Duration, u64)> {
-    let backend = sqlite(dir, &format!("writer-{d:?}.db"), d)?;
+) -> anyhow::Result<(Duration, u64, Duration)> {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, Ordering::Relaxed);
+    let name = format!("writer-{d:?}-{journal}-{run}.db");
+    let backend = sqlite(dir, &name, d)?;
     let metrics = Arc::new(Metrics::new()?);
     let capacity = if d == Durability::Async { rows } else { 10_000 };
-    let ledger = Ledger::start(Box::new(backend), d, capacity, metrics.clone());
+    let cpu = cpu_time();
+    let ledger = if journal {
+        let place = Place {
+            dir: dir.path().to_owned(),
+            prefix: format!("{name}."),
+        };
+        let opened = open_journaled(Box::new(backend), &place, false)?;
+        Ledger::start_opened(opened, d, capacity, metrics.clone())
+    } else {
+        Ledger::start(Box::new(backend), d, capacity, metrics.clone())
+    };
     let h = ledger.handle();
     let t = Instant::now();
     if d == Durability::Async {
@@ -122,12 +159,13 @@ async fn writer_run(
     }
     let dropped = ledger.close(Duration::from_secs(600)).await;
     let took = t.elapsed();
+    let cpu = cpu_time().saturating_sub(cpu);
     let committed = metrics.ledger_rows.get();
     anyhow::ensure!(
         committed + dropped == rows as u64,
         "committed {committed} + dropped {dropped} != {rows}"
     );
-    Ok((took, dropped))
+    Ok((took, dropped, cpu))
 }
 
 /// `rows` rows straight into `Backend::insert`, `RAW_BATCH` per transaction, into a file or
@@ -549,19 +587,46 @@ async fn main() -> anyhow::Result<()> {
     println!();
     println!("ledger insert rate: {rows} rows, temp-file SQLite (WAL), one writer thread");
     println!(
-        "{:<50} {:>12} {:>10} {:>8}",
-        "path", "rows/s", "total", "dropped"
+        "{:<50} {:>12} {:>10} {:>8} {:>12}",
+        "path (median of 3 interleaved runs)", "rows/s", "total", "dropped", "CPU µs/row"
     );
-    for (name, d) in [
-        ("writer, commit (256 concurrent record)", Durability::Commit),
-        ("writer, fsync (256 concurrent record)", Durability::Fsync),
-        ("writer, async (queue holds all)", Durability::Async),
-    ] {
-        let (took, dropped) = writer_run(&dir, d, rows).await?;
+    let writers = [
+        (
+            "writer, commit (256 concurrent record)",
+            Durability::Commit,
+            false,
+        ),
+        (
+            "writer, commit + journal (256 concurrent)",
+            Durability::Commit,
+            true,
+        ),
+        (
+            "writer, fsync (256 concurrent record)",
+            Durability::Fsync,
+            false,
+        ),
+        (
+            "writer, fsync + journal (256 concurrent)",
+            Durability::Fsync,
+            true,
+        ),
+        ("writer, async (queue holds all)", Durability::Async, false),
+    ];
+    let mut runs: Vec<Vec<(Duration, u64, Duration)>> = vec![Vec::new(); writers.len()];
+    for _ in 0..3 {
+        for (i, (_, d, journal)) in writers.iter().enumerate() {
+            runs[i].push(writer_run(&dir, *d, *journal, rows).await?);
+        }
+    }
+    for ((name, _, _), mut r) in writers.into_iter().zip(runs) {
+        r.sort();
+        let (took, dropped, cpu) = r[1];
         println!(
-            "{name:<50} {} {:>10.2?} {dropped:>8}",
+            "{name:<50} {} {:>10.2?} {dropped:>8} {:>12.1}",
             rate(rows, took),
-            took
+            took,
+            cpu.as_secs_f64() * 1e6 / rows as f64
         );
     }
     for (name, dir) in [("file", Some(&dir)), ("in memory", None)] {

@@ -2,12 +2,16 @@
 //! commit) behind a bounded queue, to SQLite by default.
 //!
 //! Durability (`[provenance] durability`):
-//! - `commit` (default): a result is answered only after its row is committed (SQLite WAL,
-//!   `synchronous = NORMAL`: survives a crash of the gateway process);
-//! - `fsync`: the same with `synchronous = FULL` (survives power loss too, at a cost);
+//! - `commit` (default): a result is answered only after its row is in the journal
+//!   (`journal.rs`: one `write` per group of rows; survives a crash of the gateway process),
+//!   from where the writer moves it into the store (SQLite WAL, `synchronous = NORMAL`);
+//! - `fsync`: the same with an `fdatasync` of the journal per group, and the store at
+//!   `synchronous = FULL` (survives power loss too, at a cost);
 //! - `async`: rows are queued and the answer does not wait; a full queue drops the row
 //!   (counted in `ldp_gateway_ledger_dropped_rows_total` and logged), and a crash may lose
 //!   what was still queued.
+//!
+//! A store in memory has no journal: `commit` and `fsync` then wait for the commit itself.
 //!
 //! Backends implement [`Backend`] (blocking, run on the writer's own thread): SQLite here,
 //! Postgres in cluster mode. Reads (admin queries, past spend) run beside the writer, on
@@ -17,6 +21,7 @@
 pub mod bounds;
 mod evidence;
 mod feedback;
+mod journal;
 mod postgres;
 pub mod query;
 mod readers;
@@ -27,6 +32,7 @@ mod tests;
 mod writer;
 
 pub use feedback::{Feedback, Given, RatedTask};
+pub use journal::{Place, Recovered};
 pub use postgres::PostgresBackend;
 pub use query::{Format, Query};
 pub use readers::Cancel;
@@ -34,11 +40,12 @@ pub use row::{
     digest, redact_preview, Evidence, EvidenceSource, Ingress, JsonText, LedgerRow, Outcome, Vote,
 };
 pub use sqlite::SqliteBackend;
-pub use writer::{Ledger, LedgerHandle};
+pub use writer::{Ledger, LedgerHandle, Opened};
 
 // Owned by config (the `[provenance]` section's types), re-exported where the ledger is used.
 pub use crate::config::{is_postgres, Durability};
 pub use crate::secret::redact_url;
+use sha2::Digest as _;
 
 /// Why the ledger could not do something.
 #[derive(Debug, thiserror::Error)]
@@ -96,12 +103,38 @@ pub enum LedgerError {
         /// Known here.
         known: i64,
     },
+    /// The journal could not be opened, written or checked.
+    #[error("ledger journal {path}: {reason}")]
+    Journal {
+        /// The journal's path.
+        path: String,
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 /// A ledger store. Calls are blocking; the writer runs them on its own thread.
 pub trait Backend: Send + 'static {
     /// Inserts `rows`, and their votes, in one transaction.
     fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError>;
+    /// [`Backend::insert`], also recording in the same transaction that the store holds the
+    /// rows of journal `mark.0` up to sequence number `mark.1` (see [`Backend::journal_mark`]).
+    /// The default records nothing: a replay then inserts the journal's rows again.
+    fn insert_marked(&mut self, rows: &[LedgerRow], mark: (&str, u64)) -> Result<(), LedgerError> {
+        let _ = mark;
+        self.insert(rows)
+    }
+    /// The highest sequence number of journal `journal` whose row the store holds (0: none):
+    /// rows after it are replayed from the journal at start.
+    fn journal_mark(&mut self, journal: &str) -> Result<u64, LedgerError> {
+        let _ = journal;
+        Ok(0)
+    }
+    /// Deletes journal `journal`'s mark (the journal is gone).
+    fn forget_journal(&mut self, journal: &str) -> Result<(), LedgerError> {
+        let _ = journal;
+        Ok(())
+    }
     /// Rows matching `q`, newest first; a query by task id reads each row's votes back too.
     fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError>;
     /// Deletes rows finished before `before_ms` (Unix ms), and the ratings and votes given
@@ -186,6 +219,64 @@ pub const FEEDBACK_PER_TASK: u32 = 100;
 
 /// How long opening a Postgres ledger may take to connect.
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Where the journals of a ledger in `store` live ([`Place`]): next to a SQLite file
+/// (`PATH.ID.journal`), or for Postgres in `journal_dir` as `ledger-HASH-ID.journal` (HASH:
+/// of the store's URL without its password, so that gateways writing to different databases
+/// never adopt each other's). None for a store in memory and under `async`.
+pub fn journal_place(store: &str, durability: Durability, journal_dir: &str) -> Option<Place> {
+    if durability == Durability::Async {
+        return None;
+    }
+    if let Some(rest) = store.strip_prefix("sqlite:") {
+        let path = std::path::Path::new(rest.strip_prefix("//").unwrap_or(rest));
+        let name = path.file_name()?.to_string_lossy();
+        if rest == ":memory:" {
+            return None;
+        }
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        return Some(Place {
+            dir: dir.unwrap_or(std::path::Path::new(".")).to_owned(),
+            prefix: format!("{name}."),
+        });
+    }
+    let hash = hex::encode(&sha2::Sha256::digest(redact_url(store).as_bytes())[..6]);
+    Some(Place {
+        dir: journal_dir.into(),
+        prefix: format!("ledger-{hash}-"),
+    })
+}
+
+/// Opens the store and, where it has one ([`journal_place`]), a journal in front of it,
+/// first replaying into the store the rows earlier journals hold and the store lacks
+/// (blocking).
+pub fn open(store: &str, durability: Durability, journal_dir: &str) -> Result<Opened, LedgerError> {
+    let backend = open_backend(store, durability)?;
+    let shared = is_postgres(store);
+    match journal_place(store, durability, journal_dir) {
+        Some(place) => open_journaled(backend, &place, shared),
+        None => Ok(Opened {
+            backend,
+            journal: None,
+            shared,
+        }),
+    }
+}
+
+/// `backend` with a new journal in `place` in front of it, the earlier journals there that
+/// no process holds replayed into it; `shared` when other gateways write to the same store.
+pub fn open_journaled(
+    mut backend: Box<dyn Backend>,
+    place: &Place,
+    shared: bool,
+) -> Result<Opened, LedgerError> {
+    let journal = journal::recover(place, backend.as_mut(), writer::BATCH_MAX)?;
+    Ok(Opened {
+        backend,
+        journal: Some(journal),
+        shared,
+    })
+}
 
 /// Opens the backend a store URL names: `sqlite://relative/path.db`, `sqlite:///abs/path.db`,
 /// `sqlite::memory:`, or `postgres://user@host:port/db` (also `postgresql://`).

@@ -166,16 +166,18 @@ impl Gateway {
             metrics.gen_ai_known(operation, provider, d.model.as_deref().unwrap_or_default());
         }
         let p = &config.provenance;
-        // Opening may block (a Postgres connection): off the runtime's threads.
+        // Opening may block (a Postgres connection, the journal's replay): off the runtime's
+        // threads.
         let (store, durability) = (p.store.clone(), p.durability);
-        let backend = tokio::task::spawn_blocking(move || {
-            crate::provenance::open_backend(&store, durability)
+        let journal_dir = p.journal_dir().to_owned();
+        let opened = tokio::task::spawn_blocking(move || {
+            crate::provenance::open(&store, durability, &journal_dir)
         })
         .await
         .map_err(|e| {
             crate::provenance::LedgerError::Write(format!("opening the store failed: {e}"))
         })??;
-        let ledger = Ledger::start(backend, p.durability, p.queue_capacity, metrics.clone());
+        let ledger = Ledger::start_opened(opened, p.durability, p.queue_capacity, metrics.clone());
         let tenants = crate::tenant::Tenants::from_config(&config.tenants)
             .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?;
         let upstream = crate::proxy::upstream_client(&config);

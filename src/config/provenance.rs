@@ -12,7 +12,8 @@ pub struct ProvenanceConfig {
     /// Store URL: `sqlite://PATH` (relative to the working directory), `sqlite:///ABS`,
     /// `sqlite::memory:`, or `postgres://user[:password]@host:port/db` (cluster mode).
     pub store: String,
-    /// `commit` (answer after the row commits), `fsync` (and power-loss safe), `async`.
+    /// `commit` (answer once the row is in the journal), `fsync` (and the journal synced:
+    /// power-loss safe), `async`.
     pub durability: Durability,
     /// Store redacted previews of inputs and outputs.
     pub store_payloads: bool,
@@ -26,6 +27,9 @@ pub struct ProvenanceConfig {
     pub queue_capacity: usize,
     /// Reported and declared cost disagreeing by more than this factor count as a discrepancy.
     pub cost_discrepancy_ratio: f64,
+    /// Folder of a Postgres ledger's journal (default `data`, relative to the working
+    /// directory); a SQLite ledger's journal is next to its file.
+    pub journal_dir: Option<String>,
 }
 
 impl Default for ProvenanceConfig {
@@ -38,6 +42,7 @@ impl Default for ProvenanceConfig {
             prune_every: Duration::from_secs(3600),
             queue_capacity: 10_000,
             cost_discrepancy_ratio: 2.0,
+            journal_dir: None,
         }
     }
 }
@@ -46,14 +51,18 @@ impl Default for ProvenanceConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Durability {
-    /// Answer after commit (process-crash safe).
+    /// Answer once the row is written to the journal (process-crash safe); in memory, once
+    /// committed.
     #[default]
     Commit,
-    /// Answer after an fsync'd commit (power-loss safe).
+    /// Answer once the row is written and `fdatasync`ed (power-loss safe).
     Fsync,
     /// Answer at once; rows may be lost.
     Async,
 }
+
+/// A Postgres ledger's journal folder when none is configured.
+pub const DEFAULT_JOURNAL_DIR: &str = "data";
 
 /// Whether `store` names a Postgres ledger.
 pub fn is_postgres(store: &str) -> bool {
@@ -74,6 +83,11 @@ impl ProvenanceConfig {
         c.positive("provenance.retention", self.retention);
     }
 
+    /// The journal's folder ([`DEFAULT_JOURNAL_DIR`] when not set).
+    pub fn journal_dir(&self) -> &str {
+        self.journal_dir.as_deref().unwrap_or(DEFAULT_JOURNAL_DIR)
+    }
+
     /// The store URL: a scheme the ledger opens, reported with its password redacted.
     pub(super) fn check_store(&self, c: &mut Checks) {
         if !self.store.starts_with("sqlite:") && !is_postgres(&self.store) {
@@ -85,5 +99,43 @@ impl ProvenanceConfig {
                 ),
             );
         }
+        match self.journal_dir.as_deref() {
+            Some("") => c.push("provenance.journal_dir", "must not be empty".to_owned()),
+            Some(_) if !is_postgres(&self.store) => c.push(
+                "provenance.journal_dir",
+                "applies to a postgres:// store only (a SQLite ledger's journal is next to \
+                 its file)"
+                    .to_owned(),
+            ),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    #[test]
+    fn journal_dir_is_for_postgres_and_not_empty() {
+        let mut c = Config::default();
+        c.provenance.journal_dir = Some("journals".into());
+        assert_eq!(
+            c.problems("f.toml"),
+            [
+                "f.toml: provenance.journal_dir: applies to a postgres:// store only (a SQLite \
+              ledger's journal is next to its file)"
+            ]
+        );
+        c.provenance.store = "postgres://ldp@127.0.0.1/ldp".into();
+        assert!(c.problems("f.toml").is_empty());
+        assert_eq!(c.provenance.journal_dir(), "journals");
+        c.provenance.journal_dir = Some(String::new());
+        assert_eq!(
+            c.problems("f.toml"),
+            ["f.toml: provenance.journal_dir: must not be empty"]
+        );
+        c.provenance.journal_dir = None;
+        assert_eq!(c.provenance.journal_dir(), "data");
     }
 }

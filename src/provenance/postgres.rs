@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Schema migrations; `ldp_ledger_schema.version` records how many ran. Append only.
-const MIGRATIONS: [&str; 6] = [
+const MIGRATIONS: [&str; 7] = [
     "CREATE TABLE ledger (
         id BIGSERIAL PRIMARY KEY,
         task_id TEXT NOT NULL,
@@ -98,6 +98,12 @@ const MIGRATIONS: [&str; 6] = [
     // 6: the trace a task ran in (tracing on), found by `?trace_id=`.
     "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS trace_id TEXT;
     CREATE INDEX IF NOT EXISTS ledger_trace ON ledger (trace_id) WHERE trace_id IS NOT NULL;",
+    // 7: how far each gateway's journal is in (`journal.rs`), written in each batch's
+    // transaction: the rows after it are replayed at that gateway's start.
+    "CREATE TABLE IF NOT EXISTS ledger_journal (
+        journal_id TEXT PRIMARY KEY,
+        stored_to BIGINT NOT NULL
+    );",
 ];
 
 /// Replicas starting together take this advisory lock around migrations.
@@ -360,8 +366,19 @@ fn col<T>(rows: &[LedgerRow], f: impl Fn(&LedgerRow) -> T) -> Vec<T> {
     rows.iter().map(f).collect()
 }
 
-impl Backend for PostgresBackend {
-    fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+/// Records that the store holds a journal's rows up to a sequence number.
+const SET_MARK: &str = "INSERT INTO ledger_journal (journal_id, stored_to) VALUES ($1, $2)
+    ON CONFLICT (journal_id) DO UPDATE
+    SET stored_to = GREATEST(ledger_journal.stored_to, excluded.stored_to)";
+
+impl PostgresBackend {
+    /// The rows (and their votes) in one statement; with a journal's mark, that statement
+    /// and the mark's in one transaction.
+    fn insert_with(
+        &mut self,
+        rows: &[LedgerRow],
+        mark: Option<(&str, u64)>,
+    ) -> Result<(), LedgerError> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -441,19 +458,60 @@ impl Backend for PostgresBackend {
             &trace_id,
         ];
         // Most groups have no votes: then the rows' statement alone, as before votes.
-        if !any_votes(rows) {
-            self.client
-                .execute(&self.insert.rows, &params)
-                .map_err(pg)?;
+        let votes = any_votes(rows).then(|| VoteColumns::of(rows));
+        let (statement, all): (_, Vec<&(dyn ToSql + Sync)>) = match &votes {
+            None => (&self.insert.rows, params.to_vec()),
+            Some(votes) => (
+                &self.insert.with_votes,
+                params.iter().copied().chain(votes.params()).collect(),
+            ),
+        };
+        let Some((journal, seq)) = mark else {
+            self.client.execute(statement, &all).map_err(pg)?;
             return Ok(());
-        }
-        let votes = VoteColumns::of(rows);
-        let mut all: Vec<&(dyn ToSql + Sync)> = params.to_vec();
-        all.extend(votes.params());
+        };
+        let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+        let mut tx = self.client.transaction().map_err(pg)?;
+        tx.execute(statement, &all).map_err(pg)?;
+        tx.execute(SET_MARK, &[&journal, &seq]).map_err(pg)?;
+        tx.commit().map_err(pg)
+    }
+}
+
+impl Backend for PostgresBackend {
+    fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+        self.insert_with(rows, None)
+    }
+
+    fn insert_marked(&mut self, rows: &[LedgerRow], mark: (&str, u64)) -> Result<(), LedgerError> {
+        self.insert_with(rows, Some(mark))
+    }
+
+    fn forget_journal(&mut self, journal: &str) -> Result<(), LedgerError> {
+        self.ensure_connected()?;
         self.client
-            .execute(&self.insert.with_votes, &all)
+            .execute(
+                "DELETE FROM ledger_journal WHERE journal_id = $1",
+                &[&journal],
+            )
             .map_err(pg)?;
         Ok(())
+    }
+
+    fn journal_mark(&mut self, journal: &str) -> Result<u64, LedgerError> {
+        self.ensure_connected()?;
+        let row = self
+            .client
+            .query_opt(
+                "SELECT stored_to FROM ledger_journal WHERE journal_id = $1",
+                &[&journal],
+            )
+            .map_err(pg)?;
+        let seq: i64 = match &row {
+            Some(r) => get(r, 0)?,
+            None => 0,
+        };
+        Ok(u64::try_from(seq).unwrap_or(0))
     }
 
     fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {

@@ -18,7 +18,7 @@
 //! (`checkpoint.rs`).
 
 mod checkpoint;
-mod files;
+pub(super) mod files;
 mod read;
 
 use super::evidence::any_votes;
@@ -29,13 +29,13 @@ use super::{
 use checkpoint::{Checkpointer, WAL_AUTOCHECKPOINT};
 use files::{io, Files};
 use read::ReadConns;
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema migrations; `PRAGMA user_version` records how many ran. Append only.
-pub const MIGRATIONS: [&str; 9] = [
+pub const MIGRATIONS: [&str; 10] = [
     // 1: the ledger as first shipped.
     "CREATE TABLE ledger (
         id INTEGER PRIMARY KEY,
@@ -136,6 +136,12 @@ pub const MIGRATIONS: [&str; 9] = [
     // 9: the trace a task ran in (tracing on), found by `?trace_id=`.
     "ALTER TABLE ledger ADD COLUMN trace_id TEXT;
     CREATE INDEX IF NOT EXISTS ledger_trace ON ledger (trace_id) WHERE trace_id IS NOT NULL;",
+    // 10: how far each journal's rows are in (`journal.rs`), written in each batch's
+    // transaction: the rows after it are replayed at start.
+    "CREATE TABLE IF NOT EXISTS ledger_journal (
+        journal_id TEXT PRIMARY KEY,
+        stored_to INTEGER NOT NULL
+    ) WITHOUT ROWID;",
 ];
 
 /// Most rows left out of the session index before a merge.
@@ -612,8 +618,24 @@ fn merge_session_index(conn: &Connection) -> Result<(), LedgerError> {
     Ok(())
 }
 
-impl Backend for SqliteBackend {
-    fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+/// Records that the store holds journal `mark.0`'s rows up to `mark.1`, inside the caller's
+/// transaction.
+fn set_mark(conn: &Connection, (journal, seq): (&str, u64)) -> Result<(), LedgerError> {
+    conn.prepare_cached(
+        "INSERT INTO ledger_journal (journal_id, stored_to) VALUES (?1, ?2)
+         ON CONFLICT (journal_id) DO UPDATE SET stored_to = max(stored_to, excluded.stored_to)",
+    )?
+    .execute(params![journal, i64::try_from(seq).unwrap_or(i64::MAX)])?;
+    Ok(())
+}
+
+impl SqliteBackend {
+    /// The rows (and their votes) in one transaction, with the journal's mark when given.
+    fn insert_with(
+        &mut self,
+        rows: &[LedgerRow],
+        mark: Option<(&str, u64)>,
+    ) -> Result<(), LedgerError> {
         self.reattach(false)?;
         self.unmerged += rows.len() as u64;
         let merge = self.unmerged >= MERGE_ROWS || self.last_merge.elapsed() >= MERGE_EVERY;
@@ -629,6 +651,9 @@ impl Backend for SqliteBackend {
             if merge {
                 merge_session_index(conn)?;
             }
+            if let Some(mark) = mark {
+                set_mark(conn, mark)?;
+            }
             Ok(())
         })?;
         if merge {
@@ -636,6 +661,41 @@ impl Backend for SqliteBackend {
             self.last_merge = Instant::now();
         }
         self.verify_files()
+    }
+}
+
+impl Backend for SqliteBackend {
+    fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
+        self.insert_with(rows, None)
+    }
+
+    fn insert_marked(&mut self, rows: &[LedgerRow], mark: (&str, u64)) -> Result<(), LedgerError> {
+        self.insert_with(rows, Some(mark))
+    }
+
+    fn forget_journal(&mut self, journal: &str) -> Result<(), LedgerError> {
+        self.reattach(false)?;
+        self.in_transaction(|conn| {
+            conn.execute(
+                "DELETE FROM ledger_journal WHERE journal_id = ?1",
+                [journal],
+            )?;
+            Ok(())
+        })?;
+        self.verify_files()
+    }
+
+    fn journal_mark(&mut self, journal: &str) -> Result<u64, LedgerError> {
+        self.reattach(false)?;
+        let seq: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT stored_to FROM ledger_journal WHERE journal_id = ?1",
+                [journal],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(seq.map_or(0, |s| u64::try_from(s).unwrap_or(0)))
     }
 
     /// Counts one more commit in the one-row probe table, in a transaction that must commit:

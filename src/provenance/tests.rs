@@ -197,6 +197,16 @@ impl Backend for Wrapped {
         (self.before_insert)(rows)?;
         self.inner.insert(rows)
     }
+    fn insert_marked(&mut self, rows: &[LedgerRow], mark: (&str, u64)) -> Result<(), LedgerError> {
+        (self.before_insert)(rows)?;
+        self.inner.insert_marked(rows, mark)
+    }
+    fn journal_mark(&mut self, journal: &str) -> Result<u64, LedgerError> {
+        self.inner.journal_mark(journal)
+    }
+    fn forget_journal(&mut self, journal: &str) -> Result<(), LedgerError> {
+        self.inner.forget_journal(journal)
+    }
     fn query(&mut self, q: &Query) -> Result<Vec<LedgerRow>, LedgerError> {
         self.inner.query(q)
     }

@@ -4,7 +4,13 @@
 //! Only writes run on that thread, each short: the rows' commits, readiness probes (answered
 //! by the next commit when rows are coming, else by one tiny write), and pruning in batches
 //! of [`PRUNE_BATCH`]. Reads run beside it (`readers.rs`) where the store allows.
+//!
+//! With a journal (`journal.rs`), `commit` and `fsync` rows are acknowledged by the journal's
+//! thread, and this one moves them into the store: nobody waits for those commits, so it
+//! gathers rows for up to [`MOVE_LINGER`] into larger batches, and a batch that fails is
+//! tried again (its rows were acknowledged) until it commits.
 
+use super::journal::{Entry, Progress, Recovered, Stage};
 use super::readers::{ReadScope, Readers, READ_DEADLINE};
 use super::{Backend, Durability, Evidence, Feedback, LedgerError, LedgerRow, Query, RatedTask};
 use crate::telemetry::Metrics;
@@ -18,6 +24,8 @@ type Ack<T> = oneshot::Sender<Result<T, Arc<LedgerError>>>;
 
 enum Cmd {
     Insert(Box<LedgerRow>, Option<Ack<()>>),
+    /// A row the journal acknowledged, with its sequence number there.
+    Journaled(Box<LedgerRow>, u64),
     /// A read on the writer's connection: only for a store without readers (in memory).
     Query(Box<Query>, Ack<Vec<LedgerRow>>),
     /// Likewise.
@@ -44,6 +52,8 @@ enum Cmd {
         limit: u64,
         ack: Ack<u64>,
     },
+    /// Deletes a journal's mark (the journal is gone).
+    Forget(String, Ack<()>),
     /// Answered once every row queued before it has been committed (or has failed): an
     /// `async` ledger's reads see the rows recorded before them.
     Sync(Ack<()>),
@@ -56,7 +66,7 @@ enum Cmd {
 const RECORD_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Largest group committed in one transaction.
-const BATCH_MAX: usize = 1024;
+pub(super) const BATCH_MAX: usize = 1024;
 
 /// When the writer found several rows queued, it yields its core once before committing: the
 /// producers that are about to record get to queue their rows, and one commit carries them
@@ -82,6 +92,24 @@ pub(super) const PRUNE_BATCH: u64 = 250;
 /// Readiness probes waiting for the writer; more wait for room (within their deadline).
 const PROBES: usize = 64;
 
+/// How long the writer gathers journaled rows before it moves them into the store (fewer,
+/// larger commits: nobody waits for them). Reads through the gateway wait for the rows
+/// recorded before them anyway; a reader of the store itself (another replica, the
+/// `provenance` command) sees a row this long plus one commit after it was acknowledged,
+/// while the store keeps up.
+pub(super) const MOVE_LINGER: Duration = Duration::from_millis(10);
+
+/// Journaled rows that are moved at once, without gathering more.
+const MOVE_AT_ONCE: usize = 256;
+
+/// Waits before a failed batch of journaled rows is tried again: doubling up to the last.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// A rating for a task another replica acknowledged moments ago may find its row not yet in
+/// the shared store: the lookup is tried again once after this long.
+const SHARED_LOOKUP_AGAIN: Duration = Duration::from_millis(250);
+
 /// A cheap, cloneable way to write to and read from the ledger.
 #[derive(Clone)]
 pub struct LedgerHandle {
@@ -90,6 +118,10 @@ pub struct LedgerHandle {
     probes: mpsc::Sender<Ack<()>>,
     /// Reads beside the writer; `None`: reads go through the writer.
     readers: Option<Arc<Readers>>,
+    /// The journal's queue, and how far the store got (none: rows go straight to the writer).
+    journal: Option<(mpsc::Sender<Entry>, Arc<Progress>)>,
+    /// Whether other gateways write to the same store (Postgres).
+    shared: bool,
     durability: Durability,
     metrics: Arc<Metrics>,
     dropped: Arc<AtomicU64>,
@@ -99,6 +131,18 @@ pub struct LedgerHandle {
 pub struct Ledger {
     handle: LedgerHandle,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The journal's thread; it ends with its journal's id once it deleted the journal.
+    journal: Option<std::thread::JoinHandle<Option<String>>>,
+}
+
+/// A store opened for a ledger, with its journal recovered into it (`provenance::open`).
+pub struct Opened {
+    /// The store.
+    pub backend: Box<dyn Backend>,
+    /// The journal in front of it (none: `async`, or a store in memory).
+    pub journal: Option<Recovered>,
+    /// Whether other gateways write to the same store.
+    pub shared: bool,
 }
 
 fn closed<T>(_: T) -> LedgerError {
@@ -115,35 +159,83 @@ fn failed(e: Arc<LedgerError>) -> LedgerError {
 
 impl Ledger {
     /// Starts the writer thread over `backend` with a queue of `capacity` rows, and its
-    /// readers when the backend has them ([`Backend::reader`]).
+    /// readers when the backend has them ([`Backend::reader`]); no journal.
     pub fn start(
         backend: Box<dyn Backend>,
         durability: Durability,
         capacity: usize,
         metrics: Arc<Metrics>,
     ) -> Ledger {
+        let opened = Opened {
+            backend,
+            journal: None,
+            shared: false,
+        };
+        Ledger::start_opened(opened, durability, capacity, metrics)
+    }
+
+    /// [`Ledger::start`] over an opened store, with the journal's thread in front of the
+    /// writer when it has a journal (under `async` the journal is not used). The writer's
+    /// queue holds `capacity` rows, the journal's as many.
+    pub fn start_opened(
+        opened: Opened,
+        durability: Durability,
+        capacity: usize,
+        metrics: Arc<Metrics>,
+    ) -> Ledger {
+        let Opened {
+            backend,
+            journal: recovered,
+            shared,
+        } = opened;
+        let recovered = recovered.filter(|_| durability != Durability::Async);
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let (probes, probe_rx) = mpsc::channel(PROBES);
         let readers = backend.reader().map(|r| Arc::new(Readers::new(r)));
+        let progress = recovered.as_ref().map(|_| Arc::new(Progress::default()));
+        let journal_id = recovered.as_ref().map(Recovered::id);
         let m = metrics.clone();
         let closing = readers.clone();
+        let mover = progress.clone().zip(journal_id);
         let thread = std::thread::Builder::new()
             .name("ldp-ledger".into())
-            .spawn(move || Writer::new(backend, &m).run(rx, probe_rx, closing))
+            .spawn(move || Writer::new(backend, &m, mover).run(rx, probe_rx, closing))
             .ok();
         if thread.is_none() {
             tracing::error!("could not start the provenance writer thread");
+        }
+        let mut journal = None;
+        let mut journal_thread = None;
+        if let (Some(recovered), Some(progress)) = (recovered, progress) {
+            let (jtx, jrx) = mpsc::channel(capacity.max(1));
+            let (m, to_writer, p) = (metrics.clone(), tx.clone(), progress.clone());
+            let sync = durability == Durability::Fsync;
+            journal_thread = std::thread::Builder::new()
+                .name("ldp-journal".into())
+                .spawn(move || {
+                    Stage::new(recovered, sync, p, &m).run(jrx, |row, seq| {
+                        to_writer.blocking_send(Cmd::Journaled(row, seq)).is_ok()
+                    })
+                })
+                .ok();
+            if journal_thread.is_none() {
+                tracing::error!("could not start the provenance journal thread");
+            }
+            journal = Some((jtx, progress));
         }
         Ledger {
             handle: LedgerHandle {
                 tx,
                 probes,
                 readers,
+                journal,
+                shared,
                 durability,
                 metrics,
                 dropped: Arc::new(AtomicU64::new(0)),
             },
             thread,
+            journal: journal_thread,
         }
     }
 
@@ -155,6 +247,23 @@ impl Ledger {
     /// Stops accepting rows, commits everything queued (waiting at most `deadline`), and
     /// reports rows lost: queued rows not committed by the deadline, plus `async` overflow drops.
     pub async fn close(mut self, deadline: Duration) -> u64 {
+        // The journal first: it hands the writer what it has, waits for the store to hold
+        // it and empties itself.
+        if let (Some((journal, _)), Some(t)) = (&self.handle.journal, self.journal.take()) {
+            let _ = journal.send(Entry::Stop).await;
+            let joined = tokio::task::spawn_blocking(move || t.join());
+            match tokio::time::timeout(deadline, joined).await {
+                Ok(Ok(Ok(Some(id)))) => {
+                    if let Err(e) = self.handle.ask(|ack| Cmd::Forget(id, ack)).await {
+                        tracing::warn!(error = %e, "the journal's mark stays in the store");
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => tracing::error!(
+                    "the ledger journal did not stop in time; its rows are replayed at the next start"
+                ),
+            }
+        }
         let _ = self.handle.tx.send(Cmd::Shutdown).await;
         let queued_before = self.handle.metrics.ledger_queue.get().max(0) as u64;
         if let Some(t) = self.thread.take() {
@@ -216,12 +325,17 @@ impl LedgerHandle {
                 let (ack, done) = oneshot::channel();
                 m.ledger_queue.inc();
                 let committed = async {
-                    if self
-                        .tx
-                        .send(Cmd::Insert(Box::new(row), Some(ack)))
-                        .await
-                        .is_err()
-                    {
+                    let sent = match &self.journal {
+                        Some((journal, _)) => {
+                            journal.send(Entry::Row(Box::new(row), ack)).await.is_ok()
+                        }
+                        None => self
+                            .tx
+                            .send(Cmd::Insert(Box::new(row), Some(ack)))
+                            .await
+                            .is_ok(),
+                    };
+                    if !sent {
                         m.ledger_queue.dec();
                         return Err(LedgerError::Closed);
                     }
@@ -248,13 +362,13 @@ impl LedgerHandle {
     }
 
     /// Before a read beside the writer: an error once the writer has stopped, and under
-    /// `async` a wait until the rows recorded so far are committed (as a read through the
-    /// writer would see them), within the read deadline.
+    /// `async` or with a journal a wait until the rows recorded so far are committed (as a
+    /// read through the writer would see them), within the read deadline.
     async fn caught_up(&self) -> Result<(), LedgerError> {
         if self.tx.is_closed() {
             return Err(LedgerError::Closed);
         }
-        if self.durability == Durability::Async {
+        if self.durability == Durability::Async || self.journal.is_some() {
             tokio::time::timeout(READ_DEADLINE, self.ask(Cmd::Sync))
                 .await
                 .map_err(|_| LedgerError::ReadTimeout(READ_DEADLINE))??;
@@ -306,12 +420,19 @@ impl LedgerHandle {
                 .await;
         };
         self.caught_up().await?;
-        let scope = tenant.clone();
-        readers
-            .run(ReadScope::Tenant(&scope), move |r, cancel| {
+        let lookup = || {
+            let (tenant, task_id) = (tenant.clone(), task_id.clone());
+            move |r: &dyn super::Reader, cancel: &super::Cancel| {
                 r.task_of(&tenant, &task_id, cancel)
-            })
-            .await
+            }
+        };
+        let found = readers.run(ReadScope::Tenant(&tenant), lookup()).await?;
+        // Another replica's row may still be on its way from its journal to the store.
+        if found.is_some() || !self.shared || self.journal.is_none() {
+            return Ok(found);
+        }
+        tokio::time::sleep(SHARED_LOOKUP_AGAIN).await;
+        readers.run(ReadScope::Tenant(&tenant), lookup()).await
     }
 
     /// The ratings of task id `task_id` (of any tenant), beside the writer.
@@ -371,6 +492,11 @@ impl LedgerHandle {
     /// deleted files, a dead database). Probes wait for the current batch, never for the
     /// queue behind it. A writer stuck on a store reads as not ready too.
     pub async fn healthy(&self, deadline: Duration) -> bool {
+        if let Some((_, progress)) = &self.journal {
+            if progress.failing() {
+                return false;
+            }
+        }
         let (ack, done) = oneshot::channel();
         let asked = async {
             self.probes.send(ack).await.ok()?;
@@ -464,10 +590,21 @@ struct Writer<'m> {
     failing: Failing,
     /// The last probe's answer, to log changes only.
     not_ready: bool,
+    /// With a journal: how far the store got, and the journal's id.
+    journal: Option<(Arc<Progress>, String)>,
+    /// The highest journal sequence number in the batch (none: no journaled rows in it).
+    mark: Option<u64>,
+    /// A failed batch of journaled rows is kept and tried again at this time, after waiting
+    /// this long.
+    retry: Option<(std::time::Instant, Duration)>,
 }
 
 impl<'m> Writer<'m> {
-    fn new(backend: Box<dyn Backend>, m: &'m Metrics) -> Writer<'m> {
+    fn new(
+        backend: Box<dyn Backend>,
+        m: &'m Metrics,
+        journal: Option<(Arc<Progress>, String)>,
+    ) -> Writer<'m> {
         Writer {
             backend,
             m,
@@ -476,7 +613,16 @@ impl<'m> Writer<'m> {
             synced: Vec::new(),
             failing: Failing::default(),
             not_ready: false,
+            journal,
+            mark: None,
+            retry: None,
         }
+    }
+
+    /// How long to wait before trying a failed batch of journaled rows again.
+    fn retry_in(&self) -> Option<Duration> {
+        self.retry
+            .map(|(at, _)| at.saturating_duration_since(std::time::Instant::now()))
     }
 
     /// Commits the batch gathered so far and answers its rows; its result, `None` when
@@ -493,14 +639,24 @@ impl<'m> Writer<'m> {
         result
     }
 
+    /// Commits the batch and answers its rows. A failed batch of journaled rows (already
+    /// acknowledged) is kept, to be tried again after a wait.
     fn commit(&mut self) -> Result<(), Arc<LedgerError>> {
         let (m, failing) = (self.m, &mut self.failing);
         let n = self.rows.len();
-        let result = self.backend.insert(&self.rows).map_err(Arc::new);
+        let journaled = self.mark.zip(self.journal.as_ref());
+        let result = match journaled {
+            Some((seq, (_, id))) => self.backend.insert_marked(&self.rows, (id, seq)),
+            None => self.backend.insert(&self.rows),
+        }
+        .map_err(Arc::new);
         match &result {
             Ok(()) => {
                 m.ledger_rows.inc_by(n as u64);
                 m.ledger_batches.inc();
+                if let Some((seq, (progress, _))) = journaled {
+                    progress.stored(seq);
+                }
                 if failing.batches > 0 {
                     tracing::warn!(
                         failed_batches = failing.batches,
@@ -511,16 +667,30 @@ impl<'m> Writer<'m> {
                 }
             }
             Err(e) => {
-                if failing.batches == 0 {
-                    tracing::error!(rows = n, error = %e, "provenance batch failed; its results are withheld");
+                let what = if journaled.is_some() {
+                    "moving journaled provenance rows into the store failed; trying again"
                 } else {
-                    tracing::debug!(rows = n, error = %e, "provenance batch failed");
+                    "provenance batch failed; its results are withheld"
+                };
+                if failing.batches == 0 {
+                    tracing::error!(rows = n, error = %e, "{what}");
+                } else {
+                    tracing::debug!(rows = n, error = %e, "{what}");
                 }
                 failing.batches += 1;
                 failing.rows += n as u64;
                 failing.last = Some((std::time::Instant::now(), e.clone()));
             }
         }
+        if journaled.is_some() && result.is_err() {
+            let wait = self
+                .retry
+                .map_or(RETRY_FIRST, |(_, w)| (w * 2).min(RETRY_MAX));
+            self.retry = Some((std::time::Instant::now() + wait, wait));
+            return result;
+        }
+        self.mark = None;
+        self.retry = None;
         m.ledger_queue.sub(n as i64);
         for ack in self.acks.drain(..) {
             let _ = ack.send(result.clone());
@@ -562,6 +732,10 @@ impl<'m> Writer<'m> {
             Cmd::Insert(row, ack) => {
                 self.rows.push(*row);
                 self.acks.extend(ack);
+            }
+            Cmd::Journaled(row, seq) => {
+                self.rows.push(*row);
+                self.mark = Some(self.mark.map_or(seq, |m| m.max(seq)));
             }
             Cmd::Query(q, ack) => {
                 self.flush();
@@ -606,6 +780,10 @@ impl<'m> Writer<'m> {
                 let pruned = self.backend.prune_batch(before_ms, limit);
                 let _ = ack.send(pruned.map_err(Arc::new));
             }
+            Cmd::Forget(id, ack) => {
+                self.flush();
+                let _ = ack.send(self.backend.forget_journal(&id).map_err(Arc::new));
+            }
             Cmd::Sync(ack) => self.synced.push(ack),
             Cmd::Wake => {}
             Cmd::Shutdown => return false,
@@ -621,12 +799,30 @@ impl<'m> Writer<'m> {
         readers: Option<Arc<Readers>>,
     ) {
         let mut stopping = false;
-        while let Some(first) = if stopping {
-            rx.try_recv().ok()
-        } else {
-            rx.blocking_recv()
-        } {
-            let mut next = Some(first);
+        loop {
+            let first = if stopping {
+                rx.try_recv().ok()
+            } else if let Some(wait) = self.retry_in() {
+                std::thread::sleep(wait);
+                rx.try_recv().ok()
+            } else {
+                rx.blocking_recv()
+            };
+            if first.is_none() {
+                if self.rows.is_empty() {
+                    break;
+                }
+                if stopping {
+                    // Journaled rows the store still refuses: they stay in the journal,
+                    // replayed at the next start.
+                    if self.flush().is_some_and(|r| r.is_err()) {
+                        tracing::error!(rows = self.rows.len(),
+                            "stopping with provenance rows not in the store; the journal keeps them");
+                    }
+                    break;
+                }
+            }
+            let mut next = first;
             let mut lingered = false;
             loop {
                 // Take everything already queued (up to a batch) so it commits in one
@@ -640,14 +836,26 @@ impl<'m> Writer<'m> {
                         next = rx.try_recv().ok();
                     }
                 }
-                // Rows are queuing (more than one was waiting): yield once for the next few,
-                // so that one commit carries them all.
                 let n = self.rows.len();
-                if lingered || stopping || !(2..LINGER_BELOW).contains(&n) {
+                if lingered || stopping || self.retry.is_some() {
                     break;
                 }
+                if self.mark.is_some() {
+                    // Journaled rows: nobody waits for this commit but reads, so gather for
+                    // a while into a larger one.
+                    if n >= MOVE_AT_ONCE || !self.synced.is_empty() {
+                        break;
+                    }
+                    std::thread::sleep(MOVE_LINGER);
+                } else {
+                    // Rows are queuing (more than one was waiting): yield once for the next
+                    // few, so that one commit carries them all.
+                    if !(2..LINGER_BELOW).contains(&n) {
+                        break;
+                    }
+                    std::thread::yield_now();
+                }
                 lingered = true;
-                std::thread::yield_now();
                 next = rx.try_recv().ok();
                 if next.is_none() {
                     break;

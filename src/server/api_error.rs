@@ -260,7 +260,8 @@ impl From<&crate::provenance::LedgerError> for ApiError {
             | L::LastBatchFailed(_)
             | L::Corrupt(_)
             | L::Detached { .. }
-            | L::SchemaTooNew { .. } => {
+            | L::SchemaTooNew { .. }
+            | L::Journal { .. } => {
                 tracing::error!(error = %e, "provenance ledger failed");
                 return ApiError::new(GatewayCode::Internal, "the provenance ledger failed");
             }

@@ -1,23 +1,30 @@
 //! The durability promise of `[provenance] durability = "commit"`: `kill -9` the real gateway
-//! binary while clients push tasks, then every task a client saw succeed has its ledger row.
+//! binary while clients push tasks, then every task a client saw succeed has its ledger row,
+//! on SQLite and on Postgres.
 //!
-//! The writer commits within microseconds of a task's end, so a kill at an arbitrary moment
-//! almost never lands between an answer and its commit, and even `async` would pass. The test
-//! therefore holds SQLite's write lock from another connection before the kill and waits until
-//! every client's latest task is queued for the writer (`ldp_gateway_ledger_queue_depth`): in
-//! that state a gateway that answered before committing has answered rows the kill then loses.
+//! A row is acknowledged once it is in the gateway's journal; the writer moves it into the
+//! store a few milliseconds later. The test holds the store (SQLite's write lock, a Postgres
+//! table lock) from another connection, waits until clients have had many answers that only
+//! the journal holds, kills the gateway, checks that the store alone lacks those rows, then
+//! starts the gateway again: it replays the journal, and every acknowledged task has exactly
+//! one row.
 
-use crate::support::ledger::sqlite_outcomes;
+use crate::support::ledger::postgres_outcomes;
 use crate::support::process::Serve;
+use crate::support::stores::TempDb;
 use crate::support::{card, sim, Client, TestGateway};
 use ldp_gateway::sim::SimOptions;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Successes seen before the write lock is taken and the gateway killed.
-const KILL_AFTER: usize = 200;
+/// Successes seen before the store is locked.
+const LOCK_AFTER: usize = 200;
+/// Successes seen while the store is locked (only the journal holds them) before the kill.
+const JOURNAL_ONLY: usize = 100;
 /// Concurrent clients, each with its own session and connection pool.
 const CLIENTS: usize = 8;
 
@@ -26,17 +33,6 @@ async fn post(c: &Client, session: &str, body: Value) -> Option<Value> {
     let r = c.try_post_body(session, body, None).await.ok()?;
     // An answer cut off by the kill is no answer.
     serde_json::from_slice(&r.raw).ok()
-}
-
-/// `ldp_gateway_ledger_queue_depth` from the admin listener.
-async fn queue_depth(admin: &Client) -> i64 {
-    let scrape = admin.get("/metrics").await.text();
-    scrape
-        .lines()
-        .find_map(|l| l.strip_prefix("ldp_gateway_ledger_queue_depth "))
-        .expect("the queue depth is exported")
-        .parse()
-        .unwrap()
 }
 
 /// What the clients saw.
@@ -48,6 +44,8 @@ struct Tally {
     failed_answers: AtomicUsize,
     unanswered: AtomicUsize,
     killed: AtomicBool,
+    /// `enough` is notified once this many successes were seen.
+    notify_at: AtomicUsize,
     enough: tokio::sync::Notify,
 }
 
@@ -81,7 +79,8 @@ async fn client(base: String, n: usize, tally: Arc<Tally>) {
             Some("TASK_RESULT") => {
                 assert_eq!(answer["body"]["task_id"], task_id.as_str());
                 tally.succeeded.lock().unwrap().push(task_id);
-                if tally.count.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER {
+                let seen = tally.count.fetch_add(1, Ordering::SeqCst) + 1;
+                if seen >= tally.notify_at.load(Ordering::SeqCst) {
                     tally.enough.notify_one();
                 }
             }
@@ -92,8 +91,78 @@ async fn client(base: String, n: usize, tally: Arc<Tally>) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn commit_durability_survives_kill_9() {
+/// The ledger's store, and a way to hold it.
+enum Store {
+    Sqlite,
+    Postgres(TempDb),
+}
+
+/// A lock on the store from another connection: the gateway's writer waits for it (and
+/// retries after its timeout) until it is dropped.
+struct Held {
+    release: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Store {
+    /// Holds the store: SQLite's write lock, or an exclusive lock on Postgres's `ledger`
+    /// table (inserts wait; reads go on).
+    async fn hold(&self, dir: &Path) -> Held {
+        let (locked, is_locked) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (db, url) = match self {
+            Store::Sqlite => (Some(dir.join("ledger.db")), None),
+            Store::Postgres(db) => (None, Some(db.url())),
+        };
+        let thread = std::thread::spawn(move || {
+            if let Some(db) = db {
+                let conn = rusqlite::Connection::open(db).unwrap();
+                conn.busy_timeout(Duration::from_secs(5)).unwrap();
+                conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+                locked.send(()).unwrap();
+                let _ = released.recv();
+            } else if let Some(url) = url {
+                let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+                let mut tx = c.transaction().unwrap();
+                tx.batch_execute("LOCK TABLE ledger IN EXCLUSIVE MODE")
+                    .unwrap();
+                locked.send(()).unwrap();
+                let _ = released.recv();
+            }
+        });
+        tokio::task::spawn_blocking(move || is_locked.recv().unwrap())
+            .await
+            .unwrap();
+        Held { release, thread }
+    }
+
+    /// `task id → outcomes` of every row in the store.
+    async fn outcomes(&self, dir: &Path) -> BTreeMap<String, Vec<String>> {
+        let rows = match self {
+            Store::Sqlite => {
+                let conn = rusqlite::Connection::open(dir.join("ledger.db")).unwrap();
+                let mut stmt = conn.prepare("SELECT task_id, outcome FROM ledger").unwrap();
+                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+                rows.map(Result::unwrap).collect()
+            }
+            Store::Postgres(db) => postgres_outcomes(&db.url()).await,
+        };
+        let mut by_task: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (task, outcome) in rows {
+            by_task.entry(task).or_default().push(outcome);
+        }
+        by_task
+    }
+}
+
+impl Held {
+    fn release(self) {
+        drop(self.release);
+        self.thread.join().unwrap();
+    }
+}
+
+async fn commit_durability_survives_kill_9(store: Store) {
     let delegate = sim(SimOptions::new(card(
         "a",
         "default",
@@ -102,40 +171,50 @@ async fn commit_durability_survives_kill_9() {
     )))
     .await;
     let dir = tempfile::tempdir().unwrap();
+    let url = match &store {
+        Store::Sqlite => None,
+        Store::Postgres(db) => Some(db.url()),
+    };
     let config = TestGateway::builder()
         .delegate(&delegate.url())
-        .config(|c| c.provenance.durability = ldp_gateway::provenance::Durability::Commit)
+        .config(move |c| {
+            c.provenance.durability = ldp_gateway::provenance::Durability::Commit;
+            if let Some(url) = url {
+                c.provenance.store = url;
+            }
+        })
         .config_file(dir.path())
         .await;
-    let db = dir.path().join("ledger.db");
     let child = Serve::new(&config).start().await;
 
     let tally = Arc::new(Tally::default());
+    tally.notify_at.store(LOCK_AFTER, Ordering::SeqCst);
     let clients: Vec<_> = (0..CLIENTS)
         .map(|n| tokio::spawn(client(child.ldp.clone(), n, tally.clone())))
         .collect();
     let enough = tally.enough.notified();
     tokio::time::timeout(Duration::from_secs(60), enough)
         .await
-        .expect("the clients reached the kill point");
+        .expect("the clients reached the lock point");
 
-    // Hold the write lock: commits now wait (up to the gateway's 5 s busy timeout).
-    let path = db.clone();
-    let lock = tokio::task::spawn_blocking(move || {
-        let conn = rusqlite::Connection::open(path).unwrap();
-        conn.busy_timeout(Duration::from_secs(5)).unwrap();
-        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
-        conn
-    })
-    .await
-    .unwrap();
+    // Hold the store: from now on the rows the clients are told about are in the journal
+    // only (the gateway's writer waits, then retries).
+    let held = store.hold(dir.path()).await;
     let seen_at_lock = tally.count.load(Ordering::SeqCst);
-    let mut polls = 0;
-    let admin = child.admin();
-    while queue_depth(&admin).await < CLIENTS as i64 {
-        polls += 1;
-        assert!(polls < 5_000, "the clients' rows never queued up");
+    let target = seen_at_lock + JOURNAL_ONLY;
+    tally.notify_at.store(target, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tally.count.load(Ordering::SeqCst) < target {
+        let enough = tally.enough.notified();
+        if tokio::time::timeout_at(deadline, enough).await.is_err() {
+            break;
+        }
     }
+    assert!(
+        tally.count.load(Ordering::SeqCst) >= target,
+        "too few answers while the store was held: {} after {seen_at_lock}",
+        tally.count.load(Ordering::SeqCst)
+    );
 
     tally.killed.store(true, Ordering::SeqCst);
     let in_flight_at_kill = tally.in_flight.load(Ordering::SeqCst);
@@ -147,39 +226,65 @@ async fn commit_durability_survives_kill_9() {
         use std::os::unix::process::ExitStatusExt as _;
         assert_eq!(status.signal(), Some(9), "killed by SIGKILL: {status}");
     }
-    drop(lock);
+    held.release();
     for c in clients {
         c.await.unwrap();
     }
-
-    // SQLite recovers the WAL the dead process left on the first open.
-    let rows = sqlite_outcomes(&db);
     let succeeded = tally.succeeded.lock().unwrap().clone();
-    let missing: Vec<&String> = succeeded
-        .iter()
-        .filter(|t| rows.get(*t).map(String::as_str) != Some("result"))
-        .collect();
-    let unseen = rows.len() - (succeeded.len() - missing.len());
-    eprintln!(
-        "write lock after {seen_at_lock} successes, kill -9 after {seen_at_kill}: \
-         {in_flight_at_kill} tasks in flight, {} successes seen in all, {} left unanswered, \
-         {} ledger rows ({unseen} committed but never answered), {} missing",
-        succeeded.len(),
-        tally.unanswered.load(Ordering::SeqCst),
-        rows.len(),
-        missing.len()
-    );
-    assert!(succeeded.len() >= KILL_AFTER);
+    assert!(succeeded.len() >= LOCK_AFTER + JOURNAL_ONLY);
     assert_eq!(tally.failed_answers.load(Ordering::SeqCst), 0, "{stderr}");
     assert!(
         in_flight_at_kill > 0,
         "the kill landed while tasks were in flight"
     );
+
+    // The store alone (SQLite recovers the WAL the dead process left on this first open).
+    let before = store.outcomes(dir.path()).await;
+    let only_in_journal = succeeded
+        .iter()
+        .filter(|t| !before.contains_key(*t))
+        .count();
+
+    // Started again, the gateway replays its journal before it listens.
+    let child = Serve::new(&config).start().await;
+    let stderr = child.stop().await;
+    let rows = store.outcomes(dir.path()).await;
+    let missing: Vec<&String> = succeeded
+        .iter()
+        .filter(|t| rows.get(*t).map(Vec::as_slice) != Some(&["result".to_owned()][..]))
+        .collect();
+    let twice = rows.values().filter(|o| o.len() > 1).count();
+    let unseen = rows.len() - (succeeded.len() - missing.len());
+    eprintln!(
+        "store held after {seen_at_lock} successes, kill -9 after {seen_at_kill}: \
+         {in_flight_at_kill} tasks in flight, {} successes seen in all, {} left unanswered; \
+         {only_in_journal} acknowledged rows were in the journal only; after the restart {} \
+         ledger rows ({unseen} recorded but never answered), {} missing, {twice} twice",
+        succeeded.len(),
+        tally.unanswered.load(Ordering::SeqCst),
+        rows.len(),
+        missing.len()
+    );
+    assert!(
+        only_in_journal >= JOURNAL_ONLY,
+        "answers given while the store was held are in the journal only: {only_in_journal}"
+    );
     assert!(
         missing.is_empty(),
-        "{} of {} tasks the client saw succeed have no row: {missing:?}",
+        "{} of {} tasks the client saw succeed have no row: {missing:?}\n{stderr}",
         missing.len(),
         succeeded.len()
     );
+    assert_eq!(twice, 0, "a task recorded twice");
     delegate.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commit_durability_survives_kill_9_on_sqlite() {
+    commit_durability_survives_kill_9(Store::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commit_durability_survives_kill_9_on_postgres() {
+    commit_durability_survives_kill_9(Store::Postgres(TempDb::new())).await;
 }

@@ -12,14 +12,14 @@ use std::path::{Path, PathBuf};
 
 /// A file's identity: device and inode (a path that names another file has another identity).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct FileId {
+pub(in crate::provenance) struct FileId {
     dev: u64,
     ino: u64,
 }
 
 impl FileId {
     /// The file at `path` now; `None` when there is none.
-    pub(super) fn of(path: &Path) -> std::io::Result<Option<FileId>> {
+    pub(in crate::provenance) fn of(path: &Path) -> std::io::Result<Option<FileId>> {
         match std::fs::metadata(path) {
             Ok(m) => Ok(Some(FileId::from_metadata(&m))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

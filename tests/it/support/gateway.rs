@@ -150,6 +150,11 @@ impl<'a> Builder<'a> {
         for tweak in self.tweaks.drain(..) {
             tweak(c);
         }
+        // A Postgres ledger's journal goes to the test's folder, not the working directory's.
+        if ldp_gateway::provenance::is_postgres(&c.provenance.store) {
+            let journals = dir.join("journal").display().to_string();
+            c.provenance.journal_dir.get_or_insert(journals);
+        }
         (sims, self.healthy.unwrap_or(n))
     }
 
