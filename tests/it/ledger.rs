@@ -608,7 +608,10 @@ async fn metrics_exposition_parses_and_names_the_contract() {
     let (sid, seen) = mixed_run(&c, &b).await;
     // A ledger read waits until the store holds every row acknowledged before it (the
     // journal's rows moved in), so the ledger's counters below are complete.
-    assert_eq!(gw.admin().get("/admin/provenance?limit=1").await.status, 200);
+    assert_eq!(
+        gw.admin().get("/admin/provenance?limit=1").await.status,
+        200
+    );
     let r = gw.admin().get("/metrics").await;
     let (status, ctype, text) = (r.status, r.content_type(), r.text());
     assert_eq!(status, 200);
