@@ -329,6 +329,10 @@ async fn with_every_producer_excluded_by_evidence_the_skill_answers_verified() {
         .spawn()
         .await;
     let c = gw.client();
+    // A session bound to its producer before evidence excludes it.
+    let bound = c.accepted(json!({"payload_mode": "text"})).await;
+    let body = c.task(&bound, "qa", question(499), "text").await;
+    assert_eq!(body["type"], "TASK_RESULT", "{body}");
     for policy in ["only-a", "only-b"] {
         let s = c
             .accepted(json!({"payload_mode": "text", "policy": policy}))
@@ -340,10 +344,11 @@ async fn with_every_producer_excluded_by_evidence_the_skill_answers_verified() {
         }
     }
     // Both are excluded now: every task is still answered, each one verified, by the
-    // best-evidenced producer on probation.
+    // best-evidenced producer on probation, in a new session and in the bound one.
     let s = c.accepted(json!({"payload_mode": "text"})).await;
-    for i in 500..506 {
-        let body = c.task(&s, "qa", question(i), "text").await;
+    for i in 500..512 {
+        let session = if i % 2 == 0 { &s } else { &bound };
+        let body = c.task(session, "qa", question(i), "text").await;
         assert_eq!(body["type"], "TASK_RESULT", "{body}");
         assert_eq!(
             body["provenance"]["verification_status"], "peer_verified",
