@@ -48,8 +48,8 @@ fn draw<'a>(items: &'a [Item], n: usize, rng: &mut fastrand::Rng) -> Vec<&'a Ite
     let n = n.min(items.len());
     let from_wrong = (n / 2).min(wrong.len()).max(n.saturating_sub(right.len()));
     let from_right = n - from_wrong;
-    let mut out = rng.choose_multiple(right.into_iter(), from_right);
-    out.extend(rng.choose_multiple(wrong.into_iter(), from_wrong));
+    let mut out = rng.choose_multiple(right, from_right);
+    out.extend(rng.choose_multiple(wrong, from_wrong));
     rng.shuffle(&mut out);
     out
 }

@@ -10,8 +10,9 @@
 //! evidence of the producer's quality (`registry::quality`), a round counting as one
 //! observation (each vote its share of the round's weight), and goes into the ledger row;
 //! with two votes or more, each verifier's agreement with the outcome is evidence of its
-//! reliability. A task not sampled runs unverified unless its producer is not yet measured
-//! (under [`MEASURE_EVIDENCE`] observations) or evidence excludes every producer (then the
+//! reliability (against the policy's threshold, never a task's own quorum). A task not
+//! sampled runs unverified unless its actual producer is a trial or not yet measured (under
+//! [`MEASURE_EVIDENCE`] observations) or evidence excludes every producer (then the
 //! best-evidenced one serves on probation, verified).
 
 use super::task::{Answer, TaskCtx, TaskIn, TaskRun};
@@ -195,7 +196,7 @@ impl Proxy {
                 // vote, delivered unverified, as a task not sampled is.
                 Round::NoVote(e)
                     if measure
-                        && !run.route.as_ref().is_some_and(|r| r.trial.is_some())
+                        && run.route.as_ref().is_none_or(|r| r.trial.is_none())
                         && !t.cancelled() =>
                 {
                     tracing::debug!(delegate = %producer.name, error = %e.message,
