@@ -54,18 +54,21 @@ impl Proxy {
         }
         // The bound delegate, if any, no longer fits or is at its own rate limit: choose
         // afresh without it.
-        let exclude: Vec<String> = need
-            .exclude
-            .iter()
-            .cloned()
-            .chain(session.binding(need.skill).map(|b| b.delegate.name.clone()))
-            .collect();
-        let need = Need {
+        let stale = session.binding(need.skill).map(|b| b.delegate.name.clone());
+        let exclude: Vec<String> = need.exclude.iter().cloned().chain(stale.clone()).collect();
+        let without = Need {
             exclude: &exclude,
             ..*need
         };
-        let picked = self.decide(policy, &need).map_err(NoBinding::None)?;
-        self.bind_picked(t, &need, run, picked).await
+        let picked = match self.decide(policy, &without) {
+            Ok(picked) => picked,
+            // Nobody else: decided again without the stale binding's exclusion, so that a
+            // producer evidence excludes still serves on probation (a verified task) rather
+            // than the session failing on every task while it stays bound.
+            Err(_) if stale.is_some() => self.decide(policy, need).map_err(NoBinding::None)?,
+            Err(e) => return Err(NoBinding::None(e)),
+        };
+        self.bind_picked(t, &without, run, picked).await
     }
 
     /// The session's binding for the skill if its delegate still fits the policy and its own

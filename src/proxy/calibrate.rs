@@ -6,14 +6,15 @@
 //!
 //! The score is the balanced accuracy (the mean of its accuracy on right and on wrong items,
 //! when the round has both): a verifier that passes everything scores 0.5 whatever the mix.
-//! The round is evidence of its reliability (the score, weighing one observation per item
-//! answered), and is recorded as one ledger row per verifier with no tenant (tenant `""`:
+//! Items are drawn half right, half wrong (when the reference has both). The round is
+//! evidence of its reliability (the score, weighing one observation per item answered; none
+//! from a round answered in one class only), and is recorded as one ledger row per verifier with no tenant (tenant `""`:
 //! never charged to one; its cost counted under `ldp_gateway_cost_usd_total{tenant=""}`),
 //! its `routing` column holding `{"calibration": {round, reference_source, items, answered,
 //! score, reliability_before, reliability, adjustment}}`.
 //!
 //! Bounded: at most [`MAX_REFERENCE_BYTES`] of reference read per round, `items` (≤ 100) per
-//! verifier; LDP verifiers only (an OpenAI-backed or A2A verifier is not calibrated).
+//! verifier, [`CALIBRATION_CONCURRENCY`] at a time; paused (429) and ejected verifiers skipped; LDP verifiers only (an OpenAI-backed or A2A verifier is not calibrated).
 
 use super::verify::{read_verdict, verification_input};
 use super::Proxy;
@@ -32,6 +33,26 @@ pub const MAX_REFERENCE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// How often the loop looks for a round that is due (and for policies reloaded).
 const TICK: Duration = Duration::from_secs(1);
+
+/// How soon a round that could not run (no reference, no verifier) is tried again.
+const RETRY: Duration = Duration::from_secs(60);
+
+/// Items sent to one verifier at once.
+const CALIBRATION_CONCURRENCY: usize = 4;
+
+/// Up to `n` items drawn at random, half of them right and half wrong when the reference has
+/// both (the other class filling in where one runs short): a round of one class cannot tell
+/// a judge from a rubber stamp.
+fn draw<'a>(items: &'a [Item], n: usize, rng: &mut fastrand::Rng) -> Vec<&'a Item> {
+    let (right, wrong): (Vec<&Item>, Vec<&Item>) = items.iter().partition(|i| i.correct);
+    let n = n.min(items.len());
+    let from_wrong = (n / 2).min(wrong.len()).max(n.saturating_sub(right.len()));
+    let from_right = n - from_wrong;
+    let mut out = rng.choose_multiple(right, from_right);
+    out.extend(rng.choose_multiple(wrong, from_wrong));
+    rng.shuffle(&mut out);
+    out
+}
 
 /// One reference item: a task's input and an output, and whether that output is right.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -73,7 +94,8 @@ pub enum ReferenceError {
 }
 
 /// Reads a reference: JSON Lines of [`Item`] (blank lines and lines starting with `#`
-/// skipped), at most [`MAX_REFERENCE_BYTES`].
+/// skipped), at most [`MAX_REFERENCE_BYTES`]: a longer file is read up to its last whole
+/// line within them (said once per process). Blocking: call it off the async workers.
 pub fn load_reference(path: &Path) -> Result<Vec<Item>, ReferenceError> {
     use std::io::Read as _;
     let name = path.display().to_string();
@@ -81,12 +103,27 @@ pub fn load_reference(path: &Path) -> Result<Vec<Item>, ReferenceError> {
         path: name.clone(),
         source,
     };
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     std::fs::File::open(path)
         .map_err(read)?
-        .take(MAX_REFERENCE_BYTES)
-        .read_to_string(&mut text)
+        .take(MAX_REFERENCE_BYTES + 1)
+        .read_to_end(&mut bytes)
         .map_err(read)?;
+    if bytes.len() as u64 > MAX_REFERENCE_BYTES {
+        // Cut: the partial last line (and any character it cut) is dropped.
+        let whole = bytes[..MAX_REFERENCE_BYTES as usize]
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |i| i + 1);
+        bytes.truncate(whole);
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(path = %name, max_bytes = MAX_REFERENCE_BYTES,
+                "calibration reference longer than the cap: the rest is ignored");
+        }
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|e| read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
     let mut items = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line_text = line.trim();
@@ -126,6 +163,12 @@ impl Score {
             self.wrong += 1;
             self.right_on_wrong += u32::from(!passed);
         }
+    }
+
+    /// The score as evidence: only from a round answered in both classes (on one class a
+    /// rubber stamp may score 1).
+    pub fn evidence(&self) -> Option<f64> {
+        self.value().filter(|_| self.right > 0 && self.wrong > 0)
     }
 
     /// Items answered with a verdict.
@@ -190,9 +233,16 @@ impl Proxy {
                         continue;
                     }
                     let round = last.get(&key).map_or(1, |(n, _)| n + 1);
-                    last.insert(key, (round, Instant::now()));
+                    last.insert(key.clone(), (round, Instant::now()));
                     tokio::select! {
-                        () = self.calibrate(p, verify, cal, round) => {}
+                        ran = self.calibrate(p, verify, cal, round) => if !ran {
+                            // Not done: due again in RETRY (or `every`, if sooner).
+                            let now = Instant::now();
+                            let at = now
+                                .checked_sub(cal.every.saturating_sub(RETRY))
+                                .unwrap_or(now);
+                            last.insert(key, (round - 1, at));
+                        },
                         _ = shutdown.changed() => return,
                     }
                 }
@@ -207,32 +257,44 @@ impl Proxy {
     }
 
     /// One round for one policy: every healthy LDP verifier of its verify skill that its
-    /// card-only constraints allow (calibration sends them data too) is sent the same
-    /// `items` reference items, drawn at random, all verifiers at once.
+    /// card-only constraints allow (calibration sends them data too), neither paused by a
+    /// 429 nor ejected, is sent the same `items` reference items, drawn at random from both
+    /// classes, all verifiers at once. False when the round could not run (no reference,
+    /// no verifier): it is tried again soon.
     pub async fn calibrate(
         &self,
         policy: &Arc<Policy>,
         verify: &Verify,
         cal: &Calibration,
         round: u64,
-    ) {
-        let items = match load_reference(&cal.reference) {
-            Ok(items) => items,
+    ) -> bool {
+        let path = cal.reference.clone();
+        let loaded = tokio::task::spawn_blocking(move || load_reference(&path)).await;
+        let items = match loaded {
+            Ok(Ok(items)) => items,
+            Ok(Err(e)) => {
+                tracing::warn!(policy = %policy.name.0, error = %e, "calibration round skipped");
+                return false;
+            }
             Err(e) => {
                 tracing::warn!(policy = %policy.name.0, error = %e, "calibration round skipped");
-                return;
+                return false;
             }
         };
-        let n = (cal.items as usize).min(items.len());
-        let drawn: Vec<&Item> = fastrand::choose_multiple(items.iter(), n);
+        let drawn = draw(&items, cal.items as usize, &mut fastrand::Rng::new());
         let index = self.registry.index();
         let (offers, statics) = index.offers_with_statics(&verify.skill, policy, &self.cfg.routing);
         let verifiers: Vec<Arc<Delegate>> = offers
             .iter()
             .zip(statics.iter())
             .filter(|(o, st)| st.passes() && o.delegate.is_healthy() && o.delegate.is_ldp())
+            .filter(|(o, _)| !o.delegate.is_paused() && !o.delegate.load().ejected)
             .map(|(o, _)| o.delegate.clone())
             .collect();
+        if verifiers.is_empty() {
+            tracing::debug!(policy = %policy.name.0, "no verifier to calibrate: tried again soon");
+            return false;
+        }
         let runs = verifiers
             .iter()
             .map(|d| self.calibrate_one(d, &verify.skill, &drawn));
@@ -241,6 +303,7 @@ impl Proxy {
             self.settle_calibration(policy, verify, cal, round, d, o)
                 .await;
         }
+        true
     }
 
     /// Sends one verifier the items, in one upstream session opened as for a client.
@@ -274,44 +337,47 @@ impl Proxy {
             }
         };
         let timeout = self.cfg.upstream.task_timeout;
-        let sends = items.iter().map(|item| {
-            let session = &session;
-            async move {
-                let input = verification_input(&item.input, &item.output, &item.skill).ok()?;
-                let task_id = TaskId::from(format!(
-                    "{}~verify-{}",
-                    crate::ldp::new_id(),
-                    crate::ldp::new_id()
-                ));
-                let env = Envelope::new(
-                    session.session_id.as_str(),
-                    self.id(),
-                    session.delegate_id.as_str(),
-                    Body::TaskSubmit {
-                        task_id,
-                        skill: skill.to_owned(),
-                        input,
-                        contract: None,
-                    },
-                    session.payload.mode,
-                );
-                let answer = self
-                    .upstream
-                    .send_hops(&d.base_url, &env, timeout, Some(1).into())
-                    .await
-                    .ok()?;
-                match answer.body {
-                    Body::TaskResult {
-                        output, provenance, ..
-                    } => {
-                        let cost = provenance.and_then(|p| p.cost_usd);
-                        Some((read_verdict(&output).map(|v| v.passed), cost))
+        let mut answers = Vec::with_capacity(items.len());
+        for chunk in items.chunks(CALIBRATION_CONCURRENCY) {
+            let sends = chunk.iter().map(|item| {
+                let session = &session;
+                async move {
+                    let input = verification_input(&item.input, &item.output, &item.skill).ok()?;
+                    let task_id = TaskId::from(format!(
+                        "{}~verify-{}",
+                        crate::ldp::new_id(),
+                        crate::ldp::new_id()
+                    ));
+                    let env = Envelope::new(
+                        session.session_id.as_str(),
+                        self.id(),
+                        session.delegate_id.as_str(),
+                        Body::TaskSubmit {
+                            task_id,
+                            skill: skill.to_owned(),
+                            input,
+                            contract: None,
+                        },
+                        session.payload.mode,
+                    );
+                    let answer = self
+                        .upstream
+                        .send_hops(&d.base_url, &env, timeout, Some(1).into())
+                        .await
+                        .ok()?;
+                    match answer.body {
+                        Body::TaskResult {
+                            output, provenance, ..
+                        } => {
+                            let cost = provenance.and_then(|p| p.cost_usd);
+                            Some((read_verdict(&output).map(|v| v.passed), cost))
+                        }
+                        _ => None,
                     }
-                    _ => None,
                 }
-            }
-        });
-        let answers = futures_util::future::join_all(sends).await;
+            });
+            answers.extend(futures_util::future::join_all(sends).await);
+        }
         let declared = self.declared_cost(d, skill).unwrap_or(0.0);
         for (item, answer) in items.iter().zip(answers) {
             let Some((verdict, cost)) = answer else {
@@ -348,7 +414,7 @@ impl Proxy {
         };
         let before = reliability();
         let now = crate::registry::quality::now_ms();
-        if let Some(score) = o.score.value() {
+        if let Some(score) = o.score.evidence() {
             let weight = f64::from(o.score.answered());
             self.registry
                 .observe_judgement(&d.name, skill, score, weight, now);
@@ -446,6 +512,54 @@ mod tests {
         }
         assert_eq!(judge.value(), Some(1.0));
         assert_eq!(Score::default().value(), None);
+        // One class only: a stamp scores 1 and nothing is learnt from it.
+        let mut lucky = Score::default();
+        lucky.add(true, true);
+        lucky.add(true, true);
+        assert_eq!((lucky.value(), lucky.evidence()), (Some(1.0), None));
+        assert_eq!(judge.evidence(), Some(1.0));
+    }
+
+    fn item(correct: bool) -> Item {
+        Item {
+            skill: "qa".into(),
+            input: Json::from("q"),
+            output: Json::from("a"),
+            correct,
+        }
+    }
+
+    #[test]
+    fn draws_hold_both_classes() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut items: Vec<Item> = (0..40).map(|_| item(true)).collect();
+        items.push(item(false));
+        items.push(item(false));
+        for _ in 0..50 {
+            let d = draw(&items, 6, &mut rng);
+            let wrong = d.iter().filter(|i| !i.correct).count();
+            assert_eq!((d.len(), wrong), (6, 2), "both wrong ones, then right ones");
+        }
+        let even: Vec<Item> = (0..20).map(|k| item(k % 2 == 0)).collect();
+        let d = draw(&even, 10, &mut rng);
+        assert_eq!(d.iter().filter(|i| !i.correct).count(), 5);
+        assert_eq!(draw(&even, 100, &mut rng).len(), 20);
+        assert!(draw(&even, 0, &mut rng).is_empty());
+    }
+
+    #[test]
+    fn a_reference_over_the_cap_keeps_its_whole_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.jsonl");
+        let line = "{\"skill\":\"qa\",\"input\":\"é\",\"output\":\"ü\",\"correct\":true}\n";
+        let mut text = String::new();
+        while (text.len() as u64) <= MAX_REFERENCE_BYTES {
+            text.push_str(line);
+        }
+        // The cap falls inside a line, within its two-byte characters at some offset.
+        std::fs::write(&big, &text).unwrap();
+        let items = load_reference(&big).unwrap();
+        assert_eq!(items.len() as u64, MAX_REFERENCE_BYTES / line.len() as u64);
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //! evidence of the producer's quality (`registry::quality`), a round counting as one
 //! observation (each vote its share of the round's weight), and goes into the ledger row;
 //! with two votes or more, each verifier's agreement with the outcome is evidence of its
-//! reliability. A task not sampled runs unverified unless its producer is not yet measured
-//! (under [`MEASURE_EVIDENCE`] observations) or evidence excludes every producer (then the
+//! reliability (against the policy's threshold, never a task's own quorum). A task not
+//! sampled runs unverified unless its actual producer is a trial or not yet measured (under
+//! [`MEASURE_EVIDENCE`] observations) or evidence excludes every producer (then the
 //! best-evidenced one serves on probation, verified).
 
 use super::task::{Answer, TaskCtx, TaskIn, TaskRun};
@@ -79,10 +80,11 @@ impl Proxy {
             Some(v) if !t.task.verifying => v,
             _ => return self.run_task(t, run, &[], deadline).await,
         };
-        // Not sampled, and the producer it would go to already measured (or sampling is
-        // off): unverified.
-        let measure = verify.sample > 0.0 && self.unmeasured_producer(t);
-        if !sampled(verify.sample) && !measure {
+        // Not sampled (sampling on): the task still runs quiet, since its producer may turn
+        // out to be a trial or not yet measured, which is verified whatever `sample` says
+        // (measured before it is trusted); decided on the actual pick, after its attempt.
+        let not_sampled = !sampled(verify.sample);
+        if not_sampled && verify.sample <= 0.0 {
             match self.run_task(t, run, &[], deadline).await {
                 // Evidence may exclude every producer: the best-evidenced one then serves,
                 // verified (routing picks it for a verified task only).
@@ -91,6 +93,7 @@ impl Proxy {
                 answer => return answer,
             }
         }
+        let measuring = not_sampled && verify.sample > 0.0;
         // The task's own quorum (an LADP `task-init`'s) in place of the policy's threshold.
         let own;
         let verify = match t.task.quorum {
@@ -132,6 +135,12 @@ impl Proxy {
                 let why = "a result without its producer cannot be verified";
                 return Answer::Failed(LdpError::gateway(GatewayCode::Internal, why));
             };
+            // Not sampled: the result is verified only when its producer is a trial or
+            // not yet measured.
+            let measure = measuring && round == 1 && self.to_measure(t, run, &producer);
+            if measuring && round == 1 && !measure {
+                return Answer::Result { output, provenance };
+            }
             let first_vote = run.votes.len();
             if t.task.keep_rounds {
                 run.rounds.push((producer.name.clone(), output.clone()));
@@ -182,6 +191,17 @@ impl Proxy {
                     run.notes.push(note);
                     voted_down.push(producer.name.clone());
                     self.drop_binding(t, &producer).await;
+                }
+                // Verified only to measure a producer that is no trial: with nobody to
+                // vote, delivered unverified, as a task not sampled is.
+                Round::NoVote(e)
+                    if measure
+                        && run.route.as_ref().is_none_or(|r| r.trial.is_none())
+                        && !t.cancelled() =>
+                {
+                    tracing::debug!(delegate = %producer.name, error = %e.message,
+                        "no verifier to measure the producer: answered unverified");
+                    return Answer::Result { output, provenance };
                 }
                 Round::NoVote(e) => {
                     self.extra_cost(t, run, &producer, t.task.skill, cost);
@@ -433,7 +453,15 @@ impl Proxy {
             return Round::NoVote(error);
         }
         let passed = yes >= verify.threshold * total;
-        self.learn_agreement(&run.votes[first_vote..], skill, passed, now);
+        // Reliability is shared evidence: learnt against the policy's own threshold, never
+        // a task's own quorum (a tenant's quorum 0 must not move it).
+        let threshold = t
+            .policy
+            .verify
+            .as_ref()
+            .map_or(verify.threshold, |v| v.threshold);
+        let agreed_on = yes >= threshold * total;
+        self.learn_agreement(&run.votes[first_vote..], skill, agreed_on, now);
         if passed {
             Round::Passed { yes, total }
         } else {
@@ -459,34 +487,31 @@ impl Proxy {
         }
     }
 
-    /// Whether the producer the task would go to (the session's for the skill, else the
-    /// router's pick now) has under [`MEASURE_EVIDENCE`] observations: its results are then
-    /// verified whatever `sample` says (measured before it is trusted).
-    fn unmeasured_producer(&self, t: &TaskCtx<'_>) -> bool {
-        let need = t.need();
-        let bound = (!t.routed_afresh())
-            .then(|| t.session.binding(need.skill))
-            .flatten()
-            .map(|b| b.delegate);
-        let Some(producer) =
-            bound.or_else(|| self.decide(&t.policy, &need).ok().map(|c| c.delegate))
-        else {
-            return false;
-        };
-        self.registry
-            .quality_of(&producer.name, need.skill)
-            .and_then(|q| q.observed)
-            .is_none_or(|o| o.count < MEASURE_EVIDENCE)
+    /// Whether a result not sampled is verified all the same: its producer was picked as a
+    /// trial (`[routing] explore`, probation) or has under [`MEASURE_EVIDENCE`] observations
+    /// (measured before it is trusted).
+    fn to_measure(&self, t: &TaskCtx<'_>, run: &TaskRun, producer: &Delegate) -> bool {
+        run.route.as_ref().is_some_and(|r| r.trial.is_some())
+            || self
+                .registry
+                .quality_of(&producer.name, t.task.skill)
+                .and_then(|q| q.observed)
+                .is_none_or(|o| o.count < MEASURE_EVIDENCE)
     }
 
     /// Drops the session's binding to a voted-down producer: the session's next task is
-    /// decided afresh (affinity must not keep it, nor the producer a re-run moved to).
+    /// decided afresh (affinity must not keep it, nor the producer a re-run moved to). A
+    /// stateless task's binding is the tenant's shared upstream session with that delegate:
+    /// kept. A session's is unbound but not closed: its other tasks in flight may use it
+    /// (the upstream session ends at its TTL).
     async fn drop_binding(&self, t: &TaskCtx<'_>, producer: &Arc<Delegate>) {
         use crate::state::SessionStore as _;
+        if t.stateless() {
+            return;
+        }
         let key = t.binding_key(&producer.name);
-        if let Some(old) = t.session.unbind_delegate(&key, producer) {
+        if t.session.unbind_delegate(&key, producer).is_some() {
             self.sessions.unshare_binding(t.session, &key).await;
-            self.close_later(vec![old]);
         }
     }
 

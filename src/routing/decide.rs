@@ -130,7 +130,10 @@ fn survivors<O: Offer>(
             s.figures.push(e.figures);
             s.loads.push(load);
         } else {
-            if need.probation && e.excluded_by_evidence(policy.require.min_quality) {
+            // An ejected delegate is failing now: no trial, and it never serves as the last
+            // resort either.
+            if need.probation && !load.ejected && e.excluded_by_evidence(policy.require.min_quality)
+            {
                 s.probation += 1;
                 // Reservoir sampling: each one kept with probability 1/n.
                 if let Some(rng) = draw.as_deref_mut() {

@@ -140,6 +140,7 @@ fn build(i: usize, s: &Spec) -> TestOffer {
         observed: s.observed,
         weight: s.weight,
         quality_seen: s.seen.map(|(mean, count)| Observed { mean, count }),
+        ejected: false,
     }
 }
 

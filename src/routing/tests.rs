@@ -14,6 +14,7 @@ pub(crate) struct TestOffer {
     pub observed: Option<f64>,
     pub weight: f64,
     pub quality_seen: Option<Observed>,
+    pub ejected: bool,
 }
 
 impl Offer for TestOffer {
@@ -37,6 +38,12 @@ impl Offer for TestOffer {
     }
     fn weight(&self) -> f64 {
         self.weight
+    }
+    fn load(&self) -> Load {
+        Load {
+            ejected: self.ejected,
+            ..Load::idle()
+        }
     }
 }
 
@@ -63,6 +70,7 @@ pub(crate) fn offer(name: &str, q: Option<f64>, cost: Option<f64>, lat: Option<u
         observed: None,
         weight: 1.0,
         quality_seen: None,
+        ejected: false,
     }
 }
 
@@ -591,6 +599,14 @@ fn probation_tries_a_producer_excluded_by_evidence_and_serves_when_none_is_left(
     let pick = decide(&offers, &p, &verified, &off, &mut rng).unwrap();
     assert_eq!((pick.index, pick.trial), (0, Some(Trial::Probation)));
     assert!(decide(&offers, &p, &need(), &off, &mut rng).is_err());
+    // An ejected delegate is no probation candidate, nor the last resort.
+    offers[0].ejected = true;
+    let pick = decide(&offers, &p, &verified, &off, &mut rng).unwrap();
+    assert_eq!((pick.index, pick.trial), (1, Some(Trial::Probation)));
+    offers[1].ejected = true;
+    assert!(decide(&offers, &p, &verified, &params, &mut rng).is_err());
+    offers[0].ejected = false;
+    offers[1].ejected = false;
     // A verifier's floor: below it, not chosen; unknown passes.
     let choosing = Need {
         min_reliability: Some(0.6),

@@ -439,6 +439,47 @@ async fn the_message_s_quorum_decides_the_vote() {
 }
 
 #[tokio::test]
+async fn a_task_s_quorum_does_not_decide_what_verifiers_learn() {
+    let (yes, no) = (judge(true).await, judge(false).await);
+    let gw = TestGateway::builder()
+        .sim(producer("p-alpha", "alpha", 0.9, 0.001, 1.0))
+        .entry(entry(
+            "aye",
+            &yes.url(),
+            "rogue",
+            declared(&["verify"], 0.9),
+        ))
+        .entry(entry("nay", &no.url(), "rogue", declared(&["verify"], 0.9)))
+        .policy("verified.toml", &verified("verified", 2, 1))
+        .config(|c| c.policies.default = "verified".into())
+        .config(rate(100))
+        .spawn()
+        .await;
+    // A quorum of 0.5 lets one yes of two pass; the policy's threshold (0.75) would not:
+    // agreement is learnt against the policy's, so the yes-sayer is the one that disagreed.
+    for ms in 1..=4 {
+        send(&gw, None, task_init("ctl", ms, "x?", "(quorum 0.5)")).await;
+    }
+    let scrape = gw.metrics().await;
+    let reliability = |d: &str| -> f64 {
+        let series =
+            format!("ldp_gateway_verifier_reliability{{delegate=\"{d}\",skill=\"verify\"}}");
+        scrape
+            .samples()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no reliability for {d}"))
+    };
+    assert!(
+        reliability("nay") > reliability("aye"),
+        "aye {} nay {}",
+        reliability("aye"),
+        reliability("nay")
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_grammar_error_is_answered_in_ladp_with_its_line_and_column() {
     let gw = TestGateway::builder()
         .sim(solo())

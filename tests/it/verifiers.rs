@@ -150,6 +150,11 @@ async fn a_rubber_stamp_verifier_loses_its_weight_to_calibration() {
         }
     }
     let last = &delivered[delivered.len() / 3..];
+    assert!(
+        last.len() >= 10,
+        "too few delivered verified to judge: {}",
+        last.len()
+    );
     let right = last.iter().filter(|r| **r).count();
     assert!(
         right * 100 >= last.len() * 95,
@@ -324,6 +329,10 @@ async fn with_every_producer_excluded_by_evidence_the_skill_answers_verified() {
         .spawn()
         .await;
     let c = gw.client();
+    // A session bound to its producer before evidence excludes it.
+    let bound = c.accepted(json!({"payload_mode": "text"})).await;
+    let body = c.task(&bound, "qa", question(499), "text").await;
+    assert_eq!(body["type"], "TASK_RESULT", "{body}");
     for policy in ["only-a", "only-b"] {
         let s = c
             .accepted(json!({"payload_mode": "text", "policy": policy}))
@@ -335,10 +344,11 @@ async fn with_every_producer_excluded_by_evidence_the_skill_answers_verified() {
         }
     }
     // Both are excluded now: every task is still answered, each one verified, by the
-    // best-evidenced producer on probation.
+    // best-evidenced producer on probation, in a new session and in the bound one.
     let s = c.accepted(json!({"payload_mode": "text"})).await;
-    for i in 500..506 {
-        let body = c.task(&s, "qa", question(i), "text").await;
+    for i in 500..512 {
+        let session = if i % 2 == 0 { &s } else { &bound };
+        let body = c.task(session, "qa", question(i), "text").await;
         assert_eq!(body["type"], "TASK_RESULT", "{body}");
         assert_eq!(
             body["provenance"]["verification_status"], "peer_verified",

@@ -212,6 +212,28 @@ async fn without_an_independent_verifier_the_task_is_refused() {
 }
 
 #[tokio::test]
+async fn a_task_verified_only_to_measure_is_answered_when_nobody_can_vote() {
+    // Sampling on, this task (almost surely) not drawn: verified only because its producer
+    // is not yet measured; with no independent verifier it goes out unverified.
+    let gw = fleet(
+        &policy(2, 3, 0.000001),
+        vec![
+            producer("p", "alpha", 0.9, 0.001, 1.0),
+            verifier("v-alpha", "alpha", 1.0),
+        ],
+    )
+    .await;
+    let (c, s) = session(&gw).await;
+    let body = c.task(&s, "qa", question(1), "text").await;
+    assert_eq!(body["type"], "TASK_RESULT", "{body}");
+    assert_ne!(
+        body["provenance"]["verification_status"], "peer_verified",
+        "{body}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_verified_task_streams_nothing_before_its_verdict() {
     // The cheapest producer is always wrong: its result is voted down, and nothing of its
     // run (not even the gateway's "routed to" note) may reach a streaming client.
