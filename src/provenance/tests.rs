@@ -173,11 +173,13 @@ impl Reader for SlowReader {
 /// What a [`Wrapped`] ledger runs before each insert.
 pub(crate) type InsertHook = Box<dyn FnMut(&[LedgerRow]) -> Result<(), LedgerError> + Send>;
 
-/// A test ledger: SQLite with a hook run before each insert (a gate, a failure) and,
+/// A test ledger: SQLite with a hook run before each insert (a gate, a failure), one run
+/// after each committed insert (a failure reported for a commit that happened) and,
 /// optionally, a reader of its own; every other call goes to the SQLite ledger.
 pub(crate) struct Wrapped {
     pub(crate) inner: SqliteBackend,
     pub(crate) before_insert: InsertHook,
+    pub(crate) after_insert: InsertHook,
     pub(crate) reader: Option<Arc<dyn Reader>>,
 }
 
@@ -187,6 +189,7 @@ impl Wrapped {
         Wrapped {
             inner,
             before_insert: Box::new(|_| Ok(())),
+            after_insert: Box::new(|_| Ok(())),
             reader: None,
         }
     }
@@ -195,11 +198,13 @@ impl Wrapped {
 impl Backend for Wrapped {
     fn insert(&mut self, rows: &[LedgerRow]) -> Result<(), LedgerError> {
         (self.before_insert)(rows)?;
-        self.inner.insert(rows)
+        self.inner.insert(rows)?;
+        (self.after_insert)(rows)
     }
     fn insert_marked(&mut self, rows: &[LedgerRow], mark: (&str, u64)) -> Result<(), LedgerError> {
         (self.before_insert)(rows)?;
-        self.inner.insert_marked(rows, mark)
+        self.inner.insert_marked(rows, mark)?;
+        (self.after_insert)(rows)
     }
     fn journal_mark(&mut self, journal: &str) -> Result<u64, LedgerError> {
         self.inner.journal_mark(journal)

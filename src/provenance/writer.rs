@@ -250,12 +250,16 @@ impl Ledger {
         // The journal first: it hands the writer what it has, waits for the store to hold
         // it and empties itself.
         if let (Some((journal, _)), Some(t)) = (&self.handle.journal, self.journal.take()) {
-            let _ = journal.send(Entry::Stop).await;
+            // Every wait below is bounded: a store that is down keeps both queues full.
+            let _ = tokio::time::timeout(deadline, journal.send(Entry::Stop)).await;
             let joined = tokio::task::spawn_blocking(move || t.join());
             match tokio::time::timeout(deadline, joined).await {
                 Ok(Ok(Ok(Some(id)))) => {
-                    if let Err(e) = self.handle.ask(|ack| Cmd::Forget(id, ack)).await {
-                        tracing::warn!(error = %e, "the journal's mark stays in the store");
+                    let forgot =
+                        tokio::time::timeout(deadline, self.handle.ask(|ack| Cmd::Forget(id, ack)))
+                            .await;
+                    if !matches!(forgot, Ok(Ok(_))) {
+                        tracing::warn!("the journal's mark stays in the store");
                     }
                 }
                 Ok(_) => {}
@@ -264,7 +268,7 @@ impl Ledger {
                 ),
             }
         }
-        let _ = self.handle.tx.send(Cmd::Shutdown).await;
+        let _ = tokio::time::timeout(deadline, self.handle.tx.send(Cmd::Shutdown)).await;
         let queued_before = self.handle.metrics.ledger_queue.get().max(0) as u64;
         if let Some(t) = self.thread.take() {
             let joined = tokio::task::spawn_blocking(move || t.join());
@@ -594,6 +598,9 @@ struct Writer<'m> {
     journal: Option<(Arc<Progress>, String)>,
     /// The highest journal sequence number in the batch (none: no journaled rows in it).
     mark: Option<u64>,
+    /// Each row's journal sequence number (`None`: not journaled), index for index with
+    /// `rows`: a retried batch leaves out the rows the store's mark says are in.
+    seqs: Vec<Option<u64>>,
     /// A failed batch of journaled rows is kept and tried again at this time, after waiting
     /// this long.
     retry: Option<(std::time::Instant, Duration)>,
@@ -615,6 +622,7 @@ impl<'m> Writer<'m> {
             not_ready: false,
             journal,
             mark: None,
+            seqs: Vec::with_capacity(BATCH_MAX),
             retry: None,
         }
     }
@@ -642,14 +650,40 @@ impl<'m> Writer<'m> {
     /// Commits the batch and answers its rows. A failed batch of journaled rows (already
     /// acknowledged) is kept, to be tried again after a wait.
     fn commit(&mut self) -> Result<(), Arc<LedgerError>> {
-        let (m, failing) = (self.m, &mut self.failing);
-        let n = self.rows.len();
+        let retried = self.retry.is_some();
         let journaled = self.mark.zip(self.journal.as_ref());
         let result = match journaled {
-            Some((seq, (_, id))) => self.backend.insert_marked(&self.rows, (id, seq)),
-            None => self.backend.insert(&self.rows),
-        }
-        .map_err(Arc::new);
+            Some((_, (_, id))) if retried => match self.backend.journal_mark(id) {
+                // A commit that reported failure may have committed all the same (a
+                // connection reset after COMMIT, a file check after it): the rows the store's
+                // mark covers are not inserted again. No mark read, no insert.
+                Ok(stored) => {
+                    let seqs = &self.seqs;
+                    let mut k = 0;
+                    self.rows.retain(|_| {
+                        k += 1;
+                        seqs[k - 1].is_none_or(|s| s > stored)
+                    });
+                    let before = self.seqs.len();
+                    self.seqs.retain(|s| s.is_none_or(|s| s > stored));
+                    let stored_rows = (before - self.seqs.len()) as u64;
+                    self.m.ledger_rows.inc_by(stored_rows);
+                    self.m.ledger_queue.sub(stored_rows as i64);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
+            _ => Ok(()),
+        };
+        let n = self.rows.len();
+        let result = result
+            .and_then(|()| match journaled {
+                Some(_) if n == 0 => Ok(()),
+                Some((seq, (_, id))) => self.backend.insert_marked(&self.rows, (id, seq)),
+                None => self.backend.insert(&self.rows),
+            })
+            .map_err(Arc::new);
+        let (m, failing) = (self.m, &mut self.failing);
         match &result {
             Ok(()) => {
                 m.ledger_rows.inc_by(n as u64);
@@ -696,6 +730,7 @@ impl<'m> Writer<'m> {
             let _ = ack.send(result.clone());
         }
         self.rows.clear();
+        self.seqs.clear();
         result
     }
 
@@ -731,10 +766,12 @@ impl<'m> Writer<'m> {
         match cmd {
             Cmd::Insert(row, ack) => {
                 self.rows.push(*row);
+                self.seqs.push(None);
                 self.acks.extend(ack);
             }
             Cmd::Journaled(row, seq) => {
                 self.rows.push(*row);
+                self.seqs.push(Some(seq));
                 self.mark = Some(self.mark.map_or(seq, |m| m.max(seq)));
             }
             Cmd::Query(q, ack) => {

@@ -87,7 +87,10 @@ pub(super) fn attempt(t: &TaskCtx<'_>, d: &Delegate) -> Trace {
             ));
         }
         if t.trace.captures_content() {
-            a.push(Attr::new("gen_ai.input.messages", t.task.input.to_string()));
+            a.push(Attr::new(
+                "gen_ai.input.messages",
+                captured(&t.task.input.to_string()),
+            ));
         }
         a
     })
@@ -129,7 +132,10 @@ impl Proxy {
             }
             if span.captures_content() {
                 if let Ok(output) = ended {
-                    a.push(Attr::new("gen_ai.output.messages", output.to_string()));
+                    a.push(Attr::new(
+                        "gen_ai.output.messages",
+                        captured(&output.to_string()),
+                    ));
                 }
             }
             a
@@ -143,9 +149,31 @@ impl Proxy {
     }
 }
 
+/// Most bytes of a prompt or output put on a span (`capture_content`): a span waits in the
+/// export queue, so its size is bounded like every other thing held there.
+const MAX_CAPTURED: usize = 16 * 1024;
+
+/// `text`, cut at a character to at most [`MAX_CAPTURED`] bytes.
+fn captured(text: &str) -> String {
+    let mut end = text.len().min(MAX_CAPTURED);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn captured_content_is_cut_at_a_character_within_its_cap() {
+        let text = "é".repeat(MAX_CAPTURED);
+        let cut = captured(&text);
+        assert_eq!(cut.len(), MAX_CAPTURED);
+        assert!(cut.chars().all(|c| c == 'é'));
+        assert_eq!(captured("short"), "short");
+    }
 
     #[test]
     fn server_address_and_port_are_read_from_a_base_url() {

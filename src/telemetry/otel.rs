@@ -160,8 +160,11 @@ impl Trace {
             .with_kind(SpanKind::Server)
             .start_with_context(&otel.tracer, &parent);
         if span.is_recording() {
+            // The HTTP conventions' known methods, else `_OTHER`: a client's extension method
+            // (up to hyper's head limit) never becomes a span's name or attribute.
+            let method = known_method(method);
             span.update_name(format!("{method} {route}"));
-            span.set_attribute(KeyValue::new("http.request.method", method.to_owned()));
+            span.set_attribute(KeyValue::new("http.request.method", method));
             span.set_attribute(KeyValue::new("http.route", route));
         }
         Trace(Some(Traced {
@@ -269,14 +272,26 @@ impl Trace {
         };
         let mut out = vec![(HeaderName::from_static(TRACEPARENT), parent)];
         let state = self.context().map(|c| c.trace_state().header());
+        // A client's `tracestate` goes on to delegates only within W3C's advised 512 bytes.
         if let Some(v) = state
-            .filter(|s| !s.is_empty())
+            .filter(|s| !s.is_empty() && s.len() <= MAX_TRACESTATE)
             .and_then(|s| HeaderValue::from_str(&s).ok())
         {
             out.push((HeaderName::from_static(TRACESTATE), v));
         }
         out
     }
+}
+
+/// Most bytes of a `tracestate` sent on to a delegate (W3C Trace Context's advice: 512).
+const MAX_TRACESTATE: usize = 512;
+
+/// `method` if the HTTP semantic conventions know it, else `_OTHER`.
+fn known_method(method: &str) -> &'static str {
+    const KNOWN: [&str; 9] = [
+        "CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE",
+    ];
+    KNOWN.into_iter().find(|k| *k == method).unwrap_or("_OTHER")
 }
 
 /// Parses a `traceparent` value into its trace id (tests, the simulated delegate's log).
@@ -289,6 +304,13 @@ pub fn trace_id_of(traceparent: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_method_outside_the_conventions_is_other() {
+        assert_eq!(known_method("POST"), "POST");
+        assert_eq!(known_method(&"X".repeat(100_000)), "_OTHER");
+        assert_eq!(known_method("post"), "_OTHER");
+    }
 
     #[test]
     fn off_does_nothing() {

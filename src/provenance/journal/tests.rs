@@ -194,6 +194,38 @@ async fn a_failing_store_is_retried_and_reads_as_not_ready() {
     assert_eq!(stored(&db).len(), 10);
 }
 
+/// A commit reported as failed that did commit (a connection reset after COMMIT): the retry
+/// inserts none of the rows the store's mark covers, so every row is in the store once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_reported_failed_that_committed_is_not_inserted_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let mut once = true;
+    let backend = Wrapped {
+        after_insert: Box::new(move |_| {
+            if std::mem::take(&mut once) {
+                return Err(LedgerError::Write("connection reset after COMMIT".into()));
+            }
+            Ok(())
+        }),
+        ..Wrapped::new(SqliteBackend::open(&db.display().to_string(), Durability::Commit).unwrap())
+    };
+    let opened = open_journaled(Box::new(backend), &place(dir.path()), false).unwrap();
+    let ledger = Ledger::start_opened(opened, Durability::Commit, 1000, metrics());
+    let h = ledger.handle();
+    for i in 0..10 {
+        h.record(row(&format!("t{i}"), "s", i)).await.unwrap();
+    }
+    // A read waits until the store holds every row acknowledged before it.
+    h.query(Query::default()).await.unwrap();
+    assert_eq!(ledger.close(Duration::from_secs(30)).await, 0);
+    let ids = stored(&db);
+    let mut unique = ids.clone();
+    unique.dedup();
+    assert_eq!(ids, unique, "a row inserted twice");
+    assert_eq!(ids.len(), 10);
+}
+
 /// Next to a SQLite file; for Postgres in the configured folder, named by the store without
 /// its password; none in memory or under `async`.
 #[test]
