@@ -592,9 +592,9 @@ fn machine() -> String {
         })
         .unwrap_or_default();
     format!(
-        "{} · {} CPUs (nproc) · Linux {} · {}",
+        "{} · {} CPUs (nproc --all) · Linux {} · {}",
         cmd("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
-        cmd("nproc", &[]),
+        cmd("nproc", &["--all"]),
         cmd("uname", &["-r"]),
         model
     )
