@@ -395,24 +395,23 @@ fn compile_raw(file: &str, raw: RawPolicy, problems: &mut Vec<PolicyProblem>) ->
                 .and_then(|n| u32::try_from(n).ok())
                 .unwrap_or(d.max_rounds)
         });
-        let sample = v.sample.map_or(d.sample, |s| {
-            let key = "verify.sample";
-            c.finite(key, s)
-                .and_then(|s| {
-                    let ok = (0.0..=1.0).contains(&s.value);
-                    c.check(key, s, ok, "must be between 0 and 1")
-                })
-                .unwrap_or(d.sample)
-        });
-        let min_reliability = v.min_reliability.map_or(d.min_reliability, |m| {
-            let key = "verify.min_reliability";
-            c.finite(key, m)
-                .and_then(|m| {
-                    let ok = (0.0..=1.0).contains(&m.value);
-                    c.check(key, m, ok, "must be between 0 and 1")
-                })
-                .unwrap_or(d.min_reliability)
-        });
+        // A share in 0..=1 (`sample`, `min_reliability`), else the default.
+        let mut share = |key: &'static str, value, default: f64| {
+            Option::map_or(value, default, |s| {
+                c.finite(key, s)
+                    .and_then(|s| {
+                        let ok = (0.0..=1.0).contains(&s.value);
+                        c.check(key, s, ok, "must be between 0 and 1")
+                    })
+                    .unwrap_or(default)
+            })
+        };
+        let sample = share("verify.sample", v.sample, d.sample);
+        let min_reliability = share(
+            "verify.min_reliability",
+            v.min_reliability,
+            d.min_reliability,
+        );
         let calibration = v.calibration.and_then(|cal| calibration(&mut c, file, cal));
         Verify {
             skill,

@@ -658,12 +658,8 @@ impl<'m> Writer<'m> {
                 // connection reset after COMMIT, a file check after it): the rows the store's
                 // mark covers are not inserted again. No mark read, no insert.
                 Ok(stored) => {
-                    let seqs = &self.seqs;
-                    let mut k = 0;
-                    self.rows.retain(|_| {
-                        k += 1;
-                        seqs[k - 1].is_none_or(|s| s > stored)
-                    });
+                    let mut keep = self.seqs.iter().map(|s| s.is_none_or(|s| s > stored));
+                    self.rows.retain(|_| keep.next().unwrap_or(true));
                     let before = self.seqs.len();
                     self.seqs.retain(|s| s.is_none_or(|s| s > stored));
                     let stored_rows = (before - self.seqs.len()) as u64;
