@@ -347,7 +347,10 @@ impl Proxy {
         F::Output: Send + 'static,
     {
         let rt = tokio::runtime::Handle::try_current().ok()?;
-        Some(self.tasks.spawn_on(fut, &rt))
+        // Boxed: a task's future is kilobytes, and tokio copies a spawned future into its
+        // task cell and the whole cell's stage again when it finishes; boxed, those copies
+        // are a pointer's.
+        Some(self.tasks.spawn_on(Box::pin(fut), &rt))
     }
 
     fn id(&self) -> &str {
