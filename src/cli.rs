@@ -65,12 +65,17 @@ impl Cli {
         matches!(self.command, Command::Demo(_))
     }
 
-    /// Runs the subcommand on a multi-threaded runtime; the exit code is `call`'s (every
-    /// other subcommand succeeds or fails with an error).
+    /// Runs the subcommand; the exit code is `call`'s (every other subcommand succeeds or
+    /// fails with an error). `serve` runs on a current-thread runtime, the first of the
+    /// gateway's serving threads (one per core, `server::conn::spawn_threads`); the others on
+    /// a multi-threaded one.
     pub fn run(self) -> anyhow::Result<ExitCode> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?;
+        let runtime = match self.command {
+            Command::Serve { .. } => tokio::runtime::Builder::new_current_thread(),
+            _ => tokio::runtime::Builder::new_multi_thread(),
+        }
+        .enable_all()
+        .build()?;
         let done = match self.command {
             Command::Call(args) => return runtime.block_on(call::run(args)),
             Command::Serve { config } => runtime.block_on(serve::run(&config)),

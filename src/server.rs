@@ -116,6 +116,9 @@ pub struct Gateway {
     ledger: Ledger,
     grace: Duration,
     shutdown: watch::Sender<bool>,
+    /// Set (or dropped) when shutdown is over: the serving threads may then end their
+    /// runtimes, and with them the work their requests left behind.
+    ended: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     otel: Option<Arc<Otel>>,
 }
@@ -135,7 +138,12 @@ impl Gateway {
             return Err(ConfigError::Invalid(problems).into());
         }
         let config = Arc::new(config);
-        let ldp_listener = bind(config.server.listen).await?;
+        // Shared with the serving threads' sockets (`conn::spawn_threads`).
+        let ldp_listener =
+            conn::reuseport_listener(config.server.listen).map_err(|source| ServerError::Bind {
+                addr: config.server.listen,
+                source,
+            })?;
         let admin_listener = bind(config.admin.listen).await?;
         let ldp_addr = ldp_listener
             .local_addr()
@@ -255,13 +263,33 @@ impl Gateway {
         ));
         let opts = conn::ConnOptions::of(&config.server);
         let ldp_connections = OpenConnections::default();
+        let app = router(state.clone());
+        // Thread per core: this runtime serves too, so one thread fewer than the CPUs this
+        // process may run on.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (ended, ended_rx) = watch::channel(false);
+        let serving = conn::spawn_threads(
+            ldp_addr,
+            cores - 1,
+            &app,
+            opts,
+            &ldp_connections,
+            &rx,
+            &ended_rx,
+        )
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: ldp_addr,
+            source,
+        })?;
         tasks.push(conn::spawn_server(
             ldp_listener,
-            router(state.clone()),
+            app,
             opts,
             ldp_connections.clone(),
             rx.clone(),
         ));
+        tasks.extend(serving);
         // The admin listener has its own count: a flood on the LDP port leaves it reachable.
         tasks.push(conn::spawn_server(
             admin_listener,
@@ -298,6 +326,7 @@ impl Gateway {
             ledger,
             grace: config.server.shutdown_grace,
             shutdown,
+            ended,
             tasks,
             otel,
         })
@@ -395,6 +424,7 @@ impl Gateway {
         if let Some(otel) = &self.otel {
             otel.shutdown(TRACE_FLUSH_GRACE).await;
         }
+        let _ = self.ended.send(true);
         tracing::info!(provenance_rows_lost = lost, "gateway stopped");
     }
 }

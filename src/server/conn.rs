@@ -47,7 +47,8 @@ impl OpenConnections {
 
     /// A slot for one more connection, unless `max` are open.
     fn acquire(&self, max: usize) -> Option<Slot> {
-        // Only the accept loop adds, so there is no race between the check and the add.
+        // Each accept loop adds before it checks: of racing loops, only those that found
+        // room keep their slot.
         if self.0.fetch_add(1, Ordering::Relaxed) >= max {
             self.0.fetch_sub(1, Ordering::Relaxed);
             return None;
@@ -79,61 +80,142 @@ pub(super) fn spawn_server(
     app: axum::Router,
     opts: ConnOptions,
     open: OpenConnections,
-    mut rx: watch::Receiver<bool>,
+    rx: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    tokio::spawn(async move {
-        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-        let service = hyper_util::service::TowerToHyperService::new(app);
-        let stop = async move {
-            let _ = rx.wait_for(|v| *v).await;
-        };
-        tokio::pin!(stop);
-        // Logged once each time the cap is reached, not once per refused connection.
-        let mut at_cap = false;
-        loop {
-            let (tcp, _) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
+    tokio::spawn(serve(listener, app, opts, open, rx))
+}
+
+/// Thread per core: `app` served on `threads` more threads, each running one current-thread
+/// runtime with its own `SO_REUSEPORT` socket on `addr` (the kernel spreads connections
+/// across the sockets), so a request, the tasks it spawns and the upstream connections it
+/// drives stay on the thread that accepted it, with no hand-off between threads. Measured
+/// against tokio's multi-threaded runtime (benches/README.md, "Serving threads"), this is the
+/// faster. Each thread serves as [`spawn_server`] does, on the same connection cap, and keeps
+/// its runtime (so the work its requests left behind) until `ended` is set or dropped, which
+/// `Gateway::shutdown` does last. The handles end when a thread has stopped serving.
+pub(super) async fn spawn_threads(
+    addr: std::net::SocketAddr,
+    threads: usize,
+    app: &axum::Router,
+    opts: ConnOptions,
+    open: &OpenConnections,
+    rx: &watch::Receiver<bool>,
+    ended: &watch::Receiver<bool>,
+) -> io::Result<Vec<JoinHandle<()>>> {
+    let mut handles = Vec::with_capacity(threads);
+    for i in 0..threads {
+        let (app, open, rx, mut ended) = (app.clone(), open.clone(), rx.clone(), ended.clone());
+        let (bound_tx, bound_rx) = tokio::sync::oneshot::channel::<io::Result<()>>();
+        let (served_tx, served_rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name(format!("ldp-serve-{}", i + 1))
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
                     Err(e) => {
-                        // Out of file descriptors and the like: back off briefly, keep serving.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
+                        let _ = bound_tx.send(Err(e));
+                        return;
                     }
-                },
-                _ = &mut stop => break,
-            };
-            let Some(slot) = open.acquire(opts.max_connections) else {
-                if !at_cap {
-                    tracing::warn!(
-                        max_connections = opts.max_connections,
-                        "connection cap reached; closing new connections until some end"
-                    );
-                    at_cap = true;
+                };
+                runtime.block_on(async move {
+                    let listener = match reuseport_listener(addr) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            let _ = bound_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let _ = bound_tx.send(Ok(()));
+                    serve(listener, app, opts, open, rx).await;
+                    let _ = served_tx.send(());
+                    let _ = ended.wait_for(|v| *v).await;
+                });
+            })?;
+        bound_rx
+            .await
+            .map_err(|_| io::Error::other("a serving thread ended before binding"))??;
+        handles.push(tokio::spawn(async move {
+            let _ = served_rx.await;
+        }));
+    }
+    Ok(handles)
+}
+
+/// A listener on `addr` that other sockets of this process may share (`SO_REUSEPORT`).
+pub(super) fn reuseport_listener(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// The accept loop of [`spawn_server`] and of each of [`spawn_threads`]' threads.
+async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    opts: ConnOptions,
+    open: OpenConnections,
+    mut rx: watch::Receiver<bool>,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let stop = async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    tokio::pin!(stop);
+    // Logged once each time the cap is reached, not once per refused connection.
+    let mut at_cap = false;
+    loop {
+        let (tcp, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off briefly, keep serving.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
                 }
-                drop(tcp);
-                continue;
-            };
-            at_cap = false;
-            let _ = tcp.set_nodelay(true);
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(opts.header_read_timeout)
-                .keep_alive(true);
-            let io = TokioIo::new(WriteDeadline::new(tcp, opts.write_timeout));
-            let conn = graceful.watch(builder.serve_connection(io, service.clone()));
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!(error = %e, "connection ended with an error");
-                }
-                drop(slot);
-            });
-        }
-        drop(listener);
-        graceful.shutdown().await;
-    })
+            },
+            _ = &mut stop => break,
+        };
+        let Some(slot) = open.acquire(opts.max_connections) else {
+            if !at_cap {
+                tracing::warn!(
+                    max_connections = opts.max_connections,
+                    "connection cap reached; closing new connections until some end"
+                );
+                at_cap = true;
+            }
+            drop(tcp);
+            continue;
+        };
+        at_cap = false;
+        let _ = tcp.set_nodelay(true);
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(opts.header_read_timeout)
+            .keep_alive(true);
+        let io = TokioIo::new(WriteDeadline::new(tcp, opts.write_timeout));
+        let conn = graceful.watch(builder.serve_connection(io, service.clone()));
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
 }
 
 /// An IO whose writes fail with `TimedOut` once they have made no progress for `timeout`: the

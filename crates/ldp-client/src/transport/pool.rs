@@ -14,7 +14,7 @@ use hyper::{Method, Request, Uri};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Most idle connections kept per delegate.
+/// Most idle connections kept per delegate and lane.
 const MAX_IDLE: usize = 1024;
 
 /// The hot route, whose URI each origin parses once.
@@ -76,7 +76,23 @@ pub(super) struct Origin {
     prefix: String,
     /// `prefix` + `/ldp/messages`, parsed once.
     messages: Uri,
-    idle: Mutex<Vec<Idle>>,
+    /// Per lane (see [`lane`]).
+    idle: [Mutex<Vec<Idle>>; LANES],
+}
+
+/// Idle connections are kept per thread ("lane"), so that on a gateway serving one
+/// current-thread runtime per core a connection is made, driven and reused by one thread,
+/// never handed between threads. Threads past `LANES` share lanes (still correct).
+const LANES: usize = 8;
+
+/// This thread's lane.
+fn lane() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static LANE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % LANES;
+    }
+    LANE.with(|l| *l)
 }
 
 struct Idle {
@@ -100,7 +116,7 @@ impl Origin {
             host: HeaderValue::from_str(authority).ok()?,
             prefix: prefix.to_owned(),
             messages: Uri::try_from(format!("{prefix}/ldp/messages")).ok()?,
-            idle: Mutex::new(Vec::new()),
+            idle: std::array::from_fn(|_| Mutex::new(Vec::new())),
         })
     }
 
@@ -114,7 +130,7 @@ impl Origin {
 
     /// The most recently used idle connection, if one is younger than `max_age`.
     fn checkout(&self, max_age: Duration) -> Option<SendRequest<Full<Bytes>>> {
-        let mut idle = self.idle.lock().ok()?;
+        let mut idle = self.idle[lane()].lock().ok()?;
         while let Some(c) = idle.pop() {
             if c.since.elapsed() < max_age && !c.tx.is_closed() {
                 return Some(c.tx);
@@ -129,7 +145,7 @@ impl Origin {
         if tx.is_closed() {
             return;
         }
-        let Ok(mut idle) = self.idle.lock() else {
+        let Ok(mut idle) = self.idle[lane()].lock() else {
             return;
         };
         let stale = idle
