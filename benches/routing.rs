@@ -8,7 +8,13 @@
 //! The offers are plain structs implementing `routing::Offer`, not the registry's
 //! `SkillOffer`s: a `Registry` gets cards only by fetching them over HTTP (`poll_one`,
 //! `poll_all`), and a `Delegate` built from config stays unhealthy until it has one. The
-//! registry's `Offer` impl reads the same fields plus two atomics, so the cost is the same.
+//! registry's `Offer` impl reads the same figures through its delegate (atomics, the outlier
+//! state's and the latency EWMA's locks, the kept learned-quality reading), so it costs a
+//! little more per offer than these. The offers keep what the registry keeps: an observed
+//! latency with its logarithm, learned quality's kept reading (`Estimate::evidence`).
+//!
+//! Heap allocations per decision are counted (an instrumented system allocator) and printed
+//! before each group's timings: `allocations/decision` for `decide/*`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ldp_gateway::ldp::{
@@ -16,13 +22,29 @@ use ldp_gateway::ldp::{
 };
 use ldp_gateway::policy::{Glob, Policy, Require, Weights};
 use ldp_gateway::registry::quality::{now_ms, Estimate, Learned};
-use ldp_gateway::routing::Observed;
 use ldp_gateway::routing::{
-    decide, decide_with, explain, statics, Need, Offer, RoutingParams, Static,
+    decide, decide_with, explain, statics, Evidence, Latency, Need, Observed, Offer, Prior,
+    RoutingParams, Static,
 };
+use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+use std::alloc::System;
 use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
 use std::sync::Arc;
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Heap allocations (and reallocations) per call of `f`, over `n` calls after one to warm up.
+fn allocations<R>(n: u32, mut f: impl FnMut() -> R) -> f64 {
+    black_box(f());
+    let region = Region::new(GLOBAL);
+    for _ in 0..n {
+        black_box(f());
+    }
+    let s = region.change();
+    (s.allocations + s.reallocations) as f64 / f64::from(n)
+}
 
 const SKILL: &str = "summarize";
 
@@ -32,7 +54,8 @@ struct BenchOffer {
     card: IdentityCard,
     hints: CapabilityHints,
     healthy: bool,
-    observed: Option<f64>,
+    /// Observed latency, kept with its logarithm as the registry keeps its EWMA.
+    observed: Option<Latency>,
     weight: f64,
     /// Learned quality, as the registry's `SkillOffer` holds it.
     estimate: Option<Arc<Estimate>>,
@@ -52,6 +75,9 @@ impl Offer for BenchOffer {
         self.healthy
     }
     fn observed_latency_ms(&self) -> Option<f64> {
+        self.observed.map(|l| l.ms)
+    }
+    fn observed_latency(&self) -> Option<Latency> {
         self.observed
     }
     fn weight(&self) -> f64 {
@@ -59,6 +85,9 @@ impl Offer for BenchOffer {
     }
     fn observed_quality(&self, now_ms: i64, rater: Option<&str>) -> Option<Observed> {
         self.estimate.as_ref()?.observed(now_ms, rater)
+    }
+    fn evidence(&self, now_ms: i64, rater: Option<&str>, prior: Prior) -> Option<Evidence> {
+        self.estimate.as_ref()?.evidence(now_ms, rater, prior)
     }
 }
 
@@ -106,7 +135,7 @@ fn fleet(n: usize) -> Vec<BenchOffer> {
                 card,
                 hints: cap.hints,
                 healthy: rng.u8(..20) != 0,
-                observed: (rng.u8(..2) == 0).then(|| 100.0 + rng.f64() * 5_000.0),
+                observed: (rng.u8(..2) == 0).then(|| Latency::new(100.0 + rng.f64() * 5_000.0)),
                 weight: 1.0,
                 estimate: None,
             }
@@ -156,6 +185,10 @@ fn bench_decide(c: &mut Criterion) {
             Ok(p) => eprintln!("decide/{n}: {} eligible, {} in band", p.eligible, p.band),
             Err(e) => eprintln!("decide/{n}: {e}"),
         }
+        let per = allocations(100, || {
+            decide_with(&offers, &st, &policy, &need, &params, &mut rng)
+        });
+        eprintln!("decide/{n}: {per} allocations/decision");
         group.throughput(Throughput::Elements(n as u64));
         group.bench_with_input(BenchmarkId::from_parameter(n), &offers, |b, offers| {
             b.iter(|| {
@@ -170,8 +203,10 @@ fn bench_decide(c: &mut Criterion) {
             })
         });
     }
-    // Every offer with learned quality (votes a minute old): the clock is read and the
-    // evidence aged per offer, as the registry's offers do.
+    // Every offer with learned quality (votes a minute old), read as the registry's offers
+    // read it: the estimate's kept reading, worked out again when evidence arrives or a
+    // thousandth of a half-life (3.6 s) has passed, so within one such window every decision
+    // reads the kept one.
     let learned = Learned::default();
     let mut offers = fleet(100);
     for (i, o) in offers.iter_mut().enumerate() {
@@ -186,6 +221,11 @@ fn bench_decide(c: &mut Criterion) {
         now_ms: now_ms(),
         ..need
     };
+    let per = allocations(100, || {
+        decide_with(&offers, &st, &policy, &now, &params, &mut rng)
+    });
+    eprintln!("decide/evidence/100: {per} allocations/decision");
+    group.throughput(Throughput::Elements(100));
     group.bench_function("evidence/100", |b| {
         b.iter(|| {
             decide_with(

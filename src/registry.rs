@@ -284,6 +284,11 @@ impl Delegate {
         self.observed.latency_ms()
     }
 
+    /// [`Delegate::observed_latency_ms`] with its badness for routing.
+    pub fn observed_latency(&self) -> Option<crate::routing::Latency> {
+        self.observed.latency()
+    }
+
     /// How many latency samples it has.
     pub fn samples(&self) -> u64 {
         self.observed.samples()
@@ -291,13 +296,8 @@ impl Delegate {
 
     /// Most tasks it may have in flight: config, else the card's `metadata.max_in_flight`.
     pub fn max_in_flight(&self) -> Option<u32> {
-        self.max_in_flight.or_else(|| {
-            self.card().and_then(|c| {
-                c.metadata
-                    .get("max_in_flight")
-                    .and_then(|v| v.trim().parse().ok())
-            })
-        })
+        self.max_in_flight
+            .or_else(|| self.card().and_then(|c| card_max_in_flight(&c)))
     }
 
     /// Counts a task in flight until the guard drops.
@@ -344,12 +344,18 @@ impl Delegate {
 
     /// Load and outlier state for routing, now.
     pub fn load(&self) -> Load {
+        self.load_with(self.max_in_flight())
+    }
+
+    /// [`Delegate::load`] given its [`Delegate::max_in_flight`] (a [`SkillOffer`] keeps it
+    /// from its card, so a decision parses no metadata).
+    fn load_with(&self, max_in_flight: Option<u32>) -> Load {
         let a = self
             .observed
             .availability(tokio::time::Instant::now(), &self.outlier);
         Load {
             in_flight: self.observed.in_flight(),
-            max_in_flight: self.max_in_flight(),
+            max_in_flight,
             ejected: a.ejected,
             probing: a.probing,
             weight_factor: a.weight_factor,
@@ -411,6 +417,13 @@ impl Delegate {
     }
 }
 
+/// A card's `metadata.max_in_flight`, if it says one.
+fn card_max_in_flight(card: &IdentityCard) -> Option<u32> {
+    card.metadata
+        .get("max_in_flight")
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// A delegate offering one skill, with that skill's hints resolved from its card.
 #[derive(Debug, Clone)]
 pub struct SkillOffer {
@@ -422,6 +435,8 @@ pub struct SkillOffer {
     pub hints: CapabilityHints,
     /// The delegate's learned quality at the skill.
     pub estimate: Option<Arc<quality::Estimate>>,
+    /// [`Delegate::max_in_flight`] under `card`.
+    pub max_in_flight: Option<u32>,
 }
 
 impl Offer for SkillOffer {
@@ -440,6 +455,9 @@ impl Offer for SkillOffer {
     fn observed_latency_ms(&self) -> Option<f64> {
         self.delegate.observed_latency_ms()
     }
+    fn observed_latency(&self) -> Option<crate::routing::Latency> {
+        self.delegate.observed_latency()
+    }
     fn observed_quality(
         &self,
         now_ms: i64,
@@ -447,11 +465,19 @@ impl Offer for SkillOffer {
     ) -> Option<crate::routing::Observed> {
         self.estimate.as_ref()?.observed(now_ms, rater)
     }
+    fn evidence(
+        &self,
+        now_ms: i64,
+        rater: Option<&str>,
+        prior: crate::routing::Prior,
+    ) -> Option<crate::routing::Evidence> {
+        self.estimate.as_ref()?.evidence(now_ms, rater, prior)
+    }
     fn weight(&self) -> f64 {
         self.delegate.weight
     }
     fn load(&self) -> Load {
-        self.delegate.load()
+        self.delegate.load_with(self.max_in_flight)
     }
 }
 
@@ -492,6 +518,7 @@ impl SkillIndex {
                         card: card.clone(),
                         hints,
                         estimate: d.learned.estimate(&cap.name),
+                        max_in_flight: d.max_in_flight.or_else(|| card_max_in_flight(&card)),
                     });
             }
         }
@@ -991,9 +1018,7 @@ mod tests {
         let (_, other) = index.offers_with_statics("echo", &any, &params);
         assert!(!Arc::ptr_eq(&first, &other));
         // The kept checks are the ones a fresh evaluation gives.
-        for (o, st) in offers.iter().zip(first.iter()) {
-            assert_eq!(*st, routing::static_eval(o, &eu, &params));
-        }
+        assert_eq!(*first, *routing::statics(offers, &eu, &params));
         let need = routing::Need {
             skill: "echo",
             client_domain: "default",

@@ -2,9 +2,12 @@
 //! near-equals. Pure: it sees cards, hints and observed numbers handed to it, never sockets or
 //! clocks; randomness comes in as an `fastrand::Rng`.
 //!
-//! Two entry points share one evaluation: [`decide`] for the hot path (no strings, no
-//! per-candidate allocation beyond the score buffer) and [`explain`] for operators (every
-//! constraint with the value it compared).
+//! Two entry points share one set of constraints and one score: [`decide_with`] for the hot
+//! path (one pass over the offers with the card-only work cached, no allocation; why it
+//! scans rather than keeps a sorted order is in `decide`'s module doc) and [`explain`] for
+//! operators (every constraint with the value it compared, every score worked out afresh).
+//! A property test holds the two, and the full evaluation the hot path replaced, to the
+//! same decisions.
 
 mod constraints;
 mod decide;
@@ -15,10 +18,10 @@ mod score;
 pub use constraints::{
     evaluate, figures, static_eval, statics, Constraint, Evaluation, Figures, LatencySource, Static,
 };
-pub use decide::{decide, decide_with, scores, NoEligible, Pick, Trial};
+pub use decide::{decide, decide_with, scores, Exclusions, NoEligible, Pick, Trial};
 pub use explain::{explain, ConstraintRow, Explanation, Picked, RowView};
-pub use quality::{blend, claim_weight, plausible, Observed};
-pub use score::{score, Components, RULE as SCORING_RULE};
+pub use quality::{blend, claim_weight, plausible, Evidence, Observed, Prior};
+pub use score::{score, Bad, Components, RULE as SCORING_RULE};
 
 use crate::ldp::{CapabilityHints, CostTier, IdentityCard};
 use serde::{Deserialize, Serialize};
@@ -110,17 +113,51 @@ pub trait Offer {
     fn healthy(&self) -> bool;
     /// Observed latency EWMA in ms, once it has samples.
     fn observed_latency_ms(&self) -> Option<f64>;
+    /// [`Offer::observed_latency_ms`] with its badness on the score's scale. The default
+    /// takes the logarithm here; an offer that keeps it with the EWMA (the registry's) saves
+    /// a decision that `ln` per candidate.
+    fn observed_latency(&self) -> Option<Latency> {
+        self.observed_latency_ms().map(Latency::new)
+    }
     /// Observed quality at the skill (verifier votes, client ratings) as of `now_ms` (Unix
     /// ms), once there is any: the shared evidence, plus `rater`'s own ratings when named.
     fn observed_quality(&self, now_ms: i64, rater: Option<&str>) -> Option<Observed> {
         let _ = (now_ms, rater);
         None
     }
+    /// [`Offer::observed_quality`] with what it makes of the card's claim `prior` (blend,
+    /// plausible value, the blend's error rate and its logarithm): some exactly when
+    /// `observed_quality` is. The default works it out per call; the registry keeps it per
+    /// estimate until evidence arrives or its decay moves it.
+    fn evidence(&self, now_ms: i64, rater: Option<&str>, prior: Prior) -> Option<Evidence> {
+        self.observed_quality(now_ms, rater)
+            .map(|o| Evidence::of(prior, o))
+    }
     /// Relative share among near-equals.
     fn weight(&self) -> f64;
     /// Its load and outlier state now (default: idle, never ejected).
     fn load(&self) -> Load {
         Load::idle()
+    }
+}
+
+/// An observed latency with its badness (the score's scale), its logarithm taken when it
+/// was observed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Latency {
+    /// The latency, ms.
+    pub ms: f64,
+    /// Its badness: `ms` floored at 0, with its logarithm.
+    pub bad: Bad,
+}
+
+impl Latency {
+    /// `ms` and its badness.
+    pub fn new(ms: f64) -> Latency {
+        Latency {
+            ms,
+            bad: Bad::amount(ms),
+        }
     }
 }
 
@@ -152,6 +189,7 @@ impl Load {
     }
 
     /// Whether it can take one more task.
+    #[inline]
     pub fn has_room(&self) -> bool {
         let cap = if self.probing {
             Some(self.max_in_flight.map_or(1, |m| m.min(1)))

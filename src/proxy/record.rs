@@ -3,7 +3,7 @@
 use super::task::{Answer, TaskCtx, TaskRun};
 use super::Proxy;
 use crate::provenance::{digest, redact_preview, JsonText, LedgerRow, Outcome};
-use crate::routing::Constraint;
+use crate::routing::Exclusions;
 use std::time::Duration;
 
 impl Proxy {
@@ -183,7 +183,7 @@ struct RoutingSummary<'a> {
 }
 
 /// Constraints that excluded candidates, as `{constraint: count}`.
-struct Excluded<'a>(&'a [(Constraint, usize)]);
+struct Excluded<'a>(&'a Exclusions);
 
 impl serde::Serialize for Excluded<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

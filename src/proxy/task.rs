@@ -317,7 +317,7 @@ pub(super) struct RouteInfo {
     pub(super) score: f64,
     pub(super) eligible: usize,
     pub(super) band: usize,
-    pub(super) excluded: Vec<(crate::routing::Constraint, usize)>,
+    pub(super) excluded: crate::routing::Exclusions,
     /// A trial pick (`[routing] explore`), not one on the score.
     pub(super) trial: Option<crate::routing::Trial>,
     /// The pick's score components, and how many delegates offered the skill.

@@ -46,9 +46,9 @@ pub(super) fn route(t: &TaskCtx<'_>, route: &RouteInfo, picked: &Delegate) {
             Attr::new("ldp.route.score.cost", route.components.cost),
             Attr::new("ldp.route.score.latency", route.components.latency),
         ];
-        for (constraint, n) in &route.excluded {
+        for (constraint, n) in route.excluded.iter() {
             let key = format!("ldp.route.excluded.{}", constraint.as_str());
-            a.push(Attr::new(key, *n as i64));
+            a.push(Attr::new(key, n as i64));
         }
         a
     });

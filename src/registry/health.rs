@@ -2,6 +2,7 @@
 //! that decays with time, errors over a rolling window, the last success, and outlier
 //! ejection (growing backoff, then a probe, then a short slow start).
 
+use crate::routing::Latency;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -29,6 +30,9 @@ pub enum Phase {
 #[derive(Debug)]
 struct State {
     ewma_ms: Option<f64>,
+    /// `ewma_ms` with its badness on routing's scale (its logarithm taken here, once per
+    /// sample, not per decision).
+    ewma: Option<Latency>,
     last_sample: Option<Instant>,
     samples: u64,
     /// `(ok, err)` per bucket of `window / BUCKETS`, ring indexed by bucket number.
@@ -101,6 +105,7 @@ impl Default for Observed {
             in_flight: AtomicU32::new(0),
             state: Mutex::new(State {
                 ewma_ms: None,
+                ewma: None,
                 last_sample: None,
                 samples: 0,
                 buckets: [(0, 0, 0); BUCKETS],
@@ -200,6 +205,7 @@ impl Observed {
             }
             _ => ms,
         });
+        s.ewma = s.ewma_ms.map(Latency::new);
         s.last_sample = Some(now);
         s.samples += 1;
     }
@@ -285,6 +291,11 @@ impl Observed {
     /// The latency EWMA, ms, once measured.
     pub fn latency_ms(&self) -> Option<f64> {
         self.lock().ewma_ms
+    }
+
+    /// The latency EWMA with its badness for routing, once measured.
+    pub fn latency(&self) -> Option<Latency> {
+        self.lock().ewma
     }
 
     /// Latency samples taken.

@@ -21,10 +21,10 @@
 //! Reads are lock-free (`ArcSwapOption`): a decision reads every offer's estimate. Writes are
 //! rare (a vote, a rating) and replace the small value whole.
 
-use crate::routing::Observed;
+use crate::routing::{claim_weight, Bad, Evidence, Observed, Prior};
 use arc_swap::ArcSwapOption;
 use dashmap::DashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Default `[quality] half_life`: one hour.
@@ -106,6 +106,75 @@ pub struct Estimate {
     judged: ArcSwapOption<Beta>,
     own: ArcSwapOption<Own>,
     half_life_ms: Arc<AtomicU64>,
+    /// Bumped after every write (0: never written, so no evidence).
+    generation: AtomicU64,
+    /// Whether any tenant's own evidence was ever kept (then a rater's reading is worked out
+    /// each time, not kept).
+    has_own: AtomicBool,
+    /// The last reading routing made ([`Estimate::evidence`]).
+    kept: Kept,
+}
+
+/// Words of a kept reading: generation, at_ms, half-life, declared quality, claim weight,
+/// whether there is evidence, mean, count, blend, plausible, error rate, its logarithm.
+const KEPT_WORDS: usize = 12;
+
+/// `Option<f64>` in a word: a NaN no arithmetic makes stands for none.
+const NONE_BITS: u64 = 0x7ff8_0000_dead_beef;
+
+fn opt_bits(v: Option<f64>) -> u64 {
+    v.map_or(NONE_BITS, f64::to_bits)
+}
+
+fn bits_opt(w: u64) -> Option<f64> {
+    (w != NONE_BITS).then(|| f64::from_bits(w))
+}
+
+/// The last reading of the shared evidence with what it made of one prior ([`Evidence`]),
+/// kept until the evidence is written again or its decay could have moved it (a thousandth
+/// of a half-life after the reading, the same tolerance [`Beta`]'s reads allow). Routing
+/// reads every offer's quality per decision: a kept reading costs a dozen atomic loads, no
+/// lock, no power, no posterior. A sequence lock: readers retry never (a torn or busy read
+/// just works the reading out), a writer that finds another writing skips keeping its own.
+#[derive(Debug, Default)]
+struct Kept {
+    /// Odd while a writer writes.
+    seq: AtomicU64,
+    words: [AtomicU64; KEPT_WORDS],
+}
+
+impl Kept {
+    fn read(&self) -> Option<[u64; KEPT_WORDS]> {
+        let before = self.seq.load(Ordering::Acquire);
+        if before & 1 == 1 {
+            return None;
+        }
+        let mut w = [0u64; KEPT_WORDS];
+        for (x, a) in w.iter_mut().zip(&self.words) {
+            *x = a.load(Ordering::Relaxed);
+        }
+        // Orders the loads above before the check below: a word from a write that began
+        // after `before` makes `seq` differ.
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == before).then_some(w)
+    }
+
+    fn write(&self, w: [u64; KEPT_WORDS]) {
+        let s = self.seq.load(Ordering::Relaxed);
+        if s & 1 == 1
+            || self
+                .seq
+                .compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        fence(Ordering::Release);
+        for (a, x) in self.words.iter().zip(w) {
+            a.store(x, Ordering::Relaxed);
+        }
+        self.seq.store(s + 2, Ordering::Release);
+    }
 }
 
 impl Estimate {
@@ -130,6 +199,7 @@ impl Estimate {
             let b = old.as_deref().copied().unwrap_or(Beta::empty(at_ms));
             Some(Arc::new(b.observe(score, weight, at_ms, hl)))
         });
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Adds an observation to `rater`'s own evidence (only its routing sees it); ignored as
@@ -148,6 +218,60 @@ impl Estimate {
             *b = b.observe(score, weight, at_ms, hl);
             Some(Arc::new(next))
         });
+        self.has_own.store(true, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// [`Estimate::observed`] with what it makes of the card's claim `prior`, as routing
+    /// reads it ([`crate::routing::Offer::evidence`]): the shared evidence's reading is kept
+    /// ([`Kept`]) and served again until the evidence is written or a thousandth of a
+    /// half-life has passed; a rater with evidence of its own gets it worked out each time.
+    pub fn evidence(&self, now_ms: i64, rater: Option<&str>, prior: Prior) -> Option<Evidence> {
+        let generation = self.generation.load(Ordering::Acquire);
+        if generation == 0 {
+            return None;
+        }
+        if rater.is_some() && self.has_own.load(Ordering::Acquire) {
+            return self.observed(now_ms, rater).map(|o| Evidence::of(prior, o));
+        }
+        let hl = self.half_life_ms.load(Ordering::Relaxed);
+        let declared = opt_bits(prior.declared);
+        let k = claim_weight(prior.claim).to_bits();
+        if let Some(w) = self.kept.read() {
+            let at = w[1] as i64;
+            let fresh = now_ms >= at && (hl == 0 || ((now_ms - at) as f64) * 1000.0 < hl as f64);
+            if w[0] == generation && w[2] == hl && w[3] == declared && w[4] == k && fresh {
+                return (w[5] == 1).then(|| Evidence {
+                    observed: Observed {
+                        mean: f64::from_bits(w[6]),
+                        count: f64::from_bits(w[7]),
+                    },
+                    blend: bits_opt(w[8]),
+                    plausible: bits_opt(w[9]),
+                    error: bits_opt(w[10]).map(|value| Bad {
+                        value,
+                        ln: f64::from_bits(w[11]),
+                    }),
+                });
+            }
+        }
+        let e = self.observed(now_ms, None).map(|o| Evidence::of(prior, o));
+        let (mean, count) = e.map_or((0.0, 0.0), |e| (e.observed.mean, e.observed.count));
+        self.kept.write([
+            generation,
+            now_ms as u64,
+            hl,
+            declared,
+            k,
+            u64::from(e.is_some()),
+            mean.to_bits(),
+            count.to_bits(),
+            opt_bits(e.and_then(|e| e.blend)),
+            opt_bits(e.and_then(|e| e.plausible)),
+            opt_bits(e.and_then(|e| e.error).map(|b| b.value)),
+            e.and_then(|e| e.error).map_or(0.0, |b| b.ln).to_bits(),
+        ]);
+        e
     }
 
     /// What has been observed, aged to `now_ms`: the shared evidence, plus `rater`'s own
@@ -191,7 +315,12 @@ impl Estimate {
     /// evidence stays.
     pub fn set(&self, beta: Option<Beta>, own: Option<Own>) {
         self.beta.store(beta.map(Arc::new));
-        self.own.store(own.filter(|o| !o.is_empty()).map(Arc::new));
+        let own = own.filter(|o| !o.is_empty());
+        if own.is_some() {
+            self.has_own.store(true, Ordering::Release);
+        }
+        self.own.store(own.map(Arc::new));
+        self.generation.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -239,6 +368,9 @@ impl Learned {
                     judged: ArcSwapOption::empty(),
                     own: ArcSwapOption::empty(),
                     half_life_ms: self.half_life_ms.clone(),
+                    generation: AtomicU64::new(0),
+                    has_own: AtomicBool::new(false),
+                    kept: Kept::default(),
                 })
             })
             .clone();
@@ -354,6 +486,51 @@ mod tests {
         }
         let n = e.observed(28_799_000, None).unwrap().count;
         assert!((5_000.0..5_300.0).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn a_kept_reading_is_served_until_evidence_or_decay_moves_it() {
+        let l = Learned::default();
+        l.set_half_life_ms(1_000_000);
+        let e = l.estimate("qa").unwrap();
+        let prior = Prior {
+            declared: Some(0.9),
+            claim: None,
+        };
+        let fresh =
+            |now: i64, rater: Option<&str>| e.observed(now, rater).map(|o| Evidence::of(prior, o));
+        assert_eq!(e.evidence(0, None, prior), None, "no evidence yet");
+        e.observe(0.0, 2.0, 0);
+        let first = e.evidence(1_500, None, prior);
+        assert!(first.is_some());
+        assert_eq!(first, fresh(1_500, None));
+        // Within a thousandth of a half-life of the reading: the kept one, not a new one.
+        assert_eq!(e.evidence(2_400, None, prior), first);
+        assert_ne!(
+            fresh(2_400, None),
+            first,
+            "the exact reading has decayed a little"
+        );
+        // Past it, or after a write, or under another claim: worked out again.
+        assert_eq!(e.evidence(2_600, None, prior), fresh(2_600, None));
+        e.observe(1.0, 1.0, 2_600);
+        assert_eq!(e.evidence(2_610, None, prior), fresh(2_610, None));
+        let other = Prior {
+            declared: Some(0.5),
+            claim: None,
+        };
+        assert_eq!(
+            e.evidence(2_610, None, other),
+            e.observed(2_610, None).map(|o| Evidence::of(other, o))
+        );
+        // A rater with ratings of its own sees them; the shared reading stays shared.
+        e.observe_own("acme", 0.0, 5.0, 2_620);
+        let acme = fresh(2_630, Some("acme"));
+        assert_eq!(e.evidence(2_630, Some("acme"), prior), acme);
+        assert_eq!(e.evidence(2_630, None, prior), fresh(2_630, None));
+        assert_ne!(acme, fresh(2_630, None));
+        // A clock that went back is not served a reading from its future.
+        assert_eq!(e.evidence(500, None, prior), fresh(500, None));
     }
 
     #[test]

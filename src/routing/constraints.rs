@@ -1,10 +1,11 @@
 //! Hard constraints: the card-only part (`static_eval`, cached per policy by the registry) and
 //! the per-task part (health, load, trust, latency, contract), with the figures they compare.
 
-use super::quality::{blend, plausible, Observed};
+use super::quality::{blend, plausible, Observed, Prior};
+use super::score::Bad;
 use super::{Load, Need, Offer, RoutingParams};
 use crate::ldp::trust::session_allowed;
-use crate::ldp::ClaimType;
+use crate::ldp::{ClaimType, TrustDomain};
 use crate::policy::Policy;
 use serde::Serialize;
 
@@ -181,33 +182,61 @@ pub fn figures<O: Offer>(o: &O, params: &RoutingParams, now_ms: i64) -> Figures 
 /// or the policy changes, so the registry keeps them per policy and skill ([`statics`]) and
 /// a decision only checks what moves: health, load, the session's trust domains, observed
 /// latency and quality (so `min_quality`), the task's contract.
+///
+/// It also keeps the declared figures' badness with their logarithms (quality's error rate,
+/// cost, declared latency: [`Bad`]), so a decision takes no `ln` for what the card says.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Static {
-    failed: u16,
-    quality: Option<f64>,
-    cost_usd: Option<f64>,
-    declared_latency_ms: Option<f64>,
-    claim_type: Option<ClaimType>,
+    pub(super) failed: u16,
+    pub(super) quality: Option<f64>,
+    pub(super) cost_usd: Option<f64>,
+    pub(super) declared_latency_ms: Option<f64>,
+    pub(super) claim_type: Option<ClaimType>,
+    /// Badness of the declared quality, cost and latency, in the score's order.
+    pub(super) bad: [Option<Bad>; 3],
+    /// The first offer (index in the slice [`statics`] made) whose card has the same trust
+    /// domain: a decision checks each distinct domain against the session once and reads
+    /// the answer for the others. [`NO_DOMAIN`] from [`static_eval`] alone: checked per offer.
+    pub(super) domain: u32,
 }
+
+/// [`Static::domain`] when no representative is known.
+pub(super) const NO_DOMAIN: u32 = u32::MAX;
 
 impl Static {
     /// Whether every card-only constraint passed.
     pub fn passes(&self) -> bool {
         self.failed == 0
     }
+
+    /// The card's quality claim, the prior learned quality is blended with.
+    pub fn prior(&self) -> Prior {
+        Prior {
+            declared: self.quality,
+            claim: self.claim_type,
+        }
+    }
 }
 
 /// What the card declares: quality, price (declared, else the tier's), p50 latency.
 fn declared<O: Offer>(o: &O, params: &RoutingParams) -> Static {
     let h = o.hints();
+    let cost_usd = h
+        .cost_per_call_usd
+        .or_else(|| h.cost_tier.map(|t| params.tier_prices.of(t)));
+    let declared_latency_ms = h.latency_p50_ms.map(|ms| ms as f64);
     Static {
         failed: 0,
         quality: h.quality,
-        cost_usd: h
-            .cost_per_call_usd
-            .or_else(|| h.cost_tier.map(|t| params.tier_prices.of(t))),
-        declared_latency_ms: h.latency_p50_ms.map(|ms| ms as f64),
+        cost_usd,
+        declared_latency_ms,
         claim_type: h.claim_type,
+        bad: [
+            h.quality.map(Bad::quality),
+            cost_usd.map(Bad::amount),
+            declared_latency_ms.map(Bad::amount),
+        ],
+        domain: NO_DOMAIN,
     }
 }
 
@@ -292,11 +321,20 @@ pub fn static_eval<O: Offer>(o: &O, policy: &Policy, params: &RoutingParams) -> 
     st
 }
 
-/// [`static_eval`] of every offer, in order.
+/// [`static_eval`] of every offer, in order, each pointing at the first offer with its
+/// trust domain ([`Static::domain`]).
 pub fn statics<O: Offer>(offers: &[O], policy: &Policy, params: &RoutingParams) -> Vec<Static> {
+    let mut first: std::collections::HashMap<&TrustDomain, u32> = Default::default();
     offers
         .iter()
-        .map(|o| static_eval(o, policy, params))
+        .enumerate()
+        .map(|(i, o)| {
+            let mut st = static_eval(o, policy, params);
+            if let Ok(i) = u32::try_from(i) {
+                st.domain = *first.entry(&o.card().trust_domain).or_insert(i);
+            }
+            st
+        })
         .collect()
 }
 
@@ -387,7 +425,8 @@ pub(super) fn evaluate_with<O: Offer>(
 }
 
 /// True when a bound exists and the value does not meet it (or is unknown and unknowns fail).
-fn bound(
+#[inline]
+pub(super) fn bound(
     limit: Option<f64>,
     value: Option<f64>,
     unknown_fails: bool,

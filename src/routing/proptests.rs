@@ -1029,3 +1029,88 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The scan against the full evaluation (issue 30)
+
+/// What a case adds to exercise every path of a decision: trials, probation, outlier
+/// ejection, failover exclusions, a verifier's reliability bound, a `[verify]` policy.
+#[derive(Debug, Clone)]
+struct Twists {
+    explore: f64,
+    probation: bool,
+    verify: bool,
+    ejected: Vec<bool>,
+    exclude: Vec<usize>,
+    min_reliability: Option<f64>,
+    panic_threshold: f64,
+}
+
+fn twists() -> impl Strategy<Value = Twists> {
+    (
+        prop_oneof![Just(0.0), Just(0.3), Just(1.0)],
+        any::<bool>(),
+        any::<bool>(),
+        prop::collection::vec(prop::bool::weighted(0.2), 40),
+        prop::collection::vec(0usize..40, 0..3),
+        prop::option::weighted(0.2, grid(100, 0.01)),
+        prop_oneof![Just(0.0), Just(0.5), Just(1.0)],
+    )
+        .prop_map(
+            |(explore, probation, verify, ejected, exclude, min_reliability, panic_threshold)| {
+                Twists {
+                    explore,
+                    probation,
+                    verify,
+                    ejected,
+                    exclude,
+                    min_reliability,
+                    panic_threshold,
+                }
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// `decide_with` (the scan: cached logarithms and evidence, one trust check per domain,
+    /// buffers reused) makes the decisions the full evaluation made before it
+    /// (`decide::reference`): draw for draw from the same seed, the same pick, score,
+    /// components, eligible and band counts, exclusions and trial, or the same error.
+    #[test]
+    fn the_scan_decides_as_the_full_evaluation(c in case(), t in twists()) {
+        let mut offers = c.offers();
+        for (o, e) in offers.iter_mut().zip(&t.ejected) {
+            o.ejected = *e;
+        }
+        let exclude: Vec<String> = t.exclude.iter().map(|i| format!("d{i}")).collect();
+        let need = Need {
+            exclude: &exclude,
+            probation: t.probation,
+            min_reliability: t.min_reliability,
+            ..c.need
+        };
+        let mut policy = c.policy.clone();
+        if t.verify {
+            policy.verify = Some(crate::policy::Verify::default());
+        }
+        let params = RoutingParams {
+            explore: t.explore,
+            panic_threshold: t.panic_threshold,
+            ..c.params
+        };
+        let st = statics(&offers, &policy, &params);
+        let (mut a, mut b) = (
+            fastrand::Rng::with_seed(c.seed),
+            fastrand::Rng::with_seed(c.seed),
+        );
+        for _ in 0..8 {
+            let scan = decide_with(&offers, &st, &policy, &need, &params, &mut a);
+            let full = super::decide::reference::decide_with(
+                &offers, &st, &policy, &need, &params, &mut b,
+            );
+            prop_assert_eq!(scan, full);
+        }
+    }
+}

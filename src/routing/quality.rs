@@ -13,6 +13,7 @@
 //! bound. Three votes cannot exclude an honest delegate for one misjudgement, while a
 //! delegate right half the time is out after a handful of votes.
 
+use super::score::Bad;
 use crate::ldp::ClaimType;
 use serde::Serialize;
 
@@ -73,6 +74,44 @@ pub fn plausible(
     let k = declared.map_or(1.0, |_| claim_weight(claim));
     let sd = (b * (1.0 - b) / (k + o.count + 1.0)).max(0.0).sqrt();
     Some((b + sd).min(1.0))
+}
+
+/// What a card says of its quality at a skill: the prior evidence is blended with.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Prior {
+    /// The declared quality.
+    pub declared: Option<f64>,
+    /// How the claim was made.
+    pub claim: Option<ClaimType>,
+}
+
+/// Learned quality as routing reads it: the evidence, and what it makes of the card's claim
+/// ([`blend`], [`plausible`], and the blend's error rate with its logarithm, the score's
+/// scale). Worked out once per piece of evidence and kept (the registry refreshes it when
+/// evidence arrives or its decay moves it), so a decision recomputes no posterior.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Evidence {
+    /// What was observed.
+    pub observed: Observed,
+    /// [`blend`] of the prior and `observed`.
+    pub blend: Option<f64>,
+    /// [`plausible`] of the prior and `observed`.
+    pub plausible: Option<f64>,
+    /// The blend's badness (error rate `1 − blend`) with its logarithm.
+    pub error: Option<Bad>,
+}
+
+impl Evidence {
+    /// What `observed` makes of `prior`.
+    pub fn of(prior: Prior, observed: Observed) -> Evidence {
+        let blend = blend(prior.declared, prior.claim, Some(observed));
+        Evidence {
+            observed,
+            blend,
+            plausible: plausible(prior.declared, prior.claim, Some(observed)),
+            error: blend.map(Bad::quality),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ pub struct Components {
 struct Span(Option<(f64, f64)>);
 
 impl Span {
+    #[inline]
     fn add(&mut self, bad: f64) {
         self.0 = Some(
             self.0
@@ -60,16 +61,18 @@ impl Span {
         let ln_lo = lo.max(floor).ln();
         Some(Norm {
             floor,
+            ln_floor: floor.ln(),
             ln_lo,
             divisor: (hi.ln() - ln_lo).max(MIN_RATIO.ln()),
         })
     }
 }
 
-/// One criterion's normalisation, computed once per decision: one logarithm per candidate.
+/// One criterion's normalisation, computed once per decision.
 #[derive(Debug, Clone, Copy)]
 struct Norm {
     floor: f64,
+    ln_floor: f64,
     ln_lo: f64,
     divisor: f64,
 }
@@ -79,6 +82,51 @@ impl Norm {
     /// on a log scale.
     fn component(&self, bad: f64) -> f64 {
         (1.0 - (bad.max(self.floor).ln() - self.ln_lo) / self.divisor).clamp(0.0, 1.0)
+    }
+
+    /// [`Norm::component`] of a badness whose logarithm is known: no `ln` taken, and the
+    /// same value to the bit (`ln(max(bad, floor))` is `ln bad` or `ln floor`).
+    #[inline]
+    fn component_ln(&self, bad: Bad) -> f64 {
+        let ln = if bad.value >= self.floor {
+            bad.ln
+        } else {
+            self.ln_floor
+        };
+        (1.0 - (ln - self.ln_lo) / self.divisor).clamp(0.0, 1.0)
+    }
+}
+
+/// A badness (see [`RULE`]) with its natural logarithm, worked out where the figure is kept
+/// (the card's figures once per card and policy, observed ones when they are observed), so
+/// a decision takes no `ln` per candidate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bad {
+    /// The badness, never negative.
+    pub value: f64,
+    /// `value.ln()`.
+    pub ln: f64,
+}
+
+impl Bad {
+    /// Quality `q`'s badness: its error rate `1 − q` (clamped to 0..1).
+    #[inline]
+    pub fn quality(q: f64) -> Bad {
+        Bad::of((1.0 - q).clamp(0.0, 1.0))
+    }
+
+    /// A cost's or a latency's badness: the value, floored at 0.
+    #[inline]
+    pub fn amount(v: f64) -> Bad {
+        Bad::of(v.max(0.0))
+    }
+
+    #[inline]
+    fn of(value: f64) -> Bad {
+        Bad {
+            value,
+            ln: value.ln(),
+        }
     }
 }
 
@@ -100,6 +148,16 @@ impl Scale {
         for (span, bad) in self.0.iter_mut().zip(badness(f)) {
             if let Some(b) = bad {
                 span.add(b);
+            }
+        }
+    }
+
+    /// Adds one candidate's badness per criterion (`None`: undeclared).
+    #[inline]
+    pub(super) fn add_bad(&mut self, bad: &[Option<Bad>; 3]) {
+        for (span, bad) in self.0.iter_mut().zip(bad) {
+            if let Some(b) = bad {
+                span.add(b.value);
             }
         }
     }
@@ -131,7 +189,27 @@ impl Ready {
     }
 }
 
+impl Ready {
+    /// [`Ready::components`] of a candidate's badness with its logarithms: the same values,
+    /// no `ln` taken.
+    #[inline]
+    pub(super) fn components_ln(&self, bad: &[Option<Bad>; 3], missing: f64) -> Components {
+        let of = |norm: &Option<Norm>, bad: &Option<Bad>| match (norm, bad) {
+            (_, None) => missing,
+            (None, Some(_)) => 1.0,
+            (Some(n), Some(b)) => n.component_ln(*b),
+        };
+        let [q, c, l] = &self.0;
+        Components {
+            quality: of(q, &bad[0]),
+            cost: of(c, &bad[1]),
+            latency: of(l, &bad[2]),
+        }
+    }
+}
+
 /// The weighted score of some components under `policy` (0..=1).
+#[inline]
 pub fn score(c: &Components, policy: &Policy) -> f64 {
     let w = &policy.weights;
     let total = w.quality + w.cost + w.latency;
