@@ -372,8 +372,17 @@ pub(super) async fn catch_panics(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    run_catching_panics(&metrics, req, next).await
+}
+
+/// [`catch_panics`] run by another layer (the LDP listener's one layer).
+pub(super) async fn run_catching_panics(
+    metrics: &Metrics,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
     let openai = req.uri().path().starts_with("/v1/");
-    caught(&metrics, req, next, |e| {
+    caught(metrics, req, next, |e| {
         if openai { e.openai() } else { e }.into_response()
     })
     .await

@@ -2,7 +2,7 @@
 //! layers every request passes (body limit, panics caught, requests counted).
 
 use super::{ApiError, AppState, ErrorKind};
-use crate::telemetry::otel::{Attr, Trace, TRACEPARENT};
+use crate::telemetry::otel::{Attr, Otel, Trace, TRACEPARENT};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::response::Response;
 use axum::routing::post;
@@ -20,20 +20,8 @@ pub fn router(state: AppState) -> Router {
         .merge(super::a2a_routes::router(&state))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
-        // Inside the counting layer: a panic's 500 is counted and reported like any error.
-        .layer(axum::middleware::from_fn_with_state(
-            state.metrics.clone(),
-            super::api_error::catch_panics,
-        ))
-        // Inside the counting layer, around every handler: the request's SERVER span.
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            trace_requests,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            count_requests,
-        ))
+        // One layer, not three: axum clones every layer's boxed service per request.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), edge))
         .with_state(state)
 }
 
@@ -78,14 +66,20 @@ fn route_of(req: &axum::extract::Request) -> &'static str {
         })
 }
 
-/// Counts every request by route template (never the raw path: bounded labels) and status.
-async fn count_requests(
+/// Every request of the listener, around its handler: counted by route template (never the
+/// raw path: bounded labels) and status; with tracing on, run in its SERVER span; a panic
+/// answered with a generic 500 (counted and reported like any error) by
+/// [`super::api_error::catch_panics`].
+async fn edge(
     State(s): State<AppState>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     let route = route_of(&req);
-    let resp = next.run(req).await;
+    let resp = match s.otel.as_ref() {
+        Some(otel) => traced(otel, route, req, next, &s).await,
+        None => super::api_error::run_catching_panics(&s.metrics, req, next).await,
+    };
     let metrics = &s.metrics;
     metrics
         .http_requests
@@ -95,22 +89,23 @@ async fn count_requests(
     resp
 }
 
-/// With tracing on, one SERVER span per request (under the client's `traceparent`), the
-/// handler run inside it ([`super::request::REQUEST_TRACE`]); an answer naming a task
-/// (`x-ldp-task-id`) names its trace too (`traceparent`). Off: the request passes untouched.
-async fn trace_requests(
-    State(s): State<AppState>,
+/// One SERVER span for the request (under the client's `traceparent`), the handler run
+/// inside it ([`super::request::REQUEST_TRACE`]); an answer naming a task (`x-ldp-task-id`)
+/// names its trace too (`traceparent`).
+async fn traced(
+    otel: &std::sync::Arc<Otel>,
+    route: &'static str,
     req: axum::extract::Request,
     next: axum::middleware::Next,
+    s: &AppState,
 ) -> Response {
-    let Some(otel) = s.otel.as_ref() else {
-        return next.run(req).await;
-    };
-    let route = route_of(&req);
     let method = req.method().clone();
     let trace = Trace::server(Some(otel), req.headers(), method.as_str(), route);
     let mut resp = super::request::REQUEST_TRACE
-        .scope(trace.clone(), next.run(req))
+        .scope(
+            trace.clone(),
+            super::api_error::run_catching_panics(&s.metrics, req, next),
+        )
         .await;
     let status = resp.status();
     trace.set(|| {
