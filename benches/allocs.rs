@@ -134,7 +134,8 @@ enum Front {
     Ldp(&'static str),
     /// OpenAI chat completions (`POST /v1/chat/completions`) to the OpenAI-backed delegate.
     OpenAi,
-    /// A bridge of another agent protocol, its path.
+    /// The bridges of other agent protocols: a `laika.llmcp` v1 request, an LLMX `HEADER` +
+    /// `REQ`, a LADP `task-init`, an A2A v1.0 `SendMessage` (no `contextId`).
     Llmcp,
     Llmx,
     Ladp,
@@ -476,9 +477,9 @@ fn print_sites(front: &str) {
     };
     let total: u64 = sites.values().sum();
     let mut sites: Vec<_> = sites.into_iter().collect();
-    sites.sort_by(|a, b| b.1.cmp(&a.1));
+    sites.sort_by_key(|s| std::cmp::Reverse(s.1));
     eprintln!("--- {front}: {total} sampled allocations, top sites");
-    for (site, n) in sites.iter().take(usize::MAX) {
+    for (site, n) in &sites {
         eprintln!("{:5.1}% {site}", 100.0 * *n as f64 / total as f64);
     }
 }
