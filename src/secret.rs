@@ -10,8 +10,17 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// SHA-256 of `key`, lower-case hex: how API keys are stored (`ldp-gateway hash-key`).
 pub fn hash_key(key: &str) -> String {
+    with_key_hash(key, str::to_owned)
+}
+
+/// `f` of [`hash_key`]`(key)`, written on the stack (a request's key is looked up without
+/// allocating).
+pub fn with_key_hash<R>(key: &str, f: impl FnOnce(&str) -> R) -> R {
     use sha2::{Digest, Sha256};
-    hex::encode(Sha256::digest(key.trim().as_bytes()))
+    let mut hex = [0u8; 64];
+    // 32 bytes always fit 64 hex digits, which are ASCII.
+    let _ = hex::encode_to_slice(Sha256::digest(key.trim().as_bytes()), &mut hex);
+    f(std::str::from_utf8(&hex).unwrap_or_default())
 }
 
 /// `url` without its password (for errors and logs): the userinfo password, a `password=`

@@ -3,7 +3,7 @@
 
 use crate::config::{BudgetConfig, TenantConfig};
 use crate::limits::{KeyedRateLimit, RateLimit};
-use crate::secret::{hash_key, Secret};
+use crate::secret::{with_key_hash, Secret};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -167,11 +167,9 @@ impl Tenants {
             .filter(|k| !k.is_empty());
         match key {
             None => self.keyless.clone().ok_or(AuthError::Missing),
-            Some(k) => self
-                .by_key_hash
-                .get(&hash_key(k))
-                .cloned()
-                .ok_or(AuthError::Unknown),
+            Some(k) => {
+                with_key_hash(k, |h| self.by_key_hash.get(h).cloned()).ok_or(AuthError::Unknown)
+            }
         }
     }
 }
@@ -179,6 +177,7 @@ impl Tenants {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secret::hash_key;
 
     fn tenant(name: &str, key: Option<&str>) -> TenantConfig {
         TenantConfig {

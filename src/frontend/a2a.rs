@@ -514,14 +514,28 @@ pub fn agent_card(proxy: &Proxy, url: &str) -> AgentCard {
 }
 
 /// The answer to a request in the caller's shapes: a `SendMessage` result (`{"task": …}` in
-/// v1.0, the task with `kind` in v0.3) or a task.
-pub fn send_result(task: Task, dialect: Dialect) -> Value {
+/// v1.0, the task with `kind` in v0.3), serialised as it is (no `Value` tree in between).
+pub fn send_result(task: Task, dialect: Dialect) -> SendResult {
     let r = v1::SendMessageResponse::Task(Box::new(task));
     match dialect {
-        Dialect::V1 => serde_json::to_value(r),
-        Dialect::V03 => serde_json::to_value(v03::SendMessageResult::from(r)),
+        Dialect::V1 => SendResult::V1(r),
+        Dialect::V03 => SendResult::V03(v03::SendMessageResult::from(r)),
     }
-    .unwrap_or(Value::Null)
+}
+
+/// A `SendMessage` result in the caller's dialect ([`send_result`]).
+pub enum SendResult {
+    V1(v1::SendMessageResponse),
+    V03(v03::SendMessageResult),
+}
+
+impl serde::Serialize for SendResult {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SendResult::V1(r) => r.serialize(s),
+            SendResult::V03(r) => r.serialize(s),
+        }
+    }
 }
 
 /// A task (`GetTask`, `CancelTask`) in the caller's shapes, its history cut to the last
@@ -666,8 +680,7 @@ fn finish(state: &A2aState, tenant: &str, id: &str, context: &str, trip: &Trip) 
                 rest: Map::new(),
             }));
             // The artifact first, then the state that ends the stream.
-            let a = artifact.clone();
-            state.update(tenant, id, |t| t.artifacts = vec![a], Some(art_ev));
+            state.update(tenant, id, |t| t.artifacts = vec![artifact], Some(art_ev));
             let s = status(TaskState::Completed, None);
             let ev = status_event(id, context, s.clone(), Some(meta.clone()));
             state.update(

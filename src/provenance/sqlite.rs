@@ -504,6 +504,32 @@ pub(super) const INGRESS_SCHEMA: i64 = 8;
 /// The schema whose rows have a `trace_id` column.
 pub(super) const TRACE_SCHEMA: i64 = 9;
 
+/// The ledger's `INSERT` with the first 32 columns and then `$columns`, bound to `$marks`
+/// (built once at compile time, not per batch).
+macro_rules! insert_sql {
+    ($columns:literal, $marks:literal) => {
+        concat!(
+            "INSERT INTO ledger (task_id, session_id, upstream_session_id, tenant, skill, policy,
+            delegate, delegate_id, model_version, outcome, error_code, error_message, score,
+            candidates, attempts, fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd,
+            tokens, confidence, verification_status, started_at, finished_at, finished_ms,
+            output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload",
+            $columns,
+            ")
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+            ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32",
+            $marks,
+            ")"
+        )
+    };
+}
+/// The insert of a file before [`INGRESS_SCHEMA`].
+const INSERT_32: &str = insert_sql!("", "");
+/// The insert of a file before [`TRACE_SCHEMA`].
+const INSERT_33: &str = insert_sql!(", ingress", ", ?33");
+/// The insert of a file at [`TRACE_SCHEMA`] or later.
+const INSERT_34: &str = insert_sql!(", ingress, trace_id", ", ?33, ?34");
+
 /// Inserts `rows` with the cached statement, inside the caller's transaction. A file still at
 /// an older schema (opened without migrating, as the migration tests build them) gets its
 /// rows without the columns it lacks (`ingress`, `trace_id`): the caller reads the schema before
@@ -512,24 +538,12 @@ pub(super) const TRACE_SCHEMA: i64 = 9;
 /// connection writes).
 fn insert_rows(conn: &Connection, rows: &[LedgerRow], schema: i64) -> Result<(), LedgerError> {
     // The columns this file has: the first 32 always, then `ingress`, then `trace_id`.
-    let n = match schema {
-        s if s >= TRACE_SCHEMA => 34,
-        s if s >= INGRESS_SCHEMA => 33,
-        _ => 32,
+    let (n, sql) = match schema {
+        s if s >= TRACE_SCHEMA => (34, INSERT_34),
+        s if s >= INGRESS_SCHEMA => (33, INSERT_33),
+        _ => (32, INSERT_32),
     };
-    let columns = ["ingress", "trace_id"][..n - 32].join(", ");
-    let marks: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
-    let sql = format!(
-        "INSERT INTO ledger (task_id, session_id, upstream_session_id, tenant, skill, policy,
-            delegate, delegate_id, model_version, outcome, error_code, error_message, score,
-            candidates, attempts, fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd,
-            tokens, confidence, verification_status, started_at, finished_at, finished_ms,
-            output_sha256, lineage, reported_cost_usd, declared_cost_usd, routing, payload{}{columns})
-         VALUES ({})",
-        if n > 32 { ", " } else { "" },
-        marks.join(", ")
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut stmt = conn.prepare_cached(sql)?;
     for r in rows {
         let fallbacks = serde_json::to_string(&r.fallbacks).unwrap_or_else(|_| "[]".into());
         let values = params![

@@ -156,12 +156,14 @@ async fn send(
     now: bool,
 ) -> Response {
     let tenant = ctx.tenant.name.clone();
-    let submitted = job.task.clone();
+    let task_id = job.task.id.clone();
+    // The task as submitted: the stream's first event.
+    let submitted = stream.then(|| job.task.clone());
     let bridge::Inserted {
         events: mut rx,
         session,
         evicted,
-    } = s.a2a.insert(&tenant, submitted.clone());
+    } = s.a2a.insert(&tenant, job.task.clone());
     if let Some(old) = evicted {
         let (proxy, tenant) = (s.proxy.clone(), tenant.clone());
         s.proxy.spawn_tracked(async move {
@@ -177,7 +179,7 @@ async fn send(
         let e = ErrorObject::new(ErrorCode::Internal, "the gateway is stopping");
         return rpc(RpcResponse::<Value>::error(id, e));
     }
-    if stream {
+    if let Some(submitted) = submitted {
         return sse(id, dialect, submitted, rx);
     }
     if !now {
@@ -188,7 +190,7 @@ async fn send(
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     let done = s
                         .a2a
-                        .get(&tenant, &submitted.id)
+                        .get(&tenant, &task_id)
                         .is_none_or(|t| t.status.state.is_terminal());
                     if done {
                         break;
@@ -198,9 +200,9 @@ async fn send(
             }
         }
     }
-    match s.a2a.get(&tenant, &submitted.id) {
-        Some(t) => rpc_ok(id, bridge::send_result(t, dialect)),
-        None => rpc_error(id, dialect, &A2aError::TaskNotFound(submitted.id)),
+    match s.a2a.get(&tenant, &task_id) {
+        Some(t) => rpc(RpcResponse::success(id, bridge::send_result(t, dialect))),
+        None => rpc_error(id, dialect, &A2aError::TaskNotFound(task_id)),
     }
 }
 
@@ -239,7 +241,7 @@ fn sse(
 }
 
 /// A JSON-RPC answer (HTTP 200).
-fn rpc(body: RpcResponse<Value>) -> Response {
+fn rpc<T: serde::Serialize>(body: RpcResponse<T>) -> Response {
     match serde_json::to_vec(&body) {
         Ok(b) => (
             StatusCode::OK,
@@ -256,7 +258,7 @@ fn rpc_ok(id: Id, result: Value) -> Response {
 }
 
 fn rpc_error(id: Id, dialect: Dialect, e: &A2aError) -> Response {
-    rpc(RpcResponse::error(id, e.to_error(dialect)))
+    rpc(RpcResponse::<Value>::error(id, e.to_error(dialect)))
 }
 
 /// A request refused before it was read: its HTTP status (counted and logged as the LDP

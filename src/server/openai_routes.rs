@@ -221,7 +221,7 @@ async fn whole(
     let outcome = joined(s, task.await)?;
     let headers = ldp_headers(task_id, Some(&outcome.policy), outcome.delegate.as_deref());
     match outcome.result {
-        Ok(answer) => Ok((headers, axum::Json(reply.completion(answer))).into_response()),
+        Ok(answer) => Ok((headers, axum::Json(reply.completion(&answer))).into_response()),
         // A failed task has its ledger row too: its headers name it.
         Err(r) => {
             let mut resp = refuse(refusal(r).openai());
@@ -278,31 +278,22 @@ struct Reply {
 }
 
 impl Reply {
-    fn completion(&self, a: ChatReply) -> Value {
-        let model = model_of(&a.model, &self.model);
-        // The delegate's message as it came (`tool_calls`, `function_call`, …), with the text.
-        let mut message = a.other;
-        let calls = message.contains_key("tool_calls") || message.contains_key("function_call");
-        let content = match a.content {
-            c if c.is_empty() && calls => Value::Null,
-            c => Value::String(c),
-        };
-        message.insert("role".into(), json!("assistant"));
-        message.insert("content".into(), content);
-        message.entry("refusal").or_insert(Value::Null);
-        json!({
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": model,
-            "choices": [{
-                "index": 0,
-                "message": message,
-                "logprobs": null,
-                "finish_reason": a.finish_reason,
+    /// A whole completion's answer: written straight from the reply (no `Value` tree built
+    /// and then serialised).
+    fn completion<'a>(&'a self, a: &'a ChatReply) -> Completion<'a> {
+        Completion {
+            id: &self.id,
+            object: "chat.completion",
+            created: self.created,
+            model: model_of(&a.model, &self.model),
+            choices: [Choice {
+                index: 0,
+                message: AssistantMessage(a),
+                logprobs: None,
+                finish_reason: &a.finish_reason,
             }],
-            "usage": usage(&a.usage),
-        })
+            usage: &a.usage,
+        }
     }
 
     fn chunk(&self, model: &str, delta: Value, finish: Option<&str>) -> Event {
@@ -374,6 +365,49 @@ fn whole_delta(a: &mut ChatReply) -> Value {
         );
     }
     Value::Object(d)
+}
+
+/// A chat completion (`object: "chat.completion"`).
+#[derive(serde::Serialize)]
+struct Completion<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: i64,
+    model: &'a str,
+    choices: [Choice<'a>; 1],
+    usage: &'a Usage,
+}
+
+/// A completion's one choice.
+#[derive(serde::Serialize)]
+struct Choice<'a> {
+    index: u32,
+    message: AssistantMessage<'a>,
+    logprobs: Option<()>,
+    finish_reason: &'a str,
+}
+
+/// The delegate's message as it came (`tool_calls`, `function_call`, …) with the answer's
+/// role and text (`content` null when empty beside a call; `refusal` null unless it sent one).
+struct AssistantMessage<'a>(&'a ChatReply);
+
+impl serde::Serialize for AssistantMessage<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let a = self.0;
+        let calls = a.other.contains_key("tool_calls") || a.other.contains_key("function_call");
+        let content = (!a.content.is_empty() || !calls).then_some(a.content.as_str());
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("role", "assistant")?;
+        m.serialize_entry("content", &content)?;
+        m.serialize_entry("refusal", a.other.get("refusal").unwrap_or(&Value::Null))?;
+        for (k, v) in &a.other {
+            if !matches!(k.as_str(), "role" | "content" | "refusal") {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        m.end()
+    }
 }
 
 fn model_of<'a>(answered: &'a str, asked: &'a str) -> &'a str {
@@ -555,15 +589,21 @@ mod tests {
             model: "asked".into(),
             include_usage: false,
         };
-        let c = r.completion(reply("", json!({"tool_calls": calls, "refusal": null})));
+        let a = reply("", json!({"tool_calls": calls, "refusal": null}));
+        let c = serde_json::to_value(r.completion(&a)).unwrap();
         let m = &c["choices"][0]["message"];
         assert_eq!(m["content"], Value::Null, "{m}");
         assert_eq!(m["role"], "assistant");
         assert_eq!(m["tool_calls"], calls);
         assert_eq!(m["refusal"], Value::Null);
         // Text, when there is some, stays.
-        let c = r.completion(reply("hi", Value::Null));
+        let a = reply("hi", Value::Null);
+        let c = serde_json::to_value(r.completion(&a)).unwrap();
         assert_eq!(c["choices"][0]["message"]["content"], "hi");
+        assert_eq!(c["object"], "chat.completion");
+        assert_eq!(c["model"], "m");
+        assert_eq!(c["choices"][0]["logprobs"], Value::Null);
+        assert_eq!(c["usage"]["total_tokens"], 0);
 
         let mut a = reply("", json!({"tool_calls": calls, "refusal": null}));
         let d = whole_delta(&mut a);

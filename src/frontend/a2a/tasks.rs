@@ -53,6 +53,10 @@ impl A2aState {
     fn with<R>(&self, tenant: &str, f: impl FnOnce(&mut TenantTables) -> R) -> R {
         // A poisoned lock still holds consistent tables (no update panics half-way).
         let mut all = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        // The tenant's key is allocated once, when its first task comes.
+        if let Some(t) = all.get_mut(tenant) {
+            return f(t);
+        }
         f(all.entry(tenant.to_owned()).or_default())
     }
 
