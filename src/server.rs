@@ -138,12 +138,16 @@ impl Gateway {
             return Err(ConfigError::Invalid(problems).into());
         }
         let config = Arc::new(config);
-        // Shared with the serving threads' sockets (`conn::spawn_threads`).
-        let ldp_listener =
-            conn::reuseport_listener(config.server.listen).map_err(|source| ServerError::Bind {
-                addr: config.server.listen,
-                source,
-            })?;
+        // Copied to the serving threads (`conn::spawn_threads`).
+        let bind_err = |source| ServerError::Bind {
+            addr: config.server.listen,
+            source,
+        };
+        let ldp_std = conn::std_listener(config.server.listen).map_err(bind_err)?;
+        let ldp_listener = ldp_std
+            .try_clone()
+            .and_then(TcpListener::from_std)
+            .map_err(bind_err)?;
         let admin_listener = bind(config.admin.listen).await?;
         let ldp_addr = ldp_listener
             .local_addr()
@@ -269,7 +273,7 @@ impl Gateway {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let (ended, ended_rx) = watch::channel(false);
         let serving = conn::spawn_threads(
-            ldp_addr,
+            &ldp_std,
             cores - 1,
             &app,
             opts,
@@ -277,11 +281,11 @@ impl Gateway {
             &rx,
             &ended_rx,
         )
-        .await
         .map_err(|source| ServerError::Bind {
             addr: ldp_addr,
             source,
         })?;
+        drop(ldp_std);
         tasks.push(conn::spawn_server(
             ldp_listener,
             app,

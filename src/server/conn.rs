@@ -86,15 +86,20 @@ pub(super) fn spawn_server(
 }
 
 /// Thread per core: `app` served on `threads` more threads, each running one current-thread
-/// runtime with its own `SO_REUSEPORT` socket on `addr` (the kernel spreads connections
-/// across the sockets), so a request, the tasks it spawns and the upstream connections it
-/// drives stay on the thread that accepted it, with no hand-off between threads. Measured
-/// against tokio's multi-threaded runtime (benches/README.md, "Serving threads"), this is the
-/// faster. Each thread serves as [`spawn_server`] does, on the same connection cap, and keeps
-/// its runtime (so the work its requests left behind) until `ended` is set or dropped, which
-/// `Gateway::shutdown` does last. The handles end when a thread has stopped serving.
-pub(super) async fn spawn_threads(
-    addr: std::net::SocketAddr,
+/// runtime accepting on its own copy of `listener` (one socket: whichever thread is free
+/// takes the next connection), so a request, the tasks it spawns and the upstream
+/// connections it drives stay on the thread that accepted it, with no hand-off between
+/// threads. Measured against tokio's multi-threaded runtime (benches/README.md, "Serving
+/// path"), this is the faster. Each thread serves as [`spawn_server`] does, on the same
+/// connection cap, and keeps its runtime (so the work its requests left behind) until
+/// `ended` is set or dropped, which `Gateway::shutdown` does last; then whatever still runs
+/// there is cut. The handles end when a thread has stopped serving.
+///
+/// One socket shared rather than one `SO_REUSEPORT` socket per thread: with `SO_REUSEPORT`
+/// a second process of the same user could bind the port too and silently take half the
+/// connections, where a second gateway on the port must fail to start.
+pub(super) fn spawn_threads(
+    listener: &std::net::TcpListener,
     threads: usize,
     app: &axum::Router,
     opts: ConnOptions,
@@ -104,39 +109,40 @@ pub(super) async fn spawn_threads(
 ) -> io::Result<Vec<JoinHandle<()>>> {
     let mut handles = Vec::with_capacity(threads);
     for i in 0..threads {
+        let copy = listener.try_clone()?;
         let (app, open, rx, mut ended) = (app.clone(), open.clone(), rx.clone(), ended.clone());
-        let (bound_tx, bound_rx) = tokio::sync::oneshot::channel::<io::Result<()>>();
         let (served_tx, served_rx) = tokio::sync::oneshot::channel::<()>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         std::thread::Builder::new()
             .name(format!("ldp-serve-{}", i + 1))
             .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let _ = bound_tx.send(Err(e));
-                        return;
-                    }
-                };
-                runtime.block_on(async move {
-                    let listener = match reuseport_listener(addr) {
-                        Ok(l) => l,
-                        Err(e) => {
-                            let _ = bound_tx.send(Err(e));
-                            return;
+                let run = std::panic::AssertUnwindSafe(|| {
+                    runtime.block_on(async move {
+                        let listener = match TcpListener::from_std(copy) {
+                            Ok(l) => l,
+                            Err(e) => {
+                                tracing::error!(error = %e, "a serving thread could not start");
+                                return;
+                            }
+                        };
+                        let ended_at = async {
+                            let _ = ended.wait_for(|v| *v).await;
+                        };
+                        tokio::pin!(ended_at);
+                        tokio::select! {
+                            () = serve(listener, app, opts, open, rx) => {}
+                            () = &mut ended_at => return,
                         }
-                    };
-                    let _ = bound_tx.send(Ok(()));
-                    serve(listener, app, opts, open, rx).await;
-                    let _ = served_tx.send(());
-                    let _ = ended.wait_for(|v| *v).await;
+                        let _ = served_tx.send(());
+                        ended_at.await;
+                    });
                 });
+                if std::panic::catch_unwind(run).is_err() {
+                    tracing::error!("a serving thread panicked; its connections were cut");
+                }
             })?;
-        bound_rx
-            .await
-            .map_err(|_| io::Error::other("a serving thread ended before binding"))??;
         handles.push(tokio::spawn(async move {
             let _ = served_rx.await;
         }));
@@ -144,17 +150,16 @@ pub(super) async fn spawn_threads(
     Ok(handles)
 }
 
-/// A listener on `addr` that other sockets of this process may share (`SO_REUSEPORT`).
-pub(super) fn reuseport_listener(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+/// The LDP listener: bound here, then copied to each serving thread ([`spawn_threads`]).
+pub(super) fn std_listener(addr: std::net::SocketAddr) -> io::Result<std::net::TcpListener> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
         tokio::net::TcpSocket::new_v6()?
     };
     socket.set_reuseaddr(true)?;
-    socket.set_reuseport(true)?;
     socket.bind(addr)?;
-    socket.listen(1024)
+    socket.listen(1024)?.into_std()
 }
 
 /// The accept loop of [`spawn_server`] and of each of [`spawn_threads`]' threads.

@@ -504,3 +504,49 @@ async fn cancel_reaches_the_running_upstream_task() {
     assert_eq!(slow.stats().results, 0, "cancel cut the 20 s task short");
     gw.shutdown().await;
 }
+
+/// The LDP port is one gateway's: a second gateway on the same address fails to start (the
+/// serving threads share one socket; with `SO_REUSEPORT` the second would have started and
+/// taken part of the connections), and the first keeps serving, on every serving thread:
+/// tasks on fresh connections, accepted by whichever thread is free, all succeed.
+#[tokio::test]
+async fn a_second_gateway_on_the_same_port_fails_to_start() {
+    let a = sim(SimOptions::new(card(
+        "a",
+        "default",
+        &[("summarize", 0.9)],
+        &[FRAME, "text"],
+    )))
+    .await;
+    let gw = TestGateway::builder().delegate(&a.url()).spawn().await;
+    let addr: std::net::SocketAddr = gw
+        .ldp_url()
+        .trim_start_matches("http://")
+        .parse()
+        .expect("addr");
+    let mut config = ldp_gateway::config::Config::default();
+    config.server.listen = addr;
+    config.admin.listen = "127.0.0.1:0".parse().expect("addr");
+    config.admin.token_env = "LDP_TEST_ADMIN_TOKEN_NEVER_SET".into();
+    let second = ldp_gateway::server::Gateway::start(config).await;
+    assert!(
+        matches!(second, Err(ldp_gateway::server::ServerError::Bind { .. })),
+        "a second gateway on {addr} must not start: {:?}",
+        second.as_ref().err()
+    );
+    let tasks = (0..8).map(|i| {
+        let c = gw.client().fresh_connection();
+        async move {
+            let body = c
+                .open(json!({"preferred_payload_modes": [FRAME, "text"], "ttl_secs": 600}))
+                .await;
+            let sid = body["session_id"].as_str().unwrap_or_default().to_owned();
+            c.task(&sid, "summarize", frame(&format!("text {i}")), FRAME)
+                .await
+        }
+    });
+    for r in futures_util::future::join_all(tasks).await {
+        assert_eq!(r["type"], "TASK_RESULT", "{r}");
+    }
+    gw.shutdown().await;
+}

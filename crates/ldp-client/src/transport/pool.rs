@@ -14,7 +14,7 @@ use hyper::{Method, Request, Uri};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Most idle connections kept per delegate and lane.
+/// Most idle connections kept per delegate (split evenly among the lanes).
 const MAX_IDLE: usize = 1024;
 
 /// The hot route, whose URI each origin parses once.
@@ -152,7 +152,7 @@ impl Origin {
             .iter()
             .take_while(|c| c.since.elapsed() >= max_age)
             .count()
-            .max((idle.len() + 1).saturating_sub(MAX_IDLE));
+            .max((idle.len() + 1).saturating_sub(MAX_IDLE / LANES));
         idle.drain(..stale);
         idle.push(Idle {
             tx,
