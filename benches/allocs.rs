@@ -12,6 +12,10 @@
 //! `cargo bench --bench allocs [-- TASKS]` (default 2000). `ALLOCS_TRACE=N` also samples every
 //! Nth counted allocation's backtrace and prints the sites that allocate most, per front end.
 
+#[path = "support/bridges.rs"]
+mod bridges;
+
+use bridges::Bridge;
 use bytes::Bytes;
 use ldp_client::transport::HttpAnswer;
 use ldp_client::Transport;
@@ -134,12 +138,8 @@ enum Front {
     Ldp(&'static str),
     /// OpenAI chat completions (`POST /v1/chat/completions`) to the OpenAI-backed delegate.
     OpenAi,
-    /// The bridges of other agent protocols: a `laika.llmcp` v1 request, an LLMX `HEADER` +
-    /// `REQ`, a LADP `task-init`, an A2A v1.0 `SendMessage` (no `contextId`).
-    Llmcp,
-    Llmx,
-    Ladp,
-    A2a,
+    /// A bridge of another agent protocol, sent the load bench's request.
+    Bridge(Bridge),
 }
 
 impl Front {
@@ -148,10 +148,7 @@ impl Front {
             Front::Ldp("echo") => "ldp",
             Front::Ldp(_) => "ldp-oai",
             Front::OpenAi => "oai-ingress",
-            Front::Llmcp => "llmcp",
-            Front::Llmx => "llmx",
-            Front::Ladp => "ladp",
-            Front::A2a => "a2a",
+            Front::Bridge(b) => b.name(),
         }
     }
 
@@ -159,66 +156,35 @@ impl Front {
         match self {
             Front::Ldp(_) => "",
             Front::OpenAi => "/v1/chat/completions",
-            Front::Llmcp => "/llmcp",
-            Front::Llmx => "/llmx",
-            Front::Ladp => "/ladp",
-            Front::A2a => "/a2a",
+            Front::Bridge(b) => b.path(),
         }
     }
 
     /// Request `i` of the sender `sender`, the load bench's (`benches/load.rs`).
     fn body(self, sender: &str, i: u64) -> Bytes {
-        let text = match self {
-            Front::Ldp(_) => String::new(),
-            Front::OpenAi => serde_json::json!({
-                "model": "chat",
-                "messages": [{"role": "user", "content": "hello"}],
-            })
-            .to_string(),
-            Front::Llmcp => serde_json::json!({
-                "protocol": {"name": "laika.llmcp", "version": 1},
-                "id": format!("req-{i}"),
-                "type": "request",
-                "created_at": "2026-01-28T12:34:56.789Z",
-                "conversation": {"id": sender, "turn": i},
-                "sender": {"role": "agent"},
-                "input": {
-                    "user_message": {"id": format!("u-{i}"), "text": "hello"},
-                    "task": {"name": "echo", "args": {}}
-                },
-                "output": {"format": "markdown"}
-            })
-            .to_string(),
-            Front::Llmx => format!(
-                "HEADER:{{f:{sender},t:gateway,s:{i}}}\nREQ:{{o:\"hello\",pr:3,exp:[\"echo\"]}}\n"
+        match self {
+            Front::Ldp(_) => Bytes::new(),
+            Front::OpenAi => Bytes::from(
+                serde_json::json!({
+                    "model": "chat",
+                    "messages": [{"role": "user", "content": "hello"}],
+                })
+                .to_string(),
             ),
-            Front::Ladp => {
-                format!("(msg task-init {sender} gateway {i} (data (skill echo) (task \"hello\")))")
-            }
-            Front::A2a => serde_json::json!({
-                "jsonrpc": "2.0", "id": i, "method": "SendMessage",
-                "params": {"message": {"messageId": format!("{sender}-{i}"), "role": "ROLE_USER",
-                    "parts": [{"text": "hello"}], "metadata": {"skill": "echo"}}}
-            })
-            .to_string(),
-        };
-        Bytes::from(text)
+            Front::Bridge(b) => b.body(sender, i),
+        }
     }
 
     /// Whether the answer is the task's result in the front end's protocol.
     fn answered(self, a: &HttpAnswer) -> bool {
-        if !a.head.status.is_success() {
-            return false;
-        }
-        let body = String::from_utf8_lossy(&a.body);
-        let json = || serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default();
         match self {
             Front::Ldp(_) => false,
-            Front::OpenAi => json()["choices"][0]["message"]["content"].is_string(),
-            Front::Llmcp => json()["type"] == "response",
-            Front::Llmx => body.contains("OBS:") && body.contains("s:OK"),
-            Front::Ladp => body.contains("synthesis"),
-            Front::A2a => body.contains("TASK_STATE_COMPLETED"),
+            Front::OpenAi => {
+                a.head.status.is_success()
+                    && serde_json::from_slice::<serde_json::Value>(&a.body)
+                        .is_ok_and(|v| v["choices"][0]["message"]["content"].is_string())
+            }
+            Front::Bridge(b) => b.answered(a),
         }
     }
 }
@@ -445,15 +411,9 @@ fn main() -> anyhow::Result<()> {
     println!("heap allocations per task on the gateway's threads, {tasks} sequential tasks");
     println!("| front end | allocations per task | bytes per task |");
     println!("|---|---|---|");
-    let fronts = [
-        Front::Ldp("echo"),
-        Front::OpenAi,
-        Front::Ldp("chat"),
-        Front::Llmcp,
-        Front::Llmx,
-        Front::Ladp,
-        Front::A2a,
-    ];
+    let fronts = [Front::Ldp("echo"), Front::OpenAi, Front::Ldp("chat")]
+        .into_iter()
+        .chain(bridges::BRIDGES.map(Front::Bridge));
     for front in fronts {
         let warm = (tasks / 10).max(50);
         let (allocs, bytes) = peers.block_on(row(&base, front, warm, tasks, trace))?;

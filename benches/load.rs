@@ -16,6 +16,10 @@
 //! and Debian `nginx` (`apt-get install nginx-light`; the nginx row is skipped when missing),
 //! prints the table and ratios, and rewrites the results section of `benches/README.md`.
 
+#[path = "support/bridges.rs"]
+mod bridges;
+
+use bridges::{Bridge, BRIDGES, BRIDGE_PATHS};
 use bytes::Bytes;
 use ldp_client::Transport;
 use ldp_gateway::ldp::{Body, Envelope, PayloadMode, SessionConfig};
@@ -202,79 +206,6 @@ enum Load {
     },
     /// One task of skill `echo` in a bridge's protocol.
     Bridge(Bridge),
-}
-
-/// The bridges of other agent protocols (issues 26 and 27), each row the same echo task as the
-/// LDP rows' in its protocol; `--only bridges` selects them all.
-#[derive(Clone, Copy)]
-enum Bridge {
-    Llmcp,
-    Llmx,
-    Ladp,
-    A2a,
-}
-
-const BRIDGE_PATHS: [&str; 4] = ["llmcp", "llmx", "ladp", "a2a"];
-const BRIDGES: [Bridge; 4] = [Bridge::Llmcp, Bridge::Llmx, Bridge::Ladp, Bridge::A2a];
-
-impl Bridge {
-    fn path(self) -> &'static str {
-        match self {
-            Bridge::Llmcp => "/llmcp",
-            Bridge::Llmx => "/llmx",
-            Bridge::Ladp => "/ladp",
-            Bridge::A2a => "/a2a",
-        }
-    }
-
-    /// Request `i` of the connection whose sender is `sender` (LLMX sequence numbers and
-    /// LADP rate limits are per sender; A2A message ids unique).
-    fn body(self, sender: &str, i: u64) -> Bytes {
-        let text = match self {
-            Bridge::Llmcp => serde_json::json!({
-                "protocol": {"name": "laika.llmcp", "version": 1},
-                "id": format!("req-{i}"),
-                "type": "request",
-                "created_at": "2026-01-28T12:34:56.789Z",
-                "conversation": {"id": sender, "turn": i},
-                "sender": {"role": "agent"},
-                "input": {
-                    "user_message": {"id": format!("u-{i}"), "text": "hello"},
-                    "task": {"name": "echo", "args": {}}
-                },
-                "output": {"format": "markdown"}
-            })
-            .to_string(),
-            Bridge::Llmx => format!(
-                "HEADER:{{f:{sender},t:gateway,s:{i}}}\nREQ:{{o:\"hello\",pr:3,exp:[\"echo\"]}}\n"
-            ),
-            Bridge::Ladp => {
-                format!("(msg task-init {sender} gateway {i} (data (skill echo) (task \"hello\")))")
-            }
-            Bridge::A2a => serde_json::json!({
-                "jsonrpc": "2.0", "id": i, "method": "SendMessage",
-                "params": {"message": {"messageId": format!("{sender}-{i}"), "role": "ROLE_USER",
-                    "parts": [{"text": "hello"}], "metadata": {"skill": "echo"}}}
-            })
-            .to_string(),
-        };
-        Bytes::from(text)
-    }
-
-    /// Whether the answer is the task's result in the bridge's protocol.
-    fn answered(self, a: &ldp_client::transport::HttpAnswer) -> bool {
-        if !a.head.status.is_success() {
-            return false;
-        }
-        let body = String::from_utf8_lossy(&a.body);
-        match self {
-            Bridge::Llmcp => serde_json::from_str::<serde_json::Value>(&body)
-                .is_ok_and(|v| v["type"] == "response" && v["assistant"].is_object()),
-            Bridge::Llmx => body.contains("OBS:") && body.contains("s:OK"),
-            Bridge::Ladp => body.contains("synthesis"),
-            Bridge::A2a => body.contains("TASK_STATE_COMPLETED"),
-        }
-    }
 }
 
 /// The skill and model the OpenAI rows use: the simulated server's model, and the skill the
@@ -1246,9 +1177,9 @@ async fn main() -> anyhow::Result<()> {
         traced.push(proc);
     }
     // The bridges' rows: the same echo task, in each bridge's protocol.
-    for (path, bridge) in BRIDGE_PATHS.into_iter().zip(BRIDGES) {
+    for bridge in BRIDGES {
         targets.push((
-            path,
+            bridge.name(),
             Target {
                 base: gw_url.clone(),
                 key: Some(key.clone()),
