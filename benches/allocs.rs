@@ -14,9 +14,12 @@
 
 #[path = "support/bridges.rs"]
 mod bridges;
+#[path = "support/fixtures.rs"]
+mod fixtures;
 
 use bridges::Bridge;
 use bytes::Bytes;
+use fixtures::{CARD, POLICY};
 use ldp_client::transport::HttpAnswer;
 use ldp_client::Transport;
 use ldp_gateway::ldp::{Body, Envelope, IdentityCard, PayloadMode, SessionConfig};
@@ -283,31 +286,6 @@ async fn open(client: &Transport, base: &str) -> anyhow::Result<String> {
         other => anyhow::bail!("no session: {other:?}"),
     }
 }
-
-const CARD: &str = r#"{
-  "delegate_id": "ldp:delegate:allocs-fast", "name": "allocs-fast", "model_family": "sim",
-  "model_version": "1", "trust_domain": { "name": "default" }, "context_window": 32768,
-  "jurisdiction": "eu-west",
-  "capabilities": [{ "name": "echo", "quality": { "quality_score": 0.9, "latency_p50_ms": 5,
-    "cost_per_call_usd": 0.001, "supports_streaming": false } }],
-  "supported_payload_modes": ["text"], "endpoint": "", "metadata": {}
-}"#;
-
-/// The load bench's policy: every `[require]` constraint kind, which both cards pass.
-const POLICY: &str = r#"name = "load-all"
-description = "load bench: every constraint kind"
-[require]
-jurisdictions = ["eu-*"]
-deny_jurisdictions = ["us-*"]
-trust_domains = ["default"]
-min_quality = 0.5
-max_cost_usd = 0.01
-max_latency_ms = 2000
-payload_modes = ["text", "semantic_frame"]
-min_context_window = 8000
-model_families = ["sim*"]
-deny_model_families = ["gpt*"]
-"#;
 
 /// The load bench's gateway config (`benches/load.rs`), its ledger and policies under `dir`.
 fn config(dir: &std::path::Path, ldp: &str, openai: &str) -> String {

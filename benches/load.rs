@@ -18,9 +18,12 @@
 
 #[path = "support/bridges.rs"]
 mod bridges;
+#[path = "support/fixtures.rs"]
+mod fixtures;
 
 use bridges::{Bridge, BRIDGES, BRIDGE_PATHS};
 use bytes::Bytes;
+use fixtures::{CARD, POLICY};
 use ldp_client::Transport;
 use ldp_gateway::ldp::{Body, Envelope, PayloadMode, SessionConfig};
 use std::io::{BufRead, BufReader, Write};
@@ -435,15 +438,6 @@ async fn row(
     Ok(r)
 }
 
-const CARD: &str = r#"{
-  "delegate_id": "ldp:delegate:load-fast", "name": "load-fast", "model_family": "sim",
-  "model_version": "1", "trust_domain": { "name": "default" }, "context_window": 32768,
-  "jurisdiction": "eu-west",
-  "capabilities": [{ "name": "echo", "quality": { "quality_score": 0.9, "latency_p50_ms": 5,
-    "cost_per_call_usd": 0.001, "supports_streaming": false } }],
-  "supported_payload_modes": ["text"], "endpoint": "", "metadata": {}
-}"#;
-
 /// The OpenAI-backed delegate's `[[delegates]]` entry (the simulated server at `url`): its
 /// declared card passes every constraint of [`POLICY`] too.
 fn openai_delegate(url: &str) -> String {
@@ -466,22 +460,6 @@ model_family = "sim-openai"
 "#
     )
 }
-
-/// Every `[require]` constraint kind; the card above passes all of them.
-const POLICY: &str = r#"name = "load-all"
-description = "load bench: every constraint kind"
-[require]
-jurisdictions = ["eu-*"]
-deny_jurisdictions = ["us-*"]
-trust_domains = ["default"]
-min_quality = 0.5
-max_cost_usd = 0.01
-max_latency_ms = 2000
-payload_modes = ["text", "semantic_frame"]
-min_context_window = 8000
-model_families = ["sim*"]
-deny_model_families = ["gpt*"]
-"#;
 
 /// One nginx process, one `server` block per (listen port, upstream `host:port`) pair: the LDP
 /// delegate's hop, and the OpenAI server's when an OpenAI row runs.
