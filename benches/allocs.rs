@@ -16,13 +16,15 @@
 mod bridges;
 #[path = "support/fixtures.rs"]
 mod fixtures;
+#[path = "support/propose.rs"]
+mod propose;
 
 use bridges::Bridge;
 use bytes::Bytes;
 use fixtures::{CARD, POLICY};
 use ldp_client::transport::HttpAnswer;
 use ldp_client::Transport;
-use ldp_gateway::ldp::{Body, Envelope, IdentityCard, PayloadMode, SessionConfig};
+use ldp_gateway::ldp::{Body, Envelope, IdentityCard, PayloadMode};
 use ldp_gateway::server::Gateway;
 use ldp_gateway::sim::{self, openai::OpenAiOptions, SimOptions};
 use reqwest::header::{HeaderName, HeaderValue, AUTHORIZATION};
@@ -214,7 +216,7 @@ async fn row(
     ));
     let sender = format!("allocs{}", front.name().replace('-', ""));
     let sid = match front {
-        Front::Ldp(_) => open(&client, base).await?,
+        Front::Ldp(_) => propose::session(&client, base, TIMEOUT).await?,
         _ => String::new(),
     };
     let mut before = counted();
@@ -266,25 +268,6 @@ async fn row(
         (after.0 - before.0) as f64 / n,
         (after.1 - before.1) as f64 / n,
     ))
-}
-
-/// A session proposed (text) to `base`; its id.
-async fn open(client: &Transport, base: &str) -> anyhow::Result<String> {
-    let config = SessionConfig {
-        preferred_payload_modes: Some(vec![PayloadMode::Text]),
-        ..SessionConfig::default()
-    };
-    let env = Envelope::new(
-        "",
-        client.from_id(),
-        "x",
-        Body::SessionPropose { config },
-        PayloadMode::Text,
-    );
-    match client.send(base, &env, TIMEOUT).await?.body {
-        Body::SessionAccept { session_id, .. } => Ok(session_id),
-        other => anyhow::bail!("no session: {other:?}"),
-    }
 }
 
 /// The load bench's gateway config (`benches/load.rs`), its ledger and policies under `dir`.

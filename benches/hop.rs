@@ -1,36 +1,20 @@
 //! One-task latency: direct to a zero-latency simulated delegate vs through the gateway, in one
 //! run, sequential requests over keep-alive. `cargo bench --bench hop [-- TASKS]`.
 
+#[path = "support/propose.rs"]
+mod propose;
+
 use ldp_client::Transport;
 use ldp_gateway::config::{Config, DelegateConfig};
-use ldp_gateway::ldp::{Body, Envelope, IdentityCard, PayloadMode, SessionConfig};
+use ldp_gateway::ldp::{Body, Envelope, IdentityCard, PayloadMode};
 use ldp_gateway::server::Gateway;
 use ldp_gateway::sim::{self, SimOptions};
 use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A session proposed (text) to `base`; its id.
-async fn open(client: &Transport, base: &str) -> anyhow::Result<String> {
-    let config = SessionConfig {
-        preferred_payload_modes: Some(vec![PayloadMode::Text]),
-        ..SessionConfig::default()
-    };
-    let env = Envelope::new(
-        "",
-        client.from_id(),
-        "x",
-        Body::SessionPropose { config },
-        PayloadMode::Text,
-    );
-    match client.send(base, &env, TIMEOUT).await?.body {
-        Body::SessionAccept { session_id, .. } => Ok(session_id),
-        other => anyhow::bail!("no session: {other:?}"),
-    }
-}
-
 async fn run(client: &Transport, base: &str, tasks: usize) -> anyhow::Result<Vec<Duration>> {
-    let sid = open(client, base).await?;
+    let sid = propose::session(client, base, TIMEOUT).await?;
     let mut out = Vec::with_capacity(tasks);
     for i in 0..tasks + tasks / 10 {
         let env = Envelope::new(

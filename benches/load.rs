@@ -20,12 +20,14 @@
 mod bridges;
 #[path = "support/fixtures.rs"]
 mod fixtures;
+#[path = "support/propose.rs"]
+mod propose;
 
 use bridges::{Bridge, BRIDGES, BRIDGE_PATHS};
 use bytes::Bytes;
 use fixtures::{CARD, POLICY};
 use ldp_client::Transport;
-use ldp_gateway::ldp::{Body, Envelope, PayloadMode, SessionConfig};
+use ldp_gateway::ldp::{Body, Envelope, PayloadMode};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -246,24 +248,6 @@ fn client(t: &Target) -> anyhow::Result<Transport> {
     Ok(client)
 }
 
-async fn open(client: &Transport, t: &Target) -> anyhow::Result<String> {
-    let config = SessionConfig {
-        preferred_payload_modes: Some(vec![PayloadMode::Text]),
-        ..SessionConfig::default()
-    };
-    let env = Envelope::new(
-        "",
-        client.from_id(),
-        "x",
-        Body::SessionPropose { config },
-        PayloadMode::Text,
-    );
-    match client.send(&t.base, &env, TIMEOUT).await?.body {
-        Body::SessionAccept { session_id, .. } => Ok(session_id),
-        other => anyhow::bail!("no session from {}: {other:?}", t.base),
-    }
-}
-
 fn task(sid: &str, skill: &str, i: u64) -> Envelope {
     Envelope::new(
         sid,
@@ -301,7 +285,7 @@ fn completed(answer: &ldp_client::transport::HttpAnswer) -> bool {
 async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32>, u64)> {
     let client = client(&t)?;
     let sid = match t.load {
-        Load::Ldp(_) => open(&client, &t).await?,
+        Load::Ldp(_) => propose::session(&client, &t.base, TIMEOUT).await?,
         Load::Chat { .. } | Load::Bridge(_) => String::new(),
     };
     // A bridge's sender, one per connection.
@@ -882,7 +866,7 @@ async fn session_memory(
                 let client = client(&t)?;
                 let mut ok = 0usize;
                 for _ in 0..SESSIONS / conns {
-                    ok += usize::from(open(&client, &t).await.is_ok());
+                    ok += usize::from(propose::session(&client, &t.base, TIMEOUT).await.is_ok());
                 }
                 anyhow::Ok(ok)
             })
