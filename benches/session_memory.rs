@@ -45,7 +45,7 @@ fn measure(turns: usize) -> f64 {
                 user: Arc::from("q".repeat(QUESTION).as_str()),
                 assistant: Arc::from(format!("{t:0>ANSWER$}").as_str()),
             };
-            memory.push(&s.id, "chat", turn, usize::MAX, s.ttl);
+            memory.push(&s.tenant, &s.id, "chat", turn, usize::MAX, s.ttl);
         }
         kept.push(s);
     }

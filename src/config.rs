@@ -12,6 +12,7 @@ mod discovery;
 mod fallback;
 mod identity;
 mod ladp;
+mod llmx;
 mod openai;
 mod outlier;
 mod policies;
@@ -37,6 +38,7 @@ pub use discovery::DiscoveryConfig;
 pub use fallback::FallbackConfig;
 pub use identity::IdentityConfig;
 pub use ladp::LadpConfig;
+pub use llmx::LlmxConfig;
 pub use openai::OpenAiConfig;
 pub use outlier::OutlierConfig;
 pub use policies::PoliciesConfig;
@@ -100,6 +102,8 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// The LADP bridge (`POST /ladp`).
     pub ladp: LadpConfig,
+    /// The LLMX bridge (`POST /llmx`).
+    pub llmx: LlmxConfig,
     /// The A2A bridge (`POST /a2a`, the Agent Card).
     pub a2a: A2aConfig,
     /// OpenTelemetry traces (OTLP export, off by default).
@@ -170,6 +174,7 @@ impl Config {
         self.upstream.check(&mut c);
         self.openai.check(&mut c);
         self.ladp.check(&mut c);
+        self.llmx.check(&mut c);
         self.a2a.check(&mut c);
         self.telemetry.check(&mut c);
         self.provenance.check(&mut c);

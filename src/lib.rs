@@ -9,6 +9,7 @@
 pub mod a2a;
 pub mod cluster;
 pub mod config;
+pub mod fair;
 pub mod frontend;
 /// The LDP wire types (the `ldp-wire` crate), under the name the gateway has always used.
 pub use ldp_wire as ldp;

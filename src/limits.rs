@@ -23,6 +23,9 @@ pub enum Scope {
     Policy,
     /// A delegate's limit (routing skips it; counted, never refused to the client alone).
     Delegate,
+    /// The tenant's share of a bounded table (`crate::fair`) is full of running entries
+    /// (A2A tasks, LADP agents still refilling or running).
+    TenantShare,
 }
 
 impl Scope {
@@ -33,6 +36,7 @@ impl Scope {
             Scope::TenantSkill => "tenant_skill",
             Scope::Policy => "policy",
             Scope::Delegate => "delegate",
+            Scope::TenantShare => "tenant_share",
         }
     }
 }

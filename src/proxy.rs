@@ -257,6 +257,11 @@ impl Proxy {
         self.conversations.local_bytes()
     }
 
+    /// This node's conversation table's figures (`None` in cluster mode).
+    pub fn conversation_stats(&self) -> Option<crate::fair::TableStats> {
+        self.conversations.local_stats()
+    }
+
     /// Cluster mode: whether the shared state (Redis) answers now; `None` on a single node.
     pub async fn shared_state_ready(&self) -> Option<bool> {
         match &self.redis {

@@ -243,9 +243,9 @@ impl Gateway {
             upstream: upstream.clone(),
             config: config.clone(),
             public_url: format!("http://{ldp_addr}").into(),
-            llmx: Default::default(),
-            ladp: crate::frontend::ladp::LadpState::new(&config.ladp),
-            a2a: Default::default(),
+            llmx: crate::frontend::llmx::LlmxState::new(&config.llmx),
+            ladp: crate::frontend::ladp::LadpState::new(&config.ladp, config.upstream.task_timeout),
+            a2a: crate::frontend::a2a::A2aState::new(&config.a2a),
             otel: otel.clone(),
         }));
         let mut tasks = vec![registry.clone().spawn_poller(

@@ -103,7 +103,28 @@ pub const RELOAD_RESULTS: [&str; 2] = ["ok", "error"];
 
 /// The scopes of `ldp_gateway_rate_limited_total{scope}` and
 /// `ldp_gateway_rate_limit_local_fallbacks_total{scope}`.
-pub const RATE_LIMIT_SCOPES: [&str; 4] = ["tenant", "tenant_skill", "policy", "delegate"];
+pub const RATE_LIMIT_SCOPES: [&str; 5] = [
+    "tenant",
+    "tenant_skill",
+    "policy",
+    "delegate",
+    "tenant_share",
+];
+
+/// The tenant-fair tables (`crate::fair`), as `ldp_gateway_table_*`'s `table` label.
+pub const TABLES: [&str; 7] = [
+    "task_status",
+    "conversations",
+    "a2a_tasks",
+    "a2a_contexts",
+    "ladp_rates",
+    "ladp_book",
+    "llmx_senders",
+];
+
+/// The `tenant_class` label of `ldp_gateway_table_*`: whether the tenants counted hold more
+/// than their share of the table (the bound divided by the tenants holding entries).
+pub const TENANT_CLASSES: [&str; 2] = ["over_share", "within_share"];
 
 /// Most label sets [`Metrics::init_known`] visits per metric and call: label sets from the
 /// configuration start at 0 up to this many (a huge fleet × tenants × policies does not flood
@@ -201,6 +222,15 @@ pub struct Metrics {
     /// `ldp_gateway_conversations_evicted_total`: sessions' conversations dropped, least
     /// recently used first, to keep within `openai.memory_bytes`.
     pub conversations_evicted: IntCounter,
+    /// `ldp_gateway_table_bytes{table,tenant_class}`: what each tenant-fair table holds, by
+    /// the tenants over and within their share (this replica's tables; set at each scrape).
+    pub table_bytes: IntGaugeVec,
+    /// `ldp_gateway_table_evictions_total{table,tenant_class}`: entries evicted for room, by
+    /// the class of the tenant that lost them (`within_share` stays 0: the guarantee).
+    pub table_evictions: IntCounterVec,
+    /// `ldp_gateway_table_refusals_total{table}`: new entries refused, their tenant's share
+    /// full of running entries.
+    pub table_refusals: IntCounterVec,
     /// `ldp_gateway_http_requests_total{route,status}`.
     pub http_requests: IntCounterVec,
     /// `ldp_gateway_errors_total{code}`: error answers (`{"error": …}`) by the low-cardinality
@@ -374,6 +404,33 @@ impl Metrics {
             "Bytes of conversation kept for OpenAI-backed delegates, every session together",
         )?;
         r.register(Box::new(conversations_bytes.clone()))?;
+        let table_bytes = IntGaugeVec::new(
+            Opts::new(
+                "ldp_gateway_table_bytes",
+                "Bytes each tenant-fair table holds, by the tenants over and within their share",
+            ),
+            &["table", "tenant_class"],
+        )?;
+        r.register(Box::new(table_bytes.clone()))?;
+        let table_evictions = counter_vec(
+            &r,
+            "ldp_gateway_table_evictions_total",
+            "Entries a tenant-fair table evicted for room, by the class of the tenant that lost them",
+            &["table", "tenant_class"],
+        )?;
+        let table_refusals = counter_vec(
+            &r,
+            "ldp_gateway_table_refusals_total",
+            "New entries a tenant-fair table refused, their tenant's share full of running entries",
+            &["table"],
+        )?;
+        for table in TABLES {
+            table_refusals.with_label_values(&[table]);
+            for class in TENANT_CLASSES {
+                table_bytes.with_label_values(&[table, class]);
+                table_evictions.with_label_values(&[table, class]);
+            }
+        }
         let conversations_evicted = IntCounter::new(
             "ldp_gateway_conversations_evicted_total",
             "Sessions' conversations dropped (least recently used first) to stay within openai.memory_bytes",
@@ -584,6 +641,9 @@ impl Metrics {
             task_status_bytes,
             conversations_bytes,
             conversations_evicted,
+            table_bytes,
+            table_evictions,
+            table_refusals,
             http_requests,
             errors,
             overhead,
@@ -614,6 +674,36 @@ impl Metrics {
             scrape: std::sync::Mutex::new(()),
             known: std::sync::Mutex::new((None, 0)),
         })
+    }
+
+    /// Sets `table`'s series (one of [`TABLES`]) from its figures: the bytes, and the
+    /// counters brought up to the table's own totals.
+    pub fn table(&self, table: &str, stats: &crate::fair::TableStats) {
+        let bytes = [
+            ("over_share", stats.bytes_over_share),
+            ("within_share", stats.bytes_within_share),
+        ];
+        for (class, b) in bytes {
+            self.table_bytes
+                .with_label_values(&[table, class])
+                .set(i64::try_from(b).unwrap_or(i64::MAX));
+        }
+        let catch_up = |c: IntCounter, total: u64| {
+            if let Some(d) = total.checked_sub(c.get()).filter(|d| *d > 0) {
+                c.inc_by(d);
+            }
+        };
+        let evicted = [
+            ("over_share", stats.evicted_over_share),
+            ("within_share", stats.evicted_within_share),
+        ];
+        for (class, n) in evicted {
+            catch_up(self.table_evictions.with_label_values(&[table, class]), n);
+        }
+        catch_up(
+            self.table_refusals.with_label_values(&[table]),
+            stats.refused,
+        );
     }
 
     /// One call to a delegate in the GenAI histograms: `operation` one of

@@ -13,6 +13,13 @@ pub struct A2aConfig {
     /// The Agent Card's `Cache-Control: max-age`, seconds (its skills follow the delegates'
     /// health, so not long).
     pub card_max_age_secs: u32,
+    /// Bytes of A2A tasks kept (their snapshots with their output, for `GetTask`), every
+    /// tenant together, shared out by tenant (`crate::fair`): a tenant over its share loses
+    /// its oldest finished tasks first; a running task is never forgotten.
+    pub max_task_bytes: u64,
+    /// Bytes of A2A contexts kept (each the gateway session its tasks run in), shared out
+    /// by tenant; a forgotten context's session is closed.
+    pub max_context_bytes: u64,
 }
 
 impl Default for A2aConfig {
@@ -20,6 +27,8 @@ impl Default for A2aConfig {
         A2aConfig {
             default_skill: None,
             card_max_age_secs: 60,
+            max_task_bytes: 64 << 20,
+            max_context_bytes: 4 << 20,
         }
     }
 }
@@ -29,6 +38,8 @@ pub const MAX_CARD_MAX_AGE_SECS: u32 = 86_400;
 
 impl A2aConfig {
     pub(super) fn check(&self, c: &mut Checks) {
+        c.table_bytes("a2a.max_task_bytes", self.max_task_bytes);
+        c.table_bytes("a2a.max_context_bytes", self.max_context_bytes);
         if self.card_max_age_secs > MAX_CARD_MAX_AGE_SECS {
             c.push(
                 "a2a.card_max_age_secs",
@@ -60,6 +71,7 @@ mod tests {
         A2aConfig {
             default_skill: Some(" ".into()),
             card_max_age_secs: 86_401,
+            ..A2aConfig::default()
         }
         .check(&mut c);
         let keys: Vec<&str> = c.out.iter().map(|(k, _)| k.as_str()).collect();

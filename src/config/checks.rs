@@ -70,6 +70,19 @@ impl Checks {
     }
 
     /// A count or size of at least `min`.
+    /// A table's byte bound (`crate::fair`): from 64 KiB (a few entries of every tenant) to
+    /// 1 TiB.
+    pub(super) fn table_bytes(&mut self, key: &str, n: u64) {
+        const MIN: u64 = 64 * 1024;
+        const MAX: u64 = 1 << 40;
+        if !(MIN..=MAX).contains(&n) {
+            self.push(
+                key,
+                format!("must be between {MIN} (64 KiB) and {MAX} (1 TiB), got {n}"),
+            );
+        }
+    }
+
     pub(super) fn at_least(&mut self, key: &str, n: usize, min: usize) {
         if n < min {
             self.push(key, format!("must be at least {min}, got {n}"));

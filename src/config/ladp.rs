@@ -10,11 +10,22 @@ pub struct LadpConfig {
     /// Messages one agent (a tenant's `<sender>`) may send per minute, every type counted
     /// (§14: "≤ 4 msgs/agent/minute"); a full minute's worth may come at once.
     pub rate_per_minute: u32,
+    /// Bytes of agents' rates kept at once, every tenant together, shared out by tenant
+    /// (`crate::fair`): an agent's rate is kept until it has refilled; a tenant whose share
+    /// is full of agents still refilling has its new agents refused (429, `Retry-After`).
+    pub max_rate_bytes: u64,
+    /// Bytes of agents' remembered tasks (for `status-request` and `halt`), shared out by
+    /// tenant; an agent with a running task is never forgotten.
+    pub max_book_bytes: u64,
 }
 
 impl Default for LadpConfig {
     fn default() -> Self {
-        LadpConfig { rate_per_minute: 4 }
+        LadpConfig {
+            rate_per_minute: 4,
+            max_rate_bytes: 4 << 20,
+            max_book_bytes: 16 << 20,
+        }
     }
 }
 
@@ -23,6 +34,8 @@ pub const MAX_RATE_PER_MINUTE: u32 = 60_000;
 
 impl LadpConfig {
     pub(super) fn check(&self, c: &mut Checks) {
+        c.table_bytes("ladp.max_rate_bytes", self.max_rate_bytes);
+        c.table_bytes("ladp.max_book_bytes", self.max_book_bytes);
         if !(1..=MAX_RATE_PER_MINUTE).contains(&self.rate_per_minute) {
             c.push(
                 "ladp.rate_per_minute",
@@ -51,6 +64,7 @@ mod tests {
             let mut c = Checks::default();
             LadpConfig {
                 rate_per_minute: rate,
+                ..LadpConfig::default()
             }
             .check(&mut c);
             if ok {

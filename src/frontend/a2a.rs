@@ -34,13 +34,17 @@
 //!   upstream; whatever it still produces is dropped. A terminal task: -32002.
 //! - `SubscribeToTask` of a terminal task: -32004 (spec §3.1.6: nothing left to stream).
 //! - A task or context is visible only to its tenant: another tenant's id is -32001.
-//! - Each tenant's last [`MAX_TASKS_PER_TENANT`] tasks and [`MAX_CONTEXTS_PER_TENANT`]
-//!   contexts are kept (in this process: a restart or another replica does not know them);
-//!   a task's history is the user's message, when its input is at most [`MAX_HISTORY_BYTES`].
+//! - Tasks and contexts are kept in tenant-fair tables bounded in bytes (`[a2a]
+//!   max_task_bytes`, `max_context_bytes`; at most [`MAX_CONTEXTS_PER_TENANT`] contexts a
+//!   tenant): a tenant over its share forgets its oldest finished tasks and least recently
+//!   used contexts first, a running task is never forgotten, and a tenant whose share is full
+//!   of running tasks has its next message refused (HTTP 429 with `Retry-After`). In this
+//!   process: a restart or another replica does not know them. A task's history is the
+//!   user's message, when its input is at most [`MAX_HISTORY_BYTES`].
 
 mod tasks;
 
-pub use tasks::{A2aState, Cancel, Inserted, MAX_CONTEXTS_PER_TENANT, MAX_TASKS_PER_TENANT};
+pub use tasks::{task_weight, A2aState, Cancel, Inserted, MAX_CONTEXTS_PER_TENANT};
 
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, Envelope, Json, LdpError, SessionId, TaskId};
@@ -66,7 +70,7 @@ pub const MAX_ID_BYTES: usize = 256;
 /// Most parts in one message.
 pub const MAX_PARTS: usize = 64;
 /// Largest task input kept as the task's history (the user's message) for `GetTask`; a
-/// larger one leaves the history empty (the table holds up to [`MAX_TASKS_PER_TENANT`] tasks).
+/// larger one leaves the history empty.
 pub const MAX_HISTORY_BYTES: usize = 16 * 1024;
 /// TASK_UPDATEs buffered between the task and its listeners.
 const UPDATES_BUFFERED: usize = 64;

@@ -57,7 +57,7 @@ pub enum LadpError {
     /// The agent's rate (§14) or the bridge's bound on agents.
     #[error("{}", match .0 {
         RateRefusal::Agent(w) => format!("rate limit of this agent reached; retry after {:.3} s", w.as_secs_f64()),
-        RateRefusal::Agents => "too many agents are sending at once; retry later".to_owned(),
+        RateRefusal::Agents(_) => "this tenant has too many agents sending at once; retry later".to_owned(),
     })]
     RateLimited(RateRefusal),
 }
@@ -91,7 +91,9 @@ impl LadpError {
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
             LadpError::RateLimited(RateRefusal::Agent(w)) => Some(*w),
-            LadpError::RateLimited(RateRefusal::Agents) => Some(std::time::Duration::from_secs(1)),
+            LadpError::RateLimited(RateRefusal::Agents(wait)) => {
+                Some(wait.unwrap_or(std::time::Duration::from_secs(1)))
+            }
             _ => None,
         }
     }

@@ -5,8 +5,10 @@
 //! gateway and what it is answered:
 //!
 //! - `HEADER` is required (its `t` is not checked: `ALL`, the gateway's id or any name); its
-//!   `s` must rise per sender `f` of the tenant (a repeat is a replay), remembered for
-//!   [`SENDERS_KEPT`] senders (least recently seen forgotten first).
+//!   `s` must rise per sender `f` of the tenant (a repeat is a replay), remembered in a
+//!   tenant-fair table (`[llmx] max_sender_bytes`, [`crate::fair`]: a tenant over its share
+//!   forgets its least recently heard senders first, never another tenant's). The gateway's
+//!   answers to a sender are numbered from 1 per tenant and sender.
 //! - Each `REQ` is one task. Its skill is the first `exp` entry that is a skill some delegate
 //!   offers, or else names a registered delegate (registry name or card `delegate_id`): then
 //!   the first of that delegate's skills no other delegate offers, else its first skill. The
@@ -26,6 +28,7 @@
 //! - Unknown block types get `RES:{o:"WARN",…}` (§7.3); `X_` blocks are ignored (§8.1); other
 //!   standard blocks (ACT, OBS, …) are not the gateway's to act on and get a WARN too.
 
+use crate::fair::{Changed, FairTable, Kept, TableStats};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, DelegationContract, Json, TaskId};
 use crate::provenance::Ingress;
@@ -34,12 +37,8 @@ use crate::registry::Registry;
 use crate::routing::Picked;
 use llmx::{kind, Block, Body as LlmxBody, Fields, Header, Limits, Number, ParseError, Value};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
-/// Senders (per tenant) whose last sequence number is remembered.
-pub const SENDERS_KEPT: usize = 10_000;
 /// Most `REQ` blocks in one message (each is a task run at once).
 pub const MAX_REQS: usize = 16;
 /// Most entries of a `BLK`'s `a`.
@@ -67,40 +66,85 @@ pub fn deadline_for(pr: u8, task_timeout: Duration) -> Duration {
     class.min(task_timeout)
 }
 
-/// The bridge's per-process state: each sender's last sequence number, and the gateway's own.
+/// What the bridge remembers of one sender of a tenant: the last sequence number it sent,
+/// and the last the gateway numbered an answer to it with.
+#[derive(Debug, Default)]
+struct Peer {
+    last_in: Option<u64>,
+    sent: u64,
+}
+
+impl Kept<String> for Peer {
+    fn weight(&self, from: &String) -> usize {
+        from.len() + std::mem::size_of::<Peer>()
+    }
+}
+
+/// The bridge's per-process state: for each tenant's sender, its last sequence number and
+/// the gateway's own numbering of its answers to it, in one tenant-fair table.
 pub struct LlmxState {
-    seq: Mutex<llmx::SeqChecker>,
-    sent: AtomicU64,
+    peers: FairTable<String, Peer>,
 }
 
 impl Default for LlmxState {
     fn default() -> Self {
-        LlmxState {
-            seq: Mutex::new(llmx::SeqChecker::new(SENDERS_KEPT)),
-            sent: AtomicU64::new(0),
-        }
+        LlmxState::new(&crate::config::LlmxConfig::default())
     }
 }
 
 impl LlmxState {
-    /// Accepts `seq` from `tenant`'s sender `from` if it is above the last one accepted.
-    pub fn check_seq(&self, tenant: &str, from: &str, seq: u64) -> Result<(), llmx::SeqError> {
-        let key = format!("{tenant}\u{1f}{from}");
-        // A poisoned lock still holds a usable checker (`check` leaves it consistent).
-        let mut checker = self.seq.lock().unwrap_or_else(|p| p.into_inner());
-        checker.check(&key, seq).map_err(|e| match e {
-            llmx::SeqError::NotIncreasing { last, got, .. } => llmx::SeqError::NotIncreasing {
-                sender: from.to_owned(),
-                last,
-                got,
-            },
-            other => other,
-        })
+    /// The state for `config`.
+    pub fn new(config: &crate::config::LlmxConfig) -> LlmxState {
+        let bytes = usize::try_from(config.max_sender_bytes).unwrap_or(usize::MAX);
+        LlmxState {
+            peers: FairTable::new(bytes, None),
+        }
     }
 
-    /// The gateway's next sequence number (rising across all its answers).
-    pub fn next_seq(&self) -> u64 {
-        self.sent.fetch_add(1, Ordering::Relaxed) + 1
+    /// Accepts `seq` from `tenant`'s sender `from` if it is above the last one accepted.
+    pub fn check_seq(&self, tenant: &str, from: &str, seq: u64) -> Result<(), llmx::SeqError> {
+        if from.len() > llmx::MAX_SENDER_BYTES {
+            return Err(llmx::SeqError::SenderTooLong);
+        }
+        let new = || Some((from.to_owned(), Peer::default()));
+        let checked = self.peers.change(tenant, from, new, |p| match p.last_in {
+            Some(last) if seq <= last => Err(llmx::SeqError::NotIncreasing {
+                sender: from.to_owned(),
+                last,
+                got: seq,
+            }),
+            _ => {
+                p.last_in = Some(seq);
+                Ok(())
+            }
+        });
+        match checked {
+            Changed::Kept(checked, _) => checked,
+            // Never for entries this small (a refusal needs an entry over its tenant's
+            // share): taken as a first message is.
+            Changed::Absent | Changed::Refused(..) => Ok(()),
+        }
+    }
+
+    /// The gateway's next sequence number for an answer to `tenant`'s sender `to` (rising
+    /// from 1 per tenant and sender; a sender too long to remember is answered with 1).
+    pub fn next_seq(&self, tenant: &str, to: &str) -> u64 {
+        if to.len() > llmx::MAX_SENDER_BYTES {
+            return 1;
+        }
+        let new = || Some((to.to_owned(), Peer::default()));
+        match self.peers.change(tenant, to, new, |p| {
+            p.sent += 1;
+            p.sent
+        }) {
+            Changed::Kept(n, _) => n,
+            Changed::Absent | Changed::Refused(..) => 1,
+        }
+    }
+
+    /// The table's figures (its metrics).
+    pub fn stats(&self) -> TableStats {
+        self.peers.stats()
     }
 }
 

@@ -167,7 +167,9 @@ impl Proxy {
         self.close_later(bindings);
         // Its conversations end with it (only the owner's close reaches them).
         if owned {
-            self.conversations.forget_session(&env.session_id).await;
+            self.conversations
+                .forget_session(&ctx.tenant.name, &env.session_id)
+                .await;
         }
         Ok(env.reply(
             self.id(),

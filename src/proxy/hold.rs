@@ -123,7 +123,10 @@ impl Proxy {
                 let input_bytes = match t.task.chat {
                     Some(chat) => chat.messages.iter().map(|m| m.text().len()).sum(),
                     None => {
-                        let kept = self.conversations.session_bytes(&t.session.id).await;
+                        let kept = self
+                            .conversations
+                            .session_bytes(&t.session.tenant, &t.session.id)
+                            .await;
                         t.task.input.get().len() + kept
                     }
                 };

@@ -263,7 +263,7 @@ impl Proxy {
         match self.sessions.close(session, &owner).await {
             Ok(bindings) => {
                 self.close_later(bindings);
-                self.conversations.forget_session(session).await;
+                self.conversations.forget_session(tenant, session).await;
             }
             Err(e) => tracing::warn!(error = %e, "a front end's session was not closed"),
         }

@@ -342,7 +342,11 @@ impl Proxy {
         user: &str,
     ) -> Vec<Turn> {
         let session = &t.session.id;
-        let mut turns = self.conversations.turns(session, t.task.skill).await;
+        let tenant = &t.session.tenant;
+        let mut turns = self
+            .conversations
+            .turns(tenant, session, t.task.skill)
+            .await;
         let Some(window) = openai.backend.context_window else {
             return turns;
         };
@@ -363,7 +367,7 @@ impl Proxy {
         if drop > 0 {
             let forgotten = self
                 .conversations
-                .forget_oldest(session, t.task.skill, drop)
+                .forget_oldest(tenant, session, t.task.skill, drop)
                 .await;
             self.metrics
                 .openai_turns_dropped
@@ -381,7 +385,7 @@ impl Proxy {
         let (session, skill) = (&t.session.id, t.task.skill);
         let pushed = self
             .conversations
-            .push(session, skill, turn, cap, t.session.ttl)
+            .push(&t.session.tenant, session, skill, turn, cap, t.session.ttl)
             .await;
         if pushed.dropped > 0 {
             self.metrics

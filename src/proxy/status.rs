@@ -52,6 +52,11 @@ impl Proxy {
         self.statuses.local_bytes()
     }
 
+    /// This replica's status table's figures (none in cluster mode).
+    pub fn status_stats(&self) -> Option<crate::fair::TableStats> {
+        self.statuses.local_stats()
+    }
+
     /// What the store knows of this client's task.
     pub(super) async fn task_status(
         &self,

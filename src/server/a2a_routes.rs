@@ -131,7 +131,7 @@ async fn a2a(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> R
         },
         Call::Subscribe(r) => match s.a2a.subscribe(&tenant, &r.id) {
             None => rpc_error(id, dialect, &A2aError::TaskNotFound(r.id)),
-            Some((t, _)) if t.status.state.is_terminal() => {
+            Some((t, None)) => {
                 let e = A2aError::Unsupported(format!(
                     "task {:?} is {}: nothing left to stream",
                     t.id,
@@ -139,7 +139,7 @@ async fn a2a(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> R
                 ));
                 rpc_error(id, dialect, &e)
             }
-            Some((t, rx)) => sse(id, dialect, t, rx),
+            Some((t, Some(rx))) => sse(id, dialect, t, rx),
         },
     }
 }
@@ -163,11 +163,26 @@ async fn send(
         events: mut rx,
         session,
         evicted,
-    } = s.a2a.insert(&tenant, job.task.clone());
-    if let Some(old) = evicted {
+    } = match s.a2a.insert(&tenant, job.task.clone()) {
+        Ok(inserted) => inserted,
+        Err(full) => {
+            s.metrics
+                .rate_limited
+                .with_label_values(&[crate::limits::Scope::TenantShare.as_str()])
+                .inc();
+            let wait = full
+                .retry_after
+                .unwrap_or(std::time::Duration::from_secs(1));
+            let e = ApiError::rate_limited(crate::limits::Scope::TenantShare, wait);
+            return rpc_failure(e, ErrorCode::Internal);
+        }
+    };
+    if !evicted.is_empty() {
         let (proxy, tenant) = (s.proxy.clone(), tenant.clone());
         s.proxy.spawn_tracked(async move {
-            bridge::close_context(&proxy, &tenant, &old).await;
+            for old in evicted {
+                bridge::close_context(&proxy, &tenant, &old).await;
+            }
         });
     }
     let runner = s.clone();

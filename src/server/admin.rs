@@ -253,6 +253,24 @@ fn refresh_gauges(s: &AppState, m: &crate::telemetry::Metrics) {
         m.conversations_bytes
             .set(i64::try_from(b).unwrap_or(i64::MAX));
     }
+    // The tenant-fair tables (`crate::fair`): this replica's; in cluster mode the status
+    // store and conversations are in Redis.
+    let (a2a_tasks, a2a_contexts) = s.a2a.stats();
+    let (ladp_rates, ladp_book) = s.ladp.stats();
+    let tables = [
+        ("task_status", s.proxy.status_stats()),
+        ("conversations", s.proxy.conversation_stats()),
+        ("a2a_tasks", Some(a2a_tasks)),
+        ("a2a_contexts", Some(a2a_contexts)),
+        ("ladp_rates", Some(ladp_rates)),
+        ("ladp_book", Some(ladp_book)),
+        ("llmx_senders", Some(s.llmx.stats())),
+    ];
+    for (table, stats) in tables {
+        if let Some(stats) = stats {
+            m.table(table, &stats);
+        }
+    }
 }
 
 /// [`crate::telemetry::Metrics::init_known`] for the tenants, policies and offered skills now.

@@ -49,6 +49,9 @@ async fn ladp(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> 
     };
     let sender = request.msg().sender.clone();
     if let Err(r) = s.ladp.admit(&ctx.tenant.name, &sender) {
+        if let bridge::RateRefusal::Agents(_) = r {
+            count_share_refusal(&s);
+        }
         return refused(&LadpError::RateLimited(r), &sender);
     }
     match request {
@@ -84,8 +87,16 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
     let task_id: TaskId = crate::ldp::new_id().into();
     let tenant = ctx.tenant.name.clone();
     let sender = msg.sender.clone();
-    s.ladp
-        .start(&tenant, &sender, msg.epoch_ms, task_id.clone());
+    if let Err(wait) = s
+        .ladp
+        .start(&tenant, &sender, msg.epoch_ms, task_id.clone())
+    {
+        count_share_refusal(s);
+        return refused(
+            &LadpError::RateLimited(bridge::RateRefusal::Agents(wait)),
+            &sender,
+        );
+    }
     // A client that leaves before its answer cancels the task.
     let guard = CancelOnDrop::new(s, &tenant, Ingress::Ladp, [task_id.clone()]);
     let proxy = s.proxy.clone();
@@ -135,6 +146,15 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
         }
     }
     resp
+}
+
+/// `ldp_gateway_rate_limited_total{scope="tenant_share"}`: the tenant's share of the bridge's
+/// tables is full of agents still refilling or running.
+fn count_share_refusal(s: &AppState) {
+    s.metrics
+        .rate_limited
+        .with_label_values(&[crate::limits::Scope::TenantShare.as_str()])
+        .inc();
 }
 
 fn ok(text: String) -> Response {

@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 /// The `/llmx` route (a panic of its handler answered with a NACK).
 pub(super) fn router(state: &AppState) -> Router<AppState> {
     let s = state.clone();
-    let shape: Shape = Arc::new(move |e| nack(&s, None, e));
+    let shape: Shape = Arc::new(move |e| nack(&s, None, None, e));
     Router::new()
         .route("/llmx", post(llmx))
         .layer(axum::middleware::from_fn_with_state(
@@ -41,11 +41,11 @@ pub(super) fn router(state: &AppState) -> Router<AppState> {
 async fn llmx(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> Response {
     let ctx = match request_ctx(&s, &headers) {
         Ok(ctx) => ctx,
-        Err(e) => return nack(&s, None, e),
+        Err(e) => return nack(&s, None, None, e),
     };
     let bytes = match read_body(&s, &headers, body).await {
         Ok(b) => b,
-        Err(e) => return nack(&s, None, e),
+        Err(e) => return nack(&s, Some(&ctx.tenant.name), None, e),
     };
     let text = match std::str::from_utf8(&bytes) {
         Ok(t) => t,
@@ -56,6 +56,7 @@ async fn llmx(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> 
             let err = llmx::ParseError::at(line, column, "the message is not UTF-8");
             return nack(
                 &s,
+                Some(&ctx.tenant.name),
                 None,
                 ApiError::new(GatewayCode::BadRequest, err.to_string()),
             );
@@ -72,21 +73,26 @@ async fn llmx(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> 
                 Nack::Sequence(_) => ApiError::of(ErrorKind::Conflict, msg),
             };
             let to = bridge::salvage_header(text);
-            return nack(&s, to.as_ref(), e);
+            return nack(&s, Some(&ctx.tenant.name), to.as_ref(), e);
         }
     };
     answer(s, ctx, inbound).await
 }
 
-/// The `HEADER` of the gateway's answer to `to` (a sender that could not be read: `unknown`).
-fn reply_header(s: &AppState, to: Option<&Header>) -> Header {
-    let seq = s.llmx.next_seq();
+/// The `HEADER` of the gateway's answer to `tenant`'s `to` (a sender that could not be read:
+/// `unknown`; no tenant yet: the unauthenticated, numbered together).
+fn reply_header(s: &AppState, tenant: Option<&str>, to: Option<&Header>) -> Header {
+    let recipient = to.map_or(UNKNOWN, |h| h.from.as_str());
+    let seq = s.llmx.next_seq(tenant.unwrap_or_default(), recipient);
     let from = s.config.identity.delegate_id.as_str();
     match to {
         Some(h) => h.reply(from, seq),
-        None => Header::new(from, "unknown", seq),
+        None => Header::new(from, UNKNOWN, seq),
     }
 }
+
+/// The recipient of an answer to a message whose sender could not be read.
+const UNKNOWN: &str = "unknown";
 
 /// A whole LLMX answer: 200 with `message`.
 fn whole(message: &Message) -> Response {
@@ -106,9 +112,9 @@ fn in_llmx(mut resp: Response, message: &Message) -> Response {
 
 /// A refusal of the whole message, `RES:{o:"NACK",msg}`, with the status (and `Retry-After`,
 /// `Connection: close`) the LDP routes answer it with, counted and logged as they are.
-fn nack(s: &AppState, to: Option<&Header>, e: ApiError) -> Response {
+fn nack(s: &AppState, tenant: Option<&str>, to: Option<&Header>, e: ApiError) -> Response {
     let message = Message {
-        header: reply_header(s, to),
+        header: reply_header(s, tenant, to),
         blocks: vec![Block::res("NACK", Some(&e.error().message))],
     };
     in_llmx(refuse(e), &message)
@@ -121,7 +127,8 @@ async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound) -> Response {
         jobs,
         warnings,
     } = inbound;
-    let header = reply_header(&s, Some(&theirs));
+    let tenant = ctx.tenant.name.clone();
+    let header = reply_header(&s, Some(&tenant), Some(&theirs));
     let ids: Vec<TaskId> = jobs.iter().map(|_| crate::ldp::new_id().into()).collect();
     let guard = CancelOnDrop::new(&s, &ctx.tenant.name, Ingress::Llmx, ids.iter().cloned());
     let (tx, mut rx) = mpsc::channel::<Answered>(jobs.len().max(1));
@@ -139,7 +146,7 @@ async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound) -> Response {
         });
         if spawned.is_none() {
             let e = ApiError::new(GatewayCode::Unavailable, "the gateway is stopping");
-            return nack(&s, Some(&theirs), e);
+            return nack(&s, Some(&tenant), Some(&theirs), e);
         }
     }
     drop(tx);
@@ -152,7 +159,7 @@ async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound) -> Response {
         // guard cancels it if the client leaves first.)
         let Some(a) = rx.recv().await else {
             let e = ApiError::new(GatewayCode::Internal, "the task was lost");
-            return nack(&s, Some(&theirs), e);
+            return nack(&s, Some(&tenant), Some(&theirs), e);
         };
         first.blocks.extend(a.blocks);
         return match a.refusal {

@@ -13,23 +13,32 @@ use std::time::Duration;
 mod redis;
 pub use redis::RedisConversations;
 
-/// Keeps the turns of each client session's conversations.
+/// Keeps the turns of each client session's conversations, by the session's tenant (whose
+/// share of the budget they count against).
 pub trait ConversationStore {
-    /// The turns of `session`'s conversation of `skill`, oldest first.
-    fn turns(&self, session: &str, skill: &str) -> impl Future<Output = Vec<Turn>> + Send;
+    /// The turns of `tenant`'s `session`'s conversation of `skill`, oldest first.
+    fn turns(
+        &self,
+        tenant: &str,
+        session: &str,
+        skill: &str,
+    ) -> impl Future<Output = Vec<Turn>> + Send;
 
-    /// Forgets the `n` oldest turns of `session`'s `skill`; how many were forgotten.
+    /// Forgets the `n` oldest turns of `tenant`'s `session`'s `skill`; how many were
+    /// forgotten.
     fn forget_oldest(
         &self,
+        tenant: &str,
         session: &str,
         skill: &str,
         n: usize,
     ) -> impl Future<Output = usize> + Send;
 
-    /// Adds a turn to `session`'s conversation of `skill`, within the session's `cap` and
-    /// the global budget; the session lives `ttl` past its last use.
+    /// Adds a turn to `tenant`'s `session`'s conversation of `skill`, within the session's
+    /// `cap` and the budget; the session lives `ttl` past its last use.
     fn push(
         &self,
+        tenant: &str,
         session: &str,
         skill: &str,
         turn: Turn,
@@ -37,12 +46,12 @@ pub trait ConversationStore {
         ttl: Duration,
     ) -> impl Future<Output = Pushed> + Send;
 
-    /// The bytes `session`'s conversations hold (for a budget hold's estimate).
-    fn session_bytes(&self, session: &str) -> impl Future<Output = usize> + Send;
+    /// The bytes `tenant`'s `session`'s conversations hold (for a budget hold's estimate).
+    fn session_bytes(&self, tenant: &str, session: &str) -> impl Future<Output = usize> + Send;
 
-    /// Forgets every conversation of `session` (closed or expired): nothing of it is kept
-    /// past the session.
-    fn forget_session(&self, session: &str) -> impl Future<Output = ()> + Send;
+    /// Forgets every conversation of `tenant`'s `session` (closed or expired): nothing of it
+    /// is kept past the session.
+    fn forget_session(&self, tenant: &str, session: &str) -> impl Future<Output = ()> + Send;
 }
 
 /// The conversations chosen at start.
@@ -61,25 +70,34 @@ impl Conversations {
             Conversations::Shared(_) => None,
         }
     }
+
+    /// This process's table's figures (none in cluster mode).
+    pub fn local_stats(&self) -> Option<crate::fair::TableStats> {
+        match self {
+            Conversations::Local(m) => Some(m.stats()),
+            Conversations::Shared(_) => None,
+        }
+    }
 }
 
 impl ConversationStore for Conversations {
-    async fn turns(&self, session: &str, skill: &str) -> Vec<Turn> {
+    async fn turns(&self, tenant: &str, session: &str, skill: &str) -> Vec<Turn> {
         match self {
-            Conversations::Local(m) => m.turns(session, skill),
-            Conversations::Shared(r) => r.turns(session, skill).await,
+            Conversations::Local(m) => m.turns(tenant, session, skill),
+            Conversations::Shared(r) => r.turns(tenant, session, skill).await,
         }
     }
 
-    async fn forget_oldest(&self, session: &str, skill: &str, n: usize) -> usize {
+    async fn forget_oldest(&self, tenant: &str, session: &str, skill: &str, n: usize) -> usize {
         match self {
-            Conversations::Local(m) => m.forget_oldest(session, skill, n),
-            Conversations::Shared(r) => r.forget_oldest(session, skill, n).await,
+            Conversations::Local(m) => m.forget_oldest(tenant, session, skill, n),
+            Conversations::Shared(r) => r.forget_oldest(tenant, session, skill, n).await,
         }
     }
 
     async fn push(
         &self,
+        tenant: &str,
         session: &str,
         skill: &str,
         turn: Turn,
@@ -87,22 +105,22 @@ impl ConversationStore for Conversations {
         ttl: Duration,
     ) -> Pushed {
         match self {
-            Conversations::Local(m) => m.push(session, skill, turn, cap, ttl),
-            Conversations::Shared(r) => r.push(session, skill, turn, cap, ttl).await,
+            Conversations::Local(m) => m.push(tenant, session, skill, turn, cap, ttl),
+            Conversations::Shared(r) => r.push(tenant, session, skill, turn, cap, ttl).await,
         }
     }
 
-    async fn session_bytes(&self, session: &str) -> usize {
+    async fn session_bytes(&self, tenant: &str, session: &str) -> usize {
         match self {
-            Conversations::Local(m) => m.session_bytes(session),
-            Conversations::Shared(r) => r.session_bytes(session).await,
+            Conversations::Local(m) => m.session_bytes(tenant, session),
+            Conversations::Shared(r) => r.session_bytes(tenant, session).await,
         }
     }
 
-    async fn forget_session(&self, session: &str) {
+    async fn forget_session(&self, tenant: &str, session: &str) {
         match self {
-            Conversations::Local(m) => m.forget_session(session),
-            Conversations::Shared(r) => r.forget_session(session).await,
+            Conversations::Local(m) => m.forget_session(tenant, session),
+            Conversations::Shared(r) => r.forget_session(tenant, session).await,
         }
     }
 }
@@ -121,40 +139,45 @@ mod tests {
     /// Checks the store's bounds: per session, then all together.
     async fn bounded(store: &Conversations, other: &Conversations) {
         let hour = Duration::from_secs(3600);
-        let p = store.push("s1", "chat", turn(1), 10_000, hour).await;
+        let p = store
+            .push("acme", "s1", "chat", turn(1), 10_000, hour)
+            .await;
         assert_eq!(p, Pushed::default());
-        store.push("s1", "sum", turn(2), 10_000, hour).await;
+        store.push("acme", "s1", "sum", turn(2), 10_000, hour).await;
         // Another replica (or the same node) reads the same conversation.
-        let t = other.turns("s1", "chat").await;
+        let t = other.turns("acme", "s1", "chat").await;
         assert_eq!(t.len(), 1);
         assert_eq!(&*t[0].user, "question 1");
-        assert_eq!(other.turns("s1", "sum").await.len(), 1);
-        assert!(other.session_bytes("s1").await >= 2000);
+        assert_eq!(other.turns("acme", "s1", "sum").await.len(), 1);
+        assert!(other.session_bytes("acme", "s1").await >= 2000);
         // The session's cap drops its oldest turns.
         let mut dropped = 0;
         for i in 0..20 {
-            dropped += store.push("s1", "chat", turn(i), 5_000, hour).await.dropped;
+            dropped += store
+                .push("acme", "s1", "chat", turn(i), 5_000, hour)
+                .await
+                .dropped;
         }
         assert!(dropped >= 15, "{dropped}");
-        assert!(store.session_bytes("s1").await <= 5_000);
+        assert!(store.session_bytes("acme", "s1").await <= 5_000);
         // Forgotten for the context window.
-        let n = store.turns("s1", "chat").await.len();
-        assert_eq!(store.forget_oldest("s1", "chat", 2).await, 2);
-        assert_eq!(store.turns("s1", "chat").await.len(), n - 2);
+        let n = store.turns("acme", "s1", "chat").await.len();
+        assert_eq!(store.forget_oldest("acme", "s1", "chat", 2).await, 2);
+        assert_eq!(store.turns("acme", "s1", "chat").await.len(), n - 2);
         // The budget (20 kB here) drops the least recently used sessions.
         let mut evicted = 0;
         for s in 0..40 {
             let p = store
-                .push(&format!("x{s}"), "chat", turn(s), 5_000, hour)
+                .push("acme", &format!("x{s}"), "chat", turn(s), 5_000, hour)
                 .await;
             evicted += p.evicted;
         }
         assert!(evicted >= 20, "{evicted}");
         assert!(
-            store.turns("s1", "chat").await.is_empty(),
+            store.turns("acme", "s1", "chat").await.is_empty(),
             "the oldest session went first"
         );
-        assert_eq!(store.turns("x39", "chat").await.len(), 1);
+        assert_eq!(store.turns("acme", "x39", "chat").await.len(), 1);
     }
 
     #[tokio::test]

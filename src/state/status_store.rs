@@ -58,6 +58,14 @@ impl Statuses {
             Statuses::Shared(_) => 0,
         }
     }
+
+    /// This process's table's figures (none in cluster mode).
+    pub fn local_stats(&self) -> Option<crate::fair::TableStats> {
+        match self {
+            Statuses::Local(r) => Some(r.stats()),
+            Statuses::Shared(_) => None,
+        }
+    }
 }
 
 impl StatusStore for Statuses {

@@ -80,7 +80,7 @@ fn client(gw: &TestGateway) -> Client {
 }
 
 /// A JSON-RPC call of `method` with `params`, `A2A-Version: version` (none when `None`).
-async fn rpc(
+pub(crate) async fn rpc(
     c: &Client,
     method: &str,
     params: Value,
@@ -99,7 +99,7 @@ async fn rpc_raw(c: &Client, body: Vec<u8>, version: Option<&str>) -> crate::sup
 }
 
 /// A v1.0 message of `text` (with `metadata`).
-fn v1_message(text: &str, metadata: Value) -> Value {
+pub(crate) fn v1_message(text: &str, metadata: Value) -> Value {
     json!({"message": {"messageId": ldp_gateway::ldp::new_id(), "role": "ROLE_USER",
         "parts": [{"text": text}], "metadata": metadata}})
 }

@@ -20,11 +20,11 @@ fn solo() -> SimOptions {
 }
 
 /// An answer of `/ladp`: its status, headers, text and the forms it reads as.
-struct Said {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    text: String,
-    forms: Vec<Msg>,
+pub(crate) struct Said {
+    pub(crate) status: u16,
+    pub(crate) headers: reqwest::header::HeaderMap,
+    pub(crate) text: String,
+    pub(crate) forms: Vec<Msg>,
 }
 
 impl Said {
@@ -41,7 +41,7 @@ impl Said {
 }
 
 /// POSTs `body` to `/ladp` with `key` as the Bearer key.
-async fn send(gw: &TestGateway, key: Option<&str>, body: impl Into<Vec<u8>>) -> Said {
+pub(crate) async fn send(gw: &TestGateway, key: Option<&str>, body: impl Into<Vec<u8>>) -> Said {
     let c = gw.client();
     let mut req = c
         .http
@@ -74,7 +74,7 @@ async fn send(gw: &TestGateway, key: Option<&str>, body: impl Into<Vec<u8>>) -> 
 }
 
 /// `(msg task-init <sender> gateway <ms> (data (skill qa) (task "<task>") <extra>))`.
-fn task_init(sender: &str, ms: i64, task: &str, extra: &str) -> String {
+pub(crate) fn task_init(sender: &str, ms: i64, task: &str, extra: &str) -> String {
     format!("(msg task-init {sender} gateway {ms}\n  (data (skill qa) (task {task:?}) {extra}))")
 }
 
@@ -106,6 +106,7 @@ fn rate(per_minute: u32) -> impl FnOnce(&mut ldp_gateway::config::Config) {
     move |c| {
         c.ladp = LadpConfig {
             rate_per_minute: per_minute,
+            ..LadpConfig::default()
         }
     }
 }

@@ -79,15 +79,15 @@ async fn fleet() -> TestGateway {
 }
 
 /// An answer: status, content type, body.
-struct Answer {
-    status: u16,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
     content_type: String,
-    body: String,
+    pub(crate) body: String,
 }
 
 impl Answer {
     /// The body read as an LLMX message (every answer must be one).
-    fn message(&self) -> Message {
+    pub(crate) fn message(&self) -> Message {
         parse(&self.body).unwrap_or_else(|e| panic!("{e}\n{}", self.body))
     }
 
@@ -102,7 +102,7 @@ impl Answer {
 }
 
 /// POSTs `text` to `/llmx` with `key` (none: no `Authorization`).
-async fn post(gw: &TestGateway, key: Option<&str>, text: impl Into<String>) -> Answer {
+pub(crate) async fn post(gw: &TestGateway, key: Option<&str>, text: impl Into<String>) -> Answer {
     let mut req = reqwest::Client::new()
         .post(format!("{}/llmx", gw.ldp_url()))
         .header("content-type", "text/plain")

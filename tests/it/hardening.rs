@@ -8,6 +8,7 @@ mod checks;
 mod conn;
 mod conversation_budget;
 mod credentials;
+mod crowding;
 mod feedback_index;
 mod ingress;
 mod ledger;

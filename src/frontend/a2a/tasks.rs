@@ -1,42 +1,123 @@
 //! The A2A bridge's memory: each tenant's tasks (their last snapshot and the events of those
-//! still running) and contexts (the gateway session each `contextId` runs in). Both bounded
-//! per tenant; the least recently used goes first.
+//! still running) and contexts (the gateway session each `contextId` runs in), each a
+//! tenant-fair table ([`crate::fair`]) weighed in bytes: a tenant over its share forgets its
+//! oldest finished tasks and its least recently used contexts first; a running task is never
+//! forgotten.
 
+use crate::config::A2aConfig;
+use crate::fair::{Changed, FairTable, Kept, Refused, TableStats};
 use crate::ldp::SessionId;
-use a2a_wire::v1::{StreamResponse, Task, TaskState};
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use crate::provenance::bounds::json_weight;
+use a2a_wire::v1::{Message, Part, PartContent, StreamResponse, Task, TaskState};
+use a2a_wire::Map;
 use tokio::sync::broadcast;
 
-/// Tasks kept per tenant (the oldest forgotten first, running or not).
-pub const MAX_TASKS_PER_TENANT: usize = 1024;
-/// Contexts kept per tenant (the least recently used forgotten first: its next task opens a
-/// new session, so its affinity and conversation start afresh).
+/// Contexts kept per tenant at most, whatever they weigh: each holds a session, which the
+/// tenant's session cap counts (the least recently used is forgotten first: its next task
+/// opens a new session, so its affinity and conversation start afresh).
 pub const MAX_CONTEXTS_PER_TENANT: usize = 1024;
 /// Events buffered per task for a listener that is behind (it then skips to the latest).
 const EVENTS_BUFFERED: usize = 64;
 
-/// One task: its last snapshot, the session it runs in, its events.
+/// One task: its last snapshot, the session it runs in, its events (none once it ended).
 struct Entry {
     task: Task,
     session: Option<SessionId>,
-    events: broadcast::Sender<StreamResponse>,
+    events: Option<broadcast::Sender<StreamResponse>>,
 }
 
-#[derive(Default)]
-struct TenantTables {
-    tasks: HashMap<String, Entry>,
-    /// Task ids, oldest first.
-    order: VecDeque<String>,
-    /// `contextId` → its session (none yet) and when it was last used.
-    contexts: HashMap<String, (Option<SessionId>, u64)>,
-    tick: u64,
+impl Kept<String> for Entry {
+    /// Its snapshot (output, history, metadata), its session id and, while it runs, its
+    /// events' buffer.
+    fn weight(&self, id: &String) -> usize {
+        let events = self.events.as_ref().map_or(0, |_| {
+            EVENTS_BUFFERED * std::mem::size_of::<StreamResponse>()
+        });
+        id.len() + task_weight(&self.task) + self.session.as_ref().map_or(0, |s| s.len()) + events
+    }
+
+    fn running(&self) -> bool {
+        !self.task.status.state.is_terminal()
+    }
+}
+
+/// A context: the session its tasks run in (none yet).
+struct Context {
+    session: Option<SessionId>,
+}
+
+impl Kept<String> for Context {
+    fn weight(&self, id: &String) -> usize {
+        id.len() + self.session.as_ref().map_or(0, |s| s.len())
+    }
+}
+
+/// About how many bytes a task's snapshot holds (its strings, parts and JSON values).
+pub fn task_weight(t: &Task) -> usize {
+    let map = |m: &Option<Map>| m.as_ref().map_or(0, map_weight);
+    let messages = |ms: &[Message]| ms.iter().map(message_weight).sum::<usize>();
+    let artifacts: usize = t
+        .artifacts
+        .iter()
+        .map(|a| {
+            a.artifact_id.len()
+                + a.name.len()
+                + a.description.len()
+                + parts_weight(&a.parts)
+                + map(&a.metadata)
+                + map_weight(&a.rest)
+        })
+        .sum();
+    t.id.len()
+        + t.context_id.len()
+        + t.status.message.as_ref().map_or(0, message_weight)
+        + map_weight(&t.status.rest)
+        + artifacts
+        + messages(&t.history)
+        + map(&t.metadata)
+        + map_weight(&t.rest)
+}
+
+fn map_weight(m: &Map) -> usize {
+    m.iter().map(|(k, v)| k.len() + json_weight(v)).sum()
+}
+
+fn message_weight(m: &Message) -> usize {
+    m.message_id.len()
+        + m.context_id.len()
+        + m.task_id.len()
+        + parts_weight(&m.parts)
+        + m.metadata.as_ref().map_or(0, map_weight)
+        + map_weight(&m.rest)
+}
+
+fn parts_weight(parts: &[Part]) -> usize {
+    parts
+        .iter()
+        .map(|p| {
+            let content = match &p.content {
+                PartContent::Text(s) | PartContent::Raw(s) | PartContent::Url(s) => s.len(),
+                PartContent::Data(v) => json_weight(v),
+            };
+            content
+                + p.filename.len()
+                + p.media_type.len()
+                + p.metadata.as_ref().map_or(0, map_weight)
+                + map_weight(&p.rest)
+        })
+        .sum()
 }
 
 /// The bridge's per-process state.
-#[derive(Default)]
 pub struct A2aState {
-    tenants: Mutex<HashMap<String, TenantTables>>,
+    tasks: FairTable<String, Entry>,
+    contexts: FairTable<String, Context>,
+}
+
+impl Default for A2aState {
+    fn default() -> Self {
+        A2aState::new(&A2aConfig::default())
+    }
 }
 
 /// What [`A2aState::cancel`] found.
@@ -50,85 +131,91 @@ pub enum Cancel {
 }
 
 impl A2aState {
-    fn with<R>(&self, tenant: &str, f: impl FnOnce(&mut TenantTables) -> R) -> R {
-        // A poisoned lock still holds consistent tables (no update panics half-way).
-        let mut all = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
-        // The tenant's key is allocated once, when its first task comes.
-        if let Some(t) = all.get_mut(tenant) {
-            return f(t);
+    /// The tables `config` bounds (`max_task_bytes`, `max_context_bytes`).
+    pub fn new(config: &A2aConfig) -> A2aState {
+        let bytes = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        A2aState {
+            tasks: FairTable::new(bytes(config.max_task_bytes), None),
+            contexts: FairTable::new(bytes(config.max_context_bytes), None)
+                .with_max_entries(MAX_CONTEXTS_PER_TENANT),
         }
-        f(all.entry(tenant.to_owned()).or_default())
     }
 
-    /// Adds `task` for `tenant` (forgetting its oldest task past the cap) and touches its
-    /// context; answers a listener of its events, the context's session, if any, and the
-    /// session of a context forgotten to make room (the caller closes it: a context's
-    /// session lives no longer than the context).
-    pub fn insert(&self, tenant: &str, task: Task) -> Inserted {
-        self.with(tenant, |t| {
-            let (session, evicted) = touch_context(t, &task.context_id);
-            while t.order.len() >= MAX_TASKS_PER_TENANT {
-                match t.order.pop_front() {
-                    Some(old) => {
-                        t.tasks.remove(&old);
-                    }
-                    None => break,
-                }
-            }
-            let (events, rx) = broadcast::channel(EVENTS_BUFFERED);
-            t.order.push_back(task.id.clone());
-            t.tasks.insert(
-                task.id.clone(),
-                Entry {
-                    task,
-                    session: None,
-                    events,
-                },
-            );
-            Inserted {
-                events: rx,
-                session,
-                evicted,
-            }
+    /// Adds `task` for `tenant` and touches its context; answers a listener of its events,
+    /// the context's session, if any, and the sessions of contexts forgotten to make room
+    /// (the caller closes them: a context's session lives no longer than the context).
+    /// Refused when the tenant's share of the tasks is full of running ones.
+    pub fn insert(&self, tenant: &str, task: Task) -> Result<Inserted, Refused> {
+        let (events, rx) = broadcast::channel(EVENTS_BUFFERED);
+        let id = task.id.clone();
+        let context = task.context_id.clone();
+        let entry = Entry {
+            task,
+            session: None,
+            events: Some(events),
+        };
+        let mut entry = Some(entry);
+        let made = || entry.take().map(|e| (id.clone(), e));
+        // A task id is the gateway's own (a new one each message): never one that exists.
+        let evicted_tasks = match self.tasks.change(tenant, id.as_str(), made, |_| ()) {
+            Changed::Kept((), evicted) => evicted,
+            Changed::Refused(refused, _) => return Err(refused),
+            Changed::Absent => Vec::new(),
+        };
+        drop(evicted_tasks);
+        let made = || Some((context.clone(), Context { session: None }));
+        let (session, evicted) = match self
+            .contexts
+            .change(tenant, context.as_str(), made, |c| c.session.clone())
+        {
+            Changed::Kept(session, evicted) => (session, evicted),
+            // A context entry is a few hundred bytes: refused only past a tenant's share
+            // of a table too small to be useful; the task runs in a new session.
+            Changed::Refused(_, evicted) => (None, evicted),
+            Changed::Absent => (None, Vec::new()),
+        };
+        Ok(Inserted {
+            events: rx,
+            session,
+            evicted: evicted.into_iter().filter_map(|c| c.session).collect(),
         })
     }
 
     /// The snapshot of `tenant`'s task `id`.
     pub fn get(&self, tenant: &str, id: &str) -> Option<Task> {
-        self.with(tenant, |t| t.tasks.get(id).map(|e| e.task.clone()))
+        self.tasks.get(tenant, id, |e| e.task.clone())
     }
 
     /// The snapshot of `tenant`'s task `id` and a listener of its next events (taken
-    /// together: no event falls between them).
+    /// together: no event falls between them); `None` in place of the listener once the
+    /// task ended.
     pub fn subscribe(
         &self,
         tenant: &str,
         id: &str,
-    ) -> Option<(Task, broadcast::Receiver<StreamResponse>)> {
-        self.with(tenant, |t| {
-            t.tasks
-                .get(id)
-                .map(|e| (e.task.clone(), e.events.subscribe()))
+    ) -> Option<(Task, Option<broadcast::Receiver<StreamResponse>>)> {
+        self.tasks.get(tenant, id, |e| {
+            (e.task.clone(), e.events.as_ref().map(|tx| tx.subscribe()))
         })
     }
 
     /// Records the session `context` (and task `id`, when given) runs in.
     pub fn set_session(&self, tenant: &str, context: &str, id: &str, session: &SessionId) {
-        self.with(tenant, |t| {
-            if let Some(e) = t.tasks.get_mut(id) {
-                e.session = Some(session.clone());
-            }
-            t.tick += 1;
-            let tick = t.tick;
-            if let Some(c) = t.contexts.get_mut(context) {
-                *c = (Some(session.clone()), tick);
-            }
-        })
+        let _ = self
+            .tasks
+            .change(tenant, id, || None, |e| e.session = Some(session.clone()));
+        let _ = self.contexts.change(
+            tenant,
+            context,
+            || None,
+            |c| c.session = Some(session.clone()),
+        );
     }
 
     /// Applies `change` to task `id`'s snapshot and sends `event` to its listeners, unless
     /// the task is already terminal (a canceled task keeps its state) or forgotten. Answers
-    /// whether it was applied.
+    /// whether it was applied. A change that ends the task closes its events (its listeners
+    /// get what was sent, then the end).
     pub fn update(
         &self,
         tenant: &str,
@@ -136,19 +223,25 @@ impl A2aState {
         change: impl FnOnce(&mut Task),
         event: Option<StreamResponse>,
     ) -> bool {
-        self.with(tenant, |t| {
-            let Some(e) = t.tasks.get_mut(id) else {
-                return false;
-            };
-            if e.task.status.state.is_terminal() {
-                return false;
-            }
-            change(&mut e.task);
-            if let Some(ev) = event {
-                let _ = e.events.send(ev);
-            }
-            true
-        })
+        let applied = self.tasks.change(
+            tenant,
+            id,
+            || None,
+            |e| {
+                if e.task.status.state.is_terminal() {
+                    return false;
+                }
+                change(&mut e.task);
+                if let (Some(ev), Some(tx)) = (event, &e.events) {
+                    let _ = tx.send(ev);
+                }
+                if e.task.status.state.is_terminal() {
+                    e.events = None;
+                }
+                true
+            },
+        );
+        matches!(applied, Changed::Kept(true, _))
     }
 
     /// Marks `tenant`'s task `id` canceled (telling its listeners with `event(task)`) unless
@@ -159,17 +252,30 @@ impl A2aState {
         id: &str,
         change: impl FnOnce(&mut Task) -> StreamResponse,
     ) -> Cancel {
-        self.with(tenant, |t| {
-            let Some(e) = t.tasks.get_mut(id) else {
-                return Cancel::NotFound;
-            };
-            if e.task.status.state.is_terminal() {
-                return Cancel::Terminal(e.task.status.state.clone());
-            }
-            let ev = change(&mut e.task);
-            let _ = e.events.send(ev);
-            Cancel::Canceled(Box::new(e.task.clone()), e.session.clone())
-        })
+        let canceled = self.tasks.change(
+            tenant,
+            id,
+            || None,
+            |e| {
+                if e.task.status.state.is_terminal() {
+                    return Cancel::Terminal(e.task.status.state.clone());
+                }
+                let ev = change(&mut e.task);
+                if let Some(tx) = e.events.take() {
+                    let _ = tx.send(ev);
+                }
+                Cancel::Canceled(Box::new(e.task.clone()), e.session.clone())
+            },
+        );
+        match canceled {
+            Changed::Kept(c, _) => c,
+            Changed::Absent | Changed::Refused(..) => Cancel::NotFound,
+        }
+    }
+
+    /// The tables' figures (their metrics): the tasks', then the contexts'.
+    pub fn stats(&self) -> (TableStats, TableStats) {
+        (self.tasks.stats(), self.contexts.stats())
     }
 }
 
@@ -179,32 +285,8 @@ pub struct Inserted {
     pub events: broadcast::Receiver<StreamResponse>,
     /// The session its context runs in, if it has one yet.
     pub session: Option<SessionId>,
-    /// The session of the context forgotten to make room, for the caller to close.
-    pub evicted: Option<SessionId>,
-}
-
-/// Marks `context` used now (adding it, forgetting the least recently used past the cap);
-/// answers its session and the forgotten context's.
-fn touch_context(t: &mut TenantTables, context: &str) -> (Option<SessionId>, Option<SessionId>) {
-    t.tick += 1;
-    let tick = t.tick;
-    if let Some(c) = t.contexts.get_mut(context) {
-        c.1 = tick;
-        return (c.0.clone(), None);
-    }
-    let mut evicted = None;
-    if t.contexts.len() >= MAX_CONTEXTS_PER_TENANT {
-        let oldest = t
-            .contexts
-            .iter()
-            .min_by_key(|(_, (_, used))| *used)
-            .map(|(k, _)| k.clone());
-        if let Some(k) = oldest {
-            evicted = t.contexts.remove(&k).and_then(|(session, _)| session);
-        }
-    }
-    t.contexts.insert(context.to_owned(), (None, tick));
-    (None, evicted)
+    /// The sessions of the contexts forgotten to make room, for the caller to close.
+    pub evicted: Vec<SessionId>,
 }
 
 #[cfg(test)]
@@ -224,28 +306,101 @@ mod tests {
         }
     }
 
-    #[test]
-    fn tasks_and_contexts_are_bounded_and_per_tenant() {
-        let s = A2aState::default();
-        for i in 0..MAX_TASKS_PER_TENANT + 5 {
-            s.insert("a", task(&format!("t{i}"), &format!("c{i}")));
+    fn done_with(output: usize) -> impl FnOnce(&mut Task) {
+        move |t: &mut Task| {
+            t.artifacts = vec![a2a_wire::v1::Artifact {
+                artifact_id: "out".into(),
+                name: String::new(),
+                description: String::new(),
+                parts: vec![Part::text("x".repeat(output))],
+                metadata: None,
+                extensions: Vec::new(),
+                rest: Map::new(),
+            }];
+            t.status = TaskStatus::new(TaskState::Completed);
         }
-        assert!(s.get("a", "t0").is_none());
-        assert!(s
-            .get("a", &format!("t{}", MAX_TASKS_PER_TENANT + 4))
-            .is_some());
-        assert!(s.get("b", "t6").is_none());
-        s.with("a", |t| {
-            assert_eq!(t.tasks.len(), MAX_TASKS_PER_TENANT);
-            assert_eq!(t.contexts.len(), MAX_CONTEXTS_PER_TENANT);
-            assert!(!t.contexts.contains_key("c0"));
-        });
+    }
+
+    fn small() -> A2aState {
+        A2aState::new(&A2aConfig {
+            max_task_bytes: 1 << 20,
+            max_context_bytes: 64 * 1024,
+            ..A2aConfig::default()
+        })
+    }
+
+    #[test]
+    fn tasks_are_weighed_and_a_flood_evicts_only_its_own() {
+        let s = small();
+        s.insert("quiet", task("mine", "c")).unwrap();
+        assert!(s.update("quiet", "mine", done_with(10_000), None));
+        for i in 0..200 {
+            let id = format!("t{i}");
+            s.insert("flood", task(&id, &format!("c{i}"))).unwrap();
+            assert!(s.update("flood", &id, done_with(100_000), None));
+        }
+        let (tasks, _) = s.stats();
+        assert!(tasks.bytes_over_share + tasks.bytes_within_share <= 1 << 20);
+        assert!(s.get("quiet", "mine").is_some());
+        assert!(s.get("flood", "t199").is_some());
+        assert!(s.get("flood", "t0").is_none());
+        assert!(s.get("flood", "mine").is_none(), "tenants apart");
+    }
+
+    #[test]
+    fn running_tasks_are_kept_and_a_share_full_of_them_refuses_more() {
+        let s = small();
+        let mut kept = Vec::new();
+        for i in 0..10_000 {
+            let id = format!("t{i}");
+            match s.insert("flood", task(&id, "c")) {
+                Ok(_) => kept.push(id),
+                Err(_) => break,
+            }
+        }
+        assert!(kept.len() < 10_000, "refused once its share was full");
+        for id in &kept {
+            assert!(s.get("flood", id).is_some(), "{id} forgotten while running");
+        }
+        // Another tenant is still taken.
+        assert!(s.insert("quiet", task("mine", "c")).is_ok());
+    }
+
+    #[test]
+    fn contexts_are_capped_per_tenant_and_give_back_their_sessions() {
+        let s = A2aState::default();
+        let mut closed = Vec::new();
+        for i in 0..MAX_CONTEXTS_PER_TENANT + 5 {
+            let (id, ctx) = (format!("t{i}"), format!("c{i}"));
+            let ins = s.insert("a", task(&id, &ctx)).unwrap();
+            closed.extend(ins.evicted);
+            s.set_session("a", &ctx, &id, &SessionId::from(format!("s{i}")));
+        }
+        let (_, contexts) = s.stats();
+        assert_eq!(contexts.tenants, 1);
+        let names: Vec<&str> = closed.iter().map(|s| s.as_str()).collect();
+        assert_eq!(names, ["s0", "s1", "s2", "s3", "s4"]);
+        // The next task of a kept context runs in its session.
+        let ins = s.insert("a", task("again", "c10")).unwrap();
+        assert_eq!(ins.session.as_ref().map(|s| s.as_str()), Some("s10"));
+    }
+
+    #[test]
+    fn an_ended_task_closes_its_events() {
+        let s = A2aState::default();
+        let mut rx = s.insert("a", task("t", "c")).unwrap().events;
+        assert!(s.update("a", "t", done_with(1), None));
+        assert!(matches!(
+            rx.try_recv(),
+            Err(broadcast::error::TryRecvError::Closed)
+        ));
+        assert!(matches!(s.subscribe("a", "t"), Some((_, None))));
     }
 
     #[test]
     fn a_terminal_task_is_not_changed_again() {
         let s = A2aState::default();
-        s.insert("a", task("t", "c"));
+        s.insert("a", task("t", "c")).unwrap();
         let done = |t: &mut Task| t.status = TaskStatus::new(TaskState::Canceled);
         assert!(s.update("a", "t", done, None));
         let work = |t: &mut Task| t.status = TaskStatus::new(TaskState::Completed);

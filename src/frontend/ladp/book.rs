@@ -1,25 +1,23 @@
 //! The LADP bridge's per-process state: each agent's message rate (§14) and the tasks each
-//! agent started (for `status-request` and `halt`), both bounded by constants.
+//! agent started (for `status-request` and `halt`), each a tenant-fair table
+//! ([`crate::fair`]): one tenant's made-up senders fill its own share, never another's.
 
 use crate::config::{LadpConfig, RateConfig};
+use crate::fair::{Changed, FairTable, Kept, TableStats};
 use crate::ldp::TaskId;
-use crate::limits::KeyedRateLimit;
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use crate::limits::RateLimit;
+use std::collections::VecDeque;
 use std::time::Duration;
 
-/// Agents (tenant × sender) whose rate is tracked at once; past it (after dropping the
-/// limiters that are full again) a new message is refused as rate-limited.
-pub const MAX_RATE_KEYS: usize = 16_384;
-/// Agents whose tasks are remembered; past it the least recently heard from is forgotten.
-pub const MAX_AGENTS: usize = 4_096;
 /// Tasks remembered per agent; past it the oldest finished one (else the oldest) goes.
 pub const MAX_TASKS_PER_AGENT: usize = 32;
-/// Longest `<sender>` accepted, in bytes (it keys the maps above).
+/// Longest `<sender>` accepted, in bytes (it keys the tables).
 pub const MAX_SENDER_BYTES: usize = 256;
-/// Rate checks between two sweeps of the idle limiters.
-const SWEEP_EVERY: u64 = 1024;
+/// How long an agent's tasks are remembered past its last message (at least; longer when
+/// a task may run longer).
+const BOOK_TTL: Duration = Duration::from_secs(3600);
+/// What one remembered task weighs beyond its task id.
+const TASK_BYTES: usize = 48;
 
 /// Where a task of the bridge stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,17 +53,46 @@ pub struct Entry {
     pub phase: Phase,
 }
 
-#[derive(Default)]
+/// An agent's remembered tasks, oldest first.
 struct Agent {
-    /// When it was last heard from ([`Book::tick`]).
-    last: u64,
     tasks: VecDeque<Entry>,
+    ttl: Duration,
 }
 
-#[derive(Default)]
-struct Book {
-    agents: HashMap<(String, String), Agent>,
-    tick: u64,
+impl Kept<String> for Agent {
+    fn weight(&self, sender: &String) -> usize {
+        sender.len()
+            + self
+                .tasks
+                .iter()
+                .map(|e| e.task_id.len() + TASK_BYTES)
+                .sum::<usize>()
+    }
+
+    /// An agent with a task running is never forgotten: its `halt` must find it.
+    fn running(&self) -> bool {
+        self.tasks.iter().any(|e| e.phase == Phase::Running)
+    }
+
+    fn ttl(&self) -> Option<Duration> {
+        Some(self.ttl)
+    }
+}
+
+/// An agent's rate: kept while it has not refilled (a new one starts full, the state it
+/// reaches), and never evicted before.
+struct Rate {
+    limit: RateLimit,
+}
+
+impl Kept<String> for Rate {
+    fn weight(&self, sender: &String) -> usize {
+        sender.len() + std::mem::size_of::<RateLimit>()
+    }
+
+    fn running(&self) -> bool {
+        true
+    }
 }
 
 /// Which remembered task a `status-request` asks about.
@@ -81,9 +108,10 @@ pub enum Which<'a> {
 
 /// The bridge's state, one per process (a field of the server's shared state).
 pub struct LadpState {
-    limiter: Option<KeyedRateLimit>,
-    checks: AtomicU64,
-    book: Mutex<Book>,
+    /// The rate of each agent, and how long one takes to refill (its entry's TTL).
+    rate: Option<(RateConfig, FairTable<String, Rate>)>,
+    book: FairTable<String, Agent>,
+    book_ttl: Duration,
 }
 
 /// Why a message was not admitted by the rate.
@@ -91,59 +119,61 @@ pub struct LadpState {
 pub enum RateRefusal {
     /// The agent sent its minute's worth: retry after this.
     Agent(Duration),
-    /// Too many agents are tracked at once.
-    Agents,
+    /// The tenant's share of the agents tracked is full of agents still refilling: retry
+    /// after this (when the first of them will have refilled), if known.
+    Agents(Option<Duration>),
 }
 
 impl LadpState {
-    /// The state for `config` (`rate_per_minute` checked at load: 1 to 60 000).
-    pub fn new(config: &LadpConfig) -> LadpState {
+    /// The state for `config` (`rate_per_minute` checked at load: 1 to 60 000); an agent's
+    /// tasks are remembered at least as long as a task may run (`task_timeout`).
+    pub fn new(config: &LadpConfig, task_timeout: Duration) -> LadpState {
         let per_minute = config.rate_per_minute.max(1);
         let rate = RateConfig {
             rps: f64::from(per_minute) / 60.0,
             burst: Some(per_minute),
         };
+        let bytes = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        // A full burst refills in a minute: an agent idle that long is as a new one.
+        let refilled = Some(Duration::from_secs(60));
         LadpState {
-            limiter: KeyedRateLimit::new(&rate),
-            checks: AtomicU64::new(0),
-            book: Mutex::new(Book::default()),
+            rate: RateLimit::new(&rate)
+                .map(|_| (rate, FairTable::new(bytes(config.max_rate_bytes), refilled))),
+            book: FairTable::new(bytes(config.max_book_bytes), None),
+            book_ttl: BOOK_TTL.max(task_timeout.saturating_mul(2)),
         }
     }
 
     /// Takes one message from `tenant`'s agent `sender`'s allowance.
     pub fn admit(&self, tenant: &str, sender: &str) -> Result<(), RateRefusal> {
-        let Some(limiter) = &self.limiter else {
+        let Some((rate, table)) = &self.rate else {
             return Ok(());
         };
-        let n = self.checks.fetch_add(1, Ordering::Relaxed);
-        if n % SWEEP_EVERY == SWEEP_EVERY - 1 || limiter.len() >= MAX_RATE_KEYS {
-            limiter.cleanup();
+        let new = || RateLimit::new(rate).map(|limit| (sender.to_owned(), Rate { limit }));
+        match table.change(tenant, sender, new, |r| r.limit.check()) {
+            Changed::Kept(checked, _) => checked.map_err(RateRefusal::Agent),
+            Changed::Refused(r, _) => Err(RateRefusal::Agents(r.retry_after)),
+            // A rate that cannot be built is no limit (the config check refuses such rates).
+            Changed::Absent => Ok(()),
         }
-        if limiter.len() >= MAX_RATE_KEYS {
-            return Err(RateRefusal::Agents);
-        }
-        limiter
-            .check(&rate_key(tenant, sender))
-            .map_err(RateRefusal::Agent)
     }
 
-    /// Remembers `task_id`, started by `tenant`'s `sender` with the `task-init` of `msg_id`.
-    pub fn start(&self, tenant: &str, sender: &str, msg_id: i64, task_id: TaskId) {
-        self.with_book(|b| {
-            let tick = b.touch();
-            if !b.agents.contains_key(&key(tenant, sender)) && b.agents.len() >= MAX_AGENTS {
-                // Least recently heard from: a linear scan, only when full.
-                if let Some(k) = b
-                    .agents
-                    .iter()
-                    .min_by_key(|(_, a)| a.last)
-                    .map(|(k, _)| k.clone())
-                {
-                    b.agents.remove(&k);
-                }
-            }
-            let agent = b.agents.entry(key(tenant, sender)).or_default();
-            agent.last = tick;
+    /// Remembers `task_id`, started by `tenant`'s `sender` with the `task-init` of `msg_id`;
+    /// `Err` when the tenant's share of the book is full of agents with running tasks (the
+    /// wait, if known).
+    pub fn start(
+        &self,
+        tenant: &str,
+        sender: &str,
+        msg_id: i64,
+        task_id: TaskId,
+    ) -> Result<(), Option<Duration>> {
+        let ttl = self.book_ttl;
+        let new = || {
+            let tasks = VecDeque::new();
+            Some((sender.to_owned(), Agent { tasks, ttl }))
+        };
+        let started = self.book.change(tenant, sender, new, |agent| {
             if agent.tasks.len() >= MAX_TASKS_PER_AGENT {
                 let gone = agent
                     .tasks
@@ -159,79 +189,76 @@ impl LadpState {
                 phase: Phase::Running,
             });
         });
+        match started {
+            Changed::Kept(..) | Changed::Absent => Ok(()),
+            Changed::Refused(r, _) => Err(r.retry_after),
+        }
     }
 
     /// Records how `task_id` ended (if it is still remembered).
     pub fn finish(&self, tenant: &str, sender: &str, task_id: &TaskId, phase: Phase) {
-        self.with_book(|b| {
-            if let Some(e) = b
-                .agents
-                .get_mut(&key(tenant, sender))
-                .and_then(|a| a.tasks.iter_mut().find(|e| &e.task_id == task_id))
-            {
-                e.phase = phase;
-            }
-        });
+        let _ = self.book.change(
+            tenant,
+            sender,
+            || None,
+            |agent| {
+                if let Some(e) = agent.tasks.iter_mut().find(|e| &e.task_id == task_id) {
+                    e.phase = phase;
+                }
+            },
+        );
     }
 
-    /// The remembered task `which` asks about, if any.
+    /// The remembered task `which` asks about, if any (the agent counts as heard from).
     pub fn find(&self, tenant: &str, sender: &str, which: Which<'_>) -> Option<Entry> {
-        self.with_book(|b| {
-            let tick = b.touch();
-            let agent = b.agents.get_mut(&key(tenant, sender))?;
-            agent.last = tick;
-            let mut tasks = agent.tasks.iter().rev();
-            match which {
-                Which::Latest => tasks.next(),
-                Which::Task(id) => tasks.find(|e| e.task_id.as_str() == id),
-                Which::Msg(ms) => tasks.find(|e| e.msg_id == ms),
-            }
-            .cloned()
-        })
+        let found = self.book.change(
+            tenant,
+            sender,
+            || None,
+            |agent| {
+                let mut tasks = agent.tasks.iter().rev();
+                match which {
+                    Which::Latest => tasks.next(),
+                    Which::Task(id) => tasks.find(|e| e.task_id.as_str() == id),
+                    Which::Msg(ms) => tasks.find(|e| e.msg_id == ms),
+                }
+                .cloned()
+            },
+        );
+        match found {
+            Changed::Kept(entry, _) => entry,
+            Changed::Absent | Changed::Refused(..) => None,
+        }
     }
 
     /// The agent's tasks still running.
     pub fn running(&self, tenant: &str, sender: &str) -> Vec<TaskId> {
-        self.with_book(|b| {
-            b.agents
-                .get(&key(tenant, sender))
-                .map(|a| {
-                    a.tasks
-                        .iter()
-                        .filter(|e| e.phase == Phase::Running)
-                        .map(|e| e.task_id.clone())
-                        .collect()
-                })
-                .unwrap_or_default()
-        })
+        self.book
+            .get(tenant, sender, |agent| {
+                agent
+                    .tasks
+                    .iter()
+                    .filter(|e| e.phase == Phase::Running)
+                    .map(|e| e.task_id.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Agents remembered (for tests and bounds).
     pub fn agents(&self) -> usize {
-        self.with_book(|b| b.agents.len())
+        self.book.len()
     }
 
-    fn with_book<T>(&self, f: impl FnOnce(&mut Book) -> T) -> T {
-        // A panic while the lock was held leaves a book still worth reading.
-        let mut guard = self.book.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut guard)
+    /// The tables' figures (their metrics): the rates', then the book's.
+    pub fn stats(&self) -> (TableStats, TableStats) {
+        let rates = self
+            .rate
+            .as_ref()
+            .map(|(_, t)| t.stats())
+            .unwrap_or_default();
+        (rates, self.book.stats())
     }
-}
-
-impl Book {
-    fn touch(&mut self) -> u64 {
-        self.tick += 1;
-        self.tick
-    }
-}
-
-fn key(tenant: &str, sender: &str) -> (String, String) {
-    (tenant.to_owned(), sender.to_owned())
-}
-
-/// Tenant names hold no NUL: the pair keys one limiter unambiguously.
-fn rate_key(tenant: &str, sender: &str) -> String {
-    format!("{tenant}\0{sender}")
 }
 
 #[cfg(test)]
@@ -239,9 +266,11 @@ mod tests {
     use super::*;
 
     fn state(per_minute: u32) -> LadpState {
-        LadpState::new(&LadpConfig {
+        let config = LadpConfig {
             rate_per_minute: per_minute,
-        })
+            ..LadpConfig::default()
+        };
+        LadpState::new(&config, Duration::from_secs(60))
     }
 
     #[test]
@@ -261,7 +290,8 @@ mod tests {
     fn tasks_are_found_finished_and_bounded() {
         let s = state(4);
         for i in 0..(MAX_TASKS_PER_AGENT as i64 + 5) {
-            s.start("t", "a", i, TaskId::from(format!("task-{i}")));
+            s.start("t", "a", i, TaskId::from(format!("task-{i}")))
+                .unwrap();
         }
         assert_eq!(s.running("t", "a").len(), MAX_TASKS_PER_AGENT);
         let last = TaskId::from(format!("task-{}", MAX_TASKS_PER_AGENT + 4));
@@ -271,9 +301,45 @@ mod tests {
         assert_eq!(s.find("t", "a", Which::Msg(0)), None, "the oldest went");
         assert_eq!(s.find("t", "a", Which::Task("task-6")).unwrap().msg_id, 6);
         assert_eq!(s.find("u", "a", Which::Latest), None, "tenants apart");
-        for i in 0..MAX_AGENTS + 3 {
-            s.start("t", &format!("agent-{i}"), 0, TaskId::from("x"));
+    }
+
+    /// Another tenant's made-up senders neither lock a tenant's agents out of their rate nor
+    /// make its running task forgotten.
+    #[test]
+    fn a_flood_of_senders_stays_in_its_tenants_share() {
+        let config = LadpConfig {
+            rate_per_minute: 4,
+            max_rate_bytes: 64 * 1024,
+            max_book_bytes: 64 * 1024,
+        };
+        let s = LadpState::new(&config, Duration::from_secs(60));
+        assert_eq!(s.admit("alpha", "a"), Ok(()));
+        s.start("alpha", "a", 1, TaskId::from("alpha-task"))
+            .unwrap();
+        let mut refused = 0;
+        for i in 0..5000 {
+            let sender = format!("made-up-{i}");
+            match s.admit("beta", &sender) {
+                Ok(()) => {
+                    if s.start("beta", &sender, 1, TaskId::from(format!("b{i}")))
+                        .is_err()
+                    {
+                        refused += 1;
+                    }
+                }
+                Err(RateRefusal::Agents(wait)) => {
+                    assert!(wait.is_some_and(|w| w <= Duration::from_secs(60)));
+                    refused += 1;
+                }
+                Err(other) => panic!("{other:?}"),
+            }
         }
-        assert_eq!(s.agents(), MAX_AGENTS);
+        assert!(refused > 4000, "{refused}");
+        // Alpha's agent keeps its allowance and a new agent of alpha's is taken.
+        assert_eq!(s.admit("alpha", "a"), Ok(()));
+        assert_eq!(s.admit("alpha", "b"), Ok(()));
+        assert_eq!(s.running("alpha", "a"), [TaskId::from("alpha-task")]);
+        let (rates, book) = s.stats();
+        assert!(rates.refused > 0 && book.tenants == 2, "{rates:?} {book:?}");
     }
 }
