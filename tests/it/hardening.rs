@@ -10,6 +10,7 @@ mod conversation_budget;
 mod credentials;
 mod feedback_index;
 mod ingress;
+mod journal;
 mod ledger;
 mod liar;
 mod openai;
