@@ -32,7 +32,7 @@ mod tests;
 mod writer;
 
 pub use feedback::{Feedback, Given, RatedTask};
-pub use journal::{Place, Recovered, JOURNAL_MAX};
+pub use journal::{Place, Recovered};
 pub use postgres::PostgresBackend;
 pub use query::{Format, Query};
 pub use readers::Cancel;

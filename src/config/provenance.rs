@@ -158,4 +158,17 @@ mod tests {
         c.provenance.journal_dir = None;
         assert_eq!(c.provenance.journal_dir(), "data");
     }
+
+    #[test]
+    fn the_journal_limit_takes_a_few_dozen_rows_at_least() {
+        let mut c = Config::default();
+        assert_eq!(c.provenance.journal_max_bytes, 64 << 20);
+        c.provenance.journal_max_bytes = 1000;
+        assert_eq!(
+            c.problems("f.toml"),
+            ["f.toml: provenance.journal_max_bytes: must be at least 65536, got 1000"]
+        );
+        c.provenance.journal_max_bytes = super::MIN_JOURNAL_BYTES;
+        assert!(c.problems("f.toml").is_empty());
+    }
 }

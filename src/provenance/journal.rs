@@ -64,14 +64,15 @@ pub(super) const TRUNCATE_ABOVE: u64 = 1 << 20;
 
 /// The journal's limit unless configured (`provenance.journal_max_bytes`): at this size it
 /// takes no more rows until the store holds all it has (then it is emptied).
-pub const JOURNAL_MAX: u64 = crate::config::DEFAULT_JOURNAL_MAX_BYTES;
+pub(super) const JOURNAL_MAX: u64 = crate::config::DEFAULT_JOURNAL_MAX_BYTES;
 
 /// How long a group waits for room (the journal at its limit, the writer's queue full) before
 /// it is refused: a store that keeps up makes room within a commit or two; a store that does
 /// not, does not within this either, and the clients are better told at once.
 const ROOM_WAIT: Duration = Duration::from_secs(1);
 
-/// Longest a group waits for the store (a full journal, a journal recreated).
+/// Longest a group waits for the store after its journal was recreated, and a stopping
+/// journal for the store to hold every row.
 const STORE_WAIT: Duration = Duration::from_secs(30);
 
 /// How long a failed journal write keeps the ledger not ready.
@@ -387,7 +388,18 @@ impl<'m> Stage<'m> {
             }
             let n = rows.len() as u64;
             let answer = match self.room(to_writer, rows.len()) {
-                Ok(room) => self.journal_group(&mut rows, room, &wrap),
+                Ok(room) => match self.write(&rows) {
+                    Ok((first_seq, recreated)) => {
+                        for ((row, seq), permit) in rows.drain(..).zip(first_seq..).zip(room) {
+                            permit.send(wrap(row, seq));
+                        }
+                        self.wait_if_recreated(recreated, first_seq + n - 1)
+                    }
+                    Err(e) => {
+                        self.progress.failed();
+                        Err(Arc::new(e))
+                    }
+                },
                 Err(e) => Err(e),
             };
             if !rows.is_empty() {
@@ -425,22 +437,10 @@ impl<'m> Stage<'m> {
         }
     }
 
-    /// Journals `rows` and hands them to the writer through `room`: the group's answer.
-    fn journal_group<T>(
-        &mut self,
-        rows: &mut Vec<Box<LedgerRow>>,
-        room: Room<'_, T>,
-        wrap: &impl Fn(Box<LedgerRow>, u64) -> T,
-    ) -> Result<(), Arc<LedgerError>> {
-        let (first_seq, check) = self.write(rows).map_err(|e| {
-            self.progress.failed();
-            Arc::new(e)
-        })?;
-        let last = first_seq + rows.len() as u64 - 1;
-        for ((row, seq), permit) in rows.drain(..).zip(first_seq..).zip(room) {
-            permit.send(wrap(row, seq));
-        }
-        if check && !self.progress.wait_stored(last, STORE_WAIT) {
+    /// A group written to a journal that had to be recreated is safe only once the store
+    /// holds it (up to `last`): waits for that.
+    fn wait_if_recreated(&self, recreated: bool, last: u64) -> Result<(), Arc<LedgerError>> {
+        if recreated && !self.progress.wait_stored(last, STORE_WAIT) {
             return Err(Arc::new(LedgerError::Write(format!(
                 "the journal was recreated and the store did not take its rows within \
                  {STORE_WAIT:?}"
@@ -466,9 +466,9 @@ impl<'m> Stage<'m> {
         let deadline = Instant::now() + wait;
         loop {
             let stored = self.progress.stored_to();
-            let full = if self.journal.len() < self.max_bytes {
-                None
-            } else if stored + 1 >= self.next_seq && self.empty() {
+            let has_room = self.journal.len() < self.max_bytes
+                || (stored + 1 >= self.next_seq && self.empty());
+            let full = if has_room {
                 None
             } else {
                 Some(Backlog::Journal)

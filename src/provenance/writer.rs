@@ -316,7 +316,9 @@ impl LedgerHandle {
     }
 
     /// Records a row. `commit`/`fsync`: returns once it is committed (waiting for queue space:
-    /// back-pressure, never a silent drop). `async`: returns at once; a full queue drops it.
+    /// back-pressure, never a silent drop; with a journal, once it is journaled, or
+    /// [`LedgerError::Overloaded`] when the store is too far behind to take it). `async`:
+    /// returns at once; a full queue drops it.
     pub async fn record(&self, row: LedgerRow) -> Result<(), LedgerError> {
         let m = &self.metrics;
         match self.durability {
