@@ -42,7 +42,7 @@ pub use llmx::LlmxConfig;
 pub use openai::OpenAiConfig;
 pub use outlier::OutlierConfig;
 pub use policies::PoliciesConfig;
-pub use provenance::{is_postgres, Durability, ProvenanceConfig};
+pub use provenance::{is_postgres, Durability, ProvenanceConfig, DEFAULT_JOURNAL_MAX_BYTES};
 pub use quality::QualityConfig;
 pub use rate::RateConfig;
 pub use security::SecurityConfig;

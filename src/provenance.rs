@@ -111,6 +111,66 @@ pub enum LedgerError {
         /// What went wrong.
         reason: String,
     },
+    /// The store is too far behind to take another row (`journal.rs`, overload): the row
+    /// was not journaled, and its result is withheld; worth retrying.
+    #[error("the provenance ledger is overloaded: {}", .0.what())]
+    Overloaded(Backlog),
+}
+
+impl LedgerError {
+    /// What a client whose result is withheld for this error is told (the cause stays in
+    /// the log): an overloaded ledger says so, every other failure is "unavailable".
+    pub fn client_message(&self) -> &'static str {
+        match self {
+            LedgerError::Overloaded(_) => {
+                "the provenance ledger is overloaded (its store is behind); retry later"
+            }
+            LedgerError::BadStore(_)
+            | LedgerError::Postgres(_)
+            | LedgerError::Sqlite(_)
+            | LedgerError::Io { .. }
+            | LedgerError::Write(_)
+            | LedgerError::LastBatchFailed(_)
+            | LedgerError::ReadsBusy(_)
+            | LedgerError::ReadTimeout(_)
+            | LedgerError::Closed
+            | LedgerError::Corrupt(_)
+            | LedgerError::Detached { .. }
+            | LedgerError::SchemaTooNew { .. }
+            | LedgerError::Journal { .. } => "the provenance ledger is unavailable",
+        }
+    }
+}
+
+/// What was full when the ledger refused a row ([`LedgerError::Overloaded`]; the `reason`
+/// of `ldp_gateway_ledger_shed_rows_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backlog {
+    /// The journal reached its limit (`journal_max_bytes`) with rows the store lacks.
+    Journal,
+    /// The writer's queue (`queue_capacity`) is full.
+    Queue,
+}
+
+impl Backlog {
+    /// Every kind, for the metric's labels.
+    pub const ALL: [Backlog; 2] = [Backlog::Journal, Backlog::Queue];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Backlog::Journal => "journal_full",
+            Backlog::Queue => "queue_full",
+        }
+    }
+
+    /// Said in the error.
+    fn what(self) -> &'static str {
+        match self {
+            Backlog::Journal => "its journal is full and the store has not caught up",
+            Backlog::Queue => "the queue to its store is full and the store has not caught up",
+        }
+    }
 }
 
 /// A ledger store. Calls are blocking; the writer runs them on its own thread.

@@ -188,7 +188,8 @@ impl Gateway {
         .await
         .map_err(|e| {
             crate::provenance::LedgerError::Write(format!("opening the store failed: {e}"))
-        })??;
+        })??
+        .with_journal_max(p.journal_max_bytes);
         let ledger = Ledger::start_opened(opened, p.durability, p.queue_capacity, metrics.clone());
         let tenants = crate::tenant::Tenants::from_config(&config.tenants)
             .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?;

@@ -98,6 +98,10 @@ pub const TASK_OUTCOMES: [&str; 2] = ["result", "failed"];
 /// them (the ledger's `provenance::Ingress`, pinned equal by its test).
 pub const INGRESSES: [&str; 6] = ["ldp", "openai", "llmcp", "llmx", "ladp", "a2a"];
 
+/// Why the ledger refused rows, as `ldp_gateway_ledger_shed_rows_total{reason}` counts them
+/// (the ledger's `provenance::Backlog`, pinned equal by its test).
+pub const LEDGER_SHED_REASONS: [&str; 2] = ["journal_full", "queue_full"];
+
 /// How a policy reload ended, as `ldp_gateway_policy_reloads_total{result}` counts it.
 pub const RELOAD_RESULTS: [&str; 2] = ["ok", "error"];
 
@@ -251,6 +255,12 @@ pub struct Metrics {
     pub ledger_queue: IntGauge,
     /// `ldp_gateway_ledger_batches_total`: transactions committed (rows ÷ batches = group size).
     pub ledger_batches: IntCounter,
+    /// `ldp_gateway_ledger_shed_rows_total{reason}`: rows refused because the store was too
+    /// far behind (their results withheld): [`LEDGER_SHED_REASONS`].
+    pub ledger_shed: IntCounterVec,
+    /// `ldp_gateway_journal_damaged_records_total`: records found damaged in the journals
+    /// adopted at start (their rows lost; every valid record around them replayed).
+    pub journal_damaged: IntCounter,
     /// `ldp_gateway_policy_reloads_total{result}`: `ok` or `error`.
     pub policy_reloads: IntCounterVec,
     /// `ldp_gateway_policy_reload_failures_total`.
@@ -486,6 +496,20 @@ impl Metrics {
             "Provenance batches committed (one transaction each)",
         )?;
         r.register(Box::new(ledger_batches.clone()))?;
+        let ledger_shed = counter_vec(
+            &r,
+            "ldp_gateway_ledger_shed_rows_total",
+            "Provenance rows refused (their results withheld) because the store was too far behind: journal full, or queue full",
+            &["reason"],
+        )?;
+        for reason in LEDGER_SHED_REASONS {
+            ledger_shed.with_label_values(&[reason]);
+        }
+        let journal_damaged = IntCounter::new(
+            "ldp_gateway_journal_damaged_records_total",
+            "Ledger journal records found damaged at start (their rows lost; the valid records around them replayed)",
+        )?;
+        r.register(Box::new(journal_damaged.clone()))?;
         let policy_reloads = counter_vec(
             &r,
             "ldp_gateway_policy_reloads_total",
@@ -653,6 +677,8 @@ impl Metrics {
             ledger_rows,
             ledger_queue,
             ledger_batches,
+            ledger_shed,
+            journal_damaged,
             policy_reloads,
             policy_reload_failures,
             build_info,

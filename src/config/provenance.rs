@@ -23,8 +23,12 @@ pub struct ProvenanceConfig {
     /// How often retention runs.
     #[serde(with = "humantime_serde")]
     pub prune_every: Duration,
-    /// Rows the writer's queue holds before `commit` waits (back-pressure) or `async` drops.
+    /// Rows the writer's queue holds: under `commit`/`fsync` a full queue refuses rows once
+    /// it stayed full for a second (the store is behind); `async` drops them.
     pub queue_capacity: usize,
+    /// Most bytes the journal holds of rows the store lacks: at the limit rows are refused
+    /// once the store did not catch up within a second.
+    pub journal_max_bytes: u64,
     /// Reported and declared cost disagreeing by more than this factor count as a discrepancy.
     pub cost_discrepancy_ratio: f64,
     /// Folder of a Postgres ledger's journal (default `data`, relative to the working
@@ -41,6 +45,7 @@ impl Default for ProvenanceConfig {
             retention: Duration::from_secs(30 * 24 * 3600),
             prune_every: Duration::from_secs(3600),
             queue_capacity: 10_000,
+            journal_max_bytes: DEFAULT_JOURNAL_MAX_BYTES,
             cost_discrepancy_ratio: 2.0,
             journal_dir: None,
         }
@@ -61,6 +66,12 @@ pub enum Durability {
     Async,
 }
 
+/// The journal's limit when none is configured: 64 MiB.
+pub const DEFAULT_JOURNAL_MAX_BYTES: u64 = 64 << 20;
+
+/// The smallest journal limit: a few dozen rows (a smaller one refuses rows under any load).
+pub const MIN_JOURNAL_BYTES: u64 = 64 * 1024;
+
 /// A Postgres ledger's journal folder when none is configured.
 pub const DEFAULT_JOURNAL_DIR: &str = "data";
 
@@ -73,6 +84,15 @@ impl ProvenanceConfig {
     /// The ledger writer's values; the store URL is [`ProvenanceConfig::check_store`]'s.
     pub(super) fn check(&self, c: &mut Checks) {
         c.at_least("provenance.queue_capacity", self.queue_capacity, 1);
+        if self.journal_max_bytes < MIN_JOURNAL_BYTES {
+            c.push(
+                "provenance.journal_max_bytes",
+                format!(
+                    "must be at least {MIN_JOURNAL_BYTES}, got {}",
+                    self.journal_max_bytes
+                ),
+            );
+        }
         if !(self.cost_discrepancy_ratio.is_finite() && self.cost_discrepancy_ratio >= 1.0) {
             c.push(
                 "provenance.cost_discrepancy_ratio",
@@ -137,5 +157,18 @@ mod tests {
         );
         c.provenance.journal_dir = None;
         assert_eq!(c.provenance.journal_dir(), "data");
+    }
+
+    #[test]
+    fn the_journal_limit_takes_a_few_dozen_rows_at_least() {
+        let mut c = Config::default();
+        assert_eq!(c.provenance.journal_max_bytes, 64 << 20);
+        c.provenance.journal_max_bytes = 1000;
+        assert_eq!(
+            c.problems("f.toml"),
+            ["f.toml: provenance.journal_max_bytes: must be at least 65536, got 1000"]
+        );
+        c.provenance.journal_max_bytes = super::MIN_JOURNAL_BYTES;
+        assert!(c.problems("f.toml").is_empty());
     }
 }

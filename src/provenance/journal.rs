@@ -12,15 +12,30 @@
 //! what was queued before it sees them). Each row has a sequence number; the store records,
 //! in the transaction of each batch, the highest number it holds of this journal (its
 //! *mark*, keyed by the journal's id). While running, the journal is emptied once the store
-//! has every row in it and it is over [`TRUNCATE_ABOVE`]; at [`JOURNAL_MAX`] it waits for the
-//! store to catch up first (a store that cannot keep up slows acknowledgements rather than
-//! filling the disk). A clean stop deletes it.
+//! has every row in it and it is over [`TRUNCATE_ABOVE`].
+//!
+//! Overload: the journal holds at most its limit ([`JOURNAL_MAX`] unless configured) and the
+//! writer's queue at most its capacity of rows the store does not have yet. A group that
+//! finds either full waits up to [`ROOM_WAIT`] for the store to catch up, then is refused
+//! ([`LedgerError::Overloaded`], counted in `ldp_gateway_ledger_shed_rows_total{reason}`),
+//! and while the store stays behind every next group is refused at once: its clients get a
+//! clear, retryable error instead of waiting for a deadline, and nothing acknowledged is
+//! touched (a refused row was never journaled, never acknowledged). Why refuse rather than
+//! roll over to a second file: under sustained overload the store falls further behind with
+//! every file, so a second file only postpones the same decision by one file's worth of
+//! rows, doubles what a crash leaves to replay, and on the disk a SQLite store shares it
+//! brings the disk-full failure of both closer; while the store keeps up, the one file is
+//! emptied within a commit of reaching its limit (the writer's backlog is one batch). A
+//! clean stop deletes it.
 //!
 //! Each gateway process writes a journal of its own, `PREFIX<id>.journal` in its place
 //! ([`Place`]), locked while it runs. At start a gateway adopts every journal in its place
 //! that nobody holds (its own from before a crash, or a dead neighbour's: replicas on one
 //! host may share a place): it inserts the rows after the store's mark (no row twice),
-//! deletes the file and then the mark.
+//! deletes the file and then the mark. A damaged journal (a bad record with valid ones after
+//! it, `file.rs`) has every valid record replayed the same way, and is then renamed aside,
+//! never deleted, and logged at ERROR with its new path; its damaged records are counted in
+//! `ldp_gateway_journal_damaged_records_total`.
 //!
 //! Like the SQLite files (`sqlite/files.rs`), the journal's path is compared with the open
 //! file after each write: a journal deleted or replaced under the gateway is created anew,
@@ -29,7 +44,7 @@
 
 mod file;
 
-use super::{Backend, LedgerError, LedgerRow};
+use super::{Backend, Backlog, LedgerError, LedgerRow};
 use crate::telemetry::Metrics;
 pub(super) use file::JournalFile;
 use std::path::PathBuf;
@@ -47,10 +62,17 @@ const YIELD_BELOW: usize = 64;
 /// Above this size, the journal is emptied whenever the store holds all its rows.
 pub(super) const TRUNCATE_ABOVE: u64 = 1 << 20;
 
-/// At this size, the journal waits until the store holds all its rows, then is emptied.
-pub(super) const JOURNAL_MAX: u64 = 64 << 20;
+/// The journal's limit unless configured (`provenance.journal_max_bytes`): at this size it
+/// takes no more rows until the store holds all it has (then it is emptied).
+pub(super) const JOURNAL_MAX: u64 = crate::config::DEFAULT_JOURNAL_MAX_BYTES;
 
-/// Longest a group waits for the store (a full journal, a journal recreated).
+/// How long a group waits for room (the journal at its limit, the writer's queue full) before
+/// it is refused: a store that keeps up makes room within a commit or two; a store that does
+/// not, does not within this either, and the clients are better told at once.
+const ROOM_WAIT: Duration = Duration::from_secs(1);
+
+/// Longest a group waits for the store after its journal was recreated, and a stopping
+/// journal for the store to hold every row.
 const STORE_WAIT: Duration = Duration::from_secs(30);
 
 /// How long a failed journal write keeps the ledger not ready.
@@ -88,6 +110,15 @@ impl Progress {
     /// The highest sequence number the store holds.
     fn stored_to(&self) -> u64 {
         *self.stored.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits until the store moves past `from`, at most `within`.
+    fn wait_moved(&self, from: u64, within: Duration) {
+        let stored = self.stored.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = self
+            .moved
+            .wait_timeout_while(stored, within, |s| *s == from)
+            .unwrap_or_else(PoisonError::into_inner);
     }
 
     /// Waits until the store holds `seq`, at most `within`; whether it does.
@@ -154,6 +185,10 @@ pub struct Recovered {
     pub(super) next_seq: u64,
     /// Rows replayed from adopted journals.
     pub replayed: u64,
+    /// Records found damaged in adopted journals (counted once the ledger starts).
+    pub damaged: u64,
+    /// The journal's limit in bytes ([`JOURNAL_MAX`] unless set).
+    pub(super) max_bytes: u64,
 }
 
 impl Recovered {
@@ -161,6 +196,17 @@ impl Recovered {
     pub(super) fn id(&self) -> String {
         self.file.id()
     }
+
+    /// The journal's limit (`provenance.journal_max_bytes`).
+    pub fn set_max_bytes(&mut self, bytes: u64) {
+        self.max_bytes = bytes;
+    }
+}
+
+/// What adopting one journal did.
+struct Adopted {
+    replayed: u64,
+    damaged: u64,
 }
 
 /// Adopts every journal in `place` that no process holds (inserting into `backend` the rows
@@ -171,10 +217,14 @@ pub(super) fn recover(
     backend: &mut dyn Backend,
     batch: usize,
 ) -> Result<Recovered, LedgerError> {
-    let mut replayed = 0;
+    let (mut replayed, mut damaged) = (0, 0);
     for path in place.journals()? {
         match JournalFile::try_open(&path) {
-            Ok(Some((file, contents))) => replayed += adopt(file, contents, backend, batch)?,
+            Ok(Some((file, contents))) => {
+                let adopted = adopt(file, contents, backend, batch)?;
+                replayed += adopted.replayed;
+                damaged += adopted.damaged;
+            }
             Ok(None) => {}
             // Not a journal after all, or unreadable: left alone, and said.
             Err(e) => tracing::error!(error = %e, "a ledger journal could not be adopted"),
@@ -188,19 +238,23 @@ pub(super) fn recover(
         file: JournalFile::create(&path, id)?,
         next_seq: 1,
         replayed,
+        damaged,
+        max_bytes: JOURNAL_MAX,
     })
 }
 
 /// Moves an earlier journal's rows that the store lacks into it, then deletes the journal
-/// and its mark (in that order: a crash between leaves a harmless mark); how many rows.
+/// (a damaged one is renamed aside instead) and its mark, in that order: a crash between
+/// leaves a harmless mark.
 fn adopt(
     file: JournalFile,
     contents: file::Contents,
     backend: &mut dyn Backend,
     batch: usize,
-) -> Result<u64, LedgerError> {
+) -> Result<Adopted, LedgerError> {
     let path = file.path().display().to_string();
-    if contents.torn_bytes > 0 {
+    let damage = contents.damage;
+    if contents.torn_bytes > 0 && !damage.any() {
         tracing::warn!(
             path,
             bytes = contents.torn_bytes,
@@ -223,20 +277,46 @@ fn adopt(
             "ledger rows replayed from a journal"
         );
     }
-    file.remove()?;
+    if damage.any() {
+        let kept = file.keep_aside()?;
+        tracing::error!(
+            path,
+            kept = %kept.display(),
+            damaged_records = damage.records,
+            lost_rows = damage.lost,
+            duplicates = damage.duplicates,
+            damaged_bytes = damage.bytes,
+            replayed = rows.len(),
+            "a ledger journal was damaged: every valid record in it was replayed, the damaged \
+             ones are lost; the file is kept aside"
+        );
+    } else {
+        file.remove()?;
+    }
     backend.forget_journal(&id)?;
-    Ok(rows.len() as u64)
+    Ok(Adopted {
+        replayed: rows.len() as u64,
+        damaged: damage.records,
+    })
 }
 
 /// The journal's thread.
 pub(super) struct Stage<'m> {
     journal: JournalFile,
     next_seq: u64,
+    /// The journal's limit in bytes.
+    max_bytes: u64,
     /// `fdatasync` after each write (`durability = "fsync"`).
     sync: bool,
     progress: Arc<Progress>,
     m: &'m Metrics,
+    /// Rows refused since the store fell behind (none: taking rows).
+    refusing: Option<u64>,
 }
+
+/// Room for a group in the writer's queue, taken before the group is journaled: handing the
+/// rows over then never waits.
+type Room<'s, T> = mpsc::PermitIterator<'s, T>;
 
 impl<'m> Stage<'m> {
     pub(super) fn new(
@@ -248,23 +328,28 @@ impl<'m> Stage<'m> {
         Stage {
             journal: recovered.file,
             next_seq: recovered.next_seq,
+            max_bytes: recovered.max_bytes,
             sync,
             progress,
             m,
+            refusing: None,
         }
     }
 
     /// Until [`Entry::Stop`] or the last sender is gone: journals groups of rows, hands each
-    /// to `forward` (false: the writer is gone), then acknowledges them. At the end, once the
-    /// store holds every row, deletes the journal: then its id, whose mark the store may
-    /// forget.
-    pub(super) fn run(
+    /// row to the writer on `to_writer` (as `wrap` makes it), then acknowledges them; a group
+    /// for which there is no room is refused ([`Stage::room`]). At the end, once the store
+    /// holds every row, deletes the journal: then its id, whose mark the store may forget.
+    pub(super) fn run<T>(
         mut self,
         mut rx: mpsc::Receiver<Entry>,
-        mut forward: impl FnMut(Box<LedgerRow>, u64) -> bool,
+        to_writer: &mpsc::Sender<T>,
+        wrap: impl Fn(Box<LedgerRow>, u64) -> T,
     ) -> Option<String> {
-        let mut rows: Vec<Box<LedgerRow>> = Vec::with_capacity(GROUP_MAX);
-        let mut acks: Vec<Ack> = Vec::with_capacity(GROUP_MAX);
+        // A group is handed over whole, so it never needs more room than the queue has.
+        let group_max = GROUP_MAX.min(to_writer.max_capacity());
+        let mut rows: Vec<Box<LedgerRow>> = Vec::with_capacity(group_max);
+        let mut acks: Vec<Ack> = Vec::with_capacity(group_max);
         let mut stopping = false;
         while !stopping {
             let Some(first) = rx.blocking_recv() else {
@@ -284,7 +369,7 @@ impl<'m> Stage<'m> {
                             rx.close();
                         }
                     }
-                    if rows.len() < GROUP_MAX {
+                    if rows.len() < group_max {
                         next = rx.try_recv().ok();
                     }
                 }
@@ -302,36 +387,37 @@ impl<'m> Stage<'m> {
                 continue;
             }
             let n = rows.len() as u64;
-            let answer = match self.write(&rows) {
-                Ok((first_seq, check)) => {
-                    let mut gone = false;
-                    for (row, seq) in rows.drain(..).zip(first_seq..) {
-                        gone |= !forward(row, seq);
+            let answer = match self.room(to_writer, rows.len()) {
+                Ok(room) => match self.write(&rows) {
+                    Ok((first_seq, recreated)) => {
+                        for ((row, seq), permit) in rows.drain(..).zip(first_seq..).zip(room) {
+                            permit.send(wrap(row, seq));
+                        }
+                        self.wait_if_recreated(recreated, first_seq + n - 1)
                     }
-                    let last = first_seq + n - 1;
-                    if gone {
-                        Err(Arc::new(LedgerError::Closed))
-                    } else if check && !self.progress.wait_stored(last, STORE_WAIT) {
-                        Err(Arc::new(LedgerError::Write(format!(
-                            "the journal was recreated and the store did not take its rows \
-                             within {STORE_WAIT:?}"
-                        ))))
-                    } else {
-                        Ok(())
+                    Err(e) => {
+                        self.progress.failed();
+                        Err(Arc::new(e))
                     }
-                }
-                Err(e) => {
-                    self.progress.failed();
-                    // Not journaled, so never moved: no longer waiting for the store.
-                    self.m.ledger_queue.sub(n as i64);
-                    rows.clear();
-                    Err(Arc::new(e))
-                }
+                },
+                Err(e) => Err(e),
             };
+            if !rows.is_empty() {
+                // Not handed to the writer (not journaled, or no writer): no longer waiting
+                // for the store.
+                self.m.ledger_queue.sub(n as i64);
+                rows.clear();
+            }
+            if let Err(e) = &answer {
+                if let LedgerError::Overloaded(backlog) = **e {
+                    self.refused(backlog, n);
+                }
+            }
             for ack in acks.drain(..) {
                 let _ = ack.send(answer.clone());
             }
-            if self.journal.len() > TRUNCATE_ABOVE && self.progress.stored_to() + 1 >= self.next_seq
+            if self.journal.len() > TRUNCATE_ABOVE.min(self.max_bytes / 2)
+                && self.progress.stored_to() + 1 >= self.next_seq
             {
                 self.empty();
             }
@@ -351,21 +437,94 @@ impl<'m> Stage<'m> {
         }
     }
 
-    /// Journals `rows` (after making room): the first one's sequence number, and whether the
-    /// journal had to be recreated (then the rows are safe only once the store has them).
-    fn write(&mut self, rows: &[Box<LedgerRow>]) -> Result<(u64, bool), LedgerError> {
-        if self.journal.len() >= JOURNAL_MAX {
-            if !self.progress.wait_stored(self.next_seq - 1, STORE_WAIT) {
-                return Err(LedgerError::Journal {
-                    path: self.journal.path().display().to_string(),
-                    reason: format!(
-                        "full ({JOURNAL_MAX} bytes) and the store did not catch up within \
-                         {STORE_WAIT:?}"
-                    ),
-                });
-            }
-            self.empty();
+    /// A group written to a journal that had to be recreated is safe only once the store
+    /// holds it (up to `last`): waits for that.
+    fn wait_if_recreated(&self, recreated: bool, last: u64) -> Result<(), Arc<LedgerError>> {
+        if recreated && !self.progress.wait_stored(last, STORE_WAIT) {
+            return Err(Arc::new(LedgerError::Write(format!(
+                "the journal was recreated and the store did not take its rows within \
+                 {STORE_WAIT:?}"
+            ))));
         }
+        Ok(())
+    }
+
+    /// Room for a group of `n` rows: in the journal (emptied first if it is at its limit and
+    /// the store holds all it has) and in the writer's queue. Waits for the store to move at
+    /// most [`ROOM_WAIT`] in all, and not at all while refusing already (the store is behind:
+    /// each group is told at once, until there is room again).
+    fn room<'s, T>(
+        &mut self,
+        to_writer: &'s mpsc::Sender<T>,
+        n: usize,
+    ) -> Result<Room<'s, T>, Arc<LedgerError>> {
+        let wait = if self.refusing.is_some() {
+            Duration::ZERO
+        } else {
+            ROOM_WAIT
+        };
+        let deadline = Instant::now() + wait;
+        loop {
+            let stored = self.progress.stored_to();
+            let has_room = self.journal.len() < self.max_bytes
+                || (stored + 1 >= self.next_seq && self.empty());
+            let full = if has_room {
+                None
+            } else {
+                Some(Backlog::Journal)
+            };
+            let full = match full {
+                Some(backlog) => backlog,
+                None => match to_writer.try_reserve_many(n) {
+                    Ok(room) => {
+                        if let Some(refused) = self.refusing.take() {
+                            tracing::warn!(
+                                refused,
+                                "the ledger's store caught up: rows are taken again"
+                            );
+                        }
+                        return Ok(room);
+                    }
+                    Err(mpsc::error::TrySendError::Full(())) => Backlog::Queue,
+                    Err(mpsc::error::TrySendError::Closed(())) => {
+                        return Err(Arc::new(LedgerError::Closed))
+                    }
+                },
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Arc::new(LedgerError::Overloaded(full)));
+            }
+            self.progress.wait_moved(stored, left);
+        }
+    }
+
+    /// `n` rows were refused for want of room in `backlog`: counted, the first of a run
+    /// logged, and the ledger not ready meanwhile.
+    fn refused(&mut self, backlog: Backlog, n: u64) {
+        self.m
+            .ledger_shed
+            .with_label_values(&[backlog.label()])
+            .inc_by(n);
+        self.progress.failed();
+        match &mut self.refusing {
+            Some(refused) => *refused += n,
+            None => {
+                tracing::error!(
+                    reason = backlog.label(),
+                    journal_bytes = self.journal.len(),
+                    journal_max_bytes = self.max_bytes,
+                    "the ledger's store is too far behind: rows are refused (their results \
+                     withheld) until it catches up"
+                );
+                self.refusing = Some(n);
+            }
+        }
+    }
+
+    /// Journals `rows`: the first one's sequence number, and whether the journal had to be
+    /// recreated (then the rows are safe only once the store has them).
+    fn write(&mut self, rows: &[Box<LedgerRow>]) -> Result<(u64, bool), LedgerError> {
         let first = self.next_seq;
         self.journal
             .append(rows.iter().map(|r| &**r), first, self.sync)?;
@@ -379,10 +538,14 @@ impl<'m> Stage<'m> {
         Ok((first, true))
     }
 
-    /// Empties the journal (the store holds all its rows).
-    fn empty(&mut self) {
-        if let Err(e) = self.journal.truncate() {
-            tracing::warn!(error = %e, "could not empty the ledger journal");
+    /// Empties the journal (the store holds all its rows); whether it is empty.
+    fn empty(&mut self) -> bool {
+        match self.journal.truncate() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not empty the ledger journal");
+                false
+            }
         }
     }
 }

@@ -149,11 +149,23 @@ fn closed<T>(_: T) -> LedgerError {
     LedgerError::Closed
 }
 
-/// The writer's error as callers get it: the store's error as text ([`LedgerError::Write`]).
+/// The writer's error as callers get it: the store's error as text ([`LedgerError::Write`]),
+/// an overloaded ledger as such (its clients are told so).
 fn failed(e: Arc<LedgerError>) -> LedgerError {
     match &*e {
         LedgerError::Write(text) => LedgerError::Write(text.clone()),
+        LedgerError::Overloaded(backlog) => LedgerError::Overloaded(*backlog),
         other => LedgerError::Write(other.to_string()),
+    }
+}
+
+impl Opened {
+    /// The journal's limit in bytes (`provenance.journal_max_bytes`; no journal: nothing).
+    pub fn with_journal_max(mut self, bytes: u64) -> Opened {
+        if let Some(journal) = &mut self.journal {
+            journal.set_max_bytes(bytes);
+        }
+        self
     }
 }
 
@@ -188,6 +200,9 @@ impl Ledger {
             journal: recovered,
             shared,
         } = opened;
+        if let Some(r) = &recovered {
+            metrics.journal_damaged.inc_by(r.damaged);
+        }
         let recovered = recovered.filter(|_| durability != Durability::Async);
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let (probes, probe_rx) = mpsc::channel(PROBES);
@@ -213,9 +228,7 @@ impl Ledger {
             journal_thread = std::thread::Builder::new()
                 .name("ldp-journal".into())
                 .spawn(move || {
-                    Stage::new(recovered, sync, p, &m).run(jrx, |row, seq| {
-                        to_writer.blocking_send(Cmd::Journaled(row, seq)).is_ok()
-                    })
+                    Stage::new(recovered, sync, p, &m).run(jrx, &to_writer, Cmd::Journaled)
                 })
                 .ok();
             if journal_thread.is_none() {
@@ -303,7 +316,9 @@ impl LedgerHandle {
     }
 
     /// Records a row. `commit`/`fsync`: returns once it is committed (waiting for queue space:
-    /// back-pressure, never a silent drop). `async`: returns at once; a full queue drops it.
+    /// back-pressure, never a silent drop; with a journal, once it is journaled, or
+    /// [`LedgerError::Overloaded`] when the store is too far behind to take it). `async`:
+    /// returns at once; a full queue drops it.
     pub async fn record(&self, row: LedgerRow) -> Result<(), LedgerError> {
         let m = &self.metrics;
         match self.durability {

@@ -526,10 +526,7 @@ impl Proxy {
                 if once_a_second() {
                     tracing::error!(error = %e, "provenance not recorded; result withheld");
                 }
-                let error = LdpError::gateway(
-                    GatewayCode::Internal,
-                    "the provenance ledger is unavailable",
-                );
+                let error = LdpError::gateway(GatewayCode::Internal, e.client_message());
                 self.task_failed(env, task_id, error)
             }
             (Answer::Failed(error), recorded) => {

@@ -244,14 +244,17 @@ impl From<Refusal> for ApiError {
 }
 
 /// A ledger read or write as the client hears it: a busy or slow ledger (too many reads,
-/// a read past its deadline, the writer stopping) is `UNAVAILABLE` (503, worth retrying),
-/// wherever it is met; anything else is the gateway's fault (500), told in general terms
-/// (its detail, which may name files or the store, is logged, never sent).
+/// a read past its deadline, the writer stopping, a store too far behind to take a row) is
+/// `UNAVAILABLE` (503, worth retrying), wherever it is met; anything else is the gateway's
+/// fault (500), told in general terms (its detail, which may name files or the store, is
+/// logged, never sent).
 impl From<&crate::provenance::LedgerError> for ApiError {
     fn from(e: &crate::provenance::LedgerError) -> ApiError {
         use crate::provenance::LedgerError as L;
         let code = match e {
-            L::ReadsBusy(_) | L::ReadTimeout(_) | L::Closed => GatewayCode::Unavailable,
+            L::ReadsBusy(_) | L::ReadTimeout(_) | L::Closed | L::Overloaded(_) => {
+                GatewayCode::Unavailable
+            }
             L::BadStore(_)
             | L::Postgres(_)
             | L::Sqlite(_)

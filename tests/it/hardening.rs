@@ -11,6 +11,7 @@ mod credentials;
 mod crowding;
 mod feedback_index;
 mod ingress;
+mod journal;
 mod ledger;
 mod liar;
 mod openai;

@@ -7,7 +7,13 @@
 //! a row takes about a microsecond to write on the journal's own thread, and the file can be
 //! read with `strings` in an emergency. The length prefix finds the next record, the checksum
 //! and the run of sequence numbers tell a record from the torn tail a crash can leave (the
-//! end of a `write` that did not finish): reading stops there, and the tail is cut off.
+//! end of a `write` that did not finish): the tail is cut off.
+//!
+//! A bad record with a valid one after it is not a torn tail (a crash only ever tears the
+//! end): it is damage (a flipped bit, a zeroed block, a bad sector). Reading then
+//! resynchronises: it scans forward for the next offset where a record's length fits, its
+//! sequence number continues the run and its checksum holds, and goes on from there, so a
+//! damaged record costs that record only ([`Damage`]; `journal.rs` keeps such a file aside).
 
 use super::super::sqlite::files::FileId;
 use super::super::{LedgerError, LedgerRow};
@@ -23,6 +29,11 @@ pub(super) const HEADER: u64 = 24;
 const RECORD_HEAD: usize = 16;
 /// A longer record is a corrupt length (a row is a few KiB; previews are capped).
 const MAX_RECORD: usize = 64 << 20;
+/// Resynchronising past damage checksums at most this many times the journal's size (a
+/// candidate is checksummed only where its length fits, its sequence number continues the
+/// run and its row starts as JSON does, which garbage almost never passes): the work stays
+/// linear even on a file crafted to look like records everywhere.
+const RESYNC_WORK: usize = 4;
 
 /// What reading a journal found.
 #[derive(Debug, Default)]
@@ -35,6 +46,31 @@ pub(in crate::provenance) struct Contents {
     pub(in crate::provenance) torn_bytes: u64,
     /// Records whose checksum held but whose row could not be read back (skipped).
     pub(in crate::provenance) unreadable: u64,
+    /// Damage before the last valid record (none: a sound journal, or one with a torn tail
+    /// only).
+    pub(in crate::provenance) damage: Damage,
+}
+
+/// Damage found in a journal: bad bytes with a valid record after them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(in crate::provenance) struct Damage {
+    /// Records skipped as damaged: each sequence number missing from the run, each second
+    /// copy of a record, and each damaged stretch that held no missing number (garbage
+    /// between records, or the file's first record, whose number nothing tells).
+    pub(in crate::provenance) records: u64,
+    /// Sequence numbers missing from the run: rows lost.
+    pub(in crate::provenance) lost: u64,
+    /// Second copies of a record (the first is kept).
+    pub(in crate::provenance) duplicates: u64,
+    /// Bytes skipped while resynchronising.
+    pub(in crate::provenance) bytes: u64,
+}
+
+impl Damage {
+    /// Whether any was found.
+    pub(in crate::provenance) fn any(&self) -> bool {
+        self.records > 0
+    }
 }
 
 /// An open journal file, locked against a second process.
@@ -60,7 +96,8 @@ fn failed(path: &Path, reason: impl std::fmt::Display) -> LedgerError {
 
 impl JournalFile {
     /// Opens the journal at `path` (creating it, and its folder, with a new id when there is
-    /// none), locks it, and reads its rows; a torn tail is cut off.
+    /// none), locks it, and reads its rows; a torn tail is cut off, unless the journal is
+    /// damaged (then nothing is: the file is kept as found).
     #[cfg(test)]
     pub(in crate::provenance) fn open(path: &Path) -> Result<(JournalFile, Contents), LedgerError> {
         JournalFile::try_open(path)?.ok_or_else(|| {
@@ -106,14 +143,21 @@ impl JournalFile {
             }
             None => return Err(failed(path, "not a ledger journal (unknown header)")),
         };
-        if good < bytes.len() as u64 {
-            file.set_len(good).map_err(|e| failed(path, e))?;
-        }
-        file.seek(SeekFrom::Start(good))
+        let torn_bytes = (bytes.len() as u64).saturating_sub(good);
+        // A damaged journal is kept whole, as evidence; it is never appended to.
+        let len = if contents.damage.any() {
+            bytes.len() as u64
+        } else {
+            if torn_bytes > 0 {
+                file.set_len(good).map_err(|e| failed(path, e))?;
+            }
+            good
+        };
+        file.seek(SeekFrom::Start(len))
             .map_err(|e| failed(path, e))?;
         let opened = FileId::of(path).ok().flatten();
         let contents = Contents {
-            torn_bytes: (bytes.len() as u64).saturating_sub(good),
+            torn_bytes,
             ..contents
         };
         Ok(Some((
@@ -122,7 +166,7 @@ impl JournalFile {
                 file,
                 opened,
                 id,
-                len: good,
+                len,
                 buf: Vec::new(),
             },
             contents,
@@ -163,6 +207,20 @@ impl JournalFile {
         std::fs::remove_file(&self.path).map_err(|e| failed(&self.path, e))?;
         sync_folder(&self.path);
         Ok(())
+    }
+
+    /// Renames a damaged journal aside, `NAME.damaged-MILLIS` (no longer a journal's name:
+    /// never adopted again, never deleted), for whoever looks into it; its new path.
+    pub(in crate::provenance) fn keep_aside(self) -> Result<PathBuf, LedgerError> {
+        let mut name = self.path.file_name().unwrap_or_default().to_owned();
+        name.push(format!(
+            ".damaged-{}",
+            chrono::Utc::now().timestamp_millis()
+        ));
+        let aside = self.path.with_file_name(name);
+        std::fs::rename(&self.path, &aside).map_err(|e| failed(&self.path, e))?;
+        sync_folder(&aside);
+        Ok(aside)
     }
 
     /// The journal's id (hex), the key of its mark in the store.
@@ -328,40 +386,160 @@ pub(super) fn encode(buf: &mut Vec<u8>, seq: u64, row: &LedgerRow) {
     buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// The records in `bytes` (after the header) up to the first that is cut short, fails its
-/// checksum, or breaks the run of sequence numbers; and where that whole part ends.
-pub(super) fn read_records(bytes: &[u8]) -> (Contents, usize) {
-    let mut contents = Contents::default();
-    let mut at = 0;
-    while let Some(head) = bytes.get(at..at + RECORD_HEAD) {
-        let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
-        let (len, crc) = (word(0) as usize, word(4));
-        if len > MAX_RECORD {
-            break;
-        }
-        let Some(body) = bytes.get(at + 8..at + RECORD_HEAD + len) else {
+/// A record that reads whole at an offset.
+struct Record<'b> {
+    seq: u64,
+    /// Its length with its head.
+    size: usize,
+    /// The row's JSON.
+    json: &'b [u8],
+}
+
+/// The little-endian `u32` at `at`, when `bytes` has it.
+fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    let b = bytes.get(at..at.checked_add(4)?)?;
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// The little-endian `u64` at `at`, when `bytes` has it.
+fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
+    let b = bytes.get(at..at.checked_add(8)?)?;
+    let mut word = [0; 8];
+    word.copy_from_slice(b);
+    Some(u64::from_le_bytes(word))
+}
+
+/// The record at `at`, if one is there whole: its length within the file and
+/// [`MAX_RECORD`], its checksum holding, its sequence number not 0 (numbers start at 1).
+fn record_at(bytes: &[u8], at: usize) -> Option<Record<'_>> {
+    let len = u32_at(bytes, at)? as usize;
+    if len > MAX_RECORD {
+        return None;
+    }
+    let size = RECORD_HEAD + len;
+    let body = bytes.get(at + 8..at.checked_add(size)?)?;
+    if crc32fast::hash(body) != u32_at(bytes, at + 4)? {
+        return None;
+    }
+    let seq = u64_at(body, 0)?;
+    (seq != 0).then(|| Record {
+        seq,
+        size,
+        json: &body[8..],
+    })
+}
+
+/// Where resynchronising after damage at `from` ended.
+enum Resync {
+    /// A valid record continuing the run starts here.
+    At(usize),
+    /// Nothing valid after `from`: a torn tail.
+    Nothing,
+    /// Too much work checked in vain ([`RESYNC_WORK`]): the rest is taken as damaged.
+    GaveUp,
+}
+
+/// Scans forward from `from` (where no record reads) for the next record of the run after
+/// `last` (0: none read yet). Only a plausible offset is checksummed: its length fits the
+/// file, its row starts with `{`, and its sequence number continues the run (above `last`,
+/// by at most the records the skipped bytes could have held). `work` is what checksumming
+/// may still cost.
+fn resync(bytes: &[u8], from: usize, last: u64, work: &mut usize) -> Resync {
+    let Some(end) = bytes.len().checked_sub(RECORD_HEAD) else {
+        return Resync::Nothing;
+    };
+    for at in from + 1..=end {
+        let Some(len) = u32_at(bytes, at).map(|l| l as usize) else {
             break;
         };
-        if crc32fast::hash(body) != crc {
-            break;
+        if len == 0 || len > MAX_RECORD || len > end - at {
+            continue;
         }
-        let mut seq = [0; 8];
-        seq.copy_from_slice(&body[..8]);
-        let seq = u64::from_le_bytes(seq);
-        if contents.last_seq != 0 && seq != contents.last_seq + 1 {
+        if bytes.get(at + RECORD_HEAD) != Some(&b'{') {
+            continue;
+        }
+        let Some(seq) = u64_at(bytes, at + 8) else {
             break;
+        };
+        // Each record lost in between took at least a head's bytes.
+        let room = ((at - from) / RECORD_HEAD) as u64;
+        let continues = if last == 0 {
+            seq != 0
+        } else {
+            seq > last && seq - last - 1 <= room
+        };
+        if !continues {
+            continue;
+        }
+        let Some(left) = work.checked_sub(len + 8) else {
+            return Resync::GaveUp;
+        };
+        *work = left;
+        if record_at(bytes, at).is_some() {
+            return Resync::At(at);
+        }
+    }
+    Resync::Nothing
+}
+
+/// The records in `bytes` (after the header) and where the last valid one ends (after it:
+/// a torn tail). A record that does not read (cut short, its checksum failing, its length
+/// absurd) with a valid record of the run somewhere after it is damage: reading goes on from
+/// that record ([`resync`]) and [`Damage`] says what was skipped. A second copy of a
+/// record is skipped.
+pub(super) fn read_records(bytes: &[u8]) -> (Contents, usize) {
+    let mut contents = Contents::default();
+    let damage = &mut contents.damage;
+    let (mut at, mut end) = (0, 0);
+    // Damaged bytes just before `at`.
+    let mut skipped = 0;
+    let mut work = bytes.len().saturating_mul(RESYNC_WORK);
+    while at < bytes.len() {
+        let Some(record) = record_at(bytes, at) else {
+            match resync(bytes, at, contents.last_seq, &mut work) {
+                Resync::At(next) => {
+                    skipped += next - at;
+                    at = next;
+                    continue;
+                }
+                Resync::Nothing => break,
+                Resync::GaveUp => {
+                    damage.records += 1;
+                    damage.bytes += (bytes.len() - at) as u64;
+                    tracing::error!(
+                        offset = at,
+                        "a damaged ledger journal looks like records everywhere; the rest of it \
+                         is not read"
+                    );
+                    break;
+                }
+            }
+        };
+        let (seq, last) = (record.seq, contents.last_seq);
+        at += record.size;
+        end = at;
+        if last != 0 && seq <= last {
+            damage.records += 1;
+            damage.duplicates += 1;
+            continue;
+        }
+        let missing = if last == 0 { 0 } else { seq - last - 1 };
+        if skipped > 0 || missing > 0 {
+            damage.records += missing.max(1);
+            damage.lost += missing;
+            damage.bytes += skipped as u64;
+            skipped = 0;
         }
         contents.last_seq = seq;
-        match serde_json::from_slice::<LedgerRow>(&body[8..]) {
+        match serde_json::from_slice::<LedgerRow>(record.json) {
             Ok(row) => contents.rows.push((seq, row)),
             Err(e) => {
                 contents.unreadable += 1;
                 tracing::error!(seq, error = %e, "a journal record could not be read back; skipped");
             }
         }
-        at += RECORD_HEAD + len;
     }
-    (contents, at)
+    (contents, end)
 }
 
 #[cfg(test)]
@@ -430,6 +608,279 @@ mod tests {
             let (_, c) = JournalFile::open(&path).unwrap();
             assert_eq!(c.last_seq, 3);
         }
+    }
+
+    /// Records of `n` rows numbered 1..=n (task `t<seq>`), as `read_records` reads them
+    /// (no header), and each record's byte range.
+    fn records(n: u64) -> (Vec<u8>, Vec<std::ops::Range<usize>>) {
+        let (mut bytes, mut ranges) = (Vec::new(), Vec::new());
+        for seq in 1..=n {
+            let start = bytes.len();
+            encode(&mut bytes, seq, &row(&format!("t{seq}"), "s", seq as i64));
+            ranges.push(start..bytes.len());
+        }
+        (bytes, ranges)
+    }
+
+    /// The sequence numbers read back, each checked against its row's task id.
+    fn seqs(c: &Contents) -> Vec<u64> {
+        for (seq, row) in &c.rows {
+            assert_eq!(
+                row.task_id,
+                format!("t{seq}"),
+                "record {seq} holds another row"
+            );
+        }
+        c.rows.iter().map(|(s, _)| *s).collect()
+    }
+
+    /// 1..=n without `lost`.
+    fn all_but(n: u64, lost: &[u64]) -> Vec<u64> {
+        (1..=n).filter(|s| !lost.contains(s)).collect()
+    }
+
+    fn damage(records: u64, lost: u64, duplicates: u64, bytes: usize) -> Damage {
+        Damage {
+            records,
+            lost,
+            duplicates,
+            bytes: bytes as u64,
+        }
+    }
+
+    const N: u64 = 20;
+
+    /// Every bit of a middle record's length, checksum and sequence number, and a bit of
+    /// every byte of its row: that record alone is lost, counted as damage, and every record
+    /// after it is read (the old reader stopped there: 10 of 20 rows lost, called a torn
+    /// tail).
+    #[test]
+    fn a_bit_flipped_anywhere_in_a_middle_record_loses_that_record_only() {
+        let (bytes, at) = records(N);
+        let r = at[10].clone();
+        let want = all_but(N, &[11]);
+        for i in r.clone() {
+            let bits = if i - r.start < RECORD_HEAD {
+                0..8
+            } else {
+                i % 8..i % 8 + 1
+            };
+            for bit in bits {
+                let mut b = bytes.clone();
+                b[i] ^= 1 << bit;
+                let (c, end) = read_records(&b);
+                let field = match i - r.start {
+                    0..4 => "length",
+                    4..8 => "checksum",
+                    8..16 => "sequence number",
+                    _ => "row",
+                };
+                let what = format!("{field}, byte {} bit {bit}", i - r.start);
+                assert_eq!(seqs(&c), want, "{what}");
+                assert_eq!(c.damage, damage(1, 1, 0, r.len()), "{what}");
+                assert_eq!(end, b.len(), "{what}: nothing torn");
+            }
+        }
+    }
+
+    /// A length field set to what a damaged disk may hold: none loses more than its record
+    /// (one pointing at the record after next still finds the next one).
+    #[test]
+    fn a_damaged_length_loses_its_record_only() {
+        let (bytes, at) = records(N);
+        let r = at[10].clone();
+        let len = (r.len() - RECORD_HEAD) as u32;
+        let to_next_but_one = (at[12].start - r.start - RECORD_HEAD) as u32;
+        for bad in [
+            0,
+            1,
+            len - 1,
+            len + 1,
+            to_next_but_one,
+            MAX_RECORD as u32,
+            MAX_RECORD as u32 + 1,
+            u32::MAX,
+        ] {
+            let mut b = bytes.clone();
+            b[r.start..r.start + 4].copy_from_slice(&bad.to_le_bytes());
+            let (c, end) = read_records(&b);
+            assert_eq!(seqs(&c), all_but(N, &[11]), "length {bad}");
+            assert_eq!(c.damage, damage(1, 1, 0, r.len()), "length {bad}");
+            assert_eq!(end, b.len());
+        }
+    }
+
+    /// A crash tears only the end: every cut of the last record reads as the records before
+    /// it, with no damage; a cut at a record's end reads as the records up to it.
+    #[test]
+    fn truncations_are_a_torn_tail_not_damage() {
+        let (bytes, at) = records(N);
+        let last = at[N as usize - 1].clone();
+        for cut in last.start + 1..last.end {
+            let (c, end) = read_records(&bytes[..cut]);
+            assert_eq!(seqs(&c), all_but(N, &[N]), "cut at {cut}");
+            assert_eq!(
+                (c.damage, end),
+                (Damage::default(), last.start),
+                "cut at {cut}"
+            );
+        }
+        for (i, r) in at.iter().enumerate() {
+            let (c, end) = read_records(&bytes[..r.end]);
+            assert_eq!(seqs(&c), (1..=i as u64 + 1).collect::<Vec<_>>());
+            assert_eq!((c.damage, end), (Damage::default(), r.end));
+        }
+    }
+
+    /// A zeroed block (a lost page) across records: exactly the records it touches are lost.
+    /// At the very start the first number lost is unknown, so the stretch counts as one; at
+    /// the very end it reads as a torn tail (nothing valid after it).
+    #[test]
+    fn a_zeroed_block_loses_exactly_the_records_it_touches() {
+        let (bytes, at) = records(N);
+        let cases = [
+            // (from, length)
+            (at[5].start + 7, 2000),
+            (at[3].end - 1, 2),
+            (at[8].start, at[9].end - at[8].start),
+            (at[0].start, at[2].end + 5),
+        ];
+        for (from, len) in cases {
+            let zeroed = from..from + len;
+            let mut b = bytes.clone();
+            b[zeroed.clone()].fill(0);
+            let touched: Vec<u64> = (1..=N)
+                .filter(|s| {
+                    let r = &at[*s as usize - 1];
+                    r.start < zeroed.end && zeroed.start < r.end
+                })
+                .collect();
+            let (c, end) = read_records(&b);
+            assert_eq!(seqs(&c), all_but(N, &touched), "zeroed {zeroed:?}");
+            let first = &at[touched[0] as usize - 1];
+            let after = &at[*touched.last().unwrap() as usize];
+            let skipped = after.start - first.start;
+            let expected = if touched[0] == 1 {
+                damage(1, 0, 0, skipped)
+            } else {
+                let n = touched.len() as u64;
+                damage(n, n, 0, skipped)
+            };
+            assert_eq!(c.damage, expected, "zeroed {zeroed:?}");
+            assert_eq!(end, b.len());
+        }
+        let tail = at[N as usize - 2].start + 3;
+        let mut b = bytes.clone();
+        b[tail..].fill(0);
+        let (c, end) = read_records(&b);
+        assert_eq!(seqs(&c), all_but(N, &[N - 1, N]));
+        assert_eq!(
+            (c.damage, end),
+            (Damage::default(), at[N as usize - 2].start)
+        );
+    }
+
+    /// A record written twice (next to itself, or further on) is read once.
+    #[test]
+    fn a_duplicated_record_is_kept_once() {
+        let (bytes, at) = records(N);
+        for after in [10, 13, N as usize - 1] {
+            let mut b = bytes[..at[after].end].to_vec();
+            b.extend_from_slice(&bytes[at[10].clone()]);
+            b.extend_from_slice(&bytes[at[after].end..]);
+            let (c, end) = read_records(&b);
+            assert_eq!(seqs(&c), all_but(N, &[]), "copy after record {}", after + 1);
+            assert_eq!(c.damage, damage(1, 0, 1, 0));
+            assert_eq!(end, b.len());
+        }
+    }
+
+    /// Several damaged records, apart or side by side, a damaged record and then a torn
+    /// tail, and the first record damaged.
+    #[test]
+    fn several_damaged_records_and_a_torn_tail_after_damage() {
+        let (bytes, at) = records(N);
+        let flip = |b: &mut Vec<u8>, seq: usize| b[at[seq - 1].start + 30] ^= 0x04;
+        let len = |seqs: &[usize]| seqs.iter().map(|s| at[s - 1].len()).sum::<usize>();
+        let mut b = bytes.clone();
+        flip(&mut b, 11);
+        flip(&mut b, 13);
+        let (c, _) = read_records(&b);
+        assert_eq!(seqs(&c), all_but(N, &[11, 13]));
+        assert_eq!(c.damage, damage(2, 2, 0, len(&[11, 13])));
+
+        let mut b = bytes.clone();
+        flip(&mut b, 11);
+        flip(&mut b, 12);
+        let (c, _) = read_records(&b);
+        assert_eq!(seqs(&c), all_but(N, &[11, 12]));
+        assert_eq!(c.damage, damage(2, 2, 0, len(&[11, 12])));
+
+        let mut b = bytes[..at[N as usize - 1].start + 9].to_vec();
+        flip(&mut b, 5);
+        let (c, end) = read_records(&b);
+        assert_eq!(seqs(&c), all_but(N, &[5, N]));
+        assert_eq!(c.damage, damage(1, 1, 0, len(&[5])));
+        assert_eq!(end, at[N as usize - 1].start, "the torn tail is still cut");
+
+        let mut b = bytes.clone();
+        flip(&mut b, 1);
+        let (c, _) = read_records(&b);
+        assert_eq!(seqs(&c), all_but(N, &[1]));
+        assert_eq!(c.damage, damage(1, 0, 0, len(&[1])));
+    }
+
+    /// Garbage reads as nothing, and a file made to look like a record at every 32nd byte
+    /// (each length reaching the end: checksumming them all would take the square of its
+    /// size) is given up on after a bounded amount of work.
+    #[test]
+    fn garbage_is_read_in_bounded_work() {
+        let mut rng = fastrand::Rng::with_seed(37);
+        let garbage: Vec<u8> = (0..1 << 20).map(|_| rng.u8(..)).collect();
+        let (c, end) = read_records(&garbage);
+        assert!(c.rows.is_empty());
+        assert_eq!((c.damage, end), (Damage::default(), 0));
+
+        let size = 4 << 20;
+        let mut crafted = vec![b' '; size];
+        for at in (0..size - RECORD_HEAD - 1).step_by(32) {
+            let len = (size - at - RECORD_HEAD) as u32;
+            crafted[at..at + 4].copy_from_slice(&len.to_le_bytes());
+            crafted[at + 4..at + 8].copy_from_slice(&[0; 4]);
+            crafted[at + 8..at + 16].copy_from_slice(&1u64.to_le_bytes());
+            crafted[at + RECORD_HEAD] = b'{';
+        }
+        let (c, end) = read_records(&crafted);
+        assert!(c.rows.is_empty());
+        assert_eq!(
+            (c.damage.records, end),
+            (1, 0),
+            "given up on, kept as damaged"
+        );
+    }
+
+    /// A damaged journal opened is kept whole (nothing cut: it is evidence); a torn one
+    /// has its tail cut.
+    #[test]
+    fn a_damaged_journal_is_not_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.journal");
+        let (mut j, _) = JournalFile::open(&path).unwrap();
+        let written = rows(5);
+        j.append(written.iter(), 1, false).unwrap();
+        drop(j);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let whole = bytes.len();
+        bytes[HEADER as usize + 40] ^= 0x01;
+        bytes.truncate(whole - 3);
+        std::fs::write(&path, &bytes).unwrap();
+        let (_, c) = JournalFile::open(&path).unwrap();
+        assert_eq!(
+            c.rows.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+            [2, 3, 4]
+        );
+        assert!(c.damage.any() && c.torn_bytes > 0);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), bytes.len() as u64);
     }
 
     #[test]

@@ -103,6 +103,212 @@ async fn rows_acknowledged_while_the_store_is_held_are_replayed_from_a_crash_cop
     }
 }
 
+/// The offset of record `seq` (numbered from 1) in journal `bytes`, walking the framing.
+fn record_offset(bytes: &[u8], seq: usize) -> usize {
+    let mut at = file::HEADER as usize;
+    for _ in 1..seq {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        at += 16 + len;
+    }
+    at
+}
+
+/// Files in `dir` whose name starts with `start`.
+fn named(dir: &Path, start: &str) -> Vec<std::path::PathBuf> {
+    let mut found: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(start))
+        .collect();
+    found.sort();
+    found
+}
+
+/// A journal with one bit flipped in a middle record: every other row is replayed, the file
+/// is renamed aside as found (never deleted, never adopted again), and the ledger counts the
+/// damaged record. The old reader replayed the 10 rows before it and deleted the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_journal_is_replayed_around_the_damage_and_kept_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let path = dir.path().join("p.db.earlier.journal");
+    let mut j = JournalFile::create(&path, [7; 16]).unwrap();
+    let rows: Vec<LedgerRow> = (1..=20).map(|i| row(&format!("t{i:02}"), "s", i)).collect();
+    j.append(rows.iter(), 1, false).unwrap();
+    drop(j);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = record_offset(&bytes, 11);
+    bytes[at + 40] ^= 0x08;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let backend = SqliteBackend::open(&db.display().to_string(), Durability::Commit).unwrap();
+    let opened = open_journaled(Box::new(backend), &place(dir.path()), false).unwrap();
+    let recovered = opened.journal.as_ref().unwrap();
+    assert_eq!((recovered.replayed, recovered.damaged), (19, 1));
+    let m = metrics();
+    let ledger = Ledger::start_opened(opened, Durability::Commit, 1000, m.clone());
+    assert_eq!(m.journal_damaged.get(), 1);
+    assert_eq!(ledger.close(Duration::from_secs(30)).await, 0);
+    let want: Vec<String> = (1..=20)
+        .filter(|i| *i != 11)
+        .map(|i| format!("t{i:02}"))
+        .collect();
+    assert_eq!(stored(&db), want);
+    assert!(!path.exists());
+    let aside = named(dir.path(), "p.db.earlier.journal.damaged-");
+    assert_eq!(aside.len(), 1, "kept aside: {aside:?}");
+    assert_eq!(std::fs::read(&aside[0]).unwrap(), bytes, "as found");
+
+    // Not a journal any more: the next start has nothing to adopt.
+    let backend = SqliteBackend::open(&db.display().to_string(), Durability::Commit).unwrap();
+    let opened = open_journaled(Box::new(backend), &place(dir.path()), false).unwrap();
+    let recovered = opened.journal.as_ref().unwrap();
+    assert_eq!((recovered.replayed, recovered.damaged), (0, 0));
+    assert_eq!(named(dir.path(), "p.db.earlier.journal.damaged-"), aside);
+}
+
+/// A ledger whose store is held inside its first insert until `gate` is dropped, journaling
+/// into `dir`; `entered` says the insert was reached.
+fn held_ledger(
+    dir: &Path,
+    capacity: usize,
+    journal_max: u64,
+    m: &Arc<Metrics>,
+) -> (Ledger, std_mpsc::Receiver<()>, std_mpsc::Sender<()>) {
+    let db = dir.join("p.db");
+    let (entered_tx, entered) = std_mpsc::channel::<()>();
+    let (open_gate, gate) = std_mpsc::channel::<()>();
+    let (mut entered_tx, mut gate) = (Some(entered_tx), Some(gate));
+    let backend = Wrapped {
+        before_insert: Box::new(move |_| {
+            if let (Some(entered), Some(gate)) = (entered_tx.take(), gate.take()) {
+                let _ = entered.send(());
+                let _ = gate.recv();
+            }
+            Ok(())
+        }),
+        ..Wrapped::new(SqliteBackend::open(&db.display().to_string(), Durability::Commit).unwrap())
+    };
+    let opened = open_journaled(Box::new(backend), &place(dir), false)
+        .unwrap()
+        .with_journal_max(journal_max);
+    let ledger = Ledger::start_opened(opened, Durability::Commit, capacity, m.clone());
+    (ledger, entered, open_gate)
+}
+
+/// Records rows `from..` until one is refused: the rows acknowledged, and the refusal.
+async fn record_until_refused(
+    h: &crate::provenance::LedgerHandle,
+    from: usize,
+) -> (Vec<String>, LedgerError) {
+    let mut acknowledged = Vec::new();
+    for i in from..from + 100_000 {
+        let task = format!("t{i:05}");
+        match h.record(row(&task, "s", 1)).await {
+            Ok(()) => acknowledged.push(task),
+            Err(e) => return (acknowledged, e),
+        }
+    }
+    panic!("never refused")
+}
+
+/// Overload with the store held: the journal takes rows up to its limit, then refuses the
+/// next one (after waiting a moment for the store) and every one after it at once, with
+/// `Overloaded(Journal)`, each counted; once the store moves, rows are taken again, and
+/// every acknowledged row reaches the store. (The old journal waited 30 s per group at its
+/// limit, and every client's record timed out meanwhile.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_journal_refuses_rows_until_the_store_catches_up() {
+    const MAX: u64 = 64 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let m = metrics();
+    let (ledger, entered, open_gate) = held_ledger(dir.path(), 1000, MAX, &m);
+    let h = ledger.handle();
+    h.record(row("t00000", "s", 1)).await.unwrap();
+    tokio::task::spawn_blocking(move || entered.recv().unwrap())
+        .await
+        .unwrap();
+    let (mut acknowledged, refused) = record_until_refused(&h, 1).await;
+    assert!(
+        matches!(refused, LedgerError::Overloaded(Backlog::Journal)),
+        "{refused}"
+    );
+    assert!(acknowledged.len() > 20, "{} rows fit", acknowledged.len());
+    let journal = journals(dir.path()).pop().unwrap();
+    let size = std::fs::metadata(&journal).unwrap().len();
+    assert!(
+        (MAX..MAX + 4096).contains(&size),
+        "{size} bytes: a row past the limit at most"
+    );
+    for i in 0..3 {
+        let again = h.record(row(&format!("r{i}"), "s", 1)).await;
+        assert!(
+            matches!(again, Err(LedgerError::Overloaded(Backlog::Journal))),
+            "{again:?}"
+        );
+    }
+    let shed = |reason: &str| m.ledger_shed.with_label_values(&[reason]).get();
+    assert_eq!((shed("journal_full"), shed("queue_full")), (4, 0));
+    assert!(
+        !h.healthy(Duration::from_secs(10)).await,
+        "not ready while refusing"
+    );
+
+    drop(open_gate);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match h.record(row("after", "s", 1)).await {
+            Ok(()) => break,
+            Err(LedgerError::Overloaded(_)) => {
+                assert!(std::time::Instant::now() < deadline, "never taken again")
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(ledger.close(Duration::from_secs(30)).await, 0);
+    acknowledged.extend(["t00000", "after"].map(String::from));
+    acknowledged.sort();
+    assert_eq!(stored(&dir.path().join("p.db")), acknowledged);
+}
+
+/// The writer's queue full (the store held inside a commit): the next row waits a moment
+/// and is refused with `Overloaded(Queue)`, counted, instead of waiting for the record
+/// deadline (the old journal thread blocked handing the row over, its clients for 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_writer_queue_refuses_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = metrics();
+    let (ledger, entered, open_gate) = held_ledger(dir.path(), 4, super::JOURNAL_MAX, &m);
+    let h = ledger.handle();
+    h.record(row("t00000", "s", 1)).await.unwrap();
+    tokio::task::spawn_blocking(move || entered.recv().unwrap())
+        .await
+        .unwrap();
+    let (mut acknowledged, refused) = record_until_refused(&h, 1).await;
+    assert!(
+        matches!(refused, LedgerError::Overloaded(Backlog::Queue)),
+        "{refused}"
+    );
+    assert!(
+        acknowledged.len() >= 4,
+        "the queue's 4 rows: {acknowledged:?}"
+    );
+    let shed = |reason: &str| m.ledger_shed.with_label_values(&[reason]).get();
+    assert_eq!((shed("journal_full"), shed("queue_full")), (0, 1));
+    drop(open_gate);
+    assert_eq!(ledger.close(Duration::from_secs(30)).await, 0);
+    acknowledged.push("t00000".into());
+    acknowledged.sort();
+    assert_eq!(stored(&dir.path().join("p.db")), acknowledged);
+}
+
+/// The shed reasons are the metric's known labels.
+#[test]
+fn shed_reasons_are_the_metric_labels() {
+    let labels: Vec<&str> = Backlog::ALL.iter().map(|b| b.label()).collect();
+    assert_eq!(labels, crate::telemetry::LEDGER_SHED_REASONS);
+}
+
 /// A crash after the store committed some of the journal's rows but before the journal was
 /// emptied: only the rows after the store's mark are replayed.
 #[test]
