@@ -322,8 +322,9 @@ impl Agent {
     /// its events within `timeout`: the agent's task id goes to `task_id` as soon as it is
     /// named (for a cancel), each status message's and artifact's text to `on_text`; the
     /// task is built from the events (artifacts appended or replaced as they say) up to its
-    /// terminal or interrupted state, or the message the agent answered with. What is held
-    /// stays within the transport's answer cap.
+    /// terminal or interrupted state, or the message the agent answered with. The stream
+    /// read, every byte of it (comments and events skipped included), stays within the
+    /// transport's answer cap, and so does what is held.
     #[expect(
         clippy::too_many_arguments,
         reason = "one call, every part of it needed"

@@ -16,6 +16,7 @@ mod liar;
 mod openai;
 mod panics;
 mod ratings;
+mod sse_bytes;
 mod status_bytes;
 mod upstream;
 mod verdicts;
