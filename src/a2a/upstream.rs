@@ -21,7 +21,8 @@ use std::time::Duration;
 /// Where and how an agent is called: the JSON-RPC URL and the protocol version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
-    /// The JSON-RPC URL: the path of the card's interface on the configured URL's origin.
+    /// The JSON-RPC URL: the configured origin, with the path and query of the card's
+    /// interface URL resolved against the configured URL.
     pub url: String,
     /// 1.0, or 0.3 for an agent whose card offers no 1.0 JSON-RPC interface.
     pub dialect: Dialect,

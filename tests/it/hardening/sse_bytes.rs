@@ -130,6 +130,10 @@ async fn an_openai_stream_of_comments_is_cut_at_the_answer_cap() {
             .any(|v| v["error"]["message"].is_string());
     assert!(failed, "{} {data:?}", r.status);
     assert_cut_at_the_cap(rogue.rogue()).await;
+    // Failed as a streamed answer past the cap is.
+    let task = r.headers["x-ldp-task-id"].to_str().unwrap();
+    let why = gw.ledger_row(task).await.error_message.unwrap_or_default();
+    assert!(why.contains(&format!("larger than {CAP} bytes")), "{why}");
     gw.shutdown().await;
 }
 
