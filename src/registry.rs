@@ -77,12 +77,16 @@ async fn fetch_a2a(
         Ok(card) => card,
         Err(e) => return failed(e.to_string(), false),
     };
-    let Some(endpoint) = crate::a2a::Endpoint::of(&card, &d.base_url) else {
-        let why = format!(
-            "the Agent Card at {} offers no JSON-RPC interface of A2A 1.0 or 0.3",
-            d.base_url
-        );
-        return failed(why, false);
+    let endpoint = match crate::a2a::Endpoint::of(&card, &d.base_url) {
+        Ok(e) => e,
+        Err(e) => {
+            let why = format!("the Agent Card at {}: {e}", d.base_url);
+            // Said once per new reason, not at every poll of a card that stays unusable.
+            if d.last_error().as_deref() != Some(&why) {
+                tracing::warn!(delegate = %d.name, error = %e, "the A2A agent's card is refused; the delegate is not routed to");
+            }
+            return failed(why, false);
+        }
     };
     match crate::a2a::card::build(&d.name, &d.base_url, &card, agent.declared.as_ref()) {
         Ok(ldp) if ldp.delegate_id == client.from_id() => {

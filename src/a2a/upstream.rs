@@ -21,7 +21,8 @@ use std::time::Duration;
 /// Where and how an agent is called: the JSON-RPC URL and the protocol version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
-    /// The JSON-RPC URL: the path of the card's interface on the configured URL's origin.
+    /// The JSON-RPC URL: the configured origin, with the path and query of the card's
+    /// interface URL resolved against the configured URL.
     pub url: String,
     /// 1.0, or 0.3 for an agent whose card offers no 1.0 JSON-RPC interface.
     pub dialect: Dialect,
@@ -29,17 +30,83 @@ pub struct Endpoint {
     pub streaming: bool,
 }
 
+/// Why an Agent Card gives no endpoint the gateway will call: the delegate's card is
+/// unusable (the delegate is marked down and not routed to).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    /// No JSON-RPC interface of A2A 1.0 or 0.3.
+    #[error("the Agent Card offers no JSON-RPC interface of A2A 1.0 or 0.3")]
+    NoInterface,
+    /// The configured URL is not one `url` reads (config checks make this unreachable).
+    #[error("the configured URL is not a URL: {0}")]
+    Base(url::ParseError),
+    /// The interface URL is no URL reference.
+    #[error("the Agent Card's JSON-RPC interface URL {url:?} is not a URL reference: {reason}")]
+    Unreadable {
+        /// The card's URL (cut, credentials masked).
+        url: String,
+        /// Why.
+        reason: url::ParseError,
+    },
+    /// The interface URL, resolved against the configured one, has another scheme, host or
+    /// port: calling it would send the task and the agent's key elsewhere.
+    #[error(
+        "the Agent Card's JSON-RPC interface URL {url:?} resolves to {resolved}, not the \
+         configured {configured}: the gateway calls only the origin it was pointed at"
+    )]
+    OffOrigin {
+        /// The card's URL (cut, credentials masked).
+        url: String,
+        /// The origin it resolves to.
+        resolved: String,
+        /// The configured origin.
+        configured: String,
+    },
+}
+
+/// Most bytes of an agent's interface URL quoted in an error.
+const SHOWN_URL_BYTES: usize = 256;
+
 impl Endpoint {
     /// The JSON-RPC interface of `card` (a 1.0 one first, else a 0.3 one) for an agent
-    /// configured at `base`: the interface URL's path on `base`'s scheme, host and port (an
-    /// agent often names itself by an address only it can reach, and the gateway calls only
-    /// where the operator pointed it). `None` if the card offers no JSON-RPC interface.
-    pub fn of(card: &AgentCard, base: &str) -> Option<Endpoint> {
+    /// configured at `base`. The interface URL is resolved as a URL reference (RFC 3986 §5,
+    /// as WHATWG's URL parser does it) against `base` taken as a directory (`{base}/`, where
+    /// the agent's card lives): `/rpc` and `rpc` are on the configured origin, an absolute
+    /// URL is itself. A result whose scheme, host or port is not `base`'s is refused: a card
+    /// cannot move the gateway's calls, the task and the agent's key, to another host or
+    /// port. The call goes to `base`'s origin as configured, with the resolved path and query.
+    pub fn of(card: &AgentCard, base: &str) -> Result<Endpoint, EndpointError> {
         let (interface, dialect) = [Dialect::V1, Dialect::V03]
             .into_iter()
-            .find_map(|d| card.interface(BINDING_JSONRPC, d).map(|i| (i, d)))?;
-        Some(Endpoint {
-            url: format!("{}{}", origin(base), path_of(&interface.url)),
+            .find_map(|d| card.interface(BINDING_JSONRPC, d).map(|i| (i, d)))
+            .ok_or(EndpointError::NoInterface)?;
+        let configured = url::Url::parse(&format!("{}/", base.trim_end_matches('/')))
+            .map_err(EndpointError::Base)?;
+        let shown = || {
+            let masked = ldp_client::masked_url(&interface.url);
+            short_to(&masked, SHOWN_URL_BYTES)
+        };
+        let resolved =
+            configured
+                .join(interface.url.trim())
+                .map_err(|reason| EndpointError::Unreadable {
+                    url: shown(),
+                    reason,
+                })?;
+        if resolved.origin() != configured.origin() {
+            return Err(EndpointError::OffOrigin {
+                url: shown(),
+                resolved: resolved.origin().ascii_serialization(),
+                configured: configured.origin().ascii_serialization(),
+            });
+        }
+        let mut path = resolved.path().trim_end_matches('/').to_owned();
+        if let Some(query) = resolved.query() {
+            path.push('?');
+            path.push_str(query);
+        }
+        Ok(Endpoint {
+            url: format!("{}{path}", origin(base)),
             dialect,
             streaming: card.streaming(),
         })
@@ -61,15 +128,6 @@ fn origin(url: &str) -> &str {
         Some(i) => &url[..after + i],
         None => url,
     }
-}
-
-/// The path (and query) of a URL, without a trailing slash; a relative URL as it is.
-fn path_of(url: &str) -> &str {
-    let path = match url.find("://") {
-        Some(i) => url[i + 3..].find('/').map_or("", |j| &url[i + 3 + j..]),
-        None => url,
-    };
-    path.trim_end_matches('/')
 }
 
 /// How the gateway calls one A2A agent, and where, as its last card said.
@@ -121,7 +179,12 @@ pub enum Outcome {
 
 /// The first 512 bytes (at a character boundary) of an agent's words.
 fn short(s: &str) -> String {
-    let mut end = s.len().min(512);
+    short_to(s, 512)
+}
+
+/// The first `max` bytes (at a character boundary) of `s`.
+fn short_to(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
     while !s.is_char_boundary(end) {
         end -= 1;
     }
@@ -260,8 +323,9 @@ impl Agent {
     /// its events within `timeout`: the agent's task id goes to `task_id` as soon as it is
     /// named (for a cancel), each status message's and artifact's text to `on_text`; the
     /// task is built from the events (artifacts appended or replaced as they say) up to its
-    /// terminal or interrupted state, or the message the agent answered with. What is held
-    /// stays within the transport's answer cap.
+    /// terminal or interrupted state, or the message the agent answered with. The stream
+    /// read, every byte of it (comments and events skipped included), stays within the
+    /// transport's answer cap, and so does what is held.
     #[expect(
         clippy::too_many_arguments,
         reason = "one call, every part of it needed"
@@ -537,35 +601,116 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn card(interface_url: &str) -> AgentCard {
+        serde_json::from_value(json!({"name": "a", "supportedInterfaces": [
+            {"url": interface_url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]}))
+        .unwrap()
+    }
+
+    fn url_of(interface_url: &str, base: &str) -> Result<String, EndpointError> {
+        Endpoint::of(&card(interface_url), base).map(|e| e.url)
+    }
+
     #[test]
-    fn the_endpoint_is_the_interface_path_on_the_configured_origin() {
+    fn the_endpoint_is_the_interface_on_the_configured_origin() {
         let v1: AgentCard = serde_json::from_value(json!({"name": "a",
             "supportedInterfaces": [
                 {"url": "http://10.0.0.9:9999/grpc", "protocolBinding": "GRPC", "protocolVersion": "1.0"},
-                {"url": "http://0.0.0.0:9999/a2a/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
-                {"url": "http://internal:9999/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]}))
+                {"url": "http://127.0.0.1:5000/a2a/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+                {"url": "http://127.0.0.1:5000/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]}))
         .unwrap();
         assert_eq!(
             Endpoint::of(&v1, "http://127.0.0.1:5000"),
-            Some(Endpoint {
+            Ok(Endpoint {
                 url: "http://127.0.0.1:5000/rpc".into(),
                 dialect: Dialect::V1,
                 streaming: false,
             })
         );
         let old: AgentCard = serde_json::from_value(json!({"name": "a",
-            "url": "http://0.0.0.0:1/", "protocolVersion": "0.3.0"}))
+            "url": "https://h:8/", "protocolVersion": "0.3.0"}))
         .unwrap();
         assert_eq!(
             Endpoint::of(&old, "https://h:8/base"),
-            Some(Endpoint {
+            Ok(Endpoint {
                 url: "https://h:8".into(),
                 dialect: Dialect::V03,
                 streaming: false,
             })
         );
         let none: AgentCard = serde_json::from_value(json!({"name": "a"})).unwrap();
-        assert_eq!(Endpoint::of(&none, "http://h"), None);
+        assert_eq!(
+            Endpoint::of(&none, "http://h"),
+            Err(EndpointError::NoInterface)
+        );
         assert_eq!(short(&"é".repeat(400)).len(), 512);
+    }
+
+    #[test]
+    fn an_interface_url_is_resolved_as_a_reference_and_never_leaves_the_origin() {
+        let base = "http://127.0.0.1:19130";
+        // References on the configured origin: a path, a relative path (under the
+        // configured URL), an absolute URL of the same origin (default port spelled out).
+        for (reference, want) in [
+            ("/rpc", "http://127.0.0.1:19130/rpc"),
+            ("0/rpc", "http://127.0.0.1:19130/0/rpc"),
+            ("rpc?x=1#frag", "http://127.0.0.1:19130/rpc?x=1"),
+            (":19420/steal", "http://127.0.0.1:19130/:19420/steal"),
+            ("./a/../b/", "http://127.0.0.1:19130/b"),
+            ("", "http://127.0.0.1:19130"),
+            ("HTTP://127.0.0.1:19130/up", "http://127.0.0.1:19130/up"),
+            (
+                "http://user:pw@127.0.0.1:19130/x",
+                "http://127.0.0.1:19130/x",
+            ),
+        ] {
+            assert_eq!(url_of(reference, base).as_deref(), Ok(want), "{reference}");
+        }
+        assert_eq!(
+            url_of("rpc", "http://h/agents/a").as_deref(),
+            Ok("http://h/agents/a/rpc")
+        );
+        assert_eq!(
+            url_of("http://h:80/x", "http://h").as_deref(),
+            Ok("http://h/x")
+        );
+        // Anything that leaves it: another port, host or scheme, a network-path reference,
+        // a scheme the gateway does not call.
+        for reference in [
+            "http://127.0.0.1:19420/steal",
+            "http://10.0.0.9:19130/rpc",
+            "https://127.0.0.1:19130/rpc",
+            "//evil.example:19130/rpc",
+            "//127.0.0.1:19420/rpc",
+            "ldp://127.0.0.1:19130/rpc",
+            "file:///etc/passwd",
+        ] {
+            assert!(
+                matches!(
+                    url_of(reference, base),
+                    Err(EndpointError::OffOrigin { .. })
+                ),
+                "{reference}: {:?}",
+                url_of(reference, base)
+            );
+        }
+        // An agent configured without a port: `:PORT` never becomes its port, nor `h:PORT`
+        // a host.
+        assert_eq!(
+            url_of(":19420/steal", "http://agent").as_deref(),
+            Ok("http://agent/:19420/steal")
+        );
+        assert!(matches!(
+            url_of("evil.example:19420/steal", "http://agent"),
+            Err(EndpointError::OffOrigin { .. })
+        ));
+        assert!(matches!(
+            url_of("http://[::1", base),
+            Err(EndpointError::Unreadable { .. })
+        ));
+        let e = url_of("http://u:hunter2@evil.example/", base).unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        let long = format!("http://evil.example/{}", "x".repeat(10_000));
+        assert!(url_of(&long, base).unwrap_err().to_string().len() < 600);
     }
 }

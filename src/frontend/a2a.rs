@@ -9,7 +9,14 @@
 //!   `tasks/cancel`, `tasks/resubscribe`), answered in the caller's version's shapes. Push
 //!   config methods and a send asking for push notifications: -32003; `ListTasks` and
 //!   `GetExtendedAgentCard`: -32004. `acceptedOutputModes` is not checked (the output is a
-//!   text or a data part). A notification (no `id`) is answered like a request, `id: null`.
+//!   text or a data part).
+//! - A notification (a request without an `id` member, JSON-RPC 2.0 §4.1) is never answered
+//!   (HTTP 204, no body), its errors neither: a `CancelTask` is done (safe, and a fire-and-forget
+//!   cancel is what one means); a send is not run (its task could be neither followed nor
+//!   read: the caller never learns its id, and it would be charged), and reads have nothing to
+//!   do. `"id": null` is a request with a null id (the spec defines a notification by the
+//!   member's absence only), answered with `id: null`. A batch is one -32600 error (`id:
+//!   null`), as a batch the server cannot process is (§6), and as the SDK's server answers one.
 //! - `A2A-Version`, as the SDK's server checks it: v1.0 names need major version 1, v0.3
 //!   names major version 0 (absent or empty means 0.3, spec §3.6.2); else -32009 (which a
 //!   v0.3 caller receives as -32603, v0.3 having no -32009).
@@ -161,8 +168,9 @@ fn cut(s: &str, max: usize) -> String {
 /// One request read: its id, its caller's version and what it asks.
 #[derive(Debug)]
 pub struct Incoming {
-    /// The id to answer with.
-    pub id: Id,
+    /// The id to answer with; `None` for a notification (no `id` member), which is never
+    /// answered (JSON-RPC 2.0 §4.1). `"id": null` is a request, answered with `id: null`.
+    pub id: Option<Id>,
     /// The caller's shapes.
     pub dialect: Dialect,
     /// What it asks.
@@ -187,11 +195,16 @@ pub enum Call {
     Subscribe(v1::SubscribeToTaskRequest),
 }
 
-/// Reads a JSON-RPC request (`version`: the `A2A-Version` header). On error: the id and
-/// dialect to answer with, and why.
-pub fn read(body: &[u8], version: Option<&str>) -> Result<Incoming, (Id, Dialect, A2aError)> {
-    let req = IncomingRequest::parse(body).map_err(|e| (e.id(), Dialect::V1, e.into()))?;
-    let id = req.id.clone().unwrap_or_default();
+/// Reads a JSON-RPC request (`version`: the `A2A-Version` header). On error: the id to
+/// answer with (`None` for a notification's error, which is not answered: JSON-RPC 2.0 §4.1
+/// lets a notification's caller learn of no error; a body that is no request at all is
+/// answered, `id: null`, §5.1), the dialect, and why.
+pub fn read(
+    body: &[u8],
+    version: Option<&str>,
+) -> Result<Incoming, (Option<Id>, Dialect, A2aError)> {
+    let req = IncomingRequest::parse(body).map_err(|e| (Some(e.id()), Dialect::V1, e.into()))?;
+    let id = req.id.clone();
     let Some((method, dialect)) = Method::from_name(&req.method) else {
         let name = cut(&req.method, MAX_ID_BYTES);
         return Err((id, Dialect::V1, A2aError::MethodNotFound(name)));
@@ -824,6 +837,37 @@ mod tests {
             read(b"{", None).map_err(|e| e.2.code().code()).unwrap_err(),
             -32700
         );
+    }
+
+    #[test]
+    fn a_notification_has_no_id_to_answer_with_and_a_null_id_is_a_request() {
+        let get = |id: Option<Value>, method: &str| {
+            let mut r = serde_json::json!({"jsonrpc": "2.0", "method": method,
+                "params": {"id": "t"}});
+            if let Some(id) = id {
+                r["id"] = id;
+            }
+            read(r.to_string().as_bytes(), Some("1.0"))
+        };
+        assert_eq!(get(None, "GetTask").unwrap().id, None);
+        assert_eq!(
+            get(Some(Value::Null), "GetTask").unwrap().id,
+            Some(Id::Null)
+        );
+        assert_eq!(
+            get(Some(7.into()), "GetTask").unwrap().id,
+            Some(Id::from(7))
+        );
+        // A notification's errors have no id: they are not answered.
+        let (id, _, e) = get(None, "Nope").unwrap_err();
+        assert_eq!((id, e.code()), (None, ErrorCode::MethodNotFound));
+        let (id, _, _) = get(Some(Value::Null), "Nope").unwrap_err();
+        assert_eq!(id, Some(Id::Null));
+        // A body that is no request is answered, `id: null`.
+        let (id, _, e) = read(br#"{"method": "GetTask"}"#, None).unwrap_err();
+        assert_eq!((id, e.code()), (Some(Id::Null), ErrorCode::InvalidRequest));
+        let (id, _, _) = read(br#"[{"jsonrpc": "2.0", "method": "GetTask"}]"#, None).unwrap_err();
+        assert_eq!(id, Some(Id::Null));
     }
 
     #[test]

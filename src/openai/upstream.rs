@@ -425,7 +425,8 @@ impl Backend {
     /// each chunk goes to `on_piece` as it comes (awaited, so a slow consumer slows the read;
     /// an empty piece too, so that a consumer gone is noticed), and `used` is kept up to date.
     /// Reading stops, failing the stream, when `on_piece` breaks (nobody listens) or the
-    /// answer handed on passes the transport's answer cap (`used.stopped` says which); a
+    /// stream read (every byte of it) or the answer handed on passes the transport's answer
+    /// cap (`used.stopped` says which); a
     /// stream that ends before `[DONE]` or a `finish_reason` is [`ChatError::Broken`], never a
     /// reply.
     #[expect(
@@ -475,6 +476,14 @@ impl Backend {
                 let data = match events.next().await {
                     Ok(Some(d)) => d,
                     Ok(None) if reply.finish_reason.is_some() => return Ok(()),
+                    // Every byte of the stream counts against the cap, what no piece carries
+                    // (comments, keep-alives, unknown events) too: a stream of nothing but
+                    // those stops there as one of text does.
+                    Err(_) if events.past_cap() => {
+                        used.stopped = Some(Stopped::Cap(cap));
+                        tracing::warn!(url = %url, cap, "a streamed answer passed the answer cap; stopped reading");
+                        return Err(broken(relayed));
+                    }
                     Ok(None) | Err(_) => return Err(broken(relayed)),
                 };
                 if data.trim() == "[DONE]" {

@@ -8,7 +8,8 @@
 //!   it is read is answered with its HTTP status and a JSON-RPC error body (`id: null`,
 //!   -32600): 401 (no or bad key, with `WWW-Authenticate: Bearer`), 413, 400, 408.
 //!   `SendStreamingMessage` and `SubscribeToTask` answer Server-Sent Events, each `data:`
-//!   one JSON-RPC response, closed after the terminal state.
+//!   one JSON-RPC response, closed after the terminal state. A notification (no `id`) is
+//!   answered 204 with no body, whatever it asked or got wrong (a cancel is still done).
 
 use super::api_error::{catch_panics_shaped, ApiError, Shape};
 use super::request::{read_json_body, refuse, request_ctx};
@@ -102,10 +103,17 @@ async fn a2a(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> R
     let version = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok());
     let incoming = match bridge::read(&bytes, version) {
         Ok(i) => i,
-        Err((id, dialect, e)) => return rpc_error(id, dialect, &e),
+        Err((Some(id), dialect, e)) => return rpc_error(id, dialect, &e),
+        Err((None, _, e)) => {
+            tracing::debug!(error = %e, "an A2A notification was refused; not answered");
+            return notified();
+        }
     };
-    let (id, dialect) = (incoming.id, incoming.dialect);
     let tenant = ctx.tenant.name.clone();
+    let dialect = incoming.dialect;
+    let Some(id) = incoming.id else {
+        return notification(&s, &tenant, incoming.call).await;
+    };
     match incoming.call {
         Call::Send { req, stream } => {
             let now = req
@@ -142,6 +150,29 @@ async fn a2a(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> R
             Some((t, Some(rx))) => sse(id, dialect, t, rx),
         },
     }
+}
+
+/// A notification (no `id`): never answered. A cancel is done; a send is not run (nobody
+/// could follow or read its task, which would be charged); reads have nothing to do.
+async fn notification(s: &AppState, tenant: &str, call: Call) -> Response {
+    match call {
+        Call::Cancel(c) => {
+            if let Err(e) = bridge::cancel(&s.proxy, &s.a2a, tenant, &c.id).await {
+                tracing::debug!(error = %e, "an A2A cancel notification did nothing");
+            }
+        }
+        Call::Send { .. } => {
+            tracing::debug!("an A2A send notification was not run (nobody could read its task)");
+        }
+        Call::Get(_) | Call::Subscribe(_) => {}
+    }
+    notified()
+}
+
+/// What a notification gets: no JSON-RPC body at all (JSON-RPC 2.0 §4.1: the server must not
+/// reply), HTTP 204.
+fn notified() -> Response {
+    StatusCode::NO_CONTENT.into_response()
 }
 
 /// Starts `job` and answers: an SSE stream, the submitted task at once, or the task once it

@@ -345,7 +345,7 @@ async fn a_misbehaving_a2a_agent_is_failed_over_every_time() {
             "/.well-known/agent.json",
             get(|| async {
                 axum::Json(json!({"name": "rogue", "version": "1",
-                    "supportedInterfaces": [{"url": "http://10.255.255.1/", "protocolBinding": "JSONRPC",
+                    "supportedInterfaces": [{"url": "/", "protocolBinding": "JSONRPC",
                         "protocolVersion": "1.0"}],
                     "skills": [{"id": SKILL, "name": "Echo"}]}))
             }),
@@ -479,13 +479,14 @@ async fn an_a2a_card_change_takes_effect_at_the_next_poll() {
             get(move || {
                 let v = card_version.load(Ordering::SeqCst);
                 async move {
+                    // A path, then a path relative to the agent's URL: both on its origin.
                     let (path, skill) = if v == 0 {
                         ("/v1", SKILL)
                     } else {
-                        ("/v2", "shout")
+                        ("v2", "shout")
                     };
                     let mut card = json!({"name": "changing", "version": v.to_string(),
-                        "supportedInterfaces": [{"url": format!("http://elsewhere{path}"),
+                        "supportedInterfaces": [{"url": path,
                             "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
                         "skills": [{"id": skill, "name": skill}]});
                     if v == 2 {

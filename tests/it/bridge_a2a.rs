@@ -381,6 +381,95 @@ async fn bridge_a2a_answers_every_error_code() {
     gw.shutdown().await;
 }
 
+/// JSON-RPC 2.0 §4.1 (issue 37 item 12): a notification — a request without an `id` member —
+/// gets no JSON-RPC answer, HTTP 204 with no body, whatever it asks or gets wrong; a send
+/// notification runs no task, a cancel notification cancels. The same calls with an id are
+/// answered, `"id": null` included (a request, not a notification); a body that is no request
+/// at all, and a batch, are answered `id: null`.
+#[tokio::test]
+async fn bridge_a2a_does_not_answer_notifications() {
+    let oa = start(OpenAiOptions::new(MODEL)).await;
+    let gw = gateway(&oa).await;
+    let c = client(&gw);
+    let notify = |method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "method": method, "params": params})
+            .to_string()
+            .into_bytes()
+    };
+    let unanswered = |r: &crate::support::Resp, what: &str| {
+        assert_eq!(r.status, 204, "{what}: {}", r.text());
+        assert!(r.raw.is_empty(), "{what}: {}", r.text());
+    };
+
+    // A send: not answered, and no task ran (the default skill's delegate was never asked).
+    let send = notify("SendMessage", v1_message("hi", json!({})));
+    unanswered(&rpc_raw(&c, send, Some("1.0")).await, "SendMessage");
+    assert_eq!(gw.sim(0).stats().tasks, 0, "a send notification ran a task");
+    // Reads, and what would be errors for a request (no such task, no such method, bad
+    // params, a version the gateway does not speak): not answered either.
+    for (method, params, version) in [
+        ("GetTask", json!({"id": "no-such-task"}), Some("1.0")),
+        ("NoSuchMethod", json!({}), Some("1.0")),
+        ("GetTask", json!({"nope": 1}), Some("1.0")),
+        ("SendMessage", v1_message("hi", json!({})), None),
+        ("CancelTask", json!({"id": "no-such-task"}), Some("1.0")),
+    ] {
+        let r = rpc_raw(&c, notify(method, params.clone()), version).await;
+        unanswered(&r, &format!("{method} {params} {version:?}"));
+    }
+
+    // A cancel notification cancels: a slow task, submitted at once, is then canceled.
+    let mut slow = v1_message("slow", json!({"skill": SLOW_SKILL}));
+    slow["configuration"] = json!({"returnImmediately": true});
+    let r = rpc(&c, "SendMessage", slow, Some("1.0")).await;
+    let id = r.json["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let cancel = notify("CancelTask", json!({"id": id}));
+    unanswered(&rpc_raw(&c, cancel, Some("1.0")).await, "CancelTask");
+    let r = rpc(&c, "GetTask", json!({"id": id}), Some("1.0")).await;
+    assert_eq!(
+        r.json["result"]["status"]["state"],
+        "TASK_STATE_CANCELED",
+        "{}",
+        r.text()
+    );
+
+    // A request with an id is answered, and runs.
+    let r = rpc(&c, "SendMessage", v1_message("hi", json!({})), Some("1.0")).await;
+    assert_eq!(
+        (r.status, r.json["id"].as_i64()),
+        (200, Some(7)),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        r.json["result"]["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    assert_eq!(gw.sim(0).stats().tasks, 1);
+    // `"id": null` is a request with a null id: answered, with it.
+    let body = json!({"jsonrpc": "2.0", "id": null, "method": "GetTask",
+        "params": {"id": "no-such-task"}});
+    let r = rpc_raw(&c, body.to_string().into_bytes(), Some("1.0")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json.get("id").is_some_and(Value::is_null), "{}", r.text());
+    assert_eq!(r.json["error"]["code"], -32001, "{}", r.text());
+    // No request at all (no `jsonrpc`), and a batch (of notifications, even): one error,
+    // `id: null`.
+    for body in [
+        json!({"method": "GetTask", "params": {"id": "x"}}),
+        json!([{"jsonrpc": "2.0", "method": "GetTask", "params": {"id": "x"}}]),
+    ] {
+        let r = rpc_raw(&c, body.to_string().into_bytes(), Some("1.0")).await;
+        assert_eq!(
+            (r.status, r.json["error"]["code"].as_i64()),
+            (200, Some(-32600)),
+            "{body}"
+        );
+        assert!(r.json["id"].is_null(), "{}", r.text());
+    }
+    gw.shutdown().await;
+}
+
 #[tokio::test]
 async fn bridge_a2a_context_keeps_the_conversation_and_a_refusal_is_rejected() {
     let oa = start(OpenAiOptions::new(MODEL)).await;

@@ -2,6 +2,7 @@
 //! release binary found, each named after what it guards, on real sockets against
 //! `Gateway::start` or the real binary. Bounds are generous ceilings, never timings.
 
+mod agent_card;
 mod bounds;
 mod cancel;
 mod checks;
@@ -17,6 +18,7 @@ mod liar;
 mod openai;
 mod panics;
 mod ratings;
+mod sse_bytes;
 mod status_bytes;
 mod upstream;
 mod verdicts;

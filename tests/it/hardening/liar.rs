@@ -109,6 +109,11 @@ impl Liar {
             .collect()
     }
 
+    /// Every request kept so far (the first thousand), in order.
+    pub fn asked_all(&self) -> Vec<Asked> {
+        self.asked.lock().expect("asked").clone()
+    }
+
     /// Requests of any kind so far.
     pub fn count(&self) -> usize {
         self.count.load(Ordering::SeqCst)

@@ -1,6 +1,7 @@
 //! Upstreams that misbehave on purpose, written at the socket level so that nothing between
-//! them and the gateway smooths the misbehaviour away: an OpenAI-compatible server whose chat
-//! completions answer what the test scripts (an endless stream, absurd usage, an answer split
+//! them and the gateway smooths the misbehaviour away: a server answering each path what the
+//! test scripts (an LDP delegate or A2A agent whose stream never ends), an OpenAI-compatible
+//! one whose chat completions do (an endless stream, absurd usage, an answer split
 //! mid-character across writes, a tool call), and a TCP relay that splits every multi-byte
 //! character it passes on across two writes.
 
@@ -35,7 +36,8 @@ pub enum Answer {
 /// What the rogue saw.
 #[derive(Default)]
 pub struct Seen {
-    /// The chat completion requests' bodies, in order.
+    /// The bodies of the requests that carried one (chat completions, not `GET /models`),
+    /// in order.
     pub requests: Mutex<Vec<Value>>,
     /// Bytes of streamed answers written.
     pub streamed: AtomicU64,
@@ -45,19 +47,19 @@ pub struct Seen {
     pub finished: AtomicU64,
 }
 
-type Script = dyn Fn(&Value) -> Answer + Send + Sync;
+type Script = dyn Fn(&str, &Value) -> Answer + Send + Sync;
 
-/// An OpenAI-compatible server on a loopback port: `GET /v1/models` answers one model,
-/// `POST /v1/chat/completions` what the script says. Every answer closes its connection.
-pub struct RogueOpenAi {
+/// A server on a loopback port answering each request what the script says, given its path
+/// and body (`null` for none). Every answer closes its connection.
+pub struct Rogue {
     addr: SocketAddr,
     pub seen: Arc<Seen>,
     task: JoinHandle<()>,
 }
 
-impl RogueOpenAi {
-    /// Serves chat completions with `script`, which is given each request's body.
-    pub async fn start(script: impl Fn(&Value) -> Answer + Send + Sync + 'static) -> RogueOpenAi {
+impl Rogue {
+    /// Serves every request with `script`.
+    pub async fn start(script: impl Fn(&str, &Value) -> Answer + Send + Sync + 'static) -> Rogue {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind rogue");
         let addr = listener.local_addr().expect("addr");
         let seen = Arc::new(Seen::default());
@@ -71,15 +73,15 @@ impl RogueOpenAi {
                 });
             }
         });
-        RogueOpenAi { addr, seen, task }
+        Rogue { addr, seen, task }
     }
 
-    /// The base URL, as an OpenAI delegate's entry takes it.
+    /// `http://ADDR`.
     pub fn url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("http://{}", self.addr)
     }
 
-    /// The chat completion requests' bodies so far.
+    /// The bodies of the requests that carried one so far.
     pub fn requests(&self) -> Vec<Value> {
         self.seen.requests.lock().unwrap().clone()
     }
@@ -98,9 +100,57 @@ impl RogueOpenAi {
     }
 }
 
-impl Drop for RogueOpenAi {
+impl Drop for Rogue {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// An OpenAI-compatible server on a loopback port: `GET /v1/models` answers one model,
+/// `POST /v1/chat/completions` what the script says. Every answer closes its connection.
+pub struct RogueOpenAi {
+    rogue: Rogue,
+}
+
+impl RogueOpenAi {
+    /// Serves chat completions with `script`, which is given each request's body.
+    pub async fn start(script: impl Fn(&Value) -> Answer + Send + Sync + 'static) -> RogueOpenAi {
+        let rogue = Rogue::start(move |path, request| {
+            if path.ends_with("/models") {
+                Answer::Json(
+                    json!({"object": "list", "data": [{"id": "rogue", "object": "model"}]}),
+                )
+            } else {
+                script(request)
+            }
+        })
+        .await;
+        RogueOpenAi { rogue }
+    }
+
+    /// The base URL, as an OpenAI delegate's entry takes it.
+    pub fn url(&self) -> String {
+        format!("{}/v1", self.rogue.url())
+    }
+
+    /// The server underneath.
+    pub fn rogue(&self) -> &Rogue {
+        &self.rogue
+    }
+
+    /// The chat completion requests' bodies so far.
+    pub fn requests(&self) -> Vec<Value> {
+        self.rogue.requests()
+    }
+
+    /// Bytes of streamed answers written so far.
+    pub fn streamed(&self) -> u64 {
+        self.rogue.streamed()
+    }
+
+    /// Streams abandoned by their reader, and streams written to their end.
+    pub fn ends(&self) -> (u64, u64) {
+        self.rogue.ends()
     }
 }
 
@@ -108,13 +158,11 @@ impl Drop for RogueOpenAi {
 async fn serve(mut conn: TcpStream, seen: &Seen, script: &Script) -> std::io::Result<()> {
     let _ = conn.set_nodelay(true);
     let (path, body) = read_request(&mut conn).await?;
-    if path.ends_with("/models") {
-        let list = json!({"object": "list", "data": [{"id": "rogue", "object": "model"}]});
-        return write_json(&mut conn, &list).await;
-    }
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    seen.requests.lock().unwrap().push(request.clone());
-    match script(&request) {
+    if !body.is_empty() {
+        seen.requests.lock().unwrap().push(request.clone());
+    }
+    match script(&path, &request) {
         Answer::Json(v) => write_json(&mut conn, &v).await,
         Answer::Parts(parts) => {
             conn.write_all(SSE_HEAD).await?;

@@ -61,8 +61,9 @@ pub struct Events {
 }
 
 impl Events {
-    /// The next event's data; `None` when the answer ends. An event larger than the
-    /// transport's `max_response_bytes` is [`Error::Malformed`]; a connection that fails is
+    /// The next event's data; `None` when the answer ends. A stream past the transport's
+    /// `max_response_bytes` — every byte counts, comments and what else is skipped included —
+    /// is [`Error::Malformed`] ([`Events::past_cap`] says so); a connection that fails is
     /// [`Error::StreamBroken`].
     pub async fn next(&mut self) -> Result<Option<String>, Error> {
         loop {
@@ -82,10 +83,15 @@ impl Events {
             if self.decoder.feed(&chunk, &mut self.ready).is_err() {
                 return Err(Error::Malformed {
                     url: self.url.clone(),
-                    reason: format!("stream event larger than {} bytes", self.cap),
+                    reason: format!("a stream larger than {} bytes", self.cap),
                 });
             }
         }
+    }
+
+    /// Whether reading stopped because the stream passed the answer cap.
+    pub fn past_cap(&self) -> bool {
+        self.decoder.past_cap()
     }
 }
 

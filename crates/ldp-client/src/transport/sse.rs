@@ -1,13 +1,15 @@
 //! Server-Sent Events read from bytes as they arrive: lines are found in the bytes and an
 //! event's `data` is decoded to text only once the event is whole, so a multi-byte character
-//! that a network read splits arrives whole. Bounded: the event being received (its data and
-//! the line under way) may not grow past a cap.
+//! that a network read splits arrives whole. Bounded: every byte read counts against the cap
+//! (the answer cap) — data, comments, blank lines, fields and events it skips alike — so a
+//! stream of what the decoder throws away (`: x` comment lines without end) stops at the cap
+//! like any other answer, and what is held (the event and line under way) is within it too.
 //!
 //! (Hand-written rather than `eventsource-stream`: that crate buffers an event without bound.)
 
 use std::collections::VecDeque;
 
-/// An event grew past the cap before it ended.
+/// The stream passed the cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Oversize;
 
@@ -22,27 +24,40 @@ pub(super) struct SseDecoder {
     data: Vec<u8>,
     /// Whether the event under way has a `data` line (an empty one counts).
     has_data: bool,
-    /// Most bytes of `line` and `data` together.
+    /// Bytes fed so far, every one of them.
+    read: usize,
+    /// Most bytes fed (which bounds `line` and `data` too).
     cap: usize,
 }
 
 impl SseDecoder {
-    /// A decoder whose event under way may hold at most `cap` bytes.
+    /// A decoder that reads at most `cap` bytes of stream.
     pub(super) fn new(cap: usize) -> SseDecoder {
         SseDecoder {
             line: Vec::new(),
             data: Vec::new(),
             has_data: false,
+            read: 0,
             cap,
         }
     }
 
-    /// Reads `chunk`, appending the data of each event it completes to `out`.
+    /// Whether the bytes fed passed the cap (the stream failed for its size).
+    pub(super) fn past_cap(&self) -> bool {
+        self.read > self.cap
+    }
+
+    /// Reads `chunk`, appending the data of each event it completes to `out`; past the cap
+    /// (counting `chunk` whole, whatever it holds), nothing of it is read.
     pub(super) fn feed(
         &mut self,
         chunk: &[u8],
         out: &mut VecDeque<String>,
     ) -> Result<(), Oversize> {
+        self.read = self.read.saturating_add(chunk.len());
+        if self.past_cap() {
+            return Err(Oversize);
+        }
         let mut rest = chunk;
         while let Some(end) = rest.iter().position(|b| *b == b'\n') {
             let (head, tail) = rest.split_at(end);
@@ -57,16 +72,8 @@ impl SseDecoder {
                 // Keep the allocation for the next partial line.
                 self.line = line;
             }
-            self.check()?;
         }
         self.line.extend_from_slice(rest);
-        self.check()
-    }
-
-    fn check(&self) -> Result<(), Oversize> {
-        if self.line.len() + self.data.len() > self.cap {
-            return Err(Oversize);
-        }
         Ok(())
     }
 
@@ -128,12 +135,33 @@ mod tests {
     }
 
     #[test]
-    fn an_event_is_bounded_and_bytes_that_are_no_utf8_are_replaced() {
+    fn a_stream_is_bounded_and_bytes_that_are_no_utf8_are_replaced() {
+        assert_eq!(events(&[b"data: 1\n"], 8).unwrap(), Vec::<String>::new());
         assert_eq!(events(&[b"data: 123456789\n"], 8), Err(Oversize));
-        assert_eq!(events(&[b"data: 1234", b"56789"], 8), Err(Oversize));
-        // Within the cap once each event is handed out.
+        assert_eq!(events(&[b"data: 12", b"3"], 8), Err(Oversize));
+        // Every byte counts: events handed out, and what is skipped.
         let many = "data: 1234\n\n".repeat(100);
-        assert_eq!(events(&[many.as_bytes()], 8).unwrap().len(), 100);
+        assert_eq!(events(&[many.as_bytes()], many.len()).unwrap().len(), 100);
+        assert_eq!(events(&[many.as_bytes()], many.len() - 1), Err(Oversize));
+        for skipped in [
+            ": x\n",
+            "\n",
+            "\r\n",
+            "event: e\n",
+            "id: 1\n",
+            "retry: 9\n",
+            "foo\n",
+        ] {
+            let mut d = SseDecoder::new(1024);
+            let mut out = VecDeque::new();
+            let mut fed = 0;
+            while d.feed(skipped.as_bytes(), &mut out).is_ok() {
+                fed += skipped.len();
+                assert!(fed <= 1024, "{skipped:?}");
+            }
+            assert!(out.is_empty() && d.past_cap(), "{skipped:?}");
+            assert!(fed > 1024 - skipped.len(), "{skipped:?}: stopped at {fed}");
+        }
         assert_eq!(events(&[b"data: a\xffb\n\n"], 64).unwrap(), ["a\u{fffd}b"]);
         // No data, no event; an empty data line is an empty event.
         assert_eq!(events(&[b"id: 1\n\ndata:\n\n"], 64).unwrap(), [""]);

@@ -10,7 +10,8 @@ impl Transport {
     /// Sends one envelope to `base/ldp/stream` and reads Server-Sent Events: every TASK_UPDATE
     /// goes to `on_update` (awaited: a slow consumer slows the read, so nothing piles up), the
     /// final TASK_RESULT/TASK_FAILED is returned. A stream that ends
-    /// without a final message is [`Error::StreamBroken`], never a success.
+    /// without a final message is [`Error::StreamBroken`], never a success; one past the
+    /// answer cap (every byte counts, comments included) is [`Error::Malformed`].
     pub async fn send_stream<F>(
         &self,
         base: &str,
@@ -55,7 +56,7 @@ impl Transport {
                 if decoder.feed(&chunk, &mut ready).is_err() {
                     return Err(Error::Malformed {
                         url: url.clone(),
-                        reason: format!("stream event larger than {cap} bytes"),
+                        reason: format!("a stream larger than {cap} bytes"),
                     });
                 }
                 while let Some(data) = ready.pop_front() {
