@@ -4,5 +4,5 @@
 pub use ldp_client::{
     code_shown, requests_own, status_text, CardLimits, Error as UpstreamError, Forward,
     Session as UpstreamSession, Transport as UpstreamClient, DEFAULT_MAX_RESPONSE_BYTES,
-    HOPS_HEADER,
+    HOPS_HEADER, STREAM_BYTES_PER_ANSWER_BYTE,
 };

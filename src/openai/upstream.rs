@@ -479,12 +479,14 @@ impl Backend {
                     // Every byte of the stream counts against the cap, what no piece carries
                     // (comments, keep-alives, unknown events) too: a stream of nothing but
                     // those stops there as one of text does.
-                    Err(_) if events.past_cap() => {
-                        used.stopped = Some(Stopped::Cap(cap));
-                        tracing::warn!(url = %url, cap, "a streamed answer passed the answer cap; stopped reading");
+                    Ok(None) => return Err(broken(relayed)),
+                    Err(_) => {
+                        if let Some(passed) = events.past_cap() {
+                            used.stopped = Some(Stopped::Cap(passed));
+                            tracing::warn!(url = %url, cap = passed, "a stream passed its cap; stopped reading");
+                        }
                         return Err(broken(relayed));
                     }
-                    Ok(None) | Err(_) => return Err(broken(relayed)),
                 };
                 if data.trim() == "[DONE]" {
                     return match reply.finish_reason {

@@ -29,5 +29,6 @@ pub use ldp_wire;
 pub use secret::Secret;
 pub use transport::{
     CardLimits, Forward, Session, Transport, DEFAULT_MAX_RESPONSE_BYTES, HOPS_HEADER,
+    STREAM_BYTES_PER_ANSWER_BYTE,
 };
 pub use url::{base_url, masked as masked_url, UrlError};

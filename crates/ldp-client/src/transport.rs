@@ -86,6 +86,13 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest answer read from a delegate by default (a multiple of the request body limit).
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
 
+/// Bytes a stream may carry per byte of the answer cap, counting everything read: event
+/// names, ids, each chunk's JSON wrapper, comments. An OpenAI-compatible stream sends about
+/// 200 bytes of wrapper per token, so a stream capped at the answer cap itself would end a
+/// long answer at about 40,000 tokens; eight times the cap is a bound on what a stream of
+/// nothing (`: x` comment lines) can make the gateway read, and room for any answer.
+pub const STREAM_BYTES_PER_ANSWER_BYTE: usize = 8;
+
 impl Transport {
     /// A client that signs messages as `from` (the gateway's delegate id).
     pub fn new(

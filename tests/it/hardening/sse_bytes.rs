@@ -11,19 +11,19 @@ use crate::support::openai::{declared, entry as openai_entry, sse_data};
 use crate::support::rogue::{Answer, Rogue, RogueOpenAi};
 use crate::support::{client::submit_body, eventually, Card, TestGateway};
 use ldp_gateway::config::{DelegateConfig, DelegateKind};
-use ldp_gateway::upstream::DEFAULT_MAX_RESPONSE_BYTES;
+use ldp_gateway::upstream::{DEFAULT_MAX_RESPONSE_BYTES, STREAM_BYTES_PER_ANSWER_BYTE};
 use serde_json::{json, Value};
 use std::time::Duration;
 
 const SKILL: &str = "chat";
-/// The answer cap every stream is read within.
-const CAP: u64 = DEFAULT_MAX_RESPONSE_BYTES as u64;
+/// The stream's cap every stream is read within (a multiple of the answer cap).
+const CAP: u64 = (DEFAULT_MAX_RESPONSE_BYTES * STREAM_BYTES_PER_ANSWER_BYTE) as u64;
 /// Where the rogue stops on its own: far past the cap (the old gateway read all of it).
-const LIMIT: u64 = 16 * CAP;
+const LIMIT: u64 = 3 * CAP;
 /// Most the rogue may write: the cap, and what the loopback sockets hold when the gateway
 /// lets go (its receive buffer grows up to `tcp_rmem`'s maximum, 32 MiB on some kernels; the
-/// rogue's send buffer, `tcp_wmem`'s 4 MiB).
-const MOST_WRITTEN: u64 = 6 * CAP;
+/// rogue's send buffer, `tcp_wmem`'s 4 MiB; 40 MiB in all).
+const MOST_WRITTEN: u64 = CAP + (40 << 20);
 /// How long the gateway may take to let go of the rogue (a generous ceiling).
 const SETTLED_WITHIN: Duration = Duration::from_secs(60);
 

@@ -80,18 +80,21 @@ impl Events {
                 }
             };
             // Decoded per whole event, never per read: a read may split a character.
-            if self.decoder.feed(&chunk, &mut self.ready).is_err() {
+            if let Err(o) = self.decoder.feed(&chunk, &mut self.ready) {
                 return Err(Error::Malformed {
                     url: self.url.clone(),
-                    reason: format!("a stream larger than {} bytes", self.cap),
+                    reason: o.to_string(),
                 });
             }
         }
     }
 
-    /// Whether reading stopped because the stream passed the answer cap.
-    pub fn past_cap(&self) -> bool {
-        self.decoder.past_cap()
+    /// The cap the stream passed (bytes), when reading stopped for its size: the stream's
+    /// (every byte read) or the answer cap (one event).
+    pub fn past_cap(&self) -> Option<usize> {
+        self.decoder.past_cap().map(|o| match o {
+            super::sse::Oversize::Stream(cap) | super::sse::Oversize::Event(cap) => cap,
+        })
     }
 }
 

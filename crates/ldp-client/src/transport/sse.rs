@@ -1,17 +1,32 @@
 //! Server-Sent Events read from bytes as they arrive: lines are found in the bytes and an
 //! event's `data` is decoded to text only once the event is whole, so a multi-byte character
-//! that a network read splits arrives whole. Bounded: every byte read counts against the cap
-//! (the answer cap) — data, comments, blank lines, fields and events it skips alike — so a
-//! stream of what the decoder throws away (`: x` comment lines without end) stops at the cap
-//! like any other answer, and what is held (the event and line under way) is within it too.
+//! that a network read splits arrives whole. Bounded twice: the event under way (its data and
+//! the line under way) may not grow past the answer cap, and every byte read counts against
+//! the stream's cap ([`super::STREAM_BYTES_PER_ANSWER_BYTE`] times the answer cap) — data,
+//! comments, blank lines, fields and events it skips alike — so a stream of what the decoder
+//! throws away (`: x` comment lines without end) stops there like any other answer.
 //!
 //! (Hand-written rather than `eventsource-stream`: that crate buffers an event without bound.)
 
 use std::collections::VecDeque;
 
-/// The stream passed the cap.
+/// The stream, or the event under way, passed its cap: which, as the failure's reason says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Oversize;
+pub(super) enum Oversize {
+    /// Every byte read together passed the stream's cap.
+    Stream(usize),
+    /// The event under way passed the answer cap.
+    Event(usize),
+}
+
+impl std::fmt::Display for Oversize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Oversize::Stream(cap) => write!(f, "a stream larger than {cap} bytes"),
+            Oversize::Event(cap) => write!(f, "an event larger than {cap} bytes"),
+        }
+    }
+}
 
 /// Splits a byte stream into SSE events (lines end in `\n` or `\r\n`; a blank line ends an
 /// event), keeping each event's `data` lines joined by `\n`. Other fields and comments are
@@ -26,37 +41,47 @@ pub(super) struct SseDecoder {
     has_data: bool,
     /// Bytes fed so far, every one of them.
     read: usize,
-    /// Most bytes fed (which bounds `line` and `data` too).
-    cap: usize,
+    /// Most bytes of `line` and `data` together: the answer cap.
+    event_cap: usize,
+    /// Most bytes fed.
+    stream_cap: usize,
+    /// The cap passed, once one was (the stream failed for its size).
+    oversize: Option<Oversize>,
 }
 
 impl SseDecoder {
-    /// A decoder that reads at most `cap` bytes of stream.
+    /// A decoder whose event under way may hold at most `cap` bytes (the answer cap), and
+    /// which reads at most [`super::STREAM_BYTES_PER_ANSWER_BYTE`] times that.
     pub(super) fn new(cap: usize) -> SseDecoder {
         SseDecoder {
             line: Vec::new(),
             data: Vec::new(),
             has_data: false,
             read: 0,
-            cap,
+            event_cap: cap,
+            stream_cap: cap.saturating_mul(super::STREAM_BYTES_PER_ANSWER_BYTE),
+            oversize: None,
         }
     }
 
-    /// Whether the bytes fed passed the cap (the stream failed for its size).
-    pub(super) fn past_cap(&self) -> bool {
-        self.read > self.cap
+    /// The cap the stream passed, if it failed for its size.
+    pub(super) fn past_cap(&self) -> Option<Oversize> {
+        self.oversize
     }
 
-    /// Reads `chunk`, appending the data of each event it completes to `out`; past the cap
-    /// (counting `chunk` whole, whatever it holds), nothing of it is read.
+    /// Reads `chunk`, appending the data of each event it completes to `out`; past the
+    /// stream's cap (counting `chunk` whole, whatever it holds), nothing of it is read.
     pub(super) fn feed(
         &mut self,
         chunk: &[u8],
         out: &mut VecDeque<String>,
     ) -> Result<(), Oversize> {
         self.read = self.read.saturating_add(chunk.len());
-        if self.past_cap() {
-            return Err(Oversize);
+        if let Some(o) = self.oversize {
+            return Err(o);
+        }
+        if self.read > self.stream_cap {
+            return Err(*self.oversize.insert(Oversize::Stream(self.stream_cap)));
         }
         let mut rest = chunk;
         while let Some(end) = rest.iter().position(|b| *b == b'\n') {
@@ -72,8 +97,16 @@ impl SseDecoder {
                 // Keep the allocation for the next partial line.
                 self.line = line;
             }
+            self.check()?;
         }
         self.line.extend_from_slice(rest);
+        self.check()
+    }
+
+    fn check(&mut self) -> Result<(), Oversize> {
+        if self.line.len() + self.data.len() > self.event_cap {
+            return Err(*self.oversize.insert(Oversize::Event(self.event_cap)));
+        }
         Ok(())
     }
 
@@ -137,12 +170,24 @@ mod tests {
     #[test]
     fn a_stream_is_bounded_and_bytes_that_are_no_utf8_are_replaced() {
         assert_eq!(events(&[b"data: 1\n"], 8).unwrap(), Vec::<String>::new());
-        assert_eq!(events(&[b"data: 123456789\n"], 8), Err(Oversize));
-        assert_eq!(events(&[b"data: 12", b"3"], 8), Err(Oversize));
-        // Every byte counts: events handed out, and what is skipped.
+        assert_eq!(events(&[b"data: 123456789\n"], 8), Err(Oversize::Event(8)));
+        assert_eq!(events(&[b"data: 12", b"3"], 8), Err(Oversize::Event(8)));
+        // Every byte counts against the stream's cap: events handed out, and what is skipped.
         let many = "data: 1234\n\n".repeat(100);
-        assert_eq!(events(&[many.as_bytes()], many.len()).unwrap().len(), 100);
-        assert_eq!(events(&[many.as_bytes()], many.len() - 1), Err(Oversize));
+        let stream = |n: usize| n.div_ceil(super::super::STREAM_BYTES_PER_ANSWER_BYTE);
+        assert_eq!(
+            events(&[many.as_bytes()], stream(many.len()))
+                .unwrap()
+                .len(),
+            100
+        );
+        let cap = stream(many.len()) - 1;
+        assert_eq!(
+            events(&[many.as_bytes()], cap),
+            Err(Oversize::Stream(
+                cap * super::super::STREAM_BYTES_PER_ANSWER_BYTE
+            ))
+        );
         for skipped in [
             ": x\n",
             "\n",
@@ -153,14 +198,15 @@ mod tests {
             "foo\n",
         ] {
             let mut d = SseDecoder::new(1024);
+            let most = 1024 * super::super::STREAM_BYTES_PER_ANSWER_BYTE;
             let mut out = VecDeque::new();
             let mut fed = 0;
             while d.feed(skipped.as_bytes(), &mut out).is_ok() {
                 fed += skipped.len();
-                assert!(fed <= 1024, "{skipped:?}");
+                assert!(fed <= most, "{skipped:?}");
             }
-            assert!(out.is_empty() && d.past_cap(), "{skipped:?}");
-            assert!(fed > 1024 - skipped.len(), "{skipped:?}: stopped at {fed}");
+            assert!(out.is_empty() && d.past_cap().is_some(), "{skipped:?}");
+            assert!(fed > most - skipped.len(), "{skipped:?}: stopped at {fed}");
         }
         assert_eq!(events(&[b"data: a\xffb\n\n"], 64).unwrap(), ["a\u{fffd}b"]);
         // No data, no event; an empty data line is an empty event.

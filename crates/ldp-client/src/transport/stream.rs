@@ -53,10 +53,10 @@ impl Transport {
                     Ok(Some(c)) => c,
                     Ok(None) | Err(_) => return Err(Error::StreamBroken { url: url.clone() }),
                 };
-                if decoder.feed(&chunk, &mut ready).is_err() {
+                if let Err(o) = decoder.feed(&chunk, &mut ready) {
                     return Err(Error::Malformed {
                         url: url.clone(),
-                        reason: format!("a stream larger than {cap} bytes"),
+                        reason: o.to_string(),
                     });
                 }
                 while let Some(data) = ready.pop_front() {
