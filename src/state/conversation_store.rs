@@ -180,6 +180,47 @@ mod tests {
         assert_eq!(store.turns("acme", "x39", "chat").await.len(), 1);
     }
 
+    /// A tenant's flood of sessions leaves another tenant's conversation (within its share)
+    /// whole; the flooding tenant loses its own least recently used sessions.
+    async fn a_flood_keeps_to_its_share(store: &Conversations) {
+        let hour = Duration::from_secs(3600);
+        store
+            .push("alpha", "live", "chat", turn(0), 10_000, hour)
+            .await;
+        let mut evicted = 0;
+        for s in 0..40 {
+            evicted += store
+                .push("beta", &format!("b{s}"), "chat", turn(s), 5_000, hour)
+                .await
+                .evicted;
+        }
+        assert!(evicted >= 20, "{evicted}");
+        assert_eq!(store.turns("alpha", "live", "chat").await.len(), 1);
+        assert!(store.turns("beta", "b0", "chat").await.is_empty());
+        assert_eq!(store.turns("beta", "b39", "chat").await.len(), 1);
+        // Another tenant's session of the same id is another conversation.
+        assert!(store.turns("beta", "live", "chat").await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn local_conversations_are_shared_out_by_tenant() {
+        let m = Conversations::Local(ConversationMemory::new(20_000));
+        a_flood_keeps_to_its_share(&m).await;
+        assert!(m.local_bytes().unwrap() <= 20_000);
+    }
+
+    #[tokio::test]
+    async fn shared_conversations_are_shared_out_by_tenant() {
+        let (redis, _) = crate::state::redis::testing::redis();
+        let r = RedisConversations::new(redis, 20_000, Duration::from_secs(3600));
+        let m = Conversations::Shared(r);
+        a_flood_keeps_to_its_share(&m).await;
+        let Conversations::Shared(r) = &m else {
+            unreachable!()
+        };
+        assert!(r.total_bytes().await.unwrap() <= 20_000);
+    }
+
     #[tokio::test]
     async fn local_conversations_are_bounded_per_session_and_together() {
         let m = Conversations::Local(ConversationMemory::new(20_000));

@@ -61,6 +61,14 @@ impl Redis {
         format!("{}:{parts}", self.inner.prefix)
     }
 
+    /// A tenant's name as it appears in keys: the first 16 hex digits of its SHA-256, so
+    /// that no name can reach into another key's space.
+    pub fn tenant_tag(tenant: &str) -> String {
+        use sha2::Digest as _;
+        let h = hex::encode(sha2::Sha256::digest(tenant.as_bytes()));
+        h[..16].to_owned()
+    }
+
     /// The metrics the stores count into.
     pub(crate) fn metrics(&self) -> &Metrics {
         &self.inner.metrics

@@ -126,11 +126,33 @@ mod tests {
         assert!(replica.get(&mine).await.unwrap().is_none());
     }
 
+    /// A tenant's flood of answers evicts only its own oldest answers: another tenant's
+    /// answer (within its share) stays, and so does the flooding tenant's running task.
+    async fn a_flood_keeps_to_its_share(store: &Statuses) {
+        let (mine, running): (TaskId, TaskId) = ("mine".into(), "running".into());
+        store.done("alpha", "c", &mine, result("mine", 100)).await;
+        store.running("beta", "c", &running, "sess".into()).await;
+        for i in 0..200 {
+            let t: TaskId = format!("b{i}").into();
+            store.done("beta", "c", &t, result(&t, 4096)).await;
+        }
+        let key = |scope: &str, t: &str| StatusKey::new(scope, "c", &t.into());
+        assert!(store.get(&key("alpha", "mine")).await.unwrap().is_some());
+        assert!(matches!(
+            store.get(&key("beta", "running")).await.unwrap(),
+            Some(TaskStatus::Running(_))
+        ));
+        assert!(store.get(&key("beta", "b199")).await.unwrap().is_some());
+        assert!(store.get(&key("beta", "b0")).await.unwrap().is_none());
+    }
+
     #[tokio::test]
     async fn local_statuses_are_kept_for_their_client_and_bounded() {
         let s = Statuses::Local(RecentTasks::new(Duration::from_secs(60), 256 * 1024));
         kept_for_their_client(&s, &s).await;
         assert!(s.local_bytes() <= 256 * 1024);
+        let s = Statuses::Local(RecentTasks::new(Duration::from_secs(60), 256 * 1024));
+        a_flood_keeps_to_its_share(&s).await;
     }
 
     #[tokio::test]
@@ -141,6 +163,19 @@ mod tests {
         let b = Statuses::Shared(RedisStatuses::new(redis, ttl, 256 * 1024));
         kept_for_their_client(&a, &b).await;
         let Statuses::Shared(r) = &a else {
+            unreachable!()
+        };
+        let total = r.total_bytes().await.unwrap();
+        assert!(total > 0 && total <= 256 * 1024, "{total}");
+    }
+
+    #[tokio::test]
+    async fn shared_statuses_are_shared_out_by_tenant() {
+        let (redis, _) = crate::state::redis::testing::redis();
+        let ttl = Duration::from_secs(60);
+        let s = Statuses::Shared(RedisStatuses::new(redis, ttl, 256 * 1024));
+        a_flood_keeps_to_its_share(&s).await;
+        let Statuses::Shared(r) = &s else {
             unreachable!()
         };
         let total = r.total_bytes().await.unwrap();

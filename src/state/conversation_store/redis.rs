@@ -168,10 +168,11 @@ struct Stored<'a> {
     a: std::borrow::Cow<'a, str>,
 }
 
-/// A tenant's name as it appears in keys: a digest, so that no name can reach into another
-/// key's space.
+use crate::state::redis::Redis as Keys;
+
+/// A tenant's name as it appears in keys.
 fn tenant_tag(tenant: &str) -> String {
-    tag(tenant)
+    Keys::tenant_tag(tenant)
 }
 
 fn tag(skill: &str) -> String {
