@@ -25,7 +25,7 @@
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hash};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Weight of an entry beyond its key and value: its map slot, its queue records, its times.
@@ -212,7 +212,8 @@ impl<K, V> Part<K, V> {
 }
 
 struct Inner<K, V> {
-    tenants: HashMap<Box<str>, Part<K, V>>,
+    /// Each tenant's part (an `Arc` name: naming the victim of an eviction costs no copy).
+    tenants: HashMap<Arc<str>, Part<K, V>>,
     bytes: usize,
     tick: u64,
     evicted_over_share: u64,
@@ -328,7 +329,17 @@ impl<K, V: Kept<K>> FairTable<K, V> {
         } else {
             match new() {
                 Some(made) => Some(made),
-                None => return Changed::Absent,
+                None => {
+                    // An expiry may have emptied the part: it holds no share then.
+                    if inner
+                        .tenants
+                        .get(tenant)
+                        .is_some_and(|p| p.entries.is_empty())
+                    {
+                        inner.tenants.remove(tenant);
+                    }
+                    return Changed::Absent;
+                }
             }
         };
         let part = match inner.tenants.get_mut(tenant) {

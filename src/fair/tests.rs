@@ -178,11 +178,18 @@ fn entries_expire_and_are_swept() {
     let t = FairTable::new(1 << 20, Some(Duration::from_millis(1)));
     put(&t, "a", "k", v(1, 10));
     put(&t, "b", "k", v(1, 10));
+    put(&t, "c", "k", v(1, 10));
     std::thread::sleep(Duration::from_millis(5));
     assert!(!has(&t, "a", "k"), "an expired entry is not read");
-    // A change drops the expired entries of its tenant; the sweep every tenant's.
+    // A change drops the expired entries of its tenant (an expired one is absent to it);
+    // the sweep every tenant's. A tenant left with nothing holds no share.
     put(&t, "a", "other", v(2, 10));
     assert_eq!(t.tenant_bytes("a"), weighs(5, 10));
+    assert!(matches!(
+        t.change("c", "k", || None, |_| ()),
+        Changed::Absent
+    ));
+    assert_eq!(t.stats().tenants, 2);
     t.sweep();
     assert_eq!(t.tenant_bytes("b"), 0);
     assert_eq!(t.stats().tenants, 1);
