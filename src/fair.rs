@@ -107,7 +107,6 @@ struct Slot<K, V> {
     weight: usize,
     /// Its latest change: the queue record holding this tick is its place.
     tick: u64,
-    running: bool,
     /// When it expires (none: never).
     deadline: Option<Instant>,
 }
@@ -352,7 +351,6 @@ impl<K, V: Kept<K>> FairTable<K, V> {
                 value,
                 weight: 0,
                 tick,
-                running: false,
                 deadline: None,
             };
             part.entries.insert(hash, slot);
@@ -365,7 +363,6 @@ impl<K, V: Kept<K>> FairTable<K, V> {
         let running = slot.value.running();
         slot.deadline = self.deadline(&slot.value, now);
         slot.tick = tick;
-        slot.running = running;
         let old = std::mem::replace(&mut slot.weight, weight);
         part.bytes = part.bytes - old + weight;
         inner.bytes = inner.bytes - old + weight;
