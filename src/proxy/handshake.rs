@@ -106,7 +106,11 @@ impl Proxy {
                 ttl,
             },
             self.cfg.security.max_sessions,
-            tenant.max_sessions,
+            // A tenant without a cap of its own is held to its share of the overall one: one
+            // tenant's sessions cannot take every slot from the others (docs/TABLES.md).
+            tenant.max_sessions.or(Some(
+                self.cfg.security.max_sessions / self.tenants().all().len().max(1),
+            )),
         );
         let session = match opened.await {
             Ok(s) => s,

@@ -420,3 +420,47 @@ async fn llmx_numbers_and_replays_are_kept_per_tenant() {
     );
     gw.shutdown().await;
 }
+
+/// Sessions (not in the list, the same mistake): a tenant without a session cap of
+/// its own could take every one of the gateway's `[security] max_sessions` and lock every
+/// other tenant out of new sessions until its idle TTL. Each is now held to its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_sessions_leaves_another_tenant_its_share_of_the_session_cap() {
+    let uncapped = |name: &str, key: &str| -> TenantConfig {
+        serde_json::from_value(json!({
+            "name": name,
+            "api_key_sha256": [ldp_gateway::secret::hash_key(key)],
+            "trust_domains": ["default"],
+        }))
+        .expect("tenant")
+    };
+    let gw = TestGateway::builder()
+        .sim(SimOptions::new(card(
+            "solo",
+            "default",
+            &[("qa", 0.9)],
+            &["text"],
+        )))
+        .tenant(uncapped("alpha", ALPHA))
+        .tenant(uncapped("beta", BETA))
+        .config(|c| c.security.max_sessions = 20)
+        .spawn()
+        .await;
+    let (alpha, beta) = (
+        gw.client().with_key(Some(ALPHA)),
+        gw.client().with_key(Some(BETA)),
+    );
+    let mut accepted = 0;
+    for _ in 0..20 {
+        let b = beta.propose(json!({})).await;
+        if b["type"] == "SESSION_ACCEPT" {
+            accepted += 1;
+        } else {
+            assert_eq!(b["error"]["code"], "SESSION_LIMIT", "{b}");
+        }
+    }
+    let a = alpha.propose(json!({})).await;
+    assert_eq!(a["type"], "SESSION_ACCEPT", "alpha locked out: {a}");
+    assert_eq!(accepted, 10, "beta held to half of the 20");
+    gw.shutdown().await;
+}
