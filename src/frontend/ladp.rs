@@ -15,7 +15,9 @@
 //! - A failure other than the verification retry limit (no delegate, budget, cancel, …) ends
 //!   the answer with `(msg error … (data (reason "<CODE>: <message>") (task-id "…")))`.
 //! - A vote's `weight` is the verifier's weight (its quality at the verify skill); the
-//!   quorum is reached when the weighted yes is at least `quorum` of the round's total weight.
+//!   quorum is reached when the weighted yes is at least `quorum` of the round's total weight
+//!   and some verifier said yes. A `quorum` below the policy's `[verify] threshold` is raised
+//!   to it: a client may ask for more agreement than the operator's, never less.
 //! - The recipient of a message is not checked: the gateway answers whatever it is called.
 
 pub mod book;
@@ -24,6 +26,7 @@ pub use book::{LadpState, Phase, RateRefusal, Which, MAX_SENDER_BYTES};
 
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, DelegationContract, Json, LdpError, TaskId};
+use crate::policy::votes_pass;
 use crate::provenance::{Ingress, Vote};
 use crate::proxy::{IngressTask, Proxy, Refusal, RequestCtx, Trip};
 use ladp::{Decision, Meta, Msg, MsgError, Outcome, ParseError, Reply, Sexp, TaskInit};
@@ -182,7 +185,7 @@ pub fn reply_to(to: &str) -> Reply {
 
 /// Runs `init` as task `task_id` of `ctx`'s tenant (the policy, when named, already set in
 /// `ctx`): its text as the input, its deadline and timeout (the earlier) as the contract's
-/// deadline, its quorum as the task's verification threshold, every round kept.
+/// deadline, its quorum as a raise of the policy's verification threshold, every round kept.
 pub async fn run(
     proxy: &Proxy,
     ctx: &RequestCtx,
@@ -249,8 +252,8 @@ pub fn proposal_id(task_id: &TaskId, round: usize) -> String {
     format!("{task_id}-r{round}")
 }
 
-/// The trip of a `task-init` as LADP forms to `r`'s recipient. `quorum` is the task's own
-/// (else the policy's `[verify] threshold` applies).
+/// The trip of a `task-init` as LADP forms to `r`'s recipient. `quorum` is the task's own,
+/// which raises the policy's `[verify] threshold` and never lowers it.
 pub fn answer(trip: &Trip, r: &Reply, quorum: Option<f64>) -> Answer {
     let mut forms = Vec::new();
     let (result, failed) = match &trip.reply.body {
@@ -270,9 +273,11 @@ pub fn answer(trip: &Trip, r: &Reply, quorum: Option<f64>) -> Answer {
             forms.push(r.integration(&id, out));
         }
     } else {
-        let quorum = quorum
-            .or_else(|| trip.policy.verify.as_ref().map(|v| v.threshold))
-            .unwrap_or(ladp::DEFAULT_QUORUM);
+        // The threshold the rounds were judged by: the policy's, raised by the task's own.
+        let quorum = match trip.policy.verify.as_ref() {
+            Some(v) => v.threshold_for(quorum),
+            None => quorum.unwrap_or(ladp::DEFAULT_QUORUM),
+        };
         let last = trip.rounds.len();
         for (i, (producer, output)) in trip.rounds.iter().enumerate() {
             let round = i + 1;
@@ -292,7 +297,7 @@ pub fn answer(trip: &Trip, r: &Reply, quorum: Option<f64>) -> Answer {
                 (Some(out), true) => {
                     forms.push(r.integration_verified(&id, support, quorum, out));
                 }
-                _ if total > 0.0 && support < quorum => {
+                _ if total > 0.0 && !votes_pass(yes, total, quorum) => {
                     let why = format!(
                         "weighted yes {yes:.2} of {total:.2} ({support:.2}) is below the quorum {quorum}"
                     );

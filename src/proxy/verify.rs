@@ -5,7 +5,8 @@
 //! and whose output is `{"passed": bool, "confidence": 0..1, "reason": "…"}`. Votes are
 //! weighted by each verifier's learned reliability (a verifier under `min_reliability` is
 //! not chosen); the result passes when the weighted yes reaches `threshold` of the total
-//! weight. A result voted down is routed again, for that task only, to a producer not yet
+//! weight (a task's own quorum may raise the threshold, never lower it) and some verifier
+//! said yes. A result voted down is routed again, for that task only, to a producer not yet
 //! voted down, for at most `max_rounds` rounds; then `VERIFICATION_FAILED`. Every vote is
 //! evidence of the producer's quality (`registry::quality`), a round counting as one
 //! observation (each vote its share of the round's weight), and goes into the ledger row;
@@ -21,7 +22,7 @@ use crate::ldp::error::GatewayCode;
 use crate::ldp::{
     provenance::EvidenceRef, Json, LdpError, LineageEntry, Provenance, TaskId, VerificationStatus,
 };
-use crate::policy::Verify;
+use crate::policy::{votes_pass, Verify};
 use crate::provenance::Vote;
 use crate::registry::Delegate;
 use crate::routing::Need;
@@ -94,12 +95,13 @@ impl Proxy {
             }
         }
         let measuring = not_sampled && verify.sample > 0.0;
-        // The task's own quorum (an LADP `task-init`'s) in place of the policy's threshold.
+        // The task's own quorum (an LADP `task-init`'s) may raise the policy's threshold,
+        // never lower it.
         let own;
         let verify = match t.task.quorum {
-            Some(threshold) => {
+            Some(quorum) => {
                 own = Verify {
-                    threshold,
+                    threshold: verify.threshold_for(Some(quorum)),
                     ..verify.clone()
                 };
                 &own
@@ -452,15 +454,16 @@ impl Proxy {
             );
             return Round::NoVote(error);
         }
-        let passed = yes >= verify.threshold * total;
+        // A round without a yes never passes, whatever the threshold.
+        let passed = votes_pass(yes, total, verify.threshold);
         // Reliability is shared evidence: learnt against the policy's own threshold, never
-        // a task's own quorum (a tenant's quorum 0 must not move it).
+        // a task's own quorum (a tenant's quorum must not move it).
         let threshold = t
             .policy
             .verify
             .as_ref()
             .map_or(verify.threshold, |v| v.threshold);
-        let agreed_on = yes >= threshold * total;
+        let agreed_on = votes_pass(yes, total, threshold);
         self.learn_agreement(&run.votes[first_vote..], skill, agreed_on, now);
         if passed {
             Round::Passed { yes, total }
