@@ -538,7 +538,7 @@ fn owner_of(tenant: &str, from: &str) -> String {
 /// never its address or what it wrote (the log and the ledger row keep those).
 fn upstream_failed(delegate: &Delegate, e: &UpstreamError) -> LdpError {
     LdpError::upstream_failed(
-        format!("delegate '{}' {}", delegate.name, e.summary()),
+        format!("delegate '{}' {}", delegate.client_name(), e.summary()),
         e.retryable(),
     )
 }

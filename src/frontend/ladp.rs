@@ -268,8 +268,8 @@ pub fn answer(trip: &Trip, r: &Reply, quorum: Option<f64>) -> Answer {
         // Not verified (no `[verify]`, or not sampled): the producer's output, integrated.
         if let Some(out) = &result {
             let id = proposal_id(&trip.task_id, 1);
-            let agent = trip.delegate.as_ref().map_or(GATEWAY, |d| d.name.as_str());
-            forms.push(r.synthesis(&id, agent, out));
+            let agent = trip.delegate.as_ref().map(|d| d.client_name());
+            forms.push(r.synthesis(&id, agent.as_deref().unwrap_or(GATEWAY), out));
             forms.push(r.integration(&id, out));
         }
     } else {
@@ -284,13 +284,15 @@ pub fn answer(trip: &Trip, r: &Reply, quorum: Option<f64>) -> Answer {
             let id = proposal_id(&trip.task_id, round);
             forms.push(r.synthesis(&id, producer, &text(output)));
             let (mut yes, mut total) = (0.0, 0.0);
-            let votes = trip.votes.iter().zip(&trip.reasons);
-            for (v, reason) in votes.filter(|(v, _)| usize::try_from(v.round) == Ok(round)) {
+            let votes = trip.votes.iter().zip(&trip.reasons).zip(&trip.voters);
+            for ((v, reason), voter) in
+                votes.filter(|((v, _), _)| usize::try_from(v.round) == Ok(round))
+            {
                 total += v.weight;
                 if v.passed {
                     yes += v.weight;
                 }
-                forms.extend(ballot(r, &id, v, reason.as_deref()));
+                forms.extend(ballot(r, &id, v, voter, reason.as_deref()));
             }
             let support = if total > 0.0 { yes / total } else { 0.0 };
             match (&result, round == last) {
@@ -322,15 +324,16 @@ pub fn answer(trip: &Trip, r: &Reply, quorum: Option<f64>) -> Answer {
     Answer { forms, failed }
 }
 
-/// One verifier's `verify` and `vote` on proposal `id`.
-fn ballot(r: &Reply, id: &str, v: &Vote, reason: Option<&str>) -> [Msg; 2] {
+/// One verifier's `verify` and `vote` on proposal `id`, the verifier named `voter` (as
+/// clients are told of it, never its address).
+fn ballot(r: &Reply, id: &str, v: &Vote, voter: &str, reason: Option<&str>) -> [Msg; 2] {
     let (outcome, decision) = match v.passed {
         true => (Outcome::Passed, Decision::Yes),
         false => (Outcome::Failed, Decision::No),
     };
     [
-        r.verify(id, &v.verifier, outcome, v.confidence, reason),
-        r.vote(id, &v.verifier, v.weight, decision),
+        r.verify(id, voter, outcome, v.confidence, reason),
+        r.vote(id, voter, v.weight, decision),
     ]
 }
 

@@ -61,7 +61,8 @@ impl Proxy {
         let sends = calls.iter().map(|(b, id)| async move {
             let sent = self.send_cancel(b, id).await;
             tracing::info!(task_id = %id, delegate = %b.delegate.name, ok = sent.is_ok(), "task cancelled upstream");
-            sent.map_err(|e| (b.delegate.name.clone(), e))
+            // The client hears of it: the delegate as clients are told of it.
+            sent.map_err(|e| (b.delegate.client_name(), e))
         });
         let mut outcome = Ok(());
         for sent in futures_util::future::join_all(sends).await {

@@ -179,10 +179,13 @@ pub(super) struct TaskRun {
     /// answer cap, or that nobody listened to any more): charged, and recorded in the row of
     /// the failed task.
     pub(super) unfinished: Option<Unfinished>,
-    /// A verified task's votes, every round's, and their reasons (index for index).
+    /// A verified task's votes, every round's, their reasons and their verifiers as the
+    /// client is told of them ([`crate::registry::Delegate::client_name`]), index for index.
     pub(super) votes: Vec<crate::provenance::Vote>,
     pub(super) reasons: Vec<Option<String>>,
-    /// Each verification round's producer and result (when the task keeps them).
+    pub(super) voters: Vec<String>,
+    /// Each verification round's producer (as the client is told of it) and result (when
+    /// the task keeps them).
     pub(super) rounds: Vec<(String, crate::ldp::Json)>,
     /// What the task cost besides its answer's own cost: voted-down results and the
     /// verifiers (USD; already counted under their delegates in the metrics).
@@ -244,6 +247,7 @@ impl TaskRun {
             task_id,
             votes: self.votes,
             reasons: self.reasons,
+            voters: self.voters,
             rounds: self.rounds,
             reply,
             policy,
@@ -357,11 +361,13 @@ pub struct Trip {
     pub retry_after: Option<Duration>,
     /// An OpenAI-backed delegate's message fields besides its text (`tool_calls`, …).
     pub reply_fields: Option<serde_json::Map<String, serde_json::Value>>,
-    /// A verified task's votes, every round's, and each vote's reason (as the verifier
-    /// gave it, cut to 512 bytes), index for index.
+    /// A verified task's votes, every round's, each vote's reason (as the verifier gave it,
+    /// cut to 512 bytes) and its verifier as the client is told of it, index for index.
     pub votes: Vec<crate::provenance::Vote>,
     pub reasons: Vec<Option<String>>,
-    /// Each verification round's producer and result, when the task asked to keep them.
+    pub voters: Vec<String>,
+    /// Each verification round's producer (as the client is told of it) and result, when the
+    /// task asked to keep them.
     pub rounds: Vec<(String, crate::ldp::Json)>,
 }
 

@@ -124,7 +124,8 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
         Some(e) => with_text(refuse(ApiError::task_failed(e.clone())), answer.write()),
     };
     let policy = trip.policy.name.0.as_str();
-    let delegate = trip.delegate.as_ref().map(|d| d.name.as_str());
+    let delegate = trip.delegate.as_ref().map(|d| d.client_name());
+    let delegate = delegate.as_deref();
     for (name, value) in [
         ("x-ldp-task-id", Some(task_id.as_str())),
         ("x-ldp-policy", Some(policy)),

@@ -455,7 +455,7 @@ async fn stream(
             let headers = ldp_headers(
                 &task_id,
                 Some(&delta.policy.name.0),
-                Some(&delta.delegate.name),
+                Some(&delta.delegate.client_name()),
             );
             let content = if delta.text.is_empty() && delta.other.is_some() {
                 Value::Null

@@ -386,7 +386,10 @@ async fn a_producer_always_voted_down_ends_in_meta_abort_after_the_retry_limit()
 
 /// [`verified`] judging by `threshold` in place of the default 0.75.
 fn verified_at(name: &str, verifiers: u32, rounds: u32, threshold: f64) -> String {
-    format!("{}threshold = {threshold}\n", verified(name, verifiers, rounds))
+    format!(
+        "{}threshold = {threshold}\n",
+        verified(name, verifiers, rounds)
+    )
 }
 
 /// A gateway with one producer and two verifiers of equal weight, one saying yes and one

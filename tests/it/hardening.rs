@@ -2,6 +2,7 @@
 //! release binary found, each named after what it guards, on real sockets against
 //! `Gateway::start` or the real binary. Bounds are generous ceilings, never timings.
 
+mod addresses;
 mod bounds;
 mod cancel;
 mod checks;
