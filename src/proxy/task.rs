@@ -412,6 +412,16 @@ impl Proxy {
         let started = Instant::now();
         let started_at = crate::ldp::now_rfc3339();
         let owner = super::owner(ctx, env);
+        // Before anything awaits: the task's place among the running ones, for a cancel to
+        // find (joined: its route registered it when the request arrived). A front end's
+        // task is known by its owner and id alone (its session is the front end's).
+        let session_key = match task.ingress {
+            Ingress::Ldp => Some(env.session_id.clone()),
+            Ingress::Openai | Ingress::Llmcp | Ingress::Llmx | Ingress::Ladp | Ingress::A2a => None,
+        };
+        let registered = self
+            .running
+            .register(owner.clone(), session_key, task.task_id.clone());
         let (session, unchecked) = match self.session(&env.session_id, &owner).await {
             Ok(Some(s)) => (s, None),
             Ok(None) if task.retried_if_session_lost => {
@@ -438,7 +448,6 @@ impl Proxy {
             },
         };
         tracing::Span::current().record("policy", policy.name.0.as_str());
-        let running = RunningTask::new(task.skill);
         let t = TaskCtx {
             env,
             task,
@@ -449,7 +458,7 @@ impl Proxy {
             progress,
             started,
             started_at,
-            running: &running,
+            running: registered.task(),
             trace: ctx.trace.clone(),
         };
         if let Some(error) = refused {
@@ -469,10 +478,9 @@ impl Proxy {
             )
             .await;
         self.retries.task();
-        session.task_started(t.task.task_id, &running);
         let mut run = TaskRun::default();
         let answer = self.run_unwinding(&t, &mut run).await;
-        session.task_finished(t.task.task_id, &running);
+        registered.task().finish();
         let policy = t.policy.clone();
         let reply = self.finish(t, &run, answer).await;
         Ok(run.trip(reply, policy))

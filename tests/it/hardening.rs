@@ -9,6 +9,7 @@ mod checks;
 mod conn;
 mod conversation_budget;
 mod credentials;
+mod early_cancel;
 mod feedback_index;
 mod ingress;
 mod ledger;
