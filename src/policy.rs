@@ -221,6 +221,25 @@ impl Default for Verify {
     }
 }
 
+impl Verify {
+    /// The weighted yes a task's result needs: the policy's threshold, raised by the task's
+    /// own quorum (an LADP `task-init`'s) and never lowered by it. The operator's threshold
+    /// is the floor a client may tighten, not loosen: `(quorum 0)` must not pass a result
+    /// every verifier voted down.
+    pub fn threshold_for(&self, quorum: Option<f64>) -> f64 {
+        match quorum {
+            Some(q) if q.is_finite() => q.clamp(self.threshold, 1.0),
+            Some(_) | None => self.threshold,
+        }
+    }
+}
+
+/// Whether a round's votes pass `threshold`: the weighted yes reaches it of the total, and
+/// some weight said yes. Whatever the threshold, a round without a yes never passes.
+pub fn votes_pass(yes: f64, total: f64, threshold: f64) -> bool {
+    yes > 0.0 && total > 0.0 && yes >= threshold * total
+}
+
 /// A compiled policy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
@@ -354,6 +373,29 @@ fn unreachable_empty() -> &'static Arc<Policy> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_s_quorum_tightens_the_threshold_and_never_loosens_it() {
+        let v = Verify {
+            threshold: 0.6,
+            ..Verify::default()
+        };
+        assert_eq!(v.threshold_for(None), 0.6);
+        assert_eq!(v.threshold_for(Some(0.0)), 0.6);
+        assert_eq!(v.threshold_for(Some(0.5)), 0.6);
+        assert_eq!(v.threshold_for(Some(0.9)), 0.9);
+        assert_eq!(v.threshold_for(Some(f64::NAN)), 0.6);
+        assert_eq!(v.threshold_for(Some(7.0)), 1.0);
+    }
+
+    #[test]
+    fn a_round_without_a_yes_never_passes() {
+        assert!(!votes_pass(0.0, 1.8, 0.0));
+        assert!(!votes_pass(0.0, 0.0, 0.0));
+        assert!(votes_pass(0.9, 1.8, 0.5));
+        assert!(!votes_pass(0.9, 1.8, 0.75));
+        assert!(votes_pass(1.8, 1.8, 1.0));
+    }
 
     #[test]
     fn globs() {

@@ -16,6 +16,7 @@ mod openai;
 mod record;
 mod retries;
 mod run;
+mod running;
 mod status;
 mod task;
 mod trace;
@@ -24,6 +25,7 @@ mod verify;
 pub use calibrate::{load_reference, Item as CalibrationItem, ReferenceError};
 pub use ingress::IngressTask;
 pub use retries::RetryBudget;
+pub use running::Registration;
 pub use task::{ChatDelta, Trip};
 
 use crate::config::Config;
@@ -176,6 +178,8 @@ pub struct Proxy {
     /// Each front end's session per tenant (one entry per configured tenant and front end
     /// at most).
     ingress_sessions: dashmap::DashMap<(String, crate::provenance::Ingress), crate::ldp::SessionId>,
+    /// The tasks running in this process, for cancels (registered when admitted).
+    running: Arc<running::RunningTasks>,
     /// Cluster mode: the Redis connection, which only `/readyz` asks directly.
     redis: Option<crate::state::redis::Redis>,
     version: String,
@@ -214,6 +218,7 @@ impl Proxy {
             retries: RetryBudget::new(cfg.fallback.clone()),
             statuses,
             ingress_sessions: dashmap::DashMap::new(),
+            running: Arc::default(),
             cfg,
             registry,
             policies: ArcSwap::from_pointee(policies),
@@ -360,6 +365,20 @@ impl Proxy {
 
     fn id(&self) -> &str {
         &self.cfg.identity.delegate_id
+    }
+
+    /// Registers the TASK_SUBMIT `env` (none for another message) as running, for a cancel to
+    /// find from now on: the route calls it before it spawns the task, and keeps the
+    /// registration until the task's future ends.
+    pub fn task_arrived(&self, ctx: &RequestCtx, env: &Envelope) -> Option<Registration> {
+        let Body::TaskSubmit { task_id, .. } = &env.body else {
+            return None;
+        };
+        let session = Some(env.session_id.clone());
+        Some(
+            self.running
+                .register(owner(ctx, env), session, task_id.clone()),
+        )
     }
 
     /// Answers one client envelope. The answer is shared: a task's is also kept for status
@@ -543,7 +562,7 @@ fn owner_of(tenant: &str, from: &str) -> String {
 /// never its address or what it wrote (the log and the ledger row keep those).
 fn upstream_failed(delegate: &Delegate, e: &UpstreamError) -> LdpError {
     LdpError::upstream_failed(
-        format!("delegate '{}' {}", delegate.name, e.summary()),
+        format!("delegate '{}' {}", delegate.client_name(), e.summary()),
         e.retryable(),
     )
 }

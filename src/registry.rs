@@ -88,7 +88,14 @@ async fn fetch_a2a(
             return failed(why, false);
         }
     };
-    match crate::a2a::card::build(&d.name, &d.base_url, &card, agent.declared.as_ref()) {
+    // Without a configured name, the card is named after the agent's own, not its URL:
+    // the card's id is what clients see of it.
+    let name = match d.configured_name() {
+        Some(n) => n.to_owned(),
+        None if card.name.trim().is_empty() => "a2a-agent".to_owned(),
+        None => card.name.chars().take(MAX_CARD_NAME_CHARS).collect(),
+    };
+    match crate::a2a::card::build(&name, &d.base_url, &card, agent.declared.as_ref()) {
         Ok(ldp) if ldp.delegate_id == client.from_id() => {
             failed(RegistryError::OwnCard(d.base_url.clone()).to_string(), true)
         }
@@ -146,6 +153,12 @@ struct Fetched {
     own: bool,
 }
 
+/// Most characters of an A2A agent's own name kept as its card's name.
+const MAX_CARD_NAME_CHARS: usize = 128;
+
+/// What clients are told of a delegate with neither a configured name nor a card yet.
+pub const UNNAMED: &str = "ldp:delegate:unnamed";
+
 /// Polls skipped at most while a delegate keeps failing: backoff grows as 1, 2, 4, … 32
 /// intervals.
 const MAX_BACKOFF_SHIFT: u32 = 5;
@@ -155,6 +168,10 @@ const MAX_BACKOFF_SHIFT: u32 = 5;
 pub struct Delegate {
     /// Registry name (config `name`, else the URL); the label used in metrics and the ledger.
     pub name: String,
+    /// Whether `name` is a configured one (else it is the URL, which clients are not told).
+    named: bool,
+    /// `[security] expose_delegate_addresses`: clients are told `name` whatever it is.
+    expose_address: bool,
     /// Base URL every call goes to.
     pub base_url: String,
     /// Relative share among near-equals.
@@ -200,16 +217,20 @@ fn clock_ms() -> u64 {
 }
 
 impl Delegate {
-    /// A delegate with no card yet (so not healthy), judged by `outlier`.
+    /// A delegate with no card yet (so not healthy), judged by `outlier`; its address told
+    /// to clients only with `expose_address` ([`Delegate::client_name`]).
     pub fn from_config(
         cfg: &DelegateConfig,
         outlier: OutlierConfig,
+        expose_address: bool,
     ) -> Result<Delegate, RegistryError> {
         let base_url = normalize_url(&cfg.url)?;
         let name = cfg.registry_name();
         let openai = Backend::from_config(cfg, &name)?.map(|backend| OpenAiDelegate {
+            // The declared card of a delegate without a configured name is named after its
+            // model, not its URL: the card's id is what clients see of it.
             card: Arc::new(crate::openai::card::build(
-                &name,
+                cfg.name.as_deref().unwrap_or(&backend.model),
                 &base_url,
                 &backend.model,
                 cfg.card.as_ref().unwrap_or(&EMPTY_CARD),
@@ -222,6 +243,8 @@ impl Delegate {
         };
         Ok(Delegate {
             name,
+            named: cfg.name.is_some(),
+            expose_address,
             base_url,
             weight: cfg.weight.unwrap_or(1.0),
             labels: cfg.labels.clone(),
@@ -266,6 +289,28 @@ impl Delegate {
         let until = self.paused_until_ms.load(Ordering::Acquire);
         let now = clock_ms();
         (until != 0 && now < until).then(|| Duration::from_millis(until - now))
+    }
+
+    /// How clients are told of it (provenance, progress, errors, every front end's answer):
+    /// its configured `name`, else its card's `delegate_id`, never its address. With
+    /// `[security] expose_delegate_addresses`, its registry name, the URL of a delegate
+    /// without a configured name.
+    pub fn client_name(&self) -> String {
+        if self.named || self.expose_address {
+            return self.name.clone();
+        }
+        // An OpenAI-backed delegate's declared card is known before its first poll.
+        let declared = || self.openai.as_ref().map(|o| Arc::clone(&o.card));
+        match self.card().or_else(declared) {
+            Some(card) => card.delegate_id.clone(),
+            // Never routed to before its card came: only a failure before any card says it.
+            None => UNNAMED.to_owned(),
+        }
+    }
+
+    /// The configured name, if it has one.
+    pub fn configured_name(&self) -> Option<&str> {
+        self.named.then_some(self.name.as_str())
     }
 
     /// The last card fetched, if any.
@@ -661,6 +706,8 @@ pub struct Registry {
     /// Serialises membership changes (add/remove); readers never take it.
     writer: Mutex<()>,
     outlier: OutlierConfig,
+    /// `[security] expose_delegate_addresses`, for delegates registered later.
+    expose_addresses: bool,
     /// `[quality] half_life` in ms, for delegates registered later.
     half_life_ms: AtomicU64,
     /// Counts card polls that panicked (`ldp_gateway_panics_total{where="card_poll"}`).
@@ -670,20 +717,23 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// A registry of the configured delegates (cards not fetched yet).
+    /// A registry of the configured delegates (cards not fetched yet); clients are told
+    /// their addresses only with `expose_addresses` ([`Delegate::client_name`]).
     pub fn from_config(
         cfgs: &[DelegateConfig],
         outlier: OutlierConfig,
+        expose_addresses: bool,
     ) -> Result<Registry, RegistryError> {
         let list = cfgs
             .iter()
-            .map(|c| Delegate::from_config(c, outlier).map(Arc::new))
+            .map(|c| Delegate::from_config(c, outlier, expose_addresses).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Registry {
             delegates: ArcSwap::from_pointee(list),
             index: ArcSwap::from_pointee(SkillIndex::default()),
             writer: Mutex::new(()),
             outlier,
+            expose_addresses,
             half_life_ms: AtomicU64::new(quality::DEFAULT_HALF_LIFE_MS),
             poll_panics: std::sync::OnceLock::new(),
             trusted_raters: ArcSwap::from_pointee(std::collections::HashSet::new()),
@@ -859,7 +909,11 @@ impl Registry {
 
     /// Adds a delegate at run time (its card is fetched by the caller or the next poll).
     pub fn add(&self, cfg: &DelegateConfig) -> Result<Arc<Delegate>, RegistryError> {
-        let d = Arc::new(Delegate::from_config(cfg, self.outlier)?);
+        let d = Arc::new(Delegate::from_config(
+            cfg,
+            self.outlier,
+            self.expose_addresses,
+        )?);
         d.learned
             .set_half_life_ms(self.half_life_ms.load(Ordering::Relaxed));
         let _w = self
@@ -962,7 +1016,7 @@ mod tests {
             "url": format!("http://127.0.0.1:9/{name}"), "name": name
         }))
         .unwrap();
-        let d = Delegate::from_config(&cfg, OutlierConfig::default()).unwrap();
+        let d = Delegate::from_config(&cfg, OutlierConfig::default(), false).unwrap();
         let card: IdentityCard = serde_json::from_value(serde_json::json!({
             "delegate_id": format!("ldp:delegate:{name}"), "name": name, "model_family": "sim",
             "model_version": "1", "trust_domain": "default", "jurisdiction": jurisdiction,
@@ -972,6 +1026,41 @@ mod tests {
         .unwrap();
         d.record_card(card);
         Arc::new(d)
+    }
+
+    #[test]
+    fn clients_are_told_a_name_or_a_card_id_and_an_address_only_when_the_operator_says() {
+        let named = delegate("a", "eu-west");
+        assert_eq!(named.client_name(), "a");
+        let unnamed = |expose: bool| {
+            let cfg = DelegateConfig::new("http://127.0.0.1:9/x");
+            let d = Delegate::from_config(&cfg, OutlierConfig::default(), expose).unwrap();
+            assert_eq!(
+                d.client_name(),
+                if expose {
+                    "http://127.0.0.1:9/x"
+                } else {
+                    UNNAMED
+                }
+            );
+            d.record_card(named.card().unwrap().as_ref().clone());
+            d.client_name()
+        };
+        assert_eq!(unnamed(false), "ldp:delegate:a");
+        assert_eq!(unnamed(true), "http://127.0.0.1:9/x");
+        // An OpenAI-backed delegate without a name: its declared card is named after its
+        // model, not its URL.
+        let cfg: DelegateConfig = serde_json::from_value(serde_json::json!({
+            "url": "http://127.0.0.1:9/v1", "kind": "openai", "model": "mini",
+            "card": {"skills": ["chat"]}
+        }))
+        .unwrap();
+        let d = Delegate::from_config(&cfg, OutlierConfig::default(), false).unwrap();
+        assert_eq!(d.client_name(), "ldp:delegate:mini");
+        assert_eq!(
+            d.name, "http://127.0.0.1:9/v1",
+            "the registry name stays the URL"
+        );
     }
 
     async fn a_poll_with_a_bug() -> Fetched {

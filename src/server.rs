@@ -162,8 +162,12 @@ impl Gateway {
                 source,
             })?;
         let registry = Arc::new(
-            Registry::from_config(&config.delegates, config.outlier)
-                .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?,
+            Registry::from_config(
+                &config.delegates,
+                config.outlier,
+                config.security.expose_delegate_addresses,
+            )
+            .map_err(|e| ConfigError::Invalid(vec![e.to_string()]))?,
         );
         let policies = crate::policy::load_dir(&config.policies.dir, &config.policies.default)
             .map_err(ServerError::Policies)?;

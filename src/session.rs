@@ -48,8 +48,6 @@ pub struct ClientSession {
     /// Serialises opening upstream sessions, so two concurrent first tasks of one skill do not
     /// open two.
     pub handshake: tokio::sync::Mutex<()>,
-    /// Tasks in flight, for TASK_CANCEL and for a client that leaves.
-    running: Mutex<HashMap<TaskId, Arc<RunningTask>>>,
 }
 
 impl ClientSession {
@@ -70,7 +68,6 @@ impl ClientSession {
             last_used_ms: AtomicU64::new(0),
             bindings: Mutex::new(HashMap::new()),
             handshake: tokio::sync::Mutex::new(()),
-            running: Mutex::new(HashMap::new()),
         }
     }
 
@@ -141,36 +138,14 @@ impl ClientSession {
     pub fn binding_count(&self) -> usize {
         self.bindings.lock().map(|m| m.len()).unwrap_or(0)
     }
-
-    /// Marks `task` as running under `task_id`.
-    pub fn task_started(&self, task_id: &TaskId, task: &Arc<RunningTask>) {
-        if let Ok(mut m) = self.running.lock() {
-            m.insert(task_id.clone(), task.clone());
-        }
-    }
-
-    /// Marks `task` as done (a later task that reused its id stays running).
-    pub fn task_finished(&self, task_id: &TaskId, task: &Arc<RunningTask>) {
-        if let Ok(mut m) = self.running.lock() {
-            if m.get(task_id).is_some_and(|t| Arc::ptr_eq(t, task)) {
-                m.remove(task_id);
-            }
-        }
-    }
-
-    /// A running task.
-    pub fn running(&self, task_id: &TaskId) -> Option<Arc<RunningTask>> {
-        self.running.lock().ok()?.get(task_id).cloned()
-    }
 }
 
-/// A task in flight: its skill, whether it was cancelled (TASK_CANCEL, or its client left),
-/// and the upstream calls it has running (the producer's, its verifiers'), so that a cancel
-/// stops it from starting anything more and reaches every delegate it is running on.
+/// A task in flight: whether it was cancelled (TASK_CANCEL, or its client left), and the
+/// upstream calls it has running (the producer's, its verifiers'), so that a cancel stops it
+/// from starting anything more and reaches every delegate it is running on. The proxy's table
+/// of running tasks finds it for a cancel from the moment its request is admitted.
 #[derive(Debug)]
 pub struct RunningTask {
-    /// The task's skill.
-    pub skill: String,
     /// Cancelled: nothing more starts.
     cancel: tokio_util::sync::CancellationToken,
     /// Its calls in flight are dropped (once their delegates were sent TASK_CANCEL, so that
@@ -178,18 +153,30 @@ pub struct RunningTask {
     abandon: tokio_util::sync::CancellationToken,
     calls: Mutex<Vec<(u64, Binding, TaskId)>>,
     next_call: AtomicU64,
+    /// Its run is over (its answer is being recorded): there is nothing left to cancel.
+    finished: std::sync::atomic::AtomicBool,
 }
 
 impl RunningTask {
-    /// A task of `skill`, not cancelled, with no call running.
-    pub fn new(skill: &str) -> Arc<RunningTask> {
+    /// A task not cancelled, with no call running.
+    pub fn new() -> Arc<RunningTask> {
         Arc::new(RunningTask {
-            skill: skill.to_owned(),
             cancel: tokio_util::sync::CancellationToken::new(),
             abandon: tokio_util::sync::CancellationToken::new(),
             calls: Mutex::new(Vec::new()),
             next_call: AtomicU64::new(0),
+            finished: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Its run is over: a cancel no longer finds it.
+    pub fn finish(&self) {
+        self.finished.store(true, Ordering::Release);
+    }
+
+    /// Whether its run is over.
+    pub fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
     }
 
     /// Cancels it (nothing more starts); the calls it has running upstream (binding, the
@@ -369,7 +356,6 @@ impl SessionTable {
             last_used_ms: AtomicU64::new(self.now_ms()),
             bindings: Mutex::new(HashMap::new()),
             handshake: tokio::sync::Mutex::new(()),
-            running: Mutex::new(HashMap::new()),
         });
         self.map.insert(session.id.clone(), session.clone());
         session

@@ -36,7 +36,11 @@ pub async fn run(args: RouteArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
     let policies = ldp_gateway::policy::load_dir(&config.policies.dir, &config.policies.default)
         .map_err(ServerError::Policies)?;
-    let registry = Registry::from_config(&config.delegates, config.outlier)?;
+    let registry = Registry::from_config(
+        &config.delegates,
+        config.outlier,
+        config.security.expose_delegate_addresses,
+    )?;
     // The client the gateway fetches cards with: same identity, deadlines and card limits.
     let mut client = UpstreamClient::new(
         config.identity.delegate_id.clone(),

@@ -22,6 +22,11 @@ pub struct SecurityConfig {
     /// Longest id a client may send (message, session and task ids, `from`, skill, nonce):
     /// the gateway stores them per session and in the ledger, so their size is bounded.
     pub max_id_bytes: usize,
+    /// Whether clients are told a delegate's registry name, its URL when it has no configured
+    /// `name`, in provenance, progress, errors and every front end's answer. Off: clients see
+    /// its configured `name`, else its card's `delegate_id`, never an address (which tells a
+    /// tenant where the operator's delegates listen).
+    pub expose_delegate_addresses: bool,
 }
 
 impl Default for SecurityConfig {
@@ -33,6 +38,7 @@ impl Default for SecurityConfig {
             max_sessions: 100_000,
             registration_allow: Vec::new(),
             max_id_bytes: 256,
+            expose_delegate_addresses: false,
         }
     }
 }

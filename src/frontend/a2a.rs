@@ -666,7 +666,7 @@ fn finish(state: &A2aState, tenant: &str, id: &str, context: &str, trip: &Trip) 
             let mut meta = Map::new();
             meta.insert("ldp_policy".into(), Value::String(policy));
             if let Some(d) = &trip.delegate {
-                meta.insert("ldp_delegate".into(), Value::String(d.name.clone()));
+                meta.insert("ldp_delegate".into(), Value::String(d.client_name()));
             }
             if let Some(p) = provenance {
                 meta.insert(

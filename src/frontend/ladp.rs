@@ -15,7 +15,9 @@
 //! - A failure other than the verification retry limit (no delegate, budget, cancel, …) ends
 //!   the answer with `(msg error … (data (reason "<CODE>: <message>") (task-id "…")))`.
 //! - A vote's `weight` is the verifier's weight (its quality at the verify skill); the
-//!   quorum is reached when the weighted yes is at least `quorum` of the round's total weight.
+//!   quorum is reached when the weighted yes is at least `quorum` of the round's total weight
+//!   and some verifier said yes. A `quorum` below the policy's `[verify] threshold` is raised
+//!   to it: a client may ask for more agreement than the operator's, never less.
 //! - The recipient of a message is not checked: the gateway answers whatever it is called.
 
 pub mod book;
@@ -24,6 +26,7 @@ pub use book::{LadpState, Phase, RateRefusal, Which, MAX_SENDER_BYTES};
 
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, DelegationContract, Json, LdpError, TaskId};
+use crate::policy::votes_pass;
 use crate::provenance::{Ingress, Vote};
 use crate::proxy::{IngressTask, Proxy, Refusal, RequestCtx, Trip};
 use ladp::{Decision, Meta, Msg, MsgError, Outcome, ParseError, Reply, Sexp, TaskInit};
@@ -184,7 +187,7 @@ pub fn reply_to(to: &str) -> Reply {
 
 /// Runs `init` as task `task_id` of `ctx`'s tenant (the policy, when named, already set in
 /// `ctx`): its text as the input, its deadline and timeout (the earlier) as the contract's
-/// deadline, its quorum as the task's verification threshold, every round kept.
+/// deadline, its quorum as a raise of the policy's verification threshold, every round kept.
 pub async fn run(
     proxy: &Proxy,
     ctx: &RequestCtx,
@@ -251,8 +254,8 @@ pub fn proposal_id(task_id: &TaskId, round: usize) -> String {
     format!("{task_id}-r{round}")
 }
 
-/// The trip of a `task-init` as LADP forms to `r`'s recipient. `quorum` is the task's own
-/// (else the policy's `[verify] threshold` applies).
+/// The trip of a `task-init` as LADP forms to `r`'s recipient. `quorum` is the task's own,
+/// which raises the policy's `[verify] threshold` and never lowers it.
 pub fn answer(trip: &Trip, r: &Reply, quorum: Option<f64>) -> Answer {
     let mut forms = Vec::new();
     let (result, failed) = match &trip.reply.body {
@@ -267,34 +270,38 @@ pub fn answer(trip: &Trip, r: &Reply, quorum: Option<f64>) -> Answer {
         // Not verified (no `[verify]`, or not sampled): the producer's output, integrated.
         if let Some(out) = &result {
             let id = proposal_id(&trip.task_id, 1);
-            let agent = trip.delegate.as_ref().map_or(GATEWAY, |d| d.name.as_str());
-            forms.push(r.synthesis(&id, agent, out));
+            let agent = trip.delegate.as_ref().map(|d| d.client_name());
+            forms.push(r.synthesis(&id, agent.as_deref().unwrap_or(GATEWAY), out));
             forms.push(r.integration(&id, out));
         }
     } else {
-        let quorum = quorum
-            .or_else(|| trip.policy.verify.as_ref().map(|v| v.threshold))
-            .unwrap_or(ladp::DEFAULT_QUORUM);
+        // The threshold the rounds were judged by: the policy's, raised by the task's own.
+        let quorum = match trip.policy.verify.as_ref() {
+            Some(v) => v.threshold_for(quorum),
+            None => quorum.unwrap_or(ladp::DEFAULT_QUORUM),
+        };
         let last = trip.rounds.len();
         for (i, (producer, output)) in trip.rounds.iter().enumerate() {
             let round = i + 1;
             let id = proposal_id(&trip.task_id, round);
             forms.push(r.synthesis(&id, producer, &text(output)));
             let (mut yes, mut total) = (0.0, 0.0);
-            let votes = trip.votes.iter().zip(&trip.reasons);
-            for (v, reason) in votes.filter(|(v, _)| usize::try_from(v.round) == Ok(round)) {
+            let votes = trip.votes.iter().zip(&trip.reasons).zip(&trip.voters);
+            for ((v, reason), voter) in
+                votes.filter(|((v, _), _)| usize::try_from(v.round) == Ok(round))
+            {
                 total += v.weight;
                 if v.passed {
                     yes += v.weight;
                 }
-                forms.extend(ballot(r, &id, v, reason.as_deref()));
+                forms.extend(ballot(r, &id, v, voter, reason.as_deref()));
             }
             let support = if total > 0.0 { yes / total } else { 0.0 };
             match (&result, round == last) {
                 (Some(out), true) => {
                     forms.push(r.integration_verified(&id, support, quorum, out));
                 }
-                _ if total > 0.0 && support < quorum => {
+                _ if total > 0.0 && !votes_pass(yes, total, quorum) => {
                     let why = format!(
                         "weighted yes {yes:.2} of {total:.2} ({support:.2}) is below the quorum {quorum}"
                     );
@@ -319,15 +326,16 @@ pub fn answer(trip: &Trip, r: &Reply, quorum: Option<f64>) -> Answer {
     Answer { forms, failed }
 }
 
-/// One verifier's `verify` and `vote` on proposal `id`.
-fn ballot(r: &Reply, id: &str, v: &Vote, reason: Option<&str>) -> [Msg; 2] {
+/// One verifier's `verify` and `vote` on proposal `id`, the verifier named `voter` (as
+/// clients are told of it, never its address).
+fn ballot(r: &Reply, id: &str, v: &Vote, voter: &str, reason: Option<&str>) -> [Msg; 2] {
     let (outcome, decision) = match v.passed {
         true => (Outcome::Passed, Decision::Yes),
         false => (Outcome::Failed, Decision::No),
     };
     [
-        r.verify(id, &v.verifier, outcome, v.confidence, reason),
-        r.vote(id, &v.verifier, v.weight, decision),
+        r.verify(id, voter, outcome, v.confidence, reason),
+        r.vote(id, voter, v.weight, decision),
     ]
 }
 

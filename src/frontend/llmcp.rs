@@ -117,7 +117,7 @@ pub async fn answer(
         task_id: task_id.to_string(),
         repair_task_id: repair_ran.then(|| repair_id.to_string()),
         policy: trip.policy.name.0.clone(),
-        delegate: trip.delegate.as_ref().map(|d| d.name.clone()),
+        delegate: trip.delegate.as_ref().map(|d| d.client_name()),
         provenance: match &trip.reply.body {
             Body::TaskResult { provenance, .. } => provenance.clone(),
             _ => None,
@@ -142,7 +142,7 @@ fn outcome(task_id: TaskId, trip: &Trip, result: Result<Box<Response>, LdpError>
     LlmcpOutcome {
         task_id,
         policy: trip.policy.name.0.clone(),
-        delegate: trip.delegate.as_ref().map(|d| d.name.clone()),
+        delegate: trip.delegate.as_ref().map(|d| d.client_name()),
         result,
     }
 }

@@ -438,7 +438,7 @@ fn answer(
         ("policy".into(), Value::str(trip.policy.name.0.as_str())),
     ];
     if let Some(d) = &trip.delegate {
-        prov.push(("delegate".into(), Value::str(d.name.as_str())));
+        prov.push(("delegate".into(), Value::str(d.client_name().as_str())));
     }
     match &trip.reply.body {
         Body::TaskResult {

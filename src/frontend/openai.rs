@@ -117,7 +117,7 @@ pub async fn chat(
     Ok(ChatOutcome {
         task_id: trip.task_id,
         policy: trip.policy.name.0.clone(),
-        delegate: trip.delegate.map(|d| d.name.clone()),
+        delegate: trip.delegate.map(|d| d.client_name()),
         result,
     })
 }

@@ -4,7 +4,9 @@
 //! Reads are shared out by whom they serve (a tenant's rating looks up its task; the operator's
 //! admin pages, spend and evidence reads are the gateway's own): each may run on at most
 //! [`PER_SCOPE_RUNNING`] of the readers and have at most [`PER_SCOPE_ADMITTED`] admitted, so
-//! one tenant's flood of slow reads leaves a reader, and room in the queue, to everyone else.
+//! one tenant's flood of slow reads leaves a reader, and room in the queue, to everyone else;
+//! and the tenants together run on at most [`TENANTS_RUNNING`], so two tenants flooding at
+//! once still leave the operator's reads (admin pages, spend at start, evidence) a reader.
 //!
 //! Why not on the writer: a client under `durability = "commit"` waits for its row's group
 //! commit, so a read the writer ran between two commits (a 10,000-row admin page, a spend scan
@@ -29,6 +31,10 @@ pub(super) const READ_QUEUE: usize = 32;
 /// Readers one scope (a tenant, or the operator) may use at once: one fewer than there are,
 /// so another scope always finds one free of it.
 pub(super) const PER_SCOPE_RUNNING: usize = READERS - 1;
+
+/// Readers every tenant together may use at once: one fewer than there are, so the operator's
+/// reads always find one free of the tenants (each tenant still within its own share).
+pub(super) const TENANTS_RUNNING: usize = READERS - 1;
 
 /// Reads one scope may have running or waiting; more are refused at once
 /// ([`LedgerError::ReadsBusy`]), leaving the rest of the queue to the others.
@@ -108,6 +114,8 @@ pub(super) struct Readers {
     reader: Arc<dyn Reader>,
     /// One permit per read connection.
     running: Arc<Semaphore>,
+    /// The tenants' part of them ([`TENANTS_RUNNING`]); the operator's reads skip it.
+    tenants: Arc<Semaphore>,
     /// Running plus waiting reads.
     admitted: Semaphore,
     /// Each scope's share.
@@ -119,13 +127,14 @@ impl Readers {
         Readers {
             reader,
             running: Arc::new(Semaphore::new(READERS)),
+            tenants: Arc::new(Semaphore::new(TENANTS_RUNNING)),
             admitted: Semaphore::new(READERS + READ_QUEUE),
             scopes: Arc::default(),
         }
     }
 
     /// Runs `read` for `scope` on a blocking thread once a reader is free (and the scope's
-    /// share allows), within [`READ_DEADLINE`]. A read past its deadline is cancelled and
+    /// share, and for a tenant the tenants' share, allows), within [`READ_DEADLINE`]. A read past its deadline is cancelled and
     /// keeps its reader until it has stopped, so no more than [`READERS`] ever run.
     pub(super) async fn run<T: Send + 'static>(
         &self,
@@ -141,10 +150,16 @@ impl Readers {
             .admit(scope)
             .ok_or(LedgerError::ReadsBusy(PER_SCOPE_ADMITTED))?;
         let deadline = tokio::time::Instant::now() + READ_DEADLINE;
+        // Always in this order (own share, the tenants', a reader), so no two reads each
+        // hold what the other waits for.
         let waited = async {
             let own = share.acquire_owned().await?;
+            let tenants = match scope {
+                ReadScope::Tenant(_) => Some(self.tenants.clone().acquire_owned().await?),
+                ReadScope::Operator => None,
+            };
             let any = self.running.clone().acquire_owned().await?;
-            Ok::<_, tokio::sync::AcquireError>((own, any))
+            Ok::<_, tokio::sync::AcquireError>((own, tenants, any))
         };
         let permit = tokio::time::timeout_at(deadline, waited)
             .await

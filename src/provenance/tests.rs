@@ -6,13 +6,13 @@
 
 use super::readers::{
     Cancel, ReadScope, Readers, PER_SCOPE_ADMITTED, PER_SCOPE_RUNNING, READERS, READ_DEADLINE,
-    READ_QUEUE,
+    READ_QUEUE, TENANTS_RUNNING,
 };
 use super::sqlite::tests::row;
 use super::*;
 use crate::telemetry::Metrics;
 use rusqlite::{Connection, OpenFlags};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,6 +41,8 @@ struct Hold {
     waiting: Mutex<Vec<std_mpsc::Sender<()>>>,
     released: AtomicBool,
     entered: UnboundedSender<()>,
+    /// Held reads stopped by their deadline.
+    stopped: Arc<AtomicUsize>,
 }
 
 impl Hold {
@@ -50,6 +52,7 @@ impl Hold {
             waiting: Mutex::new(Vec::new()),
             released: AtomicBool::new(false),
             entered,
+            stopped: Arc::default(),
         };
         (Arc::new(hold), rx)
     }
@@ -57,8 +60,9 @@ impl Hold {
     /// Blocks the calling read.
     fn hold(&self, cancel: &Cancel) {
         let (tx, rx) = std_mpsc::channel();
-        let stop = tx.clone();
+        let (stop, stopped) = (tx.clone(), self.stopped.clone());
         cancel.on_cancel(move || {
+            stopped.fetch_add(1, Ordering::SeqCst);
             let _ = stop.send(());
         });
         {
@@ -293,17 +297,20 @@ async fn a_slow_read_delays_no_commit() {
 async fn reads_are_bounded_in_number() {
     let (hold, mut held) = Hold::new();
     let readers = Arc::new(Readers::new(Arc::new(Held(hold.clone()))));
-    // Each of another tenant: no scope's share is what bounds them here.
+    // Each of another tenant, and the last the operator's (the tenants together run on one
+    // reader fewer than there are): no scope's share is what bounds them here.
     let read = |i: usize| {
         let readers = readers.clone();
         tokio::spawn(async move {
             let scope = format!("t{i}");
-            readers
-                .run(ReadScope::Tenant(&scope), |r, c| r.query(&everything(), c))
-                .await
+            let scope = match i {
+                0 => ReadScope::Operator,
+                _ => ReadScope::Tenant(&scope),
+            };
+            readers.run(scope, |r, c| r.query(&everything(), c)).await
         })
     };
-    let reads: Vec<_> = (0..READERS + READ_QUEUE).map(read).collect();
+    let reads: Vec<_> = (0..READERS + READ_QUEUE).rev().map(read).collect();
     entered(&mut held, READERS).await;
     let deadline = std::time::Instant::now() + GENEROUS;
     while readers.admitted() < READERS + READ_QUEUE {
@@ -367,8 +374,8 @@ async fn a_read_past_its_deadline_is_stopped() {
 }
 
 /// One tenant's flood of slow reads takes at most its share: `PER_SCOPE_RUNNING` readers and
-/// `PER_SCOPE_ADMITTED` places (the next of its reads is refused at once), while another
-/// tenant's read and the operator's run beside it.
+/// `PER_SCOPE_ADMITTED` places (the next of its reads is refused at once), while the
+/// operator's read runs beside it and another tenant's is admitted and runs in its turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_scope_cannot_take_every_reader() {
     let (hold, mut held) = Hold::new();
@@ -396,7 +403,17 @@ async fn one_scope_cannot_take_every_reader() {
         Err(LedgerError::ReadsBusy(n)) => assert_eq!(n, PER_SCOPE_ADMITTED),
         other => panic!("expected a refusal, got {other:?}"),
     }
-    // Another tenant gets the reader the flood leaves.
+    // The operator gets the reader the flood leaves; another tenant's read waits for the
+    // tenants' share, and runs once the flood's running read is done.
+    let admin = tokio::spawn({
+        let readers = readers.clone();
+        async move {
+            readers
+                .run(ReadScope::Operator, |r, c| r.spend_since(0, c))
+                .await
+        }
+    });
+    entered(&mut held, READERS - PER_SCOPE_RUNNING).await;
     let other = tokio::spawn({
         let readers = readers.clone();
         async move {
@@ -405,9 +422,111 @@ async fn one_scope_cannot_take_every_reader() {
                 .await
         }
     });
-    entered(&mut held, READERS - PER_SCOPE_RUNNING).await;
     hold.release();
+    admin.await.unwrap().unwrap();
     other.await.unwrap().unwrap();
+    for r in flood {
+        r.await.unwrap().unwrap();
+    }
+    assert_eq!(readers.admitted(), 0);
+}
+
+/// A reader holding tenants' reads (a rating's task lookup) on one [`Hold`] and the
+/// operator's (an admin query) on another, so each can be seen to run.
+struct Split {
+    tenants: Arc<Hold>,
+    operator: Arc<Hold>,
+}
+
+impl Reader for Split {
+    fn query(&self, _: &Query, cancel: &Cancel) -> Result<Vec<LedgerRow>, LedgerError> {
+        self.operator.hold(cancel);
+        Ok(Vec::new())
+    }
+    fn spend_since(&self, _: i64, _: &Cancel) -> Result<Vec<(String, f64)>, LedgerError> {
+        Ok(Vec::new())
+    }
+    fn task_of(&self, _: &str, _: &str, cancel: &Cancel) -> Result<Option<RatedTask>, LedgerError> {
+        self.tenants.hold(cancel);
+        Ok(None)
+    }
+    fn feedback(&self, _: &str, _: &Cancel) -> Result<Vec<Feedback>, LedgerError> {
+        Ok(Vec::new())
+    }
+    fn evidence(&self, _: i64, _: u32, _: &Cancel) -> Result<Vec<Evidence>, LedgerError> {
+        Ok(Vec::new())
+    }
+    fn close(&self) {}
+}
+
+/// Issue 37 item 14a: two tenants flooding slow reads at once held both readers (each within
+/// its own share of one), and the operator's admin read waited for a reader until its
+/// deadline. The tenants together now run on at most `TENANTS_RUNNING` readers: the
+/// operator's read gets the one left while every tenant's read is out, and theirs all finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tenants_flooding_together_leave_the_operator_a_reader() {
+    let (tenants, mut tenants_held) = Hold::new();
+    let (operator, mut operator_held) = Hold::new();
+    let split = Split {
+        tenants: tenants.clone(),
+        operator: operator.clone(),
+    };
+    let readers = Arc::new(Readers::new(Arc::new(split)));
+    let flood: Vec<_> = ["alpha", "beta"]
+        .into_iter()
+        .flat_map(|t| std::iter::repeat_n(t, PER_SCOPE_ADMITTED))
+        .map(|tenant| {
+            let readers = readers.clone();
+            tokio::spawn(async move {
+                readers
+                    .run(ReadScope::Tenant(tenant), move |r, c| {
+                        r.task_of(tenant, "t", c)
+                    })
+                    .await
+            })
+        })
+        .collect();
+    // Every flooding read is admitted: each has asked for its reader.
+    let deadline = std::time::Instant::now() + GENEROUS;
+    while readers.admitted() < 2 * PER_SCOPE_ADMITTED {
+        assert!(std::time::Instant::now() < deadline, "reads not admitted");
+        tokio::task::yield_now().await;
+    }
+    entered(&mut tenants_held, TENANTS_RUNNING).await;
+    let mut admin = tokio::spawn({
+        let readers = readers.clone();
+        async move {
+            readers
+                .run(ReadScope::Operator, |r, c| r.query(&everything(), c))
+                .await
+        }
+    });
+    // Whether the operator's read got a reader (it is held there) or ended without one.
+    let ran = tokio::time::timeout(GENEROUS, async {
+        tokio::select! {
+            () = entered(&mut operator_held, 1) => None,
+            r = &mut admin => Some(r),
+        }
+    })
+    .await;
+    let more = tenants_held.try_recv().is_ok();
+    let stopped = tenants.stopped.load(Ordering::SeqCst);
+    // Every read is let go before anything is asserted: a held read would outlive the test.
+    operator.release();
+    tenants.release();
+    match ran {
+        Ok(None) => admin.await.unwrap().unwrap(),
+        Ok(Some(ended)) => panic!("the operator's read ended without a reader: {ended:?}"),
+        Err(_) => panic!("the operator's read found no reader"),
+    };
+    assert_eq!(
+        stopped, 0,
+        "the operator's read got a reader only once the tenants' reads hit their deadline"
+    );
+    assert!(
+        !more,
+        "the tenants run on at most {TENANTS_RUNNING} of the {READERS} readers"
+    );
     for r in flood {
         r.await.unwrap().unwrap();
     }

@@ -167,7 +167,7 @@ impl Proxy {
             .and_then(|m| output_of(m.parts.iter()))
             .map(|o| short(&crate::translate::render_text(&o)))
             .unwrap_or_default();
-        let name = &delegate.name;
+        let name = delegate.client_name();
         match state {
             TaskState::Completed => {
                 let parts = task.artifacts.iter().flat_map(|a| a.parts.iter());
@@ -337,7 +337,10 @@ fn short(s: &str) -> String {
 /// name and `what`; the log and the row get `detail`.
 fn fails_over(delegate: &Delegate, reason: &'static str, what: String, detail: String) -> Failure {
     Failure {
-        error: LdpError::upstream_failed(format!("agent '{}' {what}", delegate.name), true),
+        error: LdpError::upstream_failed(
+            format!("agent '{}' {what}", delegate.client_name()),
+            true,
+        ),
         reason,
         retryable: true,
         detail,

@@ -65,8 +65,11 @@ impl Failure {
     /// message goes to the log and the ledger only.
     fn task_failed(delegate: &Delegate, mut error: LdpError) -> Failure {
         let told = match crate::upstream::code_shown(&error.code) {
-            Some(code) => format!("delegate '{}' failed the task ({code})", delegate.name),
-            None => format!("delegate '{}' failed the task", delegate.name),
+            Some(code) => format!(
+                "delegate '{}' failed the task ({code})",
+                delegate.client_name()
+            ),
+            None => format!("delegate '{}' failed the task", delegate.client_name()),
         };
         let detail = std::mem::replace(&mut error.message, told);
         Failure {
@@ -188,7 +191,7 @@ impl Proxy {
         t.tell(
             self.id(),
             Some(0.0),
-            format_args!("routed to {}", delegate.name),
+            format_args!("routed to {}", delegate.client_name()),
         );
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -325,7 +328,7 @@ impl Proxy {
         t.tell(
             self.id(),
             Some(0.0),
-            format_args!("routed to {}", delegate.name),
+            format_args!("routed to {}", delegate.client_name()),
         );
         let trace = run.span.headers();
         loop {
@@ -504,7 +507,7 @@ impl Proxy {
                 timestamp: Some(crate::ldp::now_rfc3339()),
                 verification_status: VerificationStatus::Unverified,
                 policy: Some(t.policy.name.0.clone()),
-                routed_to: Some(binding.delegate.name.clone()),
+                routed_to: Some(binding.delegate.client_name()),
                 attempts: Some(run.attempts),
                 note: (!run.notes.is_empty()).then(|| run.notes.join("; ")),
             },

@@ -225,12 +225,15 @@ impl Proxy {
         mut picked: Chosen,
         run: &mut TaskRun,
     ) -> Result<Chosen, LdpError> {
+        // The delegates at their limits, by registry name (excluded) and as clients are told.
         let mut limited: Vec<String> = Vec::new();
+        let mut told: Vec<String> = Vec::new();
         while !self.admits(&picked.delegate).await {
             if let Some(wait) = picked.delegate.paused_for() {
                 run.retry_after = Some(run.retry_after.map_or(wait, |w| w.min(wait)));
             }
             limited.push(picked.delegate.name.clone());
+            told.push(picked.delegate.client_name());
             let exclude: Vec<String> = need.exclude.iter().chain(&limited).cloned().collect();
             let need = Need {
                 exclude: &exclude,
@@ -243,7 +246,7 @@ impl Proxy {
                     GatewayCode::RateLimited,
                     format!(
                         "every eligible delegate is at its own rate limit or asked to wait (HTTP 429): {}",
-                        limited.join(", ")
+                        told.join(", ")
                     ),
                 )
             })?;

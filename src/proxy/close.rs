@@ -61,7 +61,8 @@ impl Proxy {
         let sends = calls.iter().map(|(b, id)| async move {
             let sent = self.send_cancel(b, id).await;
             tracing::info!(task_id = %id, delegate = %b.delegate.name, ok = sent.is_ok(), "task cancelled upstream");
-            sent.map_err(|e| (b.delegate.name.clone(), e))
+            // The client hears of it: the delegate as clients are told of it.
+            sent.map_err(|e| (b.delegate.client_name(), e))
         });
         let mut outcome = Ok(());
         for sent in futures_util::future::join_all(sends).await {
@@ -75,50 +76,59 @@ impl Proxy {
         Some(outcome.map(|_| ()))
     }
 
-    /// Cancels a running task on behalf of a client that went away (a dropped request or
-    /// stream), as TASK_CANCEL does. Returns whether a TASK_CANCEL reached every delegate it
-    /// was running on.
+    /// Cancels `owner`'s task `task_id` in session `session_id` on behalf of a client that
+    /// went away (a dropped request or stream), as TASK_CANCEL does. Whether it was running
+    /// (from the moment it was admitted: [`Proxy::task_arrived`]) and is now cancelled.
     pub async fn cancel_for_disconnect(
         &self,
         session_id: &SessionId,
         owner: &str,
         task_id: &TaskId,
     ) -> bool {
-        let Ok(Some(session)) = self.session(session_id, owner).await else {
-            return false;
-        };
-        let Some(task) = session.running(task_id) else {
+        let Some(task) = self.running.find(owner, task_id, Some(session_id)) else {
             return false;
         };
         tracing::info!(task_id = %task_id, "client went away; task cancelled");
-        matches!(self.cancel_running(&task).await, Some(Ok(())))
+        self.cancel_found(&task).await;
+        true
     }
 
-    /// TASK_CANCEL. Without a session id (the reference Rust adapter's cancel) the task is
-    /// found in the status store, among the asking client's tasks.
+    /// Cancels a running task found in the table, logging a TASK_CANCEL that did not reach
+    /// its delegate.
+    pub(super) async fn cancel_found(&self, task: &RunningTask) {
+        if let Some(Err((delegate, e))) = self.cancel_running(task).await {
+            tracing::info!(delegate = %delegate, error = %e, "upstream TASK_CANCEL failed");
+        }
+    }
+
+    /// TASK_CANCEL: the asking client's task running in this process (in the envelope's
+    /// session; without a session id, the reference Rust adapter's cancel, in any), from the
+    /// moment it was admitted. A task not running here: without a session id, the status
+    /// store says whether it ran; with one, an unknown session is `SESSION_NOT_FOUND`.
     pub(super) async fn cancel(
         &self,
         env: &Envelope,
         ctx: &RequestCtx,
         task_id: &TaskId,
     ) -> Envelope {
-        let session_id = if env.session_id.is_empty() {
-            match self.task_status(env, ctx, task_id).await {
-                Ok(Some(TaskStatus::Running(session_id))) => session_id,
-                Ok(Some(TaskStatus::Done(_))) => return self.not_running(env, task_id),
-                Ok(None) => return self.task_failed(env, task_id, task_not_found(task_id)),
-                Err(e) => return self.task_failed(env, task_id, status_unavailable(&e)),
+        let owner = owner(ctx, env);
+        let session_id = (!env.session_id.is_empty()).then_some(&env.session_id);
+        let Some(task) = self.running.find(&owner, task_id, session_id) else {
+            if session_id.is_none() {
+                return match self.task_status(env, ctx, task_id).await {
+                    // Running in another replica's process, or just finished.
+                    Ok(Some(TaskStatus::Running(_) | TaskStatus::Done(_))) => {
+                        self.not_running(env, task_id)
+                    }
+                    Ok(None) => self.task_failed(env, task_id, task_not_found(task_id)),
+                    Err(e) => self.task_failed(env, task_id, status_unavailable(&e)),
+                };
             }
-        } else {
-            env.session_id.clone()
-        };
-        let session = match self.session(&session_id, &owner(ctx, env)).await {
-            Ok(Some(s)) => s,
-            Ok(None) => return self.task_failed(env, task_id, self.session_not_found(env)),
-            Err(e) => return self.task_failed(env, task_id, e),
-        };
-        let Some(task) = session.running(task_id) else {
-            return self.not_running(env, task_id);
+            return match self.session(&env.session_id, &owner).await {
+                Ok(Some(_)) => self.not_running(env, task_id),
+                Ok(None) => self.task_failed(env, task_id, self.session_not_found(env)),
+                Err(e) => self.task_failed(env, task_id, e),
+            };
         };
         // The task answers CANCELLED either way; the message says what became of its calls.
         let message = match self.cancel_running(&task).await {

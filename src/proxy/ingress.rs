@@ -179,21 +179,34 @@ impl Proxy {
         ))
     }
 
+    /// Registers `tenant`'s task `task_id` of front end `ingress` as running, for a cancel to
+    /// find from now on: the route calls it when it admits the task, before it spawns it, and
+    /// keeps the registration until the task's future ends.
+    pub fn ingress_task_arrived(
+        &self,
+        tenant: &str,
+        ingress: Ingress,
+        task_id: &TaskId,
+    ) -> super::Registration {
+        let owner = super::owner_of(tenant, ingress_from(ingress));
+        self.running.register(owner, None, task_id.clone())
+    }
+
     /// Cancels `tenant`'s front-end task `task_id` (its client went away before the answer,
-    /// or asked), as [`Proxy::cancel_for_disconnect`] does for an LDP client.
+    /// or asked), as [`Proxy::cancel_for_disconnect`] does for an LDP client: whether it was
+    /// running (from the moment it was admitted) and is now cancelled.
     pub async fn cancel_ingress_task(
         &self,
         tenant: &str,
         ingress: Ingress,
         task_id: &TaskId,
     ) -> bool {
-        let key = (tenant.to_owned(), ingress);
-        let Some(session_id) = self.ingress_sessions.get(&key).map(|id| id.clone()) else {
+        let owner = super::owner_of(tenant, ingress_from(ingress));
+        let Some(task) = self.running.find(&owner, task_id, None) else {
             return false;
         };
-        let owner = super::owner_of(tenant, ingress_from(ingress));
-        self.cancel_for_disconnect(&session_id, &owner, task_id)
-            .await
+        self.cancel_found(&task).await;
+        true
     }
 
     /// The tenant's session for `ingress`, opened (as a SESSION_PROPOSE without a claim
@@ -270,7 +283,7 @@ impl Proxy {
     }
 
     /// Cancels `tenant`'s task `task_id` running in `session` (opened for `ingress` by
-    /// [`Proxy::open_ingress_session`]); false when it is not running there.
+    /// [`Proxy::open_ingress_session`]); false when it is not running.
     pub async fn cancel_task_in_session(
         &self,
         tenant: &str,

@@ -143,7 +143,7 @@ impl Proxy {
                             false,
                             format!(
                                 "the client went away; the answer from delegate '{}' was stopped after {} bytes",
-                                delegate.name, used.bytes
+                                delegate.client_name(), used.bytes
                             ),
                         );
                         Attempt::Done(Answer::Failed(error))
@@ -153,7 +153,7 @@ impl Proxy {
                         if let Attempt::Failed(f) = &mut failed {
                             f.error.message = format!(
                                 "delegate '{}' streamed an answer larger than {cap} bytes; stopped reading",
-                                delegate.name
+                                delegate.client_name()
                             );
                         }
                         failed
@@ -249,7 +249,7 @@ impl Proxy {
                 .inc();
             run.notes.push(format!(
                 "usage clamped: {} reported {} prompt and {} completion tokens, at most {} and {} possible",
-                delegate.name,
+                delegate.client_name(),
                 r.prompt_tokens,
                 r.completion_tokens,
                 most.prompt_tokens,
@@ -428,7 +428,8 @@ impl Proxy {
             ChatError::Status { status, detail, .. } if !retryable => {
                 let message = format!(
                     "delegate '{}' refused the request (HTTP {status}): {}",
-                    delegate.name, detail.message
+                    delegate.client_name(),
+                    detail.message
                 );
                 run.refused_upstream = Some((status, *detail));
                 Attempt::Done(Answer::Failed(LdpError::gateway(
@@ -445,12 +446,12 @@ impl Proxy {
                         GatewayCode::RateLimited,
                         format!(
                             "delegate '{}' is rate-limited (HTTP 429); retry after {} s",
-                            delegate.name,
+                            delegate.client_name(),
                             p.as_secs_f64().ceil()
                         ),
                     ),
                     None => LdpError::upstream_failed(
-                        format!("delegate '{}' {}", delegate.name, e.summary()),
+                        format!("delegate '{}' {}", delegate.client_name(), e.summary()),
                         retryable,
                     ),
                 };

@@ -42,7 +42,7 @@ impl Proxy {
         };
         // A stateless request has no context to move.
         let previous = (!t.stateless())
-            .then(|| t.session.binding(skill).map(|b| b.delegate.name.clone()))
+            .then(|| t.session.binding(skill).map(|b| b.delegate.clone()))
             .flatten();
         let mut tried: Vec<String> = exclude.to_vec();
         let mut last: Option<LdpError> = None;
@@ -60,9 +60,14 @@ impl Proxy {
                             output,
                             mut provenance,
                         }) => {
-                            if let Some(prev) = previous.as_ref().filter(|p| **p != delegate.name) {
-                                let note =
-                                    format!("context moved from {prev} to {}", delegate.name);
+                            if let Some(prev) =
+                                previous.as_ref().filter(|p| p.name != delegate.name)
+                            {
+                                let note = format!(
+                                    "context moved from {} to {}",
+                                    prev.client_name(),
+                                    delegate.client_name()
+                                );
                                 if let Some(first) = provenance.lineage.first_mut() {
                                     first.note = Some(match first.note.take() {
                                         Some(n) => format!("{n}; {note}"),
@@ -116,15 +121,17 @@ impl Proxy {
             };
             let reason = failure.reason;
             run.fallbacks.push(reason);
-            run.notes
-                .push(format!("failover from {} ({reason})", delegate.name));
+            run.notes.push(format!(
+                "failover from {} ({reason})",
+                delegate.client_name()
+            ));
             tracing::debug!(delegate = %delegate.name, reason, "failing over");
             t.tell(
                 self.id(),
                 None,
                 format_args!(
                     "delegate {} failed ({reason}); retrying on another delegate",
-                    delegate.name
+                    delegate.client_name()
                 ),
             );
             last = Some(failure.error);

@@ -179,10 +179,13 @@ pub(super) struct TaskRun {
     /// answer cap, or that nobody listened to any more): charged, and recorded in the row of
     /// the failed task.
     pub(super) unfinished: Option<Unfinished>,
-    /// A verified task's votes, every round's, and their reasons (index for index).
+    /// A verified task's votes, every round's, their reasons and their verifiers as the
+    /// client is told of them ([`crate::registry::Delegate::client_name`]), index for index.
     pub(super) votes: Vec<crate::provenance::Vote>,
     pub(super) reasons: Vec<Option<String>>,
-    /// Each verification round's producer and result (when the task keeps them).
+    pub(super) voters: Vec<String>,
+    /// Each verification round's producer (as the client is told of it) and result (when
+    /// the task keeps them).
     pub(super) rounds: Vec<(String, crate::ldp::Json)>,
     /// What the task cost besides its answer's own cost: voted-down results and the
     /// verifiers (USD; already counted under their delegates in the metrics).
@@ -244,6 +247,7 @@ impl TaskRun {
             task_id,
             votes: self.votes,
             reasons: self.reasons,
+            voters: self.voters,
             rounds: self.rounds,
             reply,
             policy,
@@ -357,11 +361,13 @@ pub struct Trip {
     pub retry_after: Option<Duration>,
     /// An OpenAI-backed delegate's message fields besides its text (`tool_calls`, …).
     pub reply_fields: Option<serde_json::Map<String, serde_json::Value>>,
-    /// A verified task's votes, every round's, and each vote's reason (as the verifier
-    /// gave it, cut to 512 bytes), index for index.
+    /// A verified task's votes, every round's, each vote's reason (as the verifier gave it,
+    /// cut to 512 bytes) and its verifier as the client is told of it, index for index.
     pub votes: Vec<crate::provenance::Vote>,
     pub reasons: Vec<Option<String>>,
-    /// Each verification round's producer and result, when the task asked to keep them.
+    pub voters: Vec<String>,
+    /// Each verification round's producer (as the client is told of it) and result, when the
+    /// task asked to keep them.
     pub rounds: Vec<(String, crate::ldp::Json)>,
 }
 
@@ -406,6 +412,16 @@ impl Proxy {
         let started = Instant::now();
         let started_at = crate::ldp::now_rfc3339();
         let owner = super::owner(ctx, env);
+        // Before anything awaits: the task's place among the running ones, for a cancel to
+        // find (joined: its route registered it when the request arrived). A front end's
+        // task is known by its owner and id alone (its session is the front end's).
+        let session_key = match task.ingress {
+            Ingress::Ldp => Some(env.session_id.clone()),
+            Ingress::Openai | Ingress::Llmcp | Ingress::Llmx | Ingress::Ladp | Ingress::A2a => None,
+        };
+        let registered = self
+            .running
+            .register(owner.clone(), session_key, task.task_id.clone());
         let (session, unchecked) = match self.session(&env.session_id, &owner).await {
             Ok(Some(s)) => (s, None),
             Ok(None) if task.retried_if_session_lost => {
@@ -432,7 +448,6 @@ impl Proxy {
             },
         };
         tracing::Span::current().record("policy", policy.name.0.as_str());
-        let running = RunningTask::new(task.skill);
         let t = TaskCtx {
             env,
             task,
@@ -443,7 +458,7 @@ impl Proxy {
             progress,
             started,
             started_at,
-            running: &running,
+            running: registered.task(),
             trace: ctx.trace.clone(),
         };
         if let Some(error) = refused {
@@ -463,10 +478,9 @@ impl Proxy {
             )
             .await;
         self.retries.task();
-        session.task_started(t.task.task_id, &running);
         let mut run = TaskRun::default();
         let answer = self.run_unwinding(&t, &mut run).await;
-        session.task_finished(t.task.task_id, &running);
+        registered.task().finish();
         let policy = t.policy.clone();
         let reply = self.finish(t, &run, answer).await;
         Ok(run.trip(reply, policy))

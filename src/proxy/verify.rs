@@ -5,7 +5,8 @@
 //! and whose output is `{"passed": bool, "confidence": 0..1, "reason": "…"}`. Votes are
 //! weighted by each verifier's learned reliability (a verifier under `min_reliability` is
 //! not chosen); the result passes when the weighted yes reaches `threshold` of the total
-//! weight. A result voted down is routed again, for that task only, to a producer not yet
+//! weight (a task's own quorum may raise the threshold, never lower it) and some verifier
+//! said yes. A result voted down is routed again, for that task only, to a producer not yet
 //! voted down, for at most `max_rounds` rounds; then `VERIFICATION_FAILED`. Every vote is
 //! evidence of the producer's quality (`registry::quality`), a round counting as one
 //! observation (each vote its share of the round's weight), and goes into the ledger row;
@@ -21,7 +22,7 @@ use crate::ldp::error::GatewayCode;
 use crate::ldp::{
     provenance::EvidenceRef, Json, LdpError, LineageEntry, Provenance, TaskId, VerificationStatus,
 };
-use crate::policy::Verify;
+use crate::policy::{votes_pass, Verify};
 use crate::provenance::Vote;
 use crate::registry::Delegate;
 use crate::routing::Need;
@@ -94,12 +95,13 @@ impl Proxy {
             }
         }
         let measuring = not_sampled && verify.sample > 0.0;
-        // The task's own quorum (an LADP `task-init`'s) in place of the policy's threshold.
+        // The task's own quorum (an LADP `task-init`'s) may raise the policy's threshold,
+        // never lower it.
         let own;
         let verify = match t.task.quorum {
-            Some(threshold) => {
+            Some(quorum) => {
                 own = Verify {
-                    threshold,
+                    threshold: verify.threshold_for(Some(quorum)),
                     ..verify.clone()
                 };
                 &own
@@ -108,7 +110,10 @@ impl Proxy {
         };
         // Quiet and verified; a vote-down's re-run is bound for its task only.
         let (first, again) = (t.checked(false), t.checked(true));
+        // The voted-down producers, by registry name (excluded from the next rounds) and as
+        // the client is told of them.
         let mut voted_down: Vec<String> = Vec::new();
+        let mut told: Vec<String> = Vec::new();
         for round in 1..=verify.max_rounds {
             let t = if round == 1 { &first } else { &again };
             // Cancelled (TASK_CANCEL, the client left): no round starts after it.
@@ -126,7 +131,7 @@ impl Proxy {
                     if !voted_down.is_empty()
                         && e.code == GatewayCode::NoEligibleDelegate.as_str() =>
                 {
-                    return Answer::Failed(exhausted(&voted_down, &e.message))
+                    return Answer::Failed(exhausted(&told, &e.message))
                 }
                 failed => return failed,
             };
@@ -143,7 +148,7 @@ impl Proxy {
             }
             let first_vote = run.votes.len();
             if t.task.keep_rounds {
-                run.rounds.push((producer.name.clone(), output.clone()));
+                run.rounds.push((producer.client_name(), output.clone()));
             }
             let cost = provenance
                 .cost_usd
@@ -174,7 +179,7 @@ impl Proxy {
                 .inc();
             match outcome {
                 Round::Passed { yes, total } => {
-                    let votes = &run.votes[first_vote..];
+                    let votes = (&run.votes[first_vote..], &run.voters[first_vote..]);
                     let tally = Tally { round, yes, total };
                     self.peer_verified(t, &mut provenance, votes, &tally, verify);
                     return Answer::Result { output, provenance };
@@ -184,12 +189,13 @@ impl Proxy {
                     self.extra_cost(t, run, &producer, t.task.skill, cost);
                     let note = format!(
                         "round {round}: {} voted down (weighted yes {yes:.2} of {total:.2})",
-                        producer.name
+                        producer.client_name()
                     );
                     tracing::info!(delegate = %producer.name, round, yes, total, "result voted down");
                     t.tell(self.id(), None, format_args!("{note}; routing again"));
                     run.notes.push(note);
                     voted_down.push(producer.name.clone());
+                    told.push(producer.client_name());
                     self.drop_binding(t, &producer).await;
                 }
                 // Verified only to measure a producer that is no trial: with nobody to
@@ -209,7 +215,7 @@ impl Proxy {
                 }
             }
         }
-        Answer::Failed(exhausted(&voted_down, "the policy's max_rounds is reached"))
+        Answer::Failed(exhausted(&told, "the policy's max_rounds is reached"))
     }
 
     /// One round: the verifiers chosen (by the policy's routing, among delegates offering
@@ -396,8 +402,11 @@ impl Proxy {
                     read_verdict(&output)
                 }
                 Answer::Failed(e) => {
-                    run.notes
-                        .push(format!("verifier {} failed: {}", verifier.name, e.code));
+                    run.notes.push(format!(
+                        "verifier {} failed: {}",
+                        verifier.client_name(),
+                        e.code
+                    ));
                     None
                 }
             };
@@ -432,6 +441,7 @@ impl Proxy {
             }
             let reason = v.reason.map(|r| super::task::cut_detail(&r).0.to_owned());
             run.reasons.push(reason);
+            run.voters.push(verifier.client_name());
         }
         // The round is one observation of the producer: each vote counts for its share of
         // the round's weight (two verifiers agreeing are not two independent facts).
@@ -452,15 +462,16 @@ impl Proxy {
             );
             return Round::NoVote(error);
         }
-        let passed = yes >= verify.threshold * total;
+        // A round without a yes never passes, whatever the threshold.
+        let passed = votes_pass(yes, total, verify.threshold);
         // Reliability is shared evidence: learnt against the policy's own threshold, never
-        // a task's own quorum (a tenant's quorum 0 must not move it).
+        // a task's own quorum (a tenant's quorum must not move it).
         let threshold = t
             .policy
             .verify
             .as_ref()
             .map_or(verify.threshold, |v| v.threshold);
-        let agreed_on = yes >= threshold * total;
+        let agreed_on = votes_pass(yes, total, threshold);
         self.learn_agreement(&run.votes[first_vote..], skill, agreed_on, now);
         if passed {
             Round::Passed { yes, total }
@@ -589,36 +600,37 @@ impl Proxy {
         self.metrics.spend_total.inc_by(cost);
     }
 
-    /// Marks a result that passed: `peer_verified`, the passing round's votes as evidence,
-    /// and a lineage entry for the verification step (newest first).
+    /// Marks a result that passed: `peer_verified`, the passing round's votes (and their
+    /// verifiers as the client is told of them) as evidence, and a lineage entry for the
+    /// verification step (newest first).
     fn peer_verified(
         &self,
         t: &TaskCtx<'_>,
         p: &mut Provenance,
-        votes: &[Vote],
+        (votes, voters): (&[Vote], &[String]),
         tally: &Tally,
         verify: &Verify,
     ) {
         let Tally { round, yes, total } = *tally;
         p.verification_status = VerificationStatus::PeerVerified;
         p.normalize();
-        for v in votes {
+        for (v, voter) in votes.iter().zip(voters) {
             let source = self
                 .registry
                 .get(&v.verifier)
                 .and_then(|d| d.card())
-                .map_or_else(|| v.verifier.clone(), |c| c.delegate_id.clone());
+                .map_or_else(|| voter.clone(), |c| c.delegate_id.clone());
             p.evidence.push(EvidenceRef {
                 source,
                 kind: "peer_vote".into(),
                 uri: None,
-                summary: Some(format!("{} judged by {}", v.skill, v.verifier)),
+                summary: Some(format!("{} judged by {voter}", v.skill)),
                 decision: Some(if v.passed { "passed" } else { "failed" }.into()),
                 weight: Some(v.weight),
                 confidence: v.confidence,
             });
         }
-        let verifiers: Vec<&str> = votes.iter().map(|v| v.verifier.as_str()).collect();
+        let verifiers: Vec<&str> = voters.iter().map(String::as_str).collect();
         p.lineage.insert(
             0,
             LineageEntry {

@@ -81,6 +81,7 @@ mod tests {
         let registry = Registry::from_config(
             &[DelegateConfig::new("http://127.0.0.1:9")],
             OutlierConfig::default(),
+            false,
         )
         .unwrap();
         let set = PolicySet::builtin();

@@ -190,6 +190,13 @@ async fn send(
     let task_id = job.task.id.clone();
     // The task as submitted: the stream's first event.
     let submitted = stream.then(|| job.task.clone());
+    // Running before `CancelTask` can see it, for a cancel to find, until the task's future
+    // ends.
+    let registered = s.proxy.ingress_task_arrived(
+        &tenant,
+        crate::provenance::Ingress::A2a,
+        &crate::ldp::TaskId::from(task_id.clone()),
+    );
     let bridge::Inserted {
         events: mut rx,
         session,
@@ -219,6 +226,7 @@ async fn send(
     let runner = s.clone();
     // Tracked: a client that leaves does not stop the task, its settling or its ledger row.
     let spawned = s.proxy.spawn_tracked(async move {
+        let _registered = registered;
         bridge::run(&runner.proxy, &runner.a2a, &ctx, job, session).await;
     });
     if spawned.is_none() {

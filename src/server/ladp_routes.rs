@@ -87,6 +87,11 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
     let task_id: TaskId = crate::ldp::new_id().into();
     let tenant = ctx.tenant.name.clone();
     let sender = msg.sender.clone();
+    // Running before `halt` can see it in the book, for a cancel to find, until the task's
+    // future ends.
+    let registered = s
+        .proxy
+        .ingress_task_arrived(&tenant, Ingress::Ladp, &task_id);
     if let Err(wait) = s
         .ladp
         .start(&tenant, &sender, msg.epoch_ms, task_id.clone())
@@ -102,9 +107,10 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
     let proxy = s.proxy.clone();
     let (id, quorum) = (task_id.clone(), init.quorum);
     // Its own (tracked) task: a client that leaves does not stop its settling and ledger row.
-    let spawned = s
-        .proxy
-        .spawn_tracked(async move { bridge::run(&proxy, &ctx, &init, id).await });
+    let spawned = s.proxy.spawn_tracked(async move {
+        let _registered = registered;
+        bridge::run(&proxy, &ctx, &init, id).await
+    });
     let Some(handle) = spawned else {
         s.ladp.finish(&tenant, &sender, &task_id, Phase::Failed);
         let e = ApiError::new(GatewayCode::Unavailable, "the gateway is stopping");
@@ -135,7 +141,8 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
         Some(e) => with_text(refuse(ApiError::task_failed(e.clone())), answer.write()),
     };
     let policy = trip.policy.name.0.as_str();
-    let delegate = trip.delegate.as_ref().map(|d| d.name.as_str());
+    let delegate = trip.delegate.as_ref().map(|d| d.client_name());
+    let delegate = delegate.as_deref();
     for (name, value) in [
         ("x-ldp-task-id", Some(task_id.as_str())),
         ("x-ldp-policy", Some(policy)),

@@ -77,10 +77,15 @@ async fn answer(
     // this future is dropped, and the task must still settle its budget reservation and write
     // its ledger row, while the guard cancels it upstream.
     let mut guard = CancelOnDrop::new(s, &ctx, &env, task_id);
+    // Running from now on, for a cancel to find, until the task's future ends.
+    let registered = s.proxy.task_arrived(&ctx, &env);
     let proxy = s.proxy.clone();
     let task = s
         .proxy
-        .spawn_tracked(async move { proxy.handle(env, &ctx).await })
+        .spawn_tracked(async move {
+            let _registered = registered;
+            proxy.handle(env, &ctx).await
+        })
         .ok_or_else(|| ApiError::new(GatewayCode::Unavailable, "the gateway is stopping"))?;
     let joined = task.await;
     guard.done = true;
@@ -161,12 +166,14 @@ async fn stream(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -
         _ => None,
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Envelope>(64);
+    // Running from now on, for a cancel to find, until the task's future ends.
+    let registered = s.proxy.task_arrived(&ctx, &env);
     let proxy = s.proxy.clone();
     let metrics = s.metrics.clone();
-    let Some(task) = s
-        .proxy
-        .spawn_tracked(async move { proxy.handle_with(env, &ctx, Some(&tx)).await })
-    else {
+    let Some(task) = s.proxy.spawn_tracked(async move {
+        let _registered = registered;
+        proxy.handle_with(env, &ctx, Some(&tx)).await
+    }) else {
         return refuse(ApiError::new(
             GatewayCode::Unavailable,
             "the gateway is stopping",

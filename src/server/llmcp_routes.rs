@@ -75,9 +75,15 @@ async fn answer(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Res
     // A client that leaves before its answer cancels the task (and its repair).
     let tasks = [task_id.clone(), repair_id.clone()];
     let guard = CancelOnDrop::new(s, &ctx.tenant.name, Ingress::Llmcp, tasks);
+    // Running from now on, for a cancel to find, until the task's future ends.
+    let registered = [&task_id, &repair_id].map(|id| {
+        s.proxy
+            .ingress_task_arrived(&ctx.tenant.name, Ingress::Llmcp, id)
+    });
     let proxy = s.proxy.clone();
     // Its own (tracked) task: a client that leaves does not stop its settling and ledger row.
     let task = s.proxy.spawn_tracked(async move {
+        let _registered = registered;
         crate::frontend::llmcp::answer(&proxy, &ctx, &req, task_id, repair_id).await
     });
     let Some(task) = task else {

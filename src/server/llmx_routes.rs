@@ -131,15 +131,22 @@ async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound) -> Response {
     let header = reply_header(&s, Some(&tenant), Some(&theirs));
     let ids: Vec<TaskId> = jobs.iter().map(|_| crate::ldp::new_id().into()).collect();
     let guard = CancelOnDrop::new(&s, &ctx.tenant.name, Ingress::Llmx, ids.iter().cloned());
+    // Each running from now on, for a cancel to find, until its task's future ends.
+    let tenant = ctx.tenant.name.clone();
+    let registered = ids
+        .iter()
+        .map(|id| s.proxy.ingress_task_arrived(&tenant, Ingress::Llmx, id))
+        .collect::<Vec<_>>();
     let (tx, mut rx) = mpsc::channel::<Answered>(jobs.len().max(1));
     let timeout = s.config.upstream.task_timeout;
-    for (i, (job, task_id)) in jobs.into_iter().zip(ids).enumerate() {
+    for (i, ((job, task_id), registered)) in jobs.into_iter().zip(ids).zip(registered).enumerate() {
         let (proxy, registry, ctx, tx) =
             (s.proxy.clone(), s.registry.clone(), ctx.clone(), tx.clone());
         let answered = guard.answered();
         // Each REQ runs as its own tracked task: a client that leaves does not stop its
         // settling and its ledger row.
         let spawned = s.proxy.spawn_tracked(async move {
+            let _registered = registered;
             let a = bridge::run(&proxy, &registry, &ctx, &job, task_id, timeout).await;
             answered(i);
             let _ = tx.send(a).await;

@@ -188,11 +188,16 @@ async fn completion(
     let id = task_id.clone();
     // A client that leaves before its answer (or its first delta) cancels the task.
     let guard = CancelOnDrop::new(s, &ctx.tenant.name, Ingress::Openai, [task_id.clone()]);
+    // Running from now on, for a cancel to find, until the task's future ends.
+    let registered = s
+        .proxy
+        .ingress_task_arrived(&ctx.tenant.name, Ingress::Openai, &task_id);
     // The task runs as its own (tracked) task: a client that leaves does not stop its
     // settling and its ledger row.
     let task = s
         .proxy
         .spawn_tracked(async move {
+            let _registered = registered;
             let deltas = tx.as_ref();
             crate::frontend::openai::chat(&proxy, &ctx, &req, &skill, id, deltas).await
         })
@@ -455,7 +460,7 @@ async fn stream(
             let headers = ldp_headers(
                 &task_id,
                 Some(&delta.policy.name.0),
-                Some(&delta.delegate.name),
+                Some(&delta.delegate.client_name()),
             );
             let content = if delta.text.is_empty() && delta.other.is_some() {
                 Value::Null

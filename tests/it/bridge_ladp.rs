@@ -385,8 +385,17 @@ async fn a_producer_always_voted_down_ends_in_meta_abort_after_the_retry_limit()
     gw.shutdown().await;
 }
 
-#[tokio::test]
-async fn the_message_s_quorum_decides_the_vote() {
+/// [`verified`] judging by `threshold` in place of the default 0.75.
+fn verified_at(name: &str, verifiers: u32, rounds: u32, threshold: f64) -> String {
+    format!(
+        "{}threshold = {threshold}\n",
+        verified(name, verifiers, rounds)
+    )
+}
+
+/// A gateway with one producer and two verifiers of equal weight, one saying yes and one
+/// no, under the default policy `verified` judging by `threshold`.
+async fn split_vote(threshold: f64) -> (TestGateway, RogueOpenAi, RogueOpenAi) {
     let (yes, no) = (judge(true).await, judge(false).await);
     let gw = TestGateway::builder()
         .sim(producer("p-alpha", "alpha", 0.9, 0.001, 1.0))
@@ -397,13 +406,19 @@ async fn the_message_s_quorum_decides_the_vote() {
             declared(&["verify"], 0.9),
         ))
         .entry(entry("nay", &no.url(), "rogue", declared(&["verify"], 0.9)))
-        .policy("verified.toml", &verified("verified", 2, 1))
+        .policy("verified.toml", &verified_at("verified", 2, 1, threshold))
         .config(|c| c.policies.default = "verified".into())
         .config(rate(100))
         .spawn()
         .await;
-    // One yes, one no, of equal weight: half the weight says yes.
-    let said = send(&gw, None, task_init("ctl", 1, "x?", "(quorum 0.5)")).await;
+    (gw, yes, no)
+}
+
+#[tokio::test]
+async fn the_message_s_quorum_tightens_the_policy_s_threshold_and_never_loosens_it() {
+    let (gw, _yes, _no) = split_vote(0.5).await;
+    // One yes, one no, of equal weight: half the weight says yes, the policy's threshold.
+    let said = send(&gw, None, task_init("ctl", 1, "x?", "")).await;
     assert_eq!(said.status, 200, "{}", said.text);
     let done = said.forms.last().unwrap();
     assert_eq!(done.kind, "integration-verified", "{}", said.text);
@@ -418,8 +433,15 @@ async fn the_message_s_quorum_decides_the_vote() {
     assert_eq!(decisions.len(), 2);
     assert!(decisions.contains(&"yes") && decisions.contains(&"no"));
 
+    // A lower quorum asks for less than the operator's threshold: the threshold holds.
+    let said = send(&gw, None, task_init("ctl", 2, "x?", "(quorum 0.25)")).await;
+    assert_eq!(said.status, 200, "{}", said.text);
+    let done = said.forms.last().unwrap();
+    assert_eq!(done.kind, "integration-verified", "{}", said.text);
+    assert_eq!(number(done, "quorum"), 0.5, "{}", said.text);
+
     // Unanimity asked: the same votes fail it.
-    let said = send(&gw, None, task_init("ctl", 2, "x?", "(quorum 1)")).await;
+    let said = send(&gw, None, task_init("ctl", 3, "x?", "(quorum 1)")).await;
     assert_eq!(said.status, 502, "{}", said.text);
     assert_eq!(
         said.kinds(),
@@ -440,26 +462,65 @@ async fn the_message_s_quorum_decides_the_vote() {
 }
 
 #[tokio::test]
-async fn a_task_s_quorum_does_not_decide_what_verifiers_learn() {
-    let (yes, no) = (judge(true).await, judge(false).await);
+async fn a_quorum_of_zero_does_not_verify_a_result_every_verifier_voted_down() {
+    let (no, nope) = (judge(false).await, judge(false).await);
     let gw = TestGateway::builder()
         .sim(producer("p-alpha", "alpha", 0.9, 0.001, 1.0))
+        .entry(entry("nay", &no.url(), "rogue", declared(&["verify"], 0.9)))
         .entry(entry(
-            "aye",
-            &yes.url(),
+            "nope",
+            &nope.url(),
             "rogue",
             declared(&["verify"], 0.9),
         ))
-        .entry(entry("nay", &no.url(), "rogue", declared(&["verify"], 0.9)))
         .policy("verified.toml", &verified("verified", 2, 1))
         .config(|c| c.policies.default = "verified".into())
         .config(rate(100))
         .spawn()
         .await;
-    // A quorum of 0.5 lets one yes of two pass; the policy's threshold (0.75) would not:
-    // agreement is learnt against the policy's, so the yes-sayer is the one that disagreed.
+    let said = send(&gw, None, task_init("ctl", 1, "x?", "(quorum 0)")).await;
+    assert!(
+        !said.kinds().contains(&"integration-verified"),
+        "0 yes votes answered verified: {}",
+        said.text
+    );
+    assert_eq!(said.status, 502, "VERIFICATION_FAILED: {}", said.text);
+    assert_eq!(
+        said.kinds(),
+        [
+            "synthesis",
+            "verify",
+            "vote",
+            "verify",
+            "vote",
+            "reject-proposal",
+            "meta"
+        ],
+        "{}",
+        said.text
+    );
+    assert!(
+        string(&said.forms[5], "reason").contains("below the quorum 0.75"),
+        "the policy's threshold, not the message's 0: {}",
+        said.text
+    );
+    let row = gw.ledger_row(said.header("x-ldp-task-id")).await;
+    assert_ne!(
+        row.verification_status.as_deref(),
+        Some("peer_verified"),
+        "{row:?}"
+    );
+    assert_eq!(row.error_code.as_deref(), Some("VERIFICATION_FAILED"));
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_task_s_quorum_does_not_decide_what_verifiers_learn() {
+    let (gw, _yes, _no) = split_vote(0.5).await;
+    // Unanimity asked fails one yes of two; the policy's threshold (0.5) would pass it:
+    // agreement is learnt against the policy's, so the naysayer is the one that disagreed.
     for ms in 1..=4 {
-        send(&gw, None, task_init("ctl", ms, "x?", "(quorum 0.5)")).await;
+        send(&gw, None, task_init("ctl", ms, "x?", "(quorum 1)")).await;
     }
     let scrape = gw.metrics().await;
     let reliability = |d: &str| -> f64 {
@@ -472,7 +533,7 @@ async fn a_task_s_quorum_does_not_decide_what_verifiers_learn() {
             .unwrap_or_else(|| panic!("no reliability for {d}"))
     };
     assert!(
-        reliability("nay") > reliability("aye"),
+        reliability("aye") > reliability("nay"),
         "aye {} nay {}",
         reliability("aye"),
         reliability("nay")

@@ -2,6 +2,7 @@
 //! release binary found, each named after what it guards, on real sockets against
 //! `Gateway::start` or the real binary. Bounds are generous ceilings, never timings.
 
+mod addresses;
 mod agent_card;
 mod bounds;
 mod cancel;
@@ -10,6 +11,7 @@ mod conn;
 mod conversation_budget;
 mod credentials;
 mod crowding;
+mod early_cancel;
 mod feedback_index;
 mod ingress;
 mod journal;

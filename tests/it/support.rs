@@ -12,6 +12,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod openai;
 pub mod process;
+pub mod redis_gate;
 pub mod rogue;
 pub mod stores;
 mod toml;

@@ -32,7 +32,7 @@ fn registry() -> Arc<Registry> {
         name: Some("d1".into()),
         ..crate::config::DelegateConfig::new("http://127.0.0.1:9")
     };
-    Arc::new(Registry::from_config(&[cfg], Default::default()).unwrap())
+    Arc::new(Registry::from_config(&[cfg], Default::default(), false).unwrap())
 }
 
 fn binding(registry: &Registry, upstream_id: &str) -> Binding {
