@@ -99,6 +99,10 @@ async fn a_flood_of_ladp_senders_does_not_lock_another_tenant_out() {
         assert_eq!(a.status, 200, "{sender}: {}", a.text);
     }
     let refused: Vec<&(u16, Option<String>)> = answers.iter().filter(|(s, _)| *s == 429).collect();
+    eprintln!(
+        "16,500 made-up senders of beta's: {} refused with Retry-After; alpha's agents admitted",
+        refused.len()
+    );
     assert!(
         refused.len() > 10_000,
         "beta's share holds a few hundred agents: {} of 16,500 refused",
@@ -366,6 +370,9 @@ async fn big_answers_of_one_tenant_do_not_evict_anothers_task_status() {
     assert_eq!(oldest.json["body"]["error"]["code"], "TASK_NOT_FOUND");
     let scrape = gw.metrics().await;
     let bytes = scrape.sum("ldp_gateway_task_status_bytes");
+    eprintln!(
+        "100 answers of 300 KB of beta's under {BOUND}: alpha's status kept, {bytes} bytes held"
+    );
     assert!(bytes > 0.0 && bytes <= BOUND as f64, "{bytes}");
     gw.shutdown().await;
 }
