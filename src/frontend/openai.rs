@@ -5,7 +5,7 @@
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, Json, LdpError, TaskId};
 use crate::openai::estimate_tokens;
-use crate::openai::wire::{ChatRequest, ErrorDetail, Message, Usage};
+use openai_wire::{ChatRequest, ErrorDetail, Message, Usage};
 use crate::provenance::Ingress;
 use crate::proxy::{ChatDelta, IngressTask, Proxy, Refusal, RequestCtx};
 use serde_json::{Map, Value};

@@ -4,7 +4,7 @@
 //! [`Reply`] or a [`ChatError`] that says whether another delegate may be tried.
 
 use super::card::{prices, Prices};
-use super::wire::{
+use openai_wire::{
     Chunk, Completion, ErrorBody, ErrorDetail, StreamOptions, UpstreamRequest, Usage,
 };
 use crate::config::{DelegateConfig, DelegateKind, MaxTokensParam};
@@ -563,7 +563,7 @@ impl Backend {
 }
 
 /// A delta as a [`Piece`]: its text, and its other fields but `role` and nulls.
-fn piece_of(d: super::wire::Delta) -> Piece {
+fn piece_of(d: openai_wire::Delta) -> Piece {
     let mut other = d.rest;
     other.retain(|k, v| k != "role" && !v.is_null());
     Piece {

@@ -11,7 +11,7 @@ use crate::ldp::{
     Body, DelegationContract, Envelope, Json, LdpError, PayloadMode, SessionConfig, SessionId,
     TaskId,
 };
-use crate::openai::wire::ChatRequest;
+use openai_wire::ChatRequest;
 use crate::provenance::Ingress;
 use crate::state::{ConversationStore as _, SessionStore as _};
 use std::sync::Arc;

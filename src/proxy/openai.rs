@@ -12,7 +12,7 @@ use crate::config::MaxTokensParam;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, ErrorCategory, ErrorSeverity, Json, LdpError, PayloadMode, Provenance};
 use crate::openai::conversation::Turn;
-use crate::openai::wire::{self, ChatRequest, Usage};
+use openai_wire::{self as wire, ChatRequest, Usage};
 use crate::openai::{estimate_tokens, Backend, ChatError, Params, Piece, Reply, Stopped, Streamed};
 use crate::registry::{Delegate, OpenAiDelegate};
 use crate::session::Binding;

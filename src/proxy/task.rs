@@ -4,7 +4,7 @@
 use super::{Proxy, Refusal, RequestCtx};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, DelegationContract, Envelope, LdpError, PayloadMode, Provenance, TaskId};
-use crate::openai::wire::{ChatRequest, ErrorDetail, Usage};
+use openai_wire::{ChatRequest, ErrorDetail, Usage};
 use crate::policy::Policy;
 use crate::provenance::Ingress;
 use crate::routing::Need;

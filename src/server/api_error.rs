@@ -5,7 +5,7 @@
 
 use crate::ldp::error::GatewayCode;
 use crate::ldp::LdpError;
-use crate::openai::wire::ErrorDetail;
+use openai_wire::ErrorDetail;
 use crate::proxy::{Refusal, Refused, RequestIds};
 use crate::telemetry::Metrics;
 use axum::http::StatusCode;

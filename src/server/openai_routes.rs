@@ -11,7 +11,7 @@ use super::AppState;
 use crate::frontend::openai::{ChatOutcome, ChatRefusal, ChatReply};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::TaskId;
-use crate::openai::wire::{ChatRequest, ErrorDetail, Usage};
+use openai_wire::{ChatRequest, ErrorDetail, Usage};
 use crate::provenance::Ingress;
 use crate::proxy::ChatDelta;
 use axum::body::Body as HttpBody;

@@ -7,7 +7,7 @@
 
 use super::fleet::QUIZ_SKILL;
 use ldp_gateway::ldp::{Body, Envelope, IdentityCard, PayloadMode, SessionConfig};
-use ldp_gateway::openai::wire::Turn;
+use openai_wire::Turn;
 use ldp_gateway::openai::{Backend, Params};
 use ldp_gateway::upstream::{UpstreamClient, UpstreamSession};
 use serde_json::{json, Value};
