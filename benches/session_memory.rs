@@ -10,8 +10,8 @@
 #[path = "support/sessions.rs"]
 mod sessions;
 
-use ldp_gateway::openai::conversation::{ConversationMemory, Turn};
 use ldp_gateway::session::SessionTable;
+use ldp_gateway::{chat::Turn, state::conversation_store::ConversationMemory};
 use sessions::new_session;
 use std::sync::Arc;
 

@@ -6,7 +6,7 @@
 //! → `upstream` (delegate client, upstream sessions, failover) → back through `proxy`
 //! (provenance lineage, `provenance` ledger row, `telemetry` metrics) → `server` (answer).
 
-pub mod a2a;
+pub mod chat;
 pub mod cluster;
 pub mod config;
 pub mod fair;
@@ -14,7 +14,6 @@ pub mod frontend;
 /// The LDP wire types (the `ldp-wire` crate), under the name the gateway has always used.
 pub use ldp_wire as ldp;
 pub mod limits;
-pub mod openai;
 pub mod policy;
 pub mod provenance;
 pub mod proxy;

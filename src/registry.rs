@@ -3,9 +3,9 @@
 
 use crate::config::{normalize_url, DelegateConfig, UrlError};
 use crate::ldp::{CapabilityHints, IdentityCard};
-use crate::openai::{Backend, BackendError};
 use crate::policy::Policy;
 use crate::routing::{self, Load, Offer, RoutingParams, Static};
+use crate::upstream::openai::{Backend, BackendError};
 use crate::upstream::UpstreamClient;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use std::collections::{BTreeMap, HashMap};
@@ -65,7 +65,7 @@ async fn fetch(d: &Delegate, client: &UpstreamClient, timeout: Duration) -> Fetc
 /// from it and the declared one. A card change takes effect here, at the next poll.
 async fn fetch_a2a(
     d: &Delegate,
-    agent: &crate::a2a::Agent,
+    agent: &crate::upstream::a2a::Agent,
     client: &UpstreamClient,
     timeout: Duration,
 ) -> Fetched {
@@ -77,7 +77,7 @@ async fn fetch_a2a(
         Ok(card) => card,
         Err(e) => return failed(e.to_string(), false),
     };
-    let endpoint = match crate::a2a::Endpoint::of(&card, &d.base_url) {
+    let endpoint = match crate::upstream::a2a::Endpoint::of(&card, &d.base_url) {
         Ok(e) => e,
         Err(e) => {
             let why = format!("the Agent Card at {}: {e}", d.base_url);
@@ -95,7 +95,7 @@ async fn fetch_a2a(
         None if card.name.trim().is_empty() => "a2a-agent".to_owned(),
         None => card.name.chars().take(MAX_CARD_NAME_CHARS).collect(),
     };
-    match crate::a2a::card::build(&name, &d.base_url, &card, agent.declared.as_ref()) {
+    match crate::upstream::a2a::card::build(&name, &d.base_url, &card, agent.declared.as_ref()) {
         Ok(ldp) if ldp.delegate_id == client.from_id() => {
             failed(RegistryError::OwnCard(d.base_url.clone()).to_string(), true)
         }
@@ -193,7 +193,7 @@ pub struct Delegate {
     /// An OpenAI-backed delegate's backend and declared card (`None`: an LDP delegate).
     pub openai: Option<OpenAiDelegate>,
     /// An A2A agent's calls, declared card and endpoint (`None`: not an A2A agent).
-    pub a2a: Option<crate::a2a::Agent>,
+    pub a2a: Option<crate::upstream::a2a::Agent>,
     /// Until when (ms on the registry's clock) it is skipped: it answered 429.
     paused_until_ms: AtomicU64,
     /// What verifier votes and client ratings say of its answers, per skill.
@@ -229,7 +229,7 @@ impl Delegate {
         let openai = Backend::from_config(cfg, &name)?.map(|backend| OpenAiDelegate {
             // The declared card of a delegate without a configured name is named after its
             // model, not its URL: the card's id is what clients see of it.
-            card: Arc::new(crate::openai::card::build(
+            card: Arc::new(crate::upstream::openai::card::build(
                 cfg.name.as_deref().unwrap_or(&backend.model),
                 &base_url,
                 &backend.model,
@@ -655,7 +655,10 @@ pub enum RegistryError {
 }
 
 /// The A2A agent of entry `cfg` (named `name`), its key read from `api_key_env`.
-fn a2a_agent(cfg: &DelegateConfig, name: &str) -> Result<crate::a2a::Agent, BackendError> {
+fn a2a_agent(
+    cfg: &DelegateConfig,
+    name: &str,
+) -> Result<crate::upstream::a2a::Agent, BackendError> {
     let key =
         match &cfg.api_key_env {
             Some(var) => Some(crate::secret::Secret::from_env(var).ok_or_else(|| {
@@ -666,9 +669,11 @@ fn a2a_agent(cfg: &DelegateConfig, name: &str) -> Result<crate::a2a::Agent, Back
             })?),
             None => None,
         };
-    crate::a2a::Agent::new(cfg.card.clone(), key.as_ref()).map_err(|_| BackendError::BadKey {
-        delegate: name.to_owned(),
-        var: cfg.api_key_env.clone().unwrap_or_default(),
+    crate::upstream::a2a::Agent::new(cfg.card.clone(), key.as_ref()).map_err(|_| {
+        BackendError::BadKey {
+            delegate: name.to_owned(),
+            var: cfg.api_key_env.clone().unwrap_or_default(),
+        }
     })
 }
 

@@ -9,7 +9,7 @@
 //! | client sessions | [`SessionStore`] → [`Sessions`] | the `SessionTable` (`crate::session`) | `{p}:session:{id}`, `{p}:session:{id}:bindings` | refused, retryable |
 //! | replay nonces | [`NonceStore`] → [`Nonces`] | the `ReplayGuard` (`crate::ldp::replay`) | `{p}:nonce:{hash}` | refused, retryable (503) |
 //! | task statuses (status queries) | [`StatusStore`] → [`Statuses`] | the `RecentTasks` (`crate::recent`) | `{p}:status:entries`, `{p}:status:changes`, `{p}:status:bytes` | a query answered `SHARED_STATE_UNAVAILABLE` (retryable); a change skipped (logged) |
-//! | conversations for OpenAI-backed delegates | [`ConversationStore`] → [`Conversations`] | the `ConversationMemory` (`crate::openai::conversation`) | `{p}:conv:s:{session}`, `{p}:conv:lru`, `{p}:conv:sizes`, `{p}:conv:bytes` | the task runs without its earlier turns; its own is not kept (logged) |
+//! | conversations for OpenAI-backed delegates | [`ConversationStore`] → [`Conversations`] | the `ConversationMemory` (`crate::upstream::openai::conversation`) | `{p}:conv:s:{session}`, `{p}:conv:lru`, `{p}:conv:sizes`, `{p}:conv:bytes` | the task runs without its earlier turns; its own is not kept (logged) |
 //!
 //! Each concern is a file (`limit_store.rs`, `budget_store.rs`, `session_store.rs`, `nonce_store.rs`: the trait,
 //! the enum, the local implementation) and a folder holding its Redis implementation
@@ -84,7 +84,7 @@ impl Stores {
                 cfg.security.replay_capacity,
             )),
             conversations: Conversations::Local(
-                crate::openai::conversation::ConversationMemory::new(
+                crate::state::conversation_store::ConversationMemory::new(
                     usize::try_from(cfg.openai.memory_bytes).unwrap_or(usize::MAX),
                 ),
             ),

@@ -4,10 +4,10 @@
 
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, Json, LdpError, TaskId};
-use crate::openai::estimate_tokens;
-use openai_wire::{ChatRequest, ErrorDetail, Message, Usage};
 use crate::provenance::Ingress;
 use crate::proxy::{ChatDelta, IngressTask, Proxy, Refusal, RequestCtx};
+use crate::upstream::openai::estimate_tokens;
+use openai_wire::{ChatRequest, ErrorDetail, Message, Usage};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 

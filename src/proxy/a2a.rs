@@ -18,10 +18,10 @@
 use super::attempt::{Attempt, Failure, Health};
 use super::task::{Answer, Progress, TaskCtx, TaskRun};
 use super::Proxy;
-use crate::a2a::{A2aError, Agent, Outcome};
 use crate::ldp::{Body, ErrorCategory, ErrorSeverity, Json, LdpError, PayloadMode, Provenance};
 use crate::registry::Delegate;
 use crate::session::Binding;
+use crate::upstream::a2a::{A2aError, Agent, Outcome};
 use crate::upstream::UpstreamError;
 use a2a_wire::v1::{Message, Part, PartContent, Role, TaskState};
 use serde_json::Value;

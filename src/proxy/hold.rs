@@ -132,9 +132,10 @@ impl Proxy {
                 };
                 // What the request will allow (proxy/openai.rs sends this bound).
                 let output = self.output_tokens(t.task.chat, &o.backend);
-                o.backend
-                    .prices
-                    .cost(crate::openai::estimate_tokens(input_bytes), output)
+                o.backend.prices.cost(
+                    crate::upstream::openai::estimate_tokens(input_bytes),
+                    output,
+                )
             }
             _ => self.declared_cost(delegate, t.task.skill).unwrap_or(0.0),
         }

@@ -11,9 +11,9 @@ use crate::ldp::{
     Body, DelegationContract, Envelope, Json, LdpError, PayloadMode, SessionConfig, SessionId,
     TaskId,
 };
-use openai_wire::ChatRequest;
 use crate::provenance::Ingress;
 use crate::state::{ConversationStore as _, SessionStore as _};
+use openai_wire::ChatRequest;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 

@@ -8,16 +8,18 @@
 use super::attempt::{Attempt, Failure, Health};
 use super::task::{Answer, ChatDelta, Progress, TaskCtx, TaskRun, Unfinished};
 use super::Proxy;
+use crate::chat::Turn;
 use crate::config::MaxTokensParam;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, ErrorCategory, ErrorSeverity, Json, LdpError, PayloadMode, Provenance};
-use crate::openai::conversation::Turn;
-use openai_wire::{self as wire, ChatRequest, Usage};
-use crate::openai::{estimate_tokens, Backend, ChatError, Params, Piece, Reply, Stopped, Streamed};
 use crate::registry::{Delegate, OpenAiDelegate};
 use crate::session::Binding;
 use crate::state::ConversationStore as _;
 use crate::translate::{render_text, translate_input};
+use crate::upstream::openai::{
+    estimate_tokens, Backend, ChatError, Params, Piece, Reply, Stopped, Streamed,
+};
+use openai_wire::{self as wire, ChatRequest, Usage};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use tokio::time::Instant;

@@ -4,13 +4,13 @@
 use super::{Proxy, Refusal, RequestCtx};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, DelegationContract, Envelope, LdpError, PayloadMode, Provenance, TaskId};
-use openai_wire::{ChatRequest, ErrorDetail, Usage};
 use crate::policy::Policy;
 use crate::provenance::Ingress;
 use crate::routing::Need;
 use crate::session::{Binding, ClientSession, RunningTask};
 use crate::state::StatusStore;
 use crate::tenant::Tenant;
+use openai_wire::{ChatRequest, ErrorDetail, Usage};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;

@@ -5,11 +5,11 @@
 
 use crate::ldp::error::GatewayCode;
 use crate::ldp::LdpError;
-use openai_wire::ErrorDetail;
 use crate::proxy::{Refusal, Refused, RequestIds};
 use crate::telemetry::Metrics;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use openai_wire::ErrorDetail;
 use std::time::Duration;
 use tracing::Level;
 

@@ -1,12 +1,15 @@
 //! The conversations kept for OpenAI-backed delegates, by client session and skill. Single
-//! node: this process's [`ConversationMemory`] (`crate::openai::conversation`). Cluster mode:
+//! node: this process's [`ConversationMemory`] (`memory.rs`). Cluster mode:
 //! Redis, so a session's next task continues its conversation on any replica. Both are bounded
 //! per session (`openai.session_memory_bytes`) and all together (`openai.memory_bytes`, the
 //! least recently used sessions' conversations dropped first), and end with the session's
 //! idle TTL. When Redis does not answer, a task runs without its earlier turns and its own
 //! turn is not kept (logged; the Redis error is counted).
 
-use crate::openai::conversation::{ConversationMemory, Pushed, Turn};
+use crate::chat::Turn;
+
+mod memory;
+pub use memory::{ConversationMemory, Pushed, SessionConversations};
 use std::future::Future;
 use std::time::Duration;
 

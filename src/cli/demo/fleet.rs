@@ -7,10 +7,10 @@
 use anyhow::Context as _;
 use ldp_gateway::config::{DelegateConfig, DelegateKind};
 use ldp_gateway::ldp::IdentityCard;
-use ldp_gateway::openai::{card as openai_card, Backend, Prices};
 use ldp_gateway::routing::TierPrices;
 use ldp_gateway::sim::openai::{OpenAiHandle, OpenAiOptions};
 use ldp_gateway::sim::{SimHandle, SimOptions};
+use ldp_gateway::upstream::openai::{card as openai_card, Backend, Prices};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;

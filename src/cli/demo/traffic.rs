@@ -7,9 +7,9 @@
 
 use super::fleet::QUIZ_SKILL;
 use ldp_gateway::ldp::{Body, Envelope, IdentityCard, PayloadMode, SessionConfig};
-use openai_wire::Turn;
-use ldp_gateway::openai::{Backend, Params};
+use ldp_gateway::upstream::openai::{Backend, Params};
 use ldp_gateway::upstream::{UpstreamClient, UpstreamSession};
+use openai_wire::Turn;
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};

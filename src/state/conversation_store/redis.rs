@@ -11,7 +11,8 @@
 //! here).
 
 use super::ConversationStore;
-use crate::openai::conversation::{Pushed, Turn};
+use crate::chat::Turn;
+use crate::state::conversation_store::Pushed;
 use crate::state::redis::Redis;
 use crate::state::StoreError;
 use std::sync::LazyLock;

@@ -81,9 +81,9 @@ pub fn build(
     let label = |k: &str| labels.get(k).filter(|v| !v.trim().is_empty()).cloned();
     let restrict = declared.map(|d| d.skills.as_slice()).unwrap_or_default();
     let p = declared
-        .map(crate::openai::card::prices)
+        .map(crate::upstream::openai::card::prices)
         .unwrap_or_default();
-    let (typical_in, typical_out) = crate::openai::card::TYPICAL_CALL_TOKENS;
+    let (typical_in, typical_out) = crate::upstream::openai::card::TYPICAL_CALL_TOKENS;
     let hints = CapabilityHints {
         quality: declared.and_then(|d| d.quality),
         latency_p50_ms: declared.and_then(|d| d.latency_p50_ms),

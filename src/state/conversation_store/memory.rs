@@ -1,4 +1,4 @@
-//! The conversations the gateway keeps for OpenAI-backed delegates. Such an endpoint keeps no
+//! The conversations the gateway keeps for chat delegates (OpenAI-compatible ones). Such an endpoint keeps no
 //! state, so the gateway keeps, per client session and skill, the user and assistant turns of
 //! the session's tasks and sends them with each new task: bounded by the session's memory cap
 //! (the oldest turns go first), when a request is built by the delegate's context window, and
@@ -7,29 +7,10 @@
 //! sessions' conversations first, a tenant within its share loses none to another's volume).
 //! Cluster mode keeps them in Redis instead (`state/conversation_store/redis.rs`).
 
+use crate::chat::Turn;
 use crate::fair::{Changed, FairTable, Kept, TableStats};
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::Duration;
-
-/// Weight of a turn beyond its text (so that empty turns are not free).
-pub const TURN_OVERHEAD: usize = 32;
-
-/// One exchange: what the user sent and what the assistant answered.
-#[derive(Debug, Clone)]
-pub struct Turn {
-    /// The task's input as text.
-    pub user: Arc<str>,
-    /// The answer's text.
-    pub assistant: Arc<str>,
-}
-
-impl Turn {
-    /// Its weight: its text and [`TURN_OVERHEAD`].
-    pub fn bytes(&self) -> usize {
-        self.user.len() + self.assistant.len() + TURN_OVERHEAD
-    }
-}
 
 /// Every conversation of one client session, by skill, and the bytes they hold together.
 #[derive(Debug)]
@@ -230,6 +211,7 @@ impl ConversationMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chat::TURN_OVERHEAD;
     use crate::fair::ENTRY_OVERHEAD;
 
     fn turn(u: &str, a: &str) -> Turn {

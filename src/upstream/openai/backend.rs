@@ -4,15 +4,15 @@
 //! [`Reply`] or a [`ChatError`] that says whether another delegate may be tried.
 
 use super::card::{prices, Prices};
-use openai_wire::{
-    Chunk, Completion, ErrorBody, ErrorDetail, StreamOptions, UpstreamRequest, Usage,
-};
 use crate::config::{DelegateConfig, DelegateKind, MaxTokensParam};
 use crate::secret::Secret;
 use crate::upstream::{UpstreamClient, UpstreamError};
 use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION};
 use ldp_client::requests_own;
+use openai_wire::{
+    Chunk, Completion, ErrorBody, ErrorDetail, StreamOptions, UpstreamRequest, Usage,
+};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::ops::ControlFlow;

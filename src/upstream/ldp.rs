@@ -1,0 +1,3 @@
+//! LDP delegates (`kind = "ldp"`, the default): the one kind that speaks the gateway's own
+//! protocol — a card fetched from the delegate, an upstream session per client session and
+//! skill, TASK_SUBMIT in the negotiated payload mode, TASK_CANCEL.
