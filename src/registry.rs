@@ -5,7 +5,8 @@ use crate::config::{normalize_url, DelegateConfig, UrlError};
 use crate::ldp::{CapabilityHints, IdentityCard};
 use crate::policy::Policy;
 use crate::routing::{self, Load, Offer, RoutingParams, Static};
-use crate::upstream::openai::{Backend, BackendError};
+use crate::upstream::openai::BackendError;
+use crate::upstream::Upstream;
 use crate::upstream::UpstreamClient;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use std::collections::{BTreeMap, HashMap};
@@ -24,40 +25,32 @@ pub use health::{Availability, InFlight, Observed, OutlierConfig, Phase, Snapsho
 /// with the gateway's own delegate id is refused: routing to it would send every task back
 /// to this gateway.
 async fn fetch(d: &Delegate, client: &UpstreamClient, timeout: Duration) -> Fetched {
-    if let Some(openai) = &d.openai {
+    let changed = match &d.upstream {
         // No card to fetch: the declared one, while `GET {url}/models` answers.
-        let changed = match openai
+        Upstream::OpenAi(openai) => match openai
             .backend
             .check_models(client, &d.base_url, timeout)
             .await
         {
             Ok(()) => d.record_card((*openai.card).clone()),
             Err(e) => d.record_fetch_failure(e.to_string()),
-        };
-        return Fetched {
-            changed,
-            own: false,
-        };
-    }
-    if let Some(agent) = &d.a2a {
-        return fetch_a2a(d, agent, client, timeout).await;
-    }
-    match client.fetch_card(&d.base_url, timeout).await {
-        Ok(card) if card.delegate_id == client.from_id() => {
-            let why = RegistryError::OwnCard(d.base_url.clone());
-            Fetched {
-                changed: d.record_fetch_failure(why.to_string()),
-                own: true,
+        },
+        Upstream::A2a(agent) => return fetch_a2a(d, agent, client, timeout).await,
+        Upstream::Ldp(_) => match client.fetch_card(&d.base_url, timeout).await {
+            Ok(card) if card.delegate_id == client.from_id() => {
+                let why = RegistryError::OwnCard(d.base_url.clone());
+                return Fetched {
+                    changed: d.record_fetch_failure(why.to_string()),
+                    own: true,
+                };
             }
-        }
-        Ok(card) => Fetched {
-            changed: d.record_card(card),
-            own: false,
+            Ok(card) => d.record_card(card),
+            Err(e) => d.record_fetch_failure(e.to_string()),
         },
-        Err(e) => Fetched {
-            changed: d.record_fetch_failure(e.to_string()),
-            own: false,
-        },
+    };
+    Fetched {
+        changed,
+        own: false,
     }
 }
 
@@ -190,23 +183,12 @@ pub struct Delegate {
     /// Rate limit protecting the delegate (routing skips it when reached).
     pub limit: Option<crate::limits::RateLimit>,
     outlier: OutlierConfig,
-    /// An OpenAI-backed delegate's backend and declared card (`None`: an LDP delegate).
-    pub openai: Option<OpenAiDelegate>,
-    /// An A2A agent's calls, declared card and endpoint (`None`: not an A2A agent).
-    pub a2a: Option<crate::upstream::a2a::Agent>,
+    /// What kind of upstream it is, and what that kind keeps to call it.
+    pub upstream: Upstream,
     /// Until when (ms on the registry's clock) it is skipped: it answered 429.
     paused_until_ms: AtomicU64,
     /// What verifier votes and client ratings say of its answers, per skill.
     pub learned: quality::Learned,
-}
-
-/// What makes a delegate OpenAI-backed: how it is called, and the card declared for it.
-#[derive(Debug)]
-pub struct OpenAiDelegate {
-    /// How it is called.
-    pub backend: Backend,
-    /// The card built from `[delegates.card]`.
-    pub card: Arc<IdentityCard>,
 }
 
 /// Milliseconds since the first reading of the registry's clock (for pauses).
@@ -226,21 +208,7 @@ impl Delegate {
     ) -> Result<Delegate, RegistryError> {
         let base_url = normalize_url(&cfg.url)?;
         let name = cfg.registry_name();
-        let openai = Backend::from_config(cfg, &name)?.map(|backend| OpenAiDelegate {
-            // The declared card of a delegate without a configured name is named after its
-            // model, not its URL: the card's id is what clients see of it.
-            card: Arc::new(crate::upstream::openai::card::build(
-                cfg.name.as_deref().unwrap_or(&backend.model),
-                &base_url,
-                &backend.model,
-                cfg.card.as_ref().unwrap_or(&EMPTY_CARD),
-            )),
-            backend,
-        });
-        let a2a = match cfg.kind {
-            crate::config::DelegateKind::A2a => Some(a2a_agent(cfg, &name)?),
-            _ => None,
-        };
+        let upstream = Upstream::from_config(cfg, &name, &base_url)?;
         Ok(Delegate {
             name,
             named: cfg.name.is_some(),
@@ -257,16 +225,10 @@ impl Delegate {
             observed: Observed::default(),
             limit: cfg.limits.as_ref().and_then(crate::limits::RateLimit::new),
             outlier,
-            openai,
-            a2a,
+            upstream,
             paused_until_ms: AtomicU64::new(0),
             learned: quality::Learned::default(),
         })
-    }
-
-    /// Whether it speaks LDP (it keeps upstream sessions, takes TASK_CANCEL).
-    pub fn is_ldp(&self) -> bool {
-        self.openai.is_none() && self.a2a.is_none()
     }
 
     /// Skips the delegate for `d` (it answered 429 with that `Retry-After`).
@@ -299,8 +261,8 @@ impl Delegate {
         if self.named || self.expose_address {
             return self.name.clone();
         }
-        // An OpenAI-backed delegate's declared card is known before its first poll.
-        let declared = || self.openai.as_ref().map(|o| Arc::clone(&o.card));
+        // A declared card (an OpenAI-backed delegate's) is known before its first poll.
+        let declared = || self.upstream.declared_card();
         match self.card().or_else(declared) {
             Some(card) => card.delegate_id.clone(),
             // Never routed to before its card came: only a failure before any card says it.
@@ -653,43 +615,6 @@ pub enum RegistryError {
     #[error(transparent)]
     Backend(#[from] BackendError),
 }
-
-/// The A2A agent of entry `cfg` (named `name`), its key read from `api_key_env`.
-fn a2a_agent(
-    cfg: &DelegateConfig,
-    name: &str,
-) -> Result<crate::upstream::a2a::Agent, BackendError> {
-    let key =
-        match &cfg.api_key_env {
-            Some(var) => Some(crate::secret::Secret::from_env(var).ok_or_else(|| {
-                BackendError::MissingKey {
-                    delegate: name.to_owned(),
-                    var: var.clone(),
-                }
-            })?),
-            None => None,
-        };
-    crate::upstream::a2a::Agent::new(cfg.card.clone(), key.as_ref()).map_err(|_| {
-        BackendError::BadKey {
-            delegate: name.to_owned(),
-            var: cfg.api_key_env.clone().unwrap_or_default(),
-        }
-    })
-}
-
-/// The card of an `openai` entry without `[delegates.card]` (`check` refuses one; a
-/// registration through the API has none).
-static EMPTY_CARD: crate::config::DeclaredCard = crate::config::DeclaredCard {
-    skills: Vec::new(),
-    quality: None,
-    price_per_mtok_input: None,
-    price_per_mtok_output: None,
-    latency_p50_ms: None,
-    jurisdiction: None,
-    trust_domain: None,
-    context_window: None,
-    model_family: None,
-};
 
 /// One delegate's quality at one skill, as routing sees it now.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]

@@ -14,7 +14,7 @@ use crate::registry::Delegate;
 use crate::session::Binding;
 use crate::state::SessionStore;
 use crate::translate::{is_mode_failure, translate_input};
-use crate::upstream::UpstreamError;
+use crate::upstream::{Upstream, UpstreamError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -254,21 +254,21 @@ impl Proxy {
         let span = super::trace::attempt(t, &delegate);
         run.span = span.clone();
         let started = Instant::now();
-        let outcome = match (&delegate.openai, &delegate.a2a) {
+        let outcome = match &delegate.upstream {
             // A completion is not dropped by a cancel: a streamed one stops being read (and
             // what it used is charged), a whole one runs to its end within the answer cap.
-            (Some(openai), _) => {
+            Upstream::OpenAi(openai) => {
                 self.complete(t, run, binding, openai, deadline, &mut charged)
                     .await
             }
             // An A2A agent is sent CancelTask at a cancel, if it named its task by then.
-            (None, Some(agent)) => {
+            Upstream::A2a(agent) => {
                 self.ask_agent(t, run, binding, agent, deadline, &mut charged)
                     .await
             }
             // An LDP exchange is dropped at the cancel, once the delegate was sent TASK_CANCEL
             // and had a moment to answer it (its own answer is kept).
-            (None, None) => {
+            Upstream::Ldp(_) => {
                 let exchanging = self.exchanges(t, run, binding, deadline, &mut charged);
                 let dropped = async {
                     t.running.abandoned().await;

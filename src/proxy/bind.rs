@@ -277,7 +277,7 @@ impl Proxy {
             url: delegate.base_url.clone(),
             reason: "no identity card".into(),
         })?;
-        if !delegate.is_ldp() {
+        if !delegate.upstream.keeps_sessions() {
             return Ok(Self::bind_stateless(session, skill, delegate, &card));
         }
         let mut prefs = vec![session.payload.mode];

@@ -287,7 +287,10 @@ impl Proxy {
         let verifiers: Vec<Arc<Delegate>> = offers
             .iter()
             .zip(statics.iter())
-            .filter(|(o, st)| st.passes() && o.delegate.is_healthy() && o.delegate.is_ldp())
+            // Calibration talks to verifiers over LDP sessions of its own.
+            .filter(|(o, st)| {
+                st.passes() && o.delegate.is_healthy() && o.delegate.upstream.keeps_sessions()
+            })
             .filter(|(o, _)| !o.delegate.is_paused() && !o.delegate.load().ejected)
             .map(|(o, _)| o.delegate.clone())
             .collect();

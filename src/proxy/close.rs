@@ -12,7 +12,7 @@ async fn close_all(upstream: &UpstreamClient, bindings: Vec<Binding>) {
     // An OpenAI-backed delegate or an A2A agent has no session to close.
     let closes = bindings
         .iter()
-        .filter(|b| b.delegate.is_ldp())
+        .filter(|b| b.delegate.upstream.keeps_sessions())
         .map(|b| upstream.close_session(&b.delegate.base_url, &b.upstream));
     futures_util::future::join_all(closes).await;
 }
@@ -52,7 +52,7 @@ impl Proxy {
         let calls: Vec<(Binding, TaskId)> = task
             .cancel()
             .into_iter()
-            .filter(|(b, _)| b.delegate.is_ldp())
+            .filter(|(b, _)| b.delegate.upstream.keeps_sessions())
             .collect();
         if calls.is_empty() {
             task.abandon();

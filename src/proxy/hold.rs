@@ -118,8 +118,8 @@ impl Proxy {
     /// output its request allows (`Proxy::output_tokens`) at the declared prices; else the
     /// card's price per call.
     async fn estimated_cost(&self, t: &TaskCtx<'_>, delegate: &Delegate) -> f64 {
-        match &delegate.openai {
-            Some(o) if !o.backend.prices.is_free() => {
+        match &delegate.upstream {
+            crate::upstream::Upstream::OpenAi(o) if !o.backend.prices.is_free() => {
                 let input_bytes = match t.task.chat {
                     Some(chat) => chat.messages.iter().map(|m| m.text().len()).sum(),
                     None => {
@@ -137,7 +137,11 @@ impl Proxy {
                     output,
                 )
             }
-            _ => self.declared_cost(delegate, t.task.skill).unwrap_or(0.0),
+            crate::upstream::Upstream::OpenAi(_)
+            | crate::upstream::Upstream::Ldp(_)
+            | crate::upstream::Upstream::A2a(_) => {
+                self.declared_cost(delegate, t.task.skill).unwrap_or(0.0)
+            }
         }
     }
 

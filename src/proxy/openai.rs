@@ -12,10 +12,11 @@ use crate::chat::Turn;
 use crate::config::MaxTokensParam;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, ErrorCategory, ErrorSeverity, Json, LdpError, PayloadMode, Provenance};
-use crate::registry::{Delegate, OpenAiDelegate};
+use crate::registry::Delegate;
 use crate::session::Binding;
 use crate::state::ConversationStore as _;
 use crate::translate::{render_text, translate_input};
+use crate::upstream::openai::OpenAi as OpenAiDelegate;
 use crate::upstream::openai::{
     estimate_tokens, Backend, ChatError, Params, Piece, Reply, Stopped, Streamed,
 };

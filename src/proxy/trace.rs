@@ -10,11 +10,7 @@ use std::time::Duration;
 
 /// What kind of call an attempt at `d` is: (operation, provider, declared model).
 fn call_of(d: &Delegate) -> (&'static str, &'static str, &str) {
-    match (&d.openai, &d.a2a) {
-        (Some(o), _) => ("chat", "openai", o.backend.model.as_str()),
-        (None, Some(_)) => ("invoke_agent", "a2a", ""),
-        (None, None) => ("invoke_agent", "ldp", ""),
-    }
+    d.upstream.call_kind()
 }
 
 /// `host` and `port` of a base URL (`http://host:port/…`), for `server.address`/`.port`.

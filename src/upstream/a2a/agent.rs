@@ -192,6 +192,27 @@ fn short_to(s: &str, max: usize) -> String {
 }
 
 impl Agent {
+    /// The agent of the entry `cfg` (named `name`), its key read from `api_key_env`.
+    pub fn from_config(
+        cfg: &crate::config::DelegateConfig,
+        name: &str,
+    ) -> Result<Agent, crate::upstream::openai::BackendError> {
+        use crate::upstream::openai::BackendError;
+        let key = match &cfg.api_key_env {
+            Some(var) => Some(crate::secret::Secret::from_env(var).ok_or_else(|| {
+                BackendError::MissingKey {
+                    delegate: name.to_owned(),
+                    var: var.clone(),
+                }
+            })?),
+            None => None,
+        };
+        Agent::new(cfg.card.clone(), key.as_ref()).map_err(|_| BackendError::BadKey {
+            delegate: name.to_owned(),
+            var: cfg.api_key_env.clone().unwrap_or_default(),
+        })
+    }
+
     /// The agent of an entry, with `key` as its bearer token if given.
     pub fn new(
         declared: Option<DeclaredCard>,

@@ -4,7 +4,7 @@
 //! [`Reply`] or a [`ChatError`] that says whether another delegate may be tried.
 
 use super::card::{prices, Prices};
-use crate::config::{DelegateConfig, DelegateKind, MaxTokensParam};
+use crate::config::{DelegateConfig, MaxTokensParam};
 use crate::secret::Secret;
 use crate::upstream::{UpstreamClient, UpstreamError};
 use bytes::Bytes;
@@ -69,12 +69,8 @@ pub enum BackendError {
 }
 
 impl Backend {
-    /// The backend of an entry of kind `openai` (`None` for an LDP delegate), its key read
-    /// from `api_key_env`.
-    pub fn from_config(cfg: &DelegateConfig, name: &str) -> Result<Option<Backend>, BackendError> {
-        if cfg.kind != DelegateKind::OpenAi {
-            return Ok(None);
-        }
+    /// The backend of an entry of kind `openai`, its key read from `api_key_env`.
+    pub fn from_config(cfg: &DelegateConfig, name: &str) -> Result<Backend, BackendError> {
         let key = match &cfg.api_key_env {
             Some(var) => {
                 let secret = Secret::from_env(var).ok_or_else(|| BackendError::MissingKey {
@@ -85,7 +81,7 @@ impl Backend {
             }
             None => None,
         };
-        Backend::new(cfg, name, key.as_ref().map(|(v, s)| (v.as_str(), s))).map(Some)
+        Backend::new(cfg, name, key.as_ref().map(|(v, s)| (v.as_str(), s)))
     }
 
     /// The backend with `key` (its variable's name, for errors) given directly.
@@ -594,6 +590,7 @@ fn status_error(url: String, head: ldp_client::transport::Head, body: &[u8]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DelegateKind;
 
     fn status(code: u16, retry_after: Option<Duration>) -> ChatError {
         ChatError::Status {
@@ -670,8 +667,11 @@ mod tests {
         let bad = Secret::new("line\nbreak");
         let e = Backend::new(&cfg, "d", Some(("KEY_VAR", &bad))).unwrap_err();
         assert!(!e.to_string().contains("break"), "{e}");
-        // An LDP entry has no backend.
+        // An LDP entry has no backend: it is an LDP upstream.
         let ldp = DelegateConfig::new("http://127.0.0.1:1");
-        assert!(Backend::from_config(&ldp, "x").unwrap().is_none());
+        assert!(matches!(
+            crate::upstream::Upstream::from_config(&ldp, "x", "http://127.0.0.1:1"),
+            Ok(crate::upstream::Upstream::Ldp(_))
+        ));
     }
 }
