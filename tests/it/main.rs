@@ -23,6 +23,7 @@ mod cli;
 mod cluster;
 mod dashboards;
 mod dialects;
+mod docs;
 mod durability;
 mod feedback;
 mod fuzz_corpus;
