@@ -2,7 +2,6 @@
 //! sessions, translating payload modes and rewriting provenance. No HTTP here: the server
 //! hands in parsed envelopes and sends back what this returns.
 
-mod a2a;
 mod admission;
 mod attempt;
 mod bind;
@@ -12,7 +11,6 @@ mod close;
 mod handshake;
 mod hold;
 mod ingress;
-mod openai;
 mod record;
 mod retries;
 mod run;

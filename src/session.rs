@@ -194,6 +194,16 @@ impl RunningTask {
         self.cancel.is_cancelled()
     }
 
+    /// Its cancellation: cancelled, nothing more starts (an upstream call checks it).
+    pub fn cancelled_token(&self) -> &tokio_util::sync::CancellationToken {
+        &self.cancel
+    }
+
+    /// Its abandonment: its calls in flight are dropped (an upstream call may wait for it).
+    pub fn abandoned_token(&self) -> &tokio_util::sync::CancellationToken {
+        &self.abandon
+    }
+
     /// Drops its calls in flight (after [`RunningTask::cancel`]).
     pub fn abandon(&self) {
         self.cancel.cancel();

@@ -66,12 +66,57 @@ impl Upstream {
         }
     }
 
-    /// Whether its cost is its usage × declared token prices (nothing to compare with a
-    /// price per call).
-    pub fn token_priced(&self) -> bool {
+    /// Whether its card's price is per call (else its cost is its usage × declared token
+    /// prices: nothing to compare with a price per call).
+    pub fn priced_per_call(&self) -> bool {
+        match self {
+            Upstream::OpenAi(_) => false,
+            Upstream::Ldp(_) | Upstream::A2a(_) => true,
+        }
+    }
+
+    /// Whether the gateway keeps the conversation for it (it keeps none: a chat delegate),
+    /// sending a session's earlier turns with each task.
+    pub fn keeps_conversation(&self) -> bool {
         match self {
             Upstream::OpenAi(_) => true,
             Upstream::Ldp(_) | Upstream::A2a(_) => false,
+        }
+    }
+
+    /// The most output tokens a task here asks for (0 where the delegate decides): what its
+    /// budget hold assumes and its request allows.
+    pub fn output_tokens(&self, chat: Option<&ChatRequest>, default: u64) -> u64 {
+        match self {
+            Upstream::OpenAi(o) => o.output_tokens(chat, default),
+            Upstream::Ldp(_) | Upstream::A2a(_) => 0,
+        }
+    }
+
+    /// Its prices per token, for a delegate priced by tokens and not free (a task's cost is
+    /// then estimated from its size); `None` for one priced per call (its card says) or free.
+    pub fn token_prices(&self) -> Option<&openai::Prices> {
+        match self {
+            Upstream::OpenAi(o) => Some(&o.backend.prices).filter(|p| !p.is_free()),
+            Upstream::Ldp(_) | Upstream::A2a(_) => None,
+        }
+    }
+
+    /// How many of the newest remembered `turns` go with a task whose text is `user` and
+    /// whose answer may take `answer` tokens (a chat delegate's context window).
+    pub fn turns_that_fit(&self, turns: &[Turn], user: &str, answer: u64) -> usize {
+        match self {
+            Upstream::OpenAi(o) => o.turns_that_fit(turns, user, answer),
+            Upstream::Ldp(_) | Upstream::A2a(_) => 0,
+        }
+    }
+
+    /// Sends the task and reads the answer, as the kind does it.
+    pub async fn call(&self, call: &Call<'_>, relay: &Relay<'_>) -> Outcome {
+        match self {
+            Upstream::Ldp(l) => l.call(call, relay).await,
+            Upstream::OpenAi(o) => o.call(call, relay).await,
+            Upstream::A2a(a) => a.call(call, relay).await,
         }
     }
 
@@ -82,6 +127,229 @@ impl Upstream {
             Upstream::Ldp(_) => ("invoke_agent", "ldp", ""),
             Upstream::OpenAi(o) => ("chat", "openai", o.backend.model.as_str()),
             Upstream::A2a(_) => ("invoke_agent", "a2a", ""),
+        }
+    }
+}
+
+use crate::chat::Turn;
+use crate::ldp::{DelegationContract, Envelope, Json, LdpError, PayloadMode, Provenance, TaskId};
+use openai_wire::{ChatRequest, ErrorDetail, Usage};
+use std::ops::ControlFlow;
+use std::pin::Pin;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// One task sent to one delegate, whatever its kind: what every kind needs to build its
+/// request. Built by the pipeline's attempts; each kind reads what it uses.
+pub struct Call<'a> {
+    /// The gateway's transport.
+    pub client: &'a UpstreamClient,
+    /// The delegate's base URL.
+    pub base_url: &'a str,
+    /// The delegate as clients are told of it (its configured name or card id, never its
+    /// address): in the errors and notes a client reads.
+    pub told: &'a str,
+    /// Its registry name (logs; an A2A context is kept per client session and delegate).
+    pub name: &'a str,
+    /// Its last card (the provenance of an answer that carries none).
+    pub card: Option<Arc<IdentityCard>>,
+    /// The task's id (the client's), its skill, its input and the mode the client sent it in.
+    pub task_id: &'a TaskId,
+    pub skill: &'a str,
+    pub input: &'a Json,
+    pub input_mode: PayloadMode,
+    /// A verification the gateway sends: its input goes as it is, in any mode.
+    pub verifying: bool,
+    /// The delegation contract the client sent.
+    pub contract: Option<&'a DelegationContract>,
+    /// A chat front end's request, whose messages a chat delegate is sent as they came.
+    pub chat: Option<&'a ChatRequest>,
+    /// The client session the task keeps its context in (`None`: the task carries its whole
+    /// context: a front end's, a verification).
+    pub session: Option<&'a str>,
+    /// The LDP session the task goes in, the mode it is sent in, and whether a lost session
+    /// is worth a re-handshake (not twice for one task) (an LDP delegate).
+    pub upstream_session: Option<&'a UpstreamSession>,
+    pub mode: PayloadMode,
+    pub may_rehandshake: bool,
+    /// The turns remembered for the session (a chat delegate; fitted to its window).
+    pub turns: &'a [Turn],
+    /// The most output tokens a chat delegate is asked for (what the budget hold assumed).
+    pub max_output_tokens: u64,
+    /// What the card says one task costs (a delegate priced per call).
+    pub declared_cost: Option<f64>,
+    /// This attempt's timeout, and how long a cancel may take to reach the delegate.
+    pub limit: Duration,
+    pub handshake_timeout: Duration,
+    /// The hop count and trace context sent with it.
+    pub forward: Forward<'a>,
+    /// Cancelled (nothing more starts), and abandoned (calls in flight are dropped).
+    pub cancel: &'a CancellationToken,
+    pub abandon: &'a CancellationToken,
+}
+
+/// Where what a delegate says while it works goes.
+pub enum Relay<'a> {
+    /// Nobody listens.
+    Quiet,
+    /// An LDP stream: notes and updates, dropped if the client is not keeping up; `Break`
+    /// when nobody listens any more (or the task was cancelled).
+    Updates(&'a (dyn Fn(Update) -> ControlFlow<()> + Sync)),
+    /// A chat stream: the answer's pieces, each awaited (a slow client slows the read);
+    /// `Break` when nobody listens any more.
+    Pieces(&'a (dyn Fn(openai::Piece) -> PieceSent<'a> + Sync)),
+}
+
+/// A piece handed to a chat stream: whether to go on reading.
+pub type PieceSent<'a> = Pin<Box<dyn std::future::Future<Output = ControlFlow<()>> + Send + 'a>>;
+
+/// Something said while a task runs, for an LDP stream.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "handed on at once, never stored: boxing would cost an allocation per update"
+)]
+pub enum Update {
+    /// A note of the gateway's or the delegate's text.
+    Note(String),
+    /// An LDP delegate's own TASK_UPDATE, passed on.
+    Envelope(Envelope),
+}
+
+/// A delegate's failure at a task.
+#[derive(Debug)]
+pub struct Failure {
+    /// What the client gets if no other delegate is tried: the delegate's name and a
+    /// generic reason, never its address or its own words.
+    pub error: LdpError,
+    /// The reason code for the row and `ldp_gateway_fallbacks_total` (`timeout`, …).
+    pub reason: &'static str,
+    /// Whether another delegate may be tried.
+    pub retryable: bool,
+    /// What happened, whole (the URL, the delegate's own message): for the log and the
+    /// ledger row only.
+    pub detail: String,
+    /// How long the delegate asked not to be called (a 429): if no other delegate takes
+    /// the task, the client is answered with this rate limit.
+    pub pause: Option<Duration>,
+}
+
+impl Failure {
+    /// The delegate `told` could not be reached, timed out, or answered outside the protocol.
+    pub fn upstream(told: &str, e: &UpstreamError) -> Failure {
+        Failure {
+            error: LdpError::upstream_failed(
+                format!("delegate '{told}' {}", e.summary()),
+                e.retryable(),
+            ),
+            reason: e.reason(),
+            retryable: e.retryable(),
+            detail: e.to_string(),
+            pause: None,
+        }
+    }
+
+    /// The attempt ran out of time before it was sent.
+    pub fn timed_out(told: &str, url: &str, after: Duration) -> Failure {
+        let e = UpstreamError::Timeout {
+            url: url.to_owned(),
+            after,
+        };
+        Failure {
+            reason: "timeout",
+            retryable: false,
+            ..Failure::upstream(told, &e)
+        }
+    }
+}
+
+/// What one exchange says about the delegate's health.
+#[derive(Debug, Clone, Copy)]
+pub enum Health {
+    /// It answered within the protocol (a result, or the task's own failure) after this long.
+    Answered(Duration),
+    /// It is at fault (unreachable, an error status, a retryable failure, an answer outside
+    /// the protocol); how long it took when it timed out.
+    Faulted(Option<Duration>),
+    /// Nothing learnt (a lost upstream session; a failure on the gateway's side).
+    Unknown,
+}
+
+impl Health {
+    /// What a transport error after `took` says about the delegate.
+    pub fn of_error(e: &UpstreamError, took: Option<Duration>) -> Health {
+        if !e.is_delegate_fault() {
+            return Health::Unknown;
+        }
+        let timed_out = matches!(e, UpstreamError::Timeout { .. });
+        Health::Faulted(took.filter(|_| timed_out))
+    }
+}
+
+/// A delegate's answer with a result.
+#[derive(Debug, Default)]
+pub struct Answered {
+    /// The output.
+    pub output: Json,
+    /// The provenance it reported (or the gateway wrote for it).
+    pub provenance: Option<Provenance>,
+    /// What it cost, when the kind knows (usage × prices, a declared price per call); else
+    /// the provenance's word or the card's price.
+    pub cost_usd: Option<f64>,
+    /// Token counts, as charged (a chat delegate).
+    pub usage: Option<Usage>,
+    /// Why its answer stopped (`stop`, `length`, …).
+    pub finish_reason: Option<String>,
+    /// Its message's fields besides its text (`tool_calls`, …), for a chat front end.
+    pub fields: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The turn to remember for the session (a chat delegate keeping no state).
+    pub turn: Option<Turn>,
+}
+
+/// What one call to a delegate came to.
+#[derive(Debug)]
+pub enum Called {
+    /// A result.
+    Answered(Box<Answered>),
+    /// The delegate no longer knows the upstream session (its TTL ran out): re-handshake
+    /// (an LDP delegate).
+    SessionLost,
+    /// The payload mode failed upstream: the next mode on the chain (an LDP delegate).
+    ModeFailed(LdpError),
+    /// The task's own failure, or the request's refusal: the client's answer, with the
+    /// delegate's refusal of the request as it gave it (a chat delegate's 4xx).
+    Refused(LdpError, Option<(u16, ErrorDetail)>),
+    /// The delegate failed: another may be tried.
+    Failed(Box<Failure>),
+}
+
+/// A call's outcome, with what it says of the delegate and what it took.
+#[derive(Debug)]
+pub struct Outcome {
+    pub called: Called,
+    pub health: Health,
+    /// Time spent waiting on the delegate.
+    pub took: Duration,
+    /// What an answer that never finished used (charged and recorded): its usage and cost.
+    pub used: Option<(Usage, f64)>,
+    /// Notes for the ledger row (a usage clamped, a provenance cut, …).
+    pub notes: Vec<String>,
+    /// The delegate asked not to be called for this long (a 429).
+    pub pause: Option<Duration>,
+    /// The usage it reported was more than it could have used (charged within the bound).
+    pub clamped: bool,
+}
+
+impl Outcome {
+    /// `called` after `took`, as `health` says, nothing else.
+    pub fn of(called: Called, health: Health, took: Duration) -> Outcome {
+        Outcome {
+            called,
+            health,
+            took,
+            used: None,
+            notes: Vec::new(),
+            pause: None,
+            clamped: false,
         }
     }
 }

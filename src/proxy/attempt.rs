@@ -1,20 +1,22 @@
-//! One attempt: one delegate's handling of the task (payload-mode fallback along the chain and
-//! one silent re-handshake stay on the delegate), ending in a typed outcome. Each exchange
-//! with the delegate is classified once ([`Exchange::of`]); what it says of the delegate's
-//! health is applied in one place ([`Proxy::judge`]).
+//! One attempt: one delegate's handling of the task, whatever its kind (`crate::upstream`:
+//! each kind's call, translation, usage and errors are its own room's), with its budget held
+//! while it runs; an LDP delegate's payload-mode fallback along the chain and one silent
+//! re-handshake stay on the delegate. What each call says of the delegate's health is applied
+//! in one place ([`Proxy::judge`]).
 
-use super::task::{Answer, TaskCtx, TaskRun};
-use super::{upstream_failed, Proxy, MAX_TRIES};
+use super::task::{Answer, ChatDelta, Progress, TaskCtx, TaskRun, Unfinished};
+use super::{Proxy, MAX_TRIES};
+use crate::chat::Turn;
 use crate::ldp::error::GatewayCode;
-use crate::ldp::{
-    Body, Envelope, LdpError, LineageEntry, PayloadMode, Provenance, VerificationStatus,
-};
+use crate::ldp::VerificationStatus;
+use crate::ldp::{Body, LdpError, LineageEntry, PayloadMode, Provenance};
 use crate::policy::Policy;
 use crate::registry::Delegate;
 use crate::session::Binding;
-use crate::state::SessionStore;
-use crate::translate::{is_mode_failure, translate_input};
-use crate::upstream::{Upstream, UpstreamError};
+use crate::state::{ConversationStore as _, SessionStore};
+use crate::upstream::{Call, Called, Relay, Update};
+pub(super) use crate::upstream::{Failure, Health};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -30,183 +32,6 @@ pub(super) enum Attempt {
     Done(Answer),
     /// The delegate failed; the run decides whether another is tried.
     Failed(Failure),
-}
-
-/// A delegate's failure at a task.
-pub(super) struct Failure {
-    /// What the client gets if no other delegate is tried: the delegate's name and a
-    /// generic reason, never its address or its own words.
-    pub(super) error: LdpError,
-    /// The reason code for the row and `ldp_gateway_fallbacks_total` (`timeout`, …).
-    pub(super) reason: &'static str,
-    /// Whether another delegate may be tried.
-    pub(super) retryable: bool,
-    /// What happened, whole (the URL, the delegate's own message): for the log and the
-    /// ledger row only.
-    pub(super) detail: String,
-    /// How long the delegate asked not to be called (a 429): if no other delegate takes
-    /// the task, the client is answered with this rate limit.
-    pub(super) pause: Option<Duration>,
-}
-
-impl Failure {
-    /// The delegate could not be reached, timed out, or answered outside the protocol.
-    pub(super) fn upstream(delegate: &Delegate, e: &UpstreamError) -> Failure {
-        Failure {
-            error: upstream_failed(delegate, e),
-            reason: e.reason(),
-            retryable: e.retryable(),
-            detail: e.to_string(),
-            pause: None,
-        }
-    }
-
-    /// The delegate's own retryable TASK_FAILED: its code and category are kept, its
-    /// message goes to the log and the ledger only.
-    fn task_failed(delegate: &Delegate, mut error: LdpError) -> Failure {
-        let told = match crate::upstream::code_shown(&error.code) {
-            Some(code) => format!(
-                "delegate '{}' failed the task ({code})",
-                delegate.client_name()
-            ),
-            None => format!("delegate '{}' failed the task", delegate.client_name()),
-        };
-        let detail = std::mem::replace(&mut error.message, told);
-        Failure {
-            error,
-            reason: "task_failed",
-            retryable: true,
-            detail,
-            pause: None,
-        }
-    }
-}
-
-/// What one exchange says about the delegate's health.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Health {
-    /// It answered within the protocol (a result, or the task's own failure) after this long.
-    Answered(Duration),
-    /// It is at fault (unreachable, an error status, a retryable failure, an answer outside
-    /// the protocol); how long it took when it timed out.
-    Faulted(Option<Duration>),
-    /// Nothing learnt (a lost upstream session; a failure on the gateway's side).
-    Unknown,
-}
-
-impl Health {
-    /// What a transport error after `took` says about the delegate.
-    pub(super) fn of_error(e: &UpstreamError, took: Option<Duration>) -> Health {
-        if !e.is_delegate_fault() {
-            return Health::Unknown;
-        }
-        let timed_out = matches!(e, UpstreamError::Timeout { .. });
-        Health::Faulted(took.filter(|_| timed_out))
-    }
-}
-
-/// How one upstream exchange ended.
-enum Exchange {
-    /// A result.
-    Result {
-        output: crate::ldp::Json,
-        provenance: Option<Provenance>,
-    },
-    /// The delegate no longer knows the upstream session (its TTL ran out): re-handshake.
-    SessionLost,
-    /// The payload mode failed upstream: the next mode on the chain.
-    ModeFailed(LdpError),
-    /// The task's own failure, answered properly: the client's answer.
-    Refused(LdpError),
-    /// The delegate failed.
-    Failed(Failure),
-}
-
-impl Exchange {
-    /// Classifies the delegate's answer to a TASK_SUBMIT sent in `mode` after `took`.
-    fn of(
-        answer: Result<Envelope, UpstreamError>,
-        delegate: &Delegate,
-        mode: PayloadMode,
-        may_rehandshake: bool,
-        took: Duration,
-    ) -> (Exchange, Health) {
-        let answer = match answer {
-            Ok(a) => a,
-            Err(e) => {
-                let health = Health::of_error(&e, Some(took));
-                return (Exchange::Failed(Failure::upstream(delegate, &e)), health);
-            }
-        };
-        match answer.body {
-            Body::TaskResult {
-                output, provenance, ..
-            } => (
-                Exchange::Result { output, provenance },
-                Health::Answered(took),
-            ),
-            Body::TaskFailed { error, .. }
-                if error.code == "SESSION_NOT_FOUND" && may_rehandshake =>
-            {
-                (Exchange::SessionLost, Health::Unknown)
-            }
-            Body::TaskFailed { error, .. } if is_mode_failure(&error, mode) => {
-                (Exchange::ModeFailed(error), Health::Answered(took))
-            }
-            Body::TaskFailed { error, .. } if error.retryable => {
-                let failure = Failure::task_failed(delegate, error);
-                (Exchange::Failed(failure), Health::Faulted(Some(took)))
-            }
-            Body::TaskFailed { error, .. } => (Exchange::Refused(error), Health::Answered(took)),
-            other => {
-                let e = UpstreamError::Unexpected {
-                    url: delegate.base_url.clone(),
-                    got: other.message_type().as_str(),
-                };
-                let failure = Failure {
-                    retryable: true,
-                    ..Failure::upstream(delegate, &e)
-                };
-                (Exchange::Failed(failure), Health::Faulted(None))
-            }
-        }
-    }
-}
-
-impl Proxy {
-    /// The start of one attempt at a delegate reached without an LDP session (OpenAI-backed,
-    /// A2A): counted, bound, the client told where it went; the time left before
-    /// `deadline`, or the timeout failure when none is.
-    pub(super) fn begin_attempt(
-        &self,
-        t: &TaskCtx<'_>,
-        run: &mut TaskRun,
-        binding: &Binding,
-        deadline: Instant,
-    ) -> Result<Duration, Box<Failure>> {
-        let delegate = &binding.delegate;
-        run.attempts += 1;
-        run.mode = Some(PayloadMode::Text);
-        run.binding = Some(binding.clone());
-        t.tell(
-            self.id(),
-            Some(0.0),
-            format_args!("routed to {}", delegate.client_name()),
-        );
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            let e = UpstreamError::Timeout {
-                url: delegate.base_url.clone(),
-                after: left,
-            };
-            return Err(Box::new(Failure {
-                reason: "timeout",
-                retryable: false,
-                ..Failure::upstream(delegate, &e)
-            }));
-        }
-        Ok(left)
-    }
 }
 
 impl Proxy {
@@ -254,34 +79,23 @@ impl Proxy {
         let span = super::trace::attempt(t, &delegate);
         run.span = span.clone();
         let started = Instant::now();
-        let outcome = match &delegate.upstream {
-            // A completion is not dropped by a cancel: a streamed one stops being read (and
-            // what it used is charged), a whole one runs to its end within the answer cap.
-            Upstream::OpenAi(openai) => {
-                self.complete(t, run, binding, openai, deadline, &mut charged)
-                    .await
-            }
-            // An A2A agent is sent CancelTask at a cancel, if it named its task by then.
-            Upstream::A2a(agent) => {
-                self.ask_agent(t, run, binding, agent, deadline, &mut charged)
-                    .await
-            }
+        let exchanging = self.exchanges(t, run, binding, deadline, &mut charged);
+        let outcome = if delegate.upstream.keeps_sessions() {
             // An LDP exchange is dropped at the cancel, once the delegate was sent TASK_CANCEL
-            // and had a moment to answer it (its own answer is kept).
-            Upstream::Ldp(_) => {
-                let exchanging = self.exchanges(t, run, binding, deadline, &mut charged);
-                let dropped = async {
-                    t.running.abandoned().await;
-                    tokio::time::sleep(CANCEL_GRACE).await;
-                };
-                tokio::select! {
-                    biased;
-                    outcome = exchanging => outcome,
-                    () = dropped => {
-                        Attempt::Done(Answer::Failed(super::task::cancelled()))
-                    }
-                }
+            // and had a moment to answer it (its own answer is kept). A completion is not
+            // dropped (a streamed one stops being read, and what it used is charged); an A2A
+            // agent is sent CancelTask at a cancel, if it named its task by then.
+            let dropped = async {
+                t.running.abandoned().await;
+                tokio::time::sleep(CANCEL_GRACE).await;
+            };
+            tokio::select! {
+                biased;
+                outcome = exchanging => outcome,
+                () = dropped => Attempt::Done(Answer::Failed(super::task::cancelled())),
             }
+        } else {
+            exchanging.await
         };
         held.settle(charged).await;
         let ended = match &outcome {
@@ -302,8 +116,9 @@ impl Proxy {
             .map_or(left, |ms| left.min(Duration::from_millis(ms)))
     }
 
-    /// The exchanges with one delegate: payload-mode fallback along the chain and one silent
-    /// re-handshake stay here; anything else ends the attempt. `charged` gets the cost.
+    /// The calls to one delegate: an LDP delegate's payload-mode fallback along the chain and
+    /// one silent re-handshake stay here; anything else ends the attempt. `charged` gets the
+    /// cost.
     async fn exchanges(
         &self,
         t: &TaskCtx<'_>,
@@ -314,123 +129,176 @@ impl Proxy {
     ) -> Attempt {
         let (env, skill) = (t.env, t.task.skill);
         let delegate = binding.delegate.clone();
+        let upstream = &delegate.upstream;
+        let told = delegate.client_name();
         let key = t.binding_key(&delegate.name);
         let mut mode = binding.upstream.payload.mode;
         let mut rehandshaken = false;
-        let streams = matches!(t.progress, super::task::Progress::Updates(_))
-            && delegate
-                .card()
-                .and_then(|c| {
-                    c.capability(skill)
-                        .and_then(|cap| cap.hints.supports_streaming)
-                })
-                .unwrap_or(false);
-        t.tell(
-            self.id(),
-            Some(0.0),
-            format_args!("routed to {}", delegate.client_name()),
-        );
+        t.tell(self.id(), Some(0.0), format_args!("routed to {told}"));
         let trace = run.span.headers();
+        let most_out = upstream.output_tokens(t.task.chat, self.cfg.openai.default_max_tokens);
+        // A chat delegate keeping no state is sent the session's remembered turns (fitted
+        // to its window) before the input. A verification is judged on its own, and a front
+        // end's task carries its whole context: no conversation read or kept for them.
+        let turns = match (t.task.chat, upstream.keeps_conversation() && !t.stateless()) {
+            (None, true) => {
+                match crate::upstream::openai::user_text(t.task.input, env.payload_mode) {
+                    Ok(user) => self.fitted_turns(t, upstream, &user, most_out).await,
+                    Err(error) => return Attempt::Done(Answer::Failed(error)),
+                }
+            }
+            _ => Vec::new(),
+        };
+        let relay_updates = |update: Update| match t.progress {
+            Progress::Updates(tx) if tx.is_closed() || t.cancelled() => ControlFlow::Break(()),
+            Progress::Updates(tx) => {
+                let update = match update {
+                    Update::Envelope(mut update) => {
+                        update.session_id = env.session_id.clone();
+                        update.from = self.id().to_owned();
+                        update.to = env.from.clone();
+                        update
+                    }
+                    Update::Note(text) if text.is_empty() => return ControlFlow::Continue(()),
+                    Update::Note(text) => env.reply(
+                        self.id(),
+                        Body::TaskUpdate {
+                            task_id: t.task.task_id.clone(),
+                            progress: None,
+                            message: Some(text),
+                        },
+                        PayloadMode::Text,
+                    ),
+                };
+                // Dropped if the client is not keeping up: the delegate is never held back
+                // by a slow client, and the answer carries it all.
+                let _ = tx.try_send(update);
+                ControlFlow::Continue(())
+            }
+            Progress::Quiet | Progress::Deltas(_) => ControlFlow::Continue(()),
+        };
+        let relay_pieces =
+            |piece: crate::upstream::openai::Piece| -> crate::upstream::PieceSent<'_> {
+                let delta = (!piece.is_empty()).then(|| ChatDelta {
+                    text: piece.text,
+                    other: piece.other,
+                    delegate: Arc::clone(&delegate),
+                    policy: Arc::clone(&t.policy),
+                });
+                let cancelled = t.cancelled();
+                let tx = match t.progress {
+                    Progress::Deltas(tx) => Some(tx),
+                    Progress::Quiet | Progress::Updates(_) => None,
+                };
+                Box::pin(async move {
+                    let Some(tx) = tx else {
+                        return ControlFlow::Continue(());
+                    };
+                    match delta {
+                        // Cancelled: nobody is to be answered.
+                        _ if cancelled => ControlFlow::Break(()),
+                        // The answer itself: waited for, never dropped (a slow client slows the
+                        // read); nobody to take it stops the read.
+                        Some(d) => match tx.send(d).await {
+                            Ok(()) => ControlFlow::Continue(()),
+                            Err(_) => ControlFlow::Break(()),
+                        },
+                        None if tx.is_closed() => ControlFlow::Break(()),
+                        None => ControlFlow::Continue(()),
+                    }
+                })
+            };
+        let relay = match t.progress {
+            Progress::Quiet => Relay::Quiet,
+            Progress::Updates(_) => Relay::Updates(&relay_updates),
+            Progress::Deltas(_) => Relay::Pieces(&relay_pieces),
+        };
+        let declared = self.declared_cost(&delegate, skill);
         loop {
             run.attempts += 1;
             run.mode = Some(mode);
             run.binding = Some(binding.clone());
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                let e = UpstreamError::Timeout {
-                    url: delegate.base_url.clone(),
-                    after: Duration::ZERO,
-                };
-                return Attempt::Failed(Failure {
-                    reason: "timeout",
-                    retryable: false,
-                    ..Failure::upstream(&delegate, &e)
-                });
+                let f = Failure::timed_out(&told, &delegate.base_url, Duration::ZERO);
+                return Attempt::Failed(f);
             }
-            if run.attempts - run.attempts_before_round > MAX_TRIES {
+            // Mode fallbacks and re-handshakes stay on one LDP delegate: bounded per round.
+            let retried_in_place = upstream.keeps_sessions();
+            if retried_in_place && run.attempts - run.attempts_before_round > MAX_TRIES {
                 let e =
                     LdpError::gateway(GatewayCode::UpstreamFailed, "too many upstream attempts");
                 return Attempt::Done(Answer::Failed(e));
             }
-            let translated = if t.task.verifying {
-                Ok(t.task.input.clone())
-            } else {
-                translate_input(t.task.input, env.payload_mode, mode)
-            };
-            let input = match translated {
-                Ok(i) => i,
-                Err(e) => {
-                    let reason = format!(
-                        "the task input cannot be translated from {} to {mode}: {e}",
-                        env.payload_mode
-                    );
-                    let error = LdpError::gateway(GatewayCode::BadRequest, reason);
-                    return Attempt::Done(Answer::Failed(error));
-                }
-            };
-            let upstream_env = Envelope::new(
-                binding.upstream.session_id.as_str(),
-                self.id(),
-                binding.upstream.delegate_id.as_str(),
-                Body::TaskSubmit {
-                    task_id: t.task.task_id.clone(),
-                    skill: skill.to_owned(),
-                    input,
-                    contract: t.task.contract.cloned(),
-                },
+            let call = Call {
+                client: &self.upstream,
+                base_url: &delegate.base_url,
+                told: &told,
+                name: &delegate.name,
+                card: delegate.card(),
+                task_id: t.task.task_id,
+                skill,
+                input: t.task.input,
+                input_mode: env.payload_mode,
+                verifying: t.task.verifying,
+                contract: t.task.contract,
+                chat: t.task.chat,
+                session: (!t.stateless()).then_some(t.session.id.as_str()),
+                upstream_session: Some(&binding.upstream),
                 mode,
-            );
-            let limit = Self::attempt_timeout(&t.policy, left);
-            let hops = crate::upstream::Forward {
-                hops: Some(t.hops.saturating_add(1)),
-                trace: &trace,
+                may_rehandshake: !rehandshaken,
+                turns: &turns,
+                max_output_tokens: most_out,
+                declared_cost: declared,
+                limit: Self::attempt_timeout(&t.policy, left),
+                handshake_timeout: self.cfg.upstream.handshake_timeout,
+                forward: crate::upstream::Forward {
+                    hops: Some(t.hops.saturating_add(1)),
+                    trace: &trace,
+                },
+                cancel: t.running.cancelled_token(),
+                abandon: t.running.abandoned_token(),
             };
-            let sent = Instant::now();
-            let answer = if streams {
-                let relay = |update: Envelope| {
-                    if let (super::task::Progress::Updates(tx), Body::TaskUpdate { .. }) =
-                        (t.progress, &update.body)
-                    {
-                        let mut update = update;
-                        update.session_id = env.session_id.clone();
-                        update.from = self.id().to_owned();
-                        update.to = env.from.clone();
-                        // Dropped if the client is not keeping up: the delegate is never
-                        // held back by a slow client.
-                        let _ = tx.try_send(update);
+            let outcome = upstream.call(&call, &relay).await;
+            run.upstream += outcome.took;
+            run.notes.extend(outcome.notes);
+            if outcome.clamped {
+                self.metrics
+                    .usage_clamped
+                    .with_label_values(&[delegate.name.as_str()])
+                    .inc();
+            }
+            if let Some(p) = outcome.pause {
+                delegate.pause(p);
+            }
+            // An answer cut short (the client left, the cap, a break) was used all the same:
+            // it is charged and recorded.
+            if let Some((usage, cost)) = outcome.used {
+                *charged = cost;
+                run.usage = Some(usage);
+                run.unfinished = Some(Unfinished {
+                    tokens: usage.total_tokens,
+                    cost_usd: cost,
+                });
+            }
+            self.judge(&delegate, outcome.health);
+            match outcome.called {
+                Called::Answered(a) => {
+                    let a = *a;
+                    let provenance = self.route_provenance(t, &binding, mode, a.provenance, run);
+                    *charged = provenance.cost_usd.or(declared).unwrap_or(0.0);
+                    run.usage = a.usage;
+                    run.finish_reason = a.finish_reason;
+                    run.reply_fields = a.fields;
+                    if let Some(turn) = a.turn.filter(|_| upstream.keeps_conversation()) {
+                        self.remember(t, turn).await;
                     }
-                    std::future::ready(())
-                };
-                self.upstream
-                    .send_stream(&delegate.base_url, &upstream_env, limit, hops, relay)
-                    .await
-            } else {
-                self.upstream
-                    .send_hops(&delegate.base_url, &upstream_env, limit, hops)
-                    .await
-            };
-            let took = sent.elapsed();
-            run.upstream += took;
-            // What the delegate reports beside its output is capped before anything keeps it.
-            let answer = answer.map(|mut a| {
-                if let Some(note) = crate::provenance::bounds::cap_answer(&mut a.body) {
-                    tracing::info!(delegate = %delegate.name, %note, "oversized provenance");
-                    run.notes.push(note);
+                    return Attempt::Done(Answer::Result {
+                        output: a.output,
+                        provenance,
+                    });
                 }
-                a
-            });
-            let (exchange, health) = Exchange::of(answer, &delegate, mode, !rehandshaken, took);
-            self.judge(&delegate, health);
-            match exchange {
-                Exchange::Result { output, provenance } => {
-                    let provenance = self.route_provenance(t, &binding, mode, provenance, run);
-                    *charged = provenance
-                        .cost_usd
-                        .or_else(|| self.declared_cost(&delegate, skill))
-                        .unwrap_or(0.0);
-                    return Attempt::Done(Answer::Result { output, provenance });
-                }
-                Exchange::SessionLost => {
+                Called::SessionLost => {
                     // Cancelled meanwhile: no new session, no second submit.
                     if t.cancelled() {
                         return Attempt::Done(Answer::Failed(super::task::cancelled()));
@@ -449,16 +317,14 @@ impl Proxy {
                         Some(b) => b,
                         None => match self.open_binding(t.session, &key, delegate.clone()).await {
                             Ok(b) => b,
-                            Err(error) => {
-                                return Attempt::Failed(Failure::upstream(&delegate, &error))
-                            }
+                            Err(error) => return Attempt::Failed(Failure::upstream(&told, &error)),
                         },
                     };
                     mode = binding.upstream.payload.mode;
                     run.fallbacks.push("session_lost");
                     run.notes.push("upstream session expired; re-opened".into());
                 }
-                Exchange::ModeFailed(error) => {
+                Called::ModeFailed(error) => {
                     let Some(next) = binding.upstream.payload.next_after(mode) else {
                         return Attempt::Done(Answer::Failed(error));
                     };
@@ -474,9 +340,66 @@ impl Proxy {
                     t.session.bind(&key, binding.clone());
                     self.sessions.share_binding(t.session, &key, &binding).await;
                 }
-                Exchange::Refused(error) => return Attempt::Done(Answer::Failed(error)),
-                Exchange::Failed(failure) => return Attempt::Failed(failure),
+                Called::Refused(error, refused) => {
+                    if refused.is_some() {
+                        run.refused_upstream = refused;
+                    }
+                    return Attempt::Done(Answer::Failed(error));
+                }
+                Called::Failed(failure) => return Attempt::Failed(*failure),
             }
+        }
+    }
+
+    /// The session's turns for the skill that fit the delegate's context window with `user`'s
+    /// text and room for an answer of `answer` tokens; older ones are forgotten and counted.
+    async fn fitted_turns(
+        &self,
+        t: &TaskCtx<'_>,
+        upstream: &crate::upstream::Upstream,
+        user: &str,
+        answer: u64,
+    ) -> Vec<Turn> {
+        let (tenant, session) = (&t.session.tenant, &t.session.id);
+        let mut turns = self
+            .conversations
+            .turns(tenant, session, t.task.skill)
+            .await;
+        let keep = upstream.turns_that_fit(&turns, user, answer);
+        let drop = turns.len() - keep.min(turns.len());
+        if drop > 0 {
+            let forgotten = self
+                .conversations
+                .forget_oldest(tenant, session, t.task.skill, drop)
+                .await;
+            self.metrics
+                .openai_turns_dropped
+                .with_label_values(&["context_window"])
+                .inc_by(forgotten as u64);
+            turns.drain(..drop);
+        }
+        turns
+    }
+
+    /// Adds the task's turn to its session's conversation, within `openai.session_memory_bytes`
+    /// and, every session together, `openai.memory_bytes`.
+    async fn remember(&self, t: &TaskCtx<'_>, turn: Turn) {
+        let cap = usize::try_from(self.cfg.openai.session_memory_bytes).unwrap_or(usize::MAX);
+        let (session, skill) = (&t.session.id, t.task.skill);
+        let pushed = self
+            .conversations
+            .push(&t.session.tenant, session, skill, turn, cap, t.session.ttl)
+            .await;
+        if pushed.dropped > 0 {
+            self.metrics
+                .openai_turns_dropped
+                .with_label_values(&["memory_cap"])
+                .inc_by(pushed.dropped as u64);
+        }
+        if pushed.evicted > 0 {
+            self.metrics
+                .conversations_evicted
+                .inc_by(pushed.evicted as u64);
         }
     }
 

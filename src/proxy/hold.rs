@@ -118,31 +118,27 @@ impl Proxy {
     /// output its request allows (`Proxy::output_tokens`) at the declared prices; else the
     /// card's price per call.
     async fn estimated_cost(&self, t: &TaskCtx<'_>, delegate: &Delegate) -> f64 {
-        match &delegate.upstream {
-            crate::upstream::Upstream::OpenAi(o) if !o.backend.prices.is_free() => {
-                let input_bytes = match t.task.chat {
-                    Some(chat) => chat.messages.iter().map(|m| m.text().len()).sum(),
-                    None => {
-                        let kept = self
-                            .conversations
-                            .session_bytes(&t.session.tenant, &t.session.id)
-                            .await;
-                        t.task.input.get().len() + kept
-                    }
-                };
-                // What the request will allow (proxy/openai.rs sends this bound).
-                let output = self.output_tokens(t.task.chat, &o.backend);
-                o.backend.prices.cost(
-                    crate::upstream::openai::estimate_tokens(input_bytes),
-                    output,
-                )
+        let upstream = &delegate.upstream;
+        // What the request will allow (the attempt sends this bound).
+        let output = upstream.output_tokens(t.task.chat, self.cfg.openai.default_max_tokens);
+        // Priced by tokens (and not free): estimated from the input's size.
+        let Some(prices) = upstream.token_prices() else {
+            return self.declared_cost(delegate, t.task.skill).unwrap_or(0.0);
+        };
+        let input_bytes = match t.task.chat {
+            Some(chat) => chat.messages.iter().map(|m| m.text().len()).sum(),
+            None => {
+                let kept = self
+                    .conversations
+                    .session_bytes(&t.session.tenant, &t.session.id)
+                    .await;
+                t.task.input.get().len() + kept
             }
-            crate::upstream::Upstream::OpenAi(_)
-            | crate::upstream::Upstream::Ldp(_)
-            | crate::upstream::Upstream::A2a(_) => {
-                self.declared_cost(delegate, t.task.skill).unwrap_or(0.0)
-            }
-        }
+        };
+        prices.cost(
+            crate::upstream::openai::estimate_tokens(input_bytes),
+            output,
+        )
     }
 
     /// The card's price for `skill`: the declared price, else its cost tier's price.

@@ -14,7 +14,7 @@ impl Proxy {
         let delegate = run.binding.as_ref().map(|b| &b.delegate);
         let card = delegate.and_then(|d| d.card());
         // A token-priced delegate's cost is usage × its declared prices: nothing to compare.
-        let per_call = delegate.is_some_and(|d| !d.upstream.token_priced());
+        let per_call = delegate.is_some_and(|d| d.upstream.priced_per_call());
         let declared = card.as_ref().filter(|_| per_call).and_then(|c| {
             let h = c.effective_hints(task.skill)?;
             h.cost_per_call_usd

@@ -91,7 +91,7 @@ impl Proxy {
                 Err(NoBinding::Open { delegate, error }) => {
                     run.delegates += 1;
                     self.judge(&delegate, Health::of_error(&error, None));
-                    let failure = Failure::upstream(&delegate, &error);
+                    let failure = Failure::upstream(&delegate.client_name(), &error);
                     (delegate, failure)
                 }
             };

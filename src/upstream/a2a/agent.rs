@@ -170,7 +170,7 @@ pub enum A2aError {
 
 /// What an agent answered a message with.
 #[derive(Debug)]
-pub enum Outcome {
+pub enum Reply {
     /// A task (in whichever state).
     Task(Box<v1::Task>),
     /// A message straight back (no task).
@@ -310,11 +310,11 @@ impl Agent {
         message: v1::Message,
         forward: Forward<'_>,
         timeout: Duration,
-    ) -> Result<Outcome, A2aError> {
+    ) -> Result<Reply, A2aError> {
         let id = message.message_id.clone();
         let params = send_params(at, message);
         let raw = self
-            .call(
+            .rpc(
                 client,
                 at,
                 &id,
@@ -330,12 +330,12 @@ impl Agent {
         };
         Ok(match at.dialect {
             Dialect::V1 => match serde_json::from_str(raw.get()).map_err(bad)? {
-                v1::SendMessageResponse::Task(t) => Outcome::Task(t),
-                v1::SendMessageResponse::Message(m) => Outcome::Message(m),
+                v1::SendMessageResponse::Task(t) => Reply::Task(t),
+                v1::SendMessageResponse::Message(m) => Reply::Message(m),
             },
             Dialect::V03 => match serde_json::from_str(raw.get()).map_err(bad)? {
-                v03::SendMessageResult::Task(t) => Outcome::Task(Box::new((*t).into())),
-                v03::SendMessageResult::Message(m) => Outcome::Message(Box::new((*m).into())),
+                v03::SendMessageResult::Task(t) => Reply::Task(Box::new((*t).into())),
+                v03::SendMessageResult::Message(m) => Reply::Message(Box::new((*m).into())),
             },
         })
     }
@@ -360,7 +360,7 @@ impl Agent {
         timeout: Duration,
         task_id: &std::sync::OnceLock<String>,
         mut on_text: impl FnMut(&str),
-    ) -> Result<Outcome, A2aError> {
+    ) -> Result<Reply, A2aError> {
         let url = at.url.clone();
         let malformed = |reason: String| UpstreamError::Malformed {
             url: url.clone(),
@@ -394,7 +394,7 @@ impl Agent {
             let mut held = 0usize;
             loop {
                 let Some(data) = events.next().await? else {
-                    return task.map(|t| Outcome::Task(Box::new(t))).ok_or_else(|| {
+                    return task.map(|t| Reply::Task(Box::new(t))).ok_or_else(|| {
                         malformed("the stream ended before a task or message".into()).into()
                     });
                 };
@@ -427,7 +427,7 @@ impl Agent {
                 }
                 .map_err(|e| malformed(format!("not a stream event: {e}")))?;
                 match event {
-                    v1::StreamResponse::Message(m) => return Ok(Outcome::Message(m)),
+                    v1::StreamResponse::Message(m) => return Ok(Reply::Message(m)),
                     v1::StreamResponse::Task(t) => {
                         let _ = task_id.set(t.id.clone());
                         task = Some(*t);
@@ -466,7 +466,7 @@ impl Agent {
                     t.status.state.is_terminal() || t.status.state.is_interrupted()
                 };
                 if let Some(t) = task.take_if(ended) {
-                    return Ok(Outcome::Task(Box::new(t)));
+                    return Ok(Reply::Task(Box::new(t)));
                 }
             }
         };
@@ -511,7 +511,7 @@ impl Agent {
             Dialect::V03 => serde_json::to_value(v03::TaskIdParams::from(request)),
         };
         let id = crate::ldp::new_id();
-        self.call(
+        self.rpc(
             client,
             at,
             &id,
@@ -530,7 +530,7 @@ impl Agent {
         clippy::too_many_arguments,
         reason = "one call, every part of it needed"
     )]
-    async fn call(
+    async fn rpc(
         &self,
         client: &UpstreamClient,
         at: &Endpoint,
