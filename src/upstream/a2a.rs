@@ -346,3 +346,29 @@ fn no_output(told: &str) -> Failure {
         "no text or data part in its artifacts or status message".into(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn output_is_the_text_else_the_data_and_contexts_are_stable() {
+        let t = [
+            Part::text("a"),
+            Part::data(json!({"x": 1})),
+            Part::text("b"),
+        ];
+        assert_eq!(output_of(t.iter()), Some(json!("ab")));
+        let d = [Part::data(json!({"x": 1}))];
+        assert_eq!(output_of(d.iter()), Some(json!({"x": 1})));
+        let dd = [Part::data(json!(1)), Part::data(json!(2))];
+        assert_eq!(output_of(dd.iter()), Some(json!([1, 2])));
+        assert_eq!(output_of([].iter()), None);
+        let c = context_id("s1", "agent");
+        assert_eq!(c, context_id("s1", "agent"));
+        assert_ne!(c, context_id("s2", "agent"));
+        assert_ne!(c, context_id("s1", "other"));
+        assert_eq!(c.len(), 4 + 32);
+    }
+}

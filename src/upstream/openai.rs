@@ -414,3 +414,50 @@ fn bounded_params<'a>(
         trace: &[],
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DelegateConfig, DelegateKind};
+
+    fn backend(param: Option<MaxTokensParam>) -> Backend {
+        let mut cfg = DelegateConfig::new("http://127.0.0.1:1/v1");
+        cfg.kind = DelegateKind::OpenAi;
+        cfg.max_tokens_param = param;
+        Backend::new(&cfg, "d", None).unwrap()
+    }
+
+    fn chat(v: serde_json::Value) -> ChatRequest {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_output_bound_goes_in_the_field_the_delegate_or_the_client_names() {
+        let messages = serde_json::json!([{"role": "user", "content": "hi"}]);
+        let plain = chat(serde_json::json!({"model": "m", "messages": messages}));
+        let newer = chat(serde_json::json!({"model": "m", "messages": messages,
+            "max_completion_tokens": 9}));
+        let sent = |p: Params<'_>| (p.max_tokens, p.max_completion_tokens);
+        assert_eq!(
+            sent(bounded_params(None, &backend(None), 7)),
+            (Some(7), None)
+        );
+        assert_eq!(
+            sent(bounded_params(Some(&plain), &backend(None), 7)),
+            (Some(7), None)
+        );
+        assert_eq!(
+            sent(bounded_params(Some(&newer), &backend(None), 7)),
+            (None, Some(7))
+        );
+        let reasoning = backend(Some(MaxTokensParam::MaxCompletionTokens));
+        assert_eq!(sent(bounded_params(None, &reasoning, 7)), (None, Some(7)));
+        let classic = backend(Some(MaxTokensParam::MaxTokens));
+        assert_eq!(
+            sent(bounded_params(Some(&newer), &classic, 7)),
+            (Some(7), None)
+        );
+        // The client's other parameters still go.
+        assert!(bounded_params(Some(&plain), &classic, 7).extra.is_some());
+    }
+}
