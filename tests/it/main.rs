@@ -28,6 +28,7 @@ mod durability;
 mod feedback;
 mod fuzz_corpus;
 mod gateway;
+mod golden;
 mod hardening;
 mod interop;
 mod learning;

@@ -1,6 +1,7 @@
 //! The harness every integration test uses: simulated delegates and their cards, a gateway
 //! built and started on ephemeral loopback ports (in process, or as the real binary), one LDP
-//! client, one ledger reader, one child-process helper, and the external stores.
+//! client, one ledger reader, one child-process helper, the external stores, and upstreams
+//! that record what they are sent and answer fixed bytes (the golden tests').
 //!
 //! Library paths that other work may move are named here and nowhere else where possible
 //! (`ldp_gateway::cluster` in [`stores`], the proxy's accessors in [`gateway`]).
@@ -12,6 +13,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod openai;
 pub mod process;
+pub mod recorder;
 pub mod redis_gate;
 pub mod rogue;
 pub mod stores;
