@@ -84,7 +84,7 @@ impl Endpoint {
             .map_err(EndpointError::Base)?;
         let shown = || {
             let masked = ldp_client::masked_url(&interface.url);
-            short_to(&masked, SHOWN_URL_BYTES)
+            crate::ldp::text::cut(&masked, SHOWN_URL_BYTES).to_owned()
         };
         let resolved =
             configured
@@ -179,16 +179,7 @@ pub enum Outcome {
 
 /// The first 512 bytes (at a character boundary) of an agent's words.
 fn short(s: &str) -> String {
-    short_to(s, 512)
-}
-
-/// The first `max` bytes (at a character boundary) of `s`.
-fn short_to(s: &str, max: usize) -> String {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
+    crate::ldp::text::cut(s, 512).to_owned()
 }
 
 impl Agent {

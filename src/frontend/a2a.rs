@@ -54,6 +54,7 @@ mod tasks;
 pub use tasks::{task_weight, A2aState, Cancel, Inserted, MAX_CONTEXTS_PER_TENANT};
 
 use crate::ldp::error::GatewayCode;
+use crate::ldp::text::cut;
 use crate::ldp::{Body, Envelope, Json, LdpError, SessionId, TaskId};
 use crate::provenance::Ingress;
 use crate::proxy::{IngressTask, Proxy, Refusal, RequestCtx, Trip};
@@ -144,7 +145,7 @@ impl A2aError {
     /// adapter writes them.
     pub fn to_error(&self, dialect: Dialect) -> ErrorObject {
         let code = self.code();
-        let message = cut(&self.to_string(), 512);
+        let message = cut(&self.to_string(), 512).to_owned();
         if code.code() <= -32600 {
             return ErrorObject::new(code, message);
         }
@@ -154,15 +155,6 @@ impl A2aError {
             Dialect::V03 => e.to_v03(),
         }
     }
-}
-
-/// `s` cut to at most `max` bytes at a character boundary.
-fn cut(s: &str, max: usize) -> String {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
 }
 
 /// One request read: its id, its caller's version and what it asks.
@@ -206,13 +198,13 @@ pub fn read(
     let req = IncomingRequest::parse(body).map_err(|e| (Some(e.id()), Dialect::V1, e.into()))?;
     let id = req.id.clone();
     let Some((method, dialect)) = Method::from_name(&req.method) else {
-        let name = cut(&req.method, MAX_ID_BYTES);
+        let name = cut(&req.method, MAX_ID_BYTES).to_owned();
         return Err((id, Dialect::V1, A2aError::MethodNotFound(name)));
     };
     let fail = |e| (id.clone(), dialect, e);
     let spoken = ProtocolVersion::from_header(version).and_then(ProtocolVersion::dialect);
     if spoken != Some(dialect) {
-        let v = cut(version.unwrap_or_default(), MAX_ID_BYTES);
+        let v = cut(version.unwrap_or_default(), MAX_ID_BYTES).to_owned();
         return Err(fail(A2aError::Version(v)));
     }
     let bad = |e: a2a_wire::ParamsError| A2aError::InvalidParams(e.to_string());
@@ -783,9 +775,9 @@ pub async fn cancel(
         status_event(&t.id, &t.context_id, t.status.clone(), None)
     };
     match state.cancel(tenant, id, change) {
-        Cancel::NotFound => Err(A2aError::TaskNotFound(cut(id, MAX_ID_BYTES))),
+        Cancel::NotFound => Err(A2aError::TaskNotFound(cut(id, MAX_ID_BYTES).to_owned())),
         Cancel::Terminal(s) => Err(A2aError::NotCancelable {
-            id: cut(id, MAX_ID_BYTES),
+            id: cut(id, MAX_ID_BYTES).to_owned(),
             state: s.as_str().to_owned(),
         }),
         Cancel::Canceled(task, session) => {

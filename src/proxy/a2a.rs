@@ -326,11 +326,7 @@ fn output_of<'a>(parts: impl Iterator<Item = &'a Part>) -> Option<Value> {
 
 /// The first 512 bytes of an agent's words (at a character boundary).
 fn short(s: &str) -> String {
-    let mut end = s.len().min(512);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
+    crate::ldp::text::cut(s, 512).to_owned()
 }
 
 /// A failure of the agent's that another delegate may take: the client hears the agent's
