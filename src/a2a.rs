@@ -6,4 +6,4 @@
 pub mod card;
 pub mod upstream;
 
-pub use upstream::{A2aError, Agent, Endpoint, EndpointError, Outcome};
+pub use upstream::{A2aCallError, Agent, Endpoint, EndpointError, Outcome};

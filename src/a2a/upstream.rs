@@ -151,7 +151,7 @@ impl std::fmt::Debug for Agent {
 
 /// Why a call to an A2A agent failed.
 #[derive(Debug, thiserror::Error)]
-pub enum A2aError {
+pub enum A2aCallError {
     /// The exchange failed (no connection, no answer in time, a non-2xx status, an answer
     /// past the cap or not JSON-RPC).
     #[error(transparent)]
@@ -280,7 +280,7 @@ impl Agent {
         message: v1::Message,
         forward: Forward<'_>,
         timeout: Duration,
-    ) -> Result<Outcome, A2aError> {
+    ) -> Result<Outcome, A2aCallError> {
         let id = message.message_id.clone();
         let params = send_params(at, message);
         let raw = self
@@ -330,7 +330,7 @@ impl Agent {
         timeout: Duration,
         task_id: &std::sync::OnceLock<String>,
         mut on_text: impl FnMut(&str),
-    ) -> Result<Outcome, A2aError> {
+    ) -> Result<Outcome, A2aCallError> {
         let url = at.url.clone();
         let malformed = |reason: String| UpstreamError::Malformed {
             url: url.clone(),
@@ -377,7 +377,7 @@ impl Agent {
                 let result = match response.outcome() {
                     Some(Ok(r)) => r,
                     Some(Err(e)) => {
-                        return Err(A2aError::Rpc {
+                        return Err(A2aCallError::Rpc {
                             url: url.clone(),
                             code: e.code,
                             message: short(&e.message),
@@ -469,7 +469,7 @@ impl Agent {
         at: &Endpoint,
         task_id: &str,
         timeout: Duration,
-    ) -> Result<(), A2aError> {
+    ) -> Result<(), A2aCallError> {
         let request = v1::CancelTaskRequest {
             tenant: String::new(),
             id: task_id.to_owned(),
@@ -509,7 +509,7 @@ impl Agent {
         params: serde_json::Result<serde_json::Value>,
         forward: Forward<'_>,
         timeout: Duration,
-    ) -> Result<Box<RawValue>, A2aError> {
+    ) -> Result<Box<RawValue>, A2aCallError> {
         let url = at.url.clone();
         let malformed = |reason: String| UpstreamError::Malformed {
             url: url.clone(),
@@ -547,7 +547,7 @@ impl Agent {
             .map_err(|e| malformed(format!("not a JSON-RPC response: {e}")))?;
         match response.outcome() {
             Some(Ok(result)) => Ok(result),
-            Some(Err(e)) => Err(A2aError::Rpc {
+            Some(Err(e)) => Err(A2aCallError::Rpc {
                 url,
                 code: e.code,
                 message: short(&e.message),

@@ -18,7 +18,7 @@
 use super::attempt::{Attempt, Failure, Health};
 use super::task::{Answer, Progress, TaskCtx, TaskRun};
 use super::Proxy;
-use crate::a2a::{A2aError, Agent, Outcome};
+use crate::a2a::{A2aCallError, Agent, Outcome};
 use crate::ldp::{Body, ErrorCategory, ErrorSeverity, Json, LdpError, PayloadMode, Provenance};
 use crate::registry::Delegate;
 use crate::session::Binding;
@@ -129,17 +129,17 @@ impl Proxy {
         t: &TaskCtx<'_>,
         run: &mut TaskRun,
         binding: &Binding,
-        answered: Result<Outcome, A2aError>,
+        answered: Result<Outcome, A2aCallError>,
         took: std::time::Duration,
         charged: &mut f64,
     ) -> (Attempt, Health) {
         let delegate = &binding.delegate;
         let task = match answered {
-            Err(A2aError::Transport(e)) => {
+            Err(A2aCallError::Transport(e)) => {
                 let health = Health::of_error(&e, Some(took));
                 return (Attempt::Failed(Failure::upstream(delegate, &e)), health);
             }
-            Err(e @ A2aError::Rpc { code, .. }) => {
+            Err(e @ A2aCallError::Rpc { code, .. }) => {
                 let failure = fails_over(
                     delegate,
                     "a2a_error",
