@@ -9,19 +9,21 @@
 //! A property test holds the two, and the full evaluation the hot path replaced, to the
 //! same decisions.
 
+mod badness;
 mod constraints;
 mod decide;
 mod explain;
 mod quality;
 mod score;
 
+pub use badness::Bad;
 pub use constraints::{
     evaluate, figures, static_eval, statics, Constraint, Evaluation, Figures, LatencySource, Static,
 };
 pub use decide::{decide, decide_with, scores, Exclusions, NoEligible, Pick, Trial};
 pub use explain::{explain, ConstraintRow, Explanation, Picked, RowView};
 pub use quality::{blend, claim_weight, plausible, Evidence, Observed, Prior};
-pub use score::{score, Bad, Components, RULE as SCORING_RULE};
+pub use score::{score, Components, RULE as SCORING_RULE};
 
 use crate::ldp::{CapabilityHints, CostTier, IdentityCard};
 use serde::{Deserialize, Serialize};

@@ -54,6 +54,7 @@ mod tasks;
 pub use tasks::{task_weight, A2aState, Cancel, Inserted, MAX_CONTEXTS_PER_TENANT};
 
 use crate::ldp::error::GatewayCode;
+use crate::ldp::text::cut;
 use crate::ldp::{Body, Envelope, Json, LdpError, SessionId, TaskId};
 use crate::provenance::Ingress;
 use crate::proxy::{IngressTask, Proxy, Refusal, RequestCtx, Trip};
@@ -86,7 +87,7 @@ const BEARER: &str = "bearer";
 
 /// Why a request is answered with a JSON-RPC error.
 #[derive(Debug, thiserror::Error)]
-pub enum A2aError {
+pub enum A2aRequestError {
     /// Not JSON, or not one JSON-RPC request (-32700, -32600).
     #[error(transparent)]
     Request(#[from] a2a_wire::RequestError),
@@ -123,19 +124,19 @@ pub enum A2aError {
     Version(String),
 }
 
-impl A2aError {
+impl A2aRequestError {
     /// Its A2A error code.
     pub fn code(&self) -> ErrorCode {
         match self {
-            A2aError::Request(e) => e.code(),
-            A2aError::MethodNotFound(_) => ErrorCode::MethodNotFound,
-            A2aError::InvalidParams(_) => ErrorCode::InvalidParams,
-            A2aError::TaskNotFound(_) => ErrorCode::TaskNotFound,
-            A2aError::NotCancelable { .. } => ErrorCode::TaskNotCancelable,
-            A2aError::PushNotSupported => ErrorCode::PushNotificationNotSupported,
-            A2aError::Unsupported(_) => ErrorCode::UnsupportedOperation,
-            A2aError::ContentType(_) => ErrorCode::ContentTypeNotSupported,
-            A2aError::Version(_) => ErrorCode::VersionNotSupported,
+            A2aRequestError::Request(e) => e.code(),
+            A2aRequestError::MethodNotFound(_) => ErrorCode::MethodNotFound,
+            A2aRequestError::InvalidParams(_) => ErrorCode::InvalidParams,
+            A2aRequestError::TaskNotFound(_) => ErrorCode::TaskNotFound,
+            A2aRequestError::NotCancelable { .. } => ErrorCode::TaskNotCancelable,
+            A2aRequestError::PushNotSupported => ErrorCode::PushNotificationNotSupported,
+            A2aRequestError::Unsupported(_) => ErrorCode::UnsupportedOperation,
+            A2aRequestError::ContentType(_) => ErrorCode::ContentTypeNotSupported,
+            A2aRequestError::Version(_) => ErrorCode::VersionNotSupported,
         }
     }
 
@@ -144,7 +145,7 @@ impl A2aError {
     /// adapter writes them.
     pub fn to_error(&self, dialect: Dialect) -> ErrorObject {
         let code = self.code();
-        let message = cut(&self.to_string(), 512);
+        let message = cut(&self.to_string(), 512).to_owned();
         if code.code() <= -32600 {
             return ErrorObject::new(code, message);
         }
@@ -154,15 +155,6 @@ impl A2aError {
             Dialect::V03 => e.to_v03(),
         }
     }
-}
-
-/// `s` cut to at most `max` bytes at a character boundary.
-fn cut(s: &str, max: usize) -> String {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
 }
 
 /// One request read: its id, its caller's version and what it asks.
@@ -202,20 +194,20 @@ pub enum Call {
 pub fn read(
     body: &[u8],
     version: Option<&str>,
-) -> Result<Incoming, (Option<Id>, Dialect, A2aError)> {
+) -> Result<Incoming, (Option<Id>, Dialect, A2aRequestError)> {
     let req = IncomingRequest::parse(body).map_err(|e| (Some(e.id()), Dialect::V1, e.into()))?;
     let id = req.id.clone();
     let Some((method, dialect)) = Method::from_name(&req.method) else {
-        let name = cut(&req.method, MAX_ID_BYTES);
-        return Err((id, Dialect::V1, A2aError::MethodNotFound(name)));
+        let name = cut(&req.method, MAX_ID_BYTES).to_owned();
+        return Err((id, Dialect::V1, A2aRequestError::MethodNotFound(name)));
     };
     let fail = |e| (id.clone(), dialect, e);
     let spoken = ProtocolVersion::from_header(version).and_then(ProtocolVersion::dialect);
     if spoken != Some(dialect) {
-        let v = cut(version.unwrap_or_default(), MAX_ID_BYTES);
-        return Err(fail(A2aError::Version(v)));
+        let v = cut(version.unwrap_or_default(), MAX_ID_BYTES).to_owned();
+        return Err(fail(A2aRequestError::Version(v)));
     }
-    let bad = |e: a2a_wire::ParamsError| A2aError::InvalidParams(e.to_string());
+    let bad = |e: a2a_wire::ParamsError| A2aRequestError::InvalidParams(e.to_string());
     let call = match (method, dialect) {
         (Method::SendMessage | Method::SendStreamingMessage, Dialect::V1) => Call::Send {
             req: Box::new(req.params().map_err(|e| fail(bad(e)))?),
@@ -251,10 +243,10 @@ pub fn read(
             | Method::ListTaskPushNotificationConfigs
             | Method::DeleteTaskPushNotificationConfig,
             _,
-        ) => return Err(fail(A2aError::PushNotSupported)),
+        ) => return Err(fail(A2aRequestError::PushNotSupported)),
         (Method::ListTasks | Method::GetExtendedAgentCard, _) => {
             let name = method.name(dialect).unwrap_or_default();
-            return Err(fail(A2aError::Unsupported(format!(
+            return Err(fail(A2aRequestError::Unsupported(format!(
                 "{name} is not offered by the gateway"
             ))));
         }
@@ -276,7 +268,10 @@ pub struct Job {
 }
 
 /// Checks a send request and makes the task it asks for.
-pub fn job(req: v1::SendMessageRequest, default_skill: Option<&str>) -> Result<Job, A2aError> {
+pub fn job(
+    req: v1::SendMessageRequest,
+    default_skill: Option<&str>,
+) -> Result<Job, A2aRequestError> {
     let v1::SendMessageRequest {
         message,
         metadata,
@@ -284,16 +279,16 @@ pub fn job(req: v1::SendMessageRequest, default_skill: Option<&str>) -> Result<J
         ..
     } = req;
     if configuration.is_some_and(|c| c.task_push_notification_config.is_some()) {
-        return Err(A2aError::PushNotSupported);
+        return Err(A2aRequestError::PushNotSupported);
     }
     if !message.task_id.is_empty() {
-        return Err(A2aError::Unsupported(
+        return Err(A2aRequestError::Unsupported(
             "the gateway answers each message with a new task and does not continue one: \
              send it without taskId (in the same contextId)"
                 .into(),
         ));
     }
-    let meta = |key: &str| -> Result<Option<String>, A2aError> {
+    let meta = |key: &str| -> Result<Option<String>, A2aRequestError> {
         let v = [message.metadata.as_ref(), metadata.as_ref()]
             .into_iter()
             .flatten()
@@ -303,7 +298,7 @@ pub fn job(req: v1::SendMessageRequest, default_skill: Option<&str>) -> Result<J
             Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= MAX_ID_BYTES => {
                 Ok(Some(s.trim().to_owned()))
             }
-            Some(_) => Err(A2aError::InvalidParams(format!(
+            Some(_) => Err(A2aRequestError::InvalidParams(format!(
                 "metadata.{key} must be a non-empty string of at most {MAX_ID_BYTES} bytes"
             ))),
         }
@@ -311,14 +306,14 @@ pub fn job(req: v1::SendMessageRequest, default_skill: Option<&str>) -> Result<J
     let skill = match meta("skill")?.or_else(|| default_skill.map(str::to_owned)) {
         Some(s) => s,
         None => {
-            return Err(A2aError::InvalidParams(
+            return Err(A2aRequestError::InvalidParams(
                 "no skill: set metadata.skill (the gateway has no default A2A skill)".into(),
             ))
         }
     };
     let policy = meta("policy")?;
     if message.context_id.len() > MAX_ID_BYTES {
-        return Err(A2aError::InvalidParams(format!(
+        return Err(A2aRequestError::InvalidParams(format!(
             "contextId is over {MAX_ID_BYTES} bytes"
         )));
     }
@@ -355,12 +350,14 @@ pub fn job(req: v1::SendMessageRequest, default_skill: Option<&str>) -> Result<J
 }
 
 /// The task input of a message's parts.
-fn input_of(parts: &[Part]) -> Result<Json, A2aError> {
+fn input_of(parts: &[Part]) -> Result<Json, A2aRequestError> {
     if parts.is_empty() {
-        return Err(A2aError::InvalidParams("the message has no parts".into()));
+        return Err(A2aRequestError::InvalidParams(
+            "the message has no parts".into(),
+        ));
     }
     if parts.len() > MAX_PARTS {
-        return Err(A2aError::InvalidParams(format!(
+        return Err(A2aRequestError::InvalidParams(format!(
             "the message has more than {MAX_PARTS} parts"
         )));
     }
@@ -380,7 +377,7 @@ fn input_of(parts: &[Part]) -> Result<Json, A2aError> {
             PartContent::Text(t) => text.push_str(t),
             PartContent::Data(v) => text.push_str(&v.to_string()),
             PartContent::Raw(_) | PartContent::Url(_) => {
-                return Err(A2aError::ContentType(
+                return Err(A2aRequestError::ContentType(
                     "file parts are not accepted: send text or data parts".into(),
                 ))
             }
@@ -773,7 +770,7 @@ pub async fn cancel(
     state: &A2aState,
     tenant: &str,
     id: &str,
-) -> Result<Task, A2aError> {
+) -> Result<Task, A2aRequestError> {
     let change = |t: &mut Task| {
         let text = "canceled by the client".to_owned();
         t.status = status(
@@ -783,9 +780,11 @@ pub async fn cancel(
         status_event(&t.id, &t.context_id, t.status.clone(), None)
     };
     match state.cancel(tenant, id, change) {
-        Cancel::NotFound => Err(A2aError::TaskNotFound(cut(id, MAX_ID_BYTES))),
-        Cancel::Terminal(s) => Err(A2aError::NotCancelable {
-            id: cut(id, MAX_ID_BYTES),
+        Cancel::NotFound => Err(A2aRequestError::TaskNotFound(
+            cut(id, MAX_ID_BYTES).to_owned(),
+        )),
+        Cancel::Terminal(s) => Err(A2aRequestError::NotCancelable {
+            id: cut(id, MAX_ID_BYTES).to_owned(),
             state: s.as_str().to_owned(),
         }),
         Cancel::Canceled(task, session) => {
@@ -885,7 +884,7 @@ mod tests {
             }
         };
         let no_skill = job(m(serde_json::json!({}), ""), None);
-        assert!(matches!(no_skill, Err(A2aError::InvalidParams(_))));
+        assert!(matches!(no_skill, Err(A2aRequestError::InvalidParams(_))));
         let j = job(m(serde_json::json!({}), ""), Some("sum")).unwrap();
         assert_eq!(
             (j.skill.as_str(), j.task.context_id == j.task.id),
@@ -898,9 +897,9 @@ mod tests {
         .unwrap();
         assert_eq!((j.skill.as_str(), j.policy.as_deref()), ("x", Some("p")));
         let bad = job(m(serde_json::json!({"skill": 3}), ""), None);
-        assert!(matches!(bad, Err(A2aError::InvalidParams(_))));
+        assert!(matches!(bad, Err(A2aRequestError::InvalidParams(_))));
         let cont = job(m(serde_json::json!({}), "t1"), Some("sum"));
-        assert!(matches!(cont, Err(A2aError::Unsupported(_))));
+        assert!(matches!(cont, Err(A2aRequestError::Unsupported(_))));
     }
 
     #[test]
@@ -909,11 +908,17 @@ mod tests {
         assert_eq!(text.unwrap().as_string().as_deref(), Some("a\n{\"k\":1}"));
         let data = input_of(&[Part::data(serde_json::json!({"k": 1}))]).unwrap();
         assert_eq!(data.get(), "{\"k\":1}");
-        assert!(matches!(input_of(&[]), Err(A2aError::InvalidParams(_))));
+        assert!(matches!(
+            input_of(&[]),
+            Err(A2aRequestError::InvalidParams(_))
+        ));
         let file = Part {
             content: PartContent::Url("https://example.com/f".into()),
             ..Part::text("")
         };
-        assert!(matches!(input_of(&[file]), Err(A2aError::ContentType(_))));
+        assert!(matches!(
+            input_of(&[file]),
+            Err(A2aRequestError::ContentType(_))
+        ));
     }
 }

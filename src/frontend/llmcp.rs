@@ -5,6 +5,7 @@
 //! The ledger sees digests of the documents, never their text.
 
 use crate::ldp::error::GatewayCode;
+use crate::ldp::text::cut;
 use crate::ldp::{Body, Json, LdpError, TaskId};
 use crate::provenance::Ingress;
 use crate::proxy::{IngressTask, Proxy, Refusal, RequestCtx, Trip};
@@ -366,18 +367,6 @@ fn document_digest(d: &Document) -> String {
 /// A client string as a JSON string literal (quotes and line breaks escaped).
 fn json_str(s: &str) -> String {
     Value::String(s.to_owned()).to_string()
-}
-
-/// `s` cut to at most `max` bytes at a character boundary.
-fn cut(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// Now, as the seed writes `created_at`.

@@ -581,12 +581,9 @@ fn string(s: String) -> Value {
     let mut parts = Vec::with_capacity(s.len() / PART + 1);
     let mut rest = s.as_str();
     while !rest.is_empty() {
-        let mut end = rest.len().min(PART);
-        while !rest.is_char_boundary(end) {
-            end -= 1;
-        }
-        parts.push(Value::str(&rest[..end]));
-        rest = &rest[end..];
+        let part = crate::ldp::text::cut(rest, PART);
+        parts.push(Value::str(part));
+        rest = &rest[part.len()..];
     }
     Value::List(parts)
 }

@@ -57,14 +57,9 @@ impl Cuts {
 
 /// Cuts `s` to at most `max` bytes (on a character boundary); whether it was cut.
 fn cut(s: &mut String, max: usize) -> bool {
-    if s.len() <= max {
+    if !crate::ldp::text::truncate(s, max) {
         return false;
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.truncate(end);
     s.shrink_to_fit();
     true
 }

@@ -209,11 +209,8 @@ const MAX_ERRORS_KEPT: usize = 16;
 /// At most [`MAX_ERROR_DETAIL`] bytes of an upstream error (cut at a character), and
 /// whether it was cut.
 pub(super) fn cut_detail(detail: &str) -> (&str, bool) {
-    let mut end = detail.len().min(MAX_ERROR_DETAIL);
-    while !detail.is_char_boundary(end) {
-        end -= 1;
-    }
-    (&detail[..end], end < detail.len())
+    let kept = crate::ldp::text::cut(detail, MAX_ERROR_DETAIL);
+    (kept, kept.len() < detail.len())
 }
 
 /// What an answer that never finished used.

@@ -151,11 +151,7 @@ const MAX_CAPTURED: usize = 16 * 1024;
 
 /// `text`, cut at a character to at most [`MAX_CAPTURED`] bytes.
 fn captured(text: &str) -> String {
-    let mut end = text.len().min(MAX_CAPTURED);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
+    crate::ldp::text::cut(text, MAX_CAPTURED).to_owned()
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! Hard constraints: the card-only part (`static_eval`, cached per policy by the registry) and
 //! the per-task part (health, load, trust, latency, contract), with the figures they compare.
 
+use super::badness::Bad;
 use super::quality::{blend, plausible, Observed, Prior};
-use super::score::Bad;
 use super::{Load, Need, Offer, RoutingParams};
 use crate::ldp::trust::session_allowed;
 use crate::ldp::{ClaimType, TrustDomain};

@@ -27,8 +27,9 @@
 //! - nothing is allocated: survivors and the band live in a buffer each thread reuses
 //!   ([`Scratch`]), the exclusion counts in a fixed array ([`Exclusions`]).
 
+use super::badness::Bad;
 use super::constraints::{bound, evaluate_with};
-use super::score::{Bad, Scale};
+use super::score::Scale;
 use super::{
     evaluate, score, statics, Components, Constraint, Evaluation, Figures, Load, Need, Offer,
     RoutingParams, Scored, Static,

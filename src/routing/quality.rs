@@ -13,7 +13,7 @@
 //! bound. Three votes cannot exclude an honest delegate for one misjudgement, while a
 //! delegate right half the time is out after a handful of votes.
 
-use super::score::Bad;
+use super::badness::Bad;
 use crate::ldp::ClaimType;
 use serde::Serialize;
 

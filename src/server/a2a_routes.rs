@@ -14,7 +14,7 @@
 use super::api_error::{catch_panics_shaped, ApiError, Shape};
 use super::request::{read_json_body, refuse, request_ctx};
 use super::AppState;
-use crate::frontend::a2a::{self as bridge, A2aError, Call, Job};
+use crate::frontend::a2a::{self as bridge, A2aRequestError, Call, Job};
 use crate::proxy::RequestCtx;
 use a2a_wire::consts::{AGENT_CARD_PATH, VERSION_HEADER};
 use a2a_wire::v1::StreamResponse;
@@ -131,16 +131,16 @@ async fn a2a(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> R
         }
         Call::Get(g) => match s.a2a.get(&tenant, &g.id) {
             Some(t) => rpc_ok(id, bridge::task_result(t, g.history_length, dialect)),
-            None => rpc_error(id, dialect, &A2aError::TaskNotFound(g.id)),
+            None => rpc_error(id, dialect, &A2aRequestError::TaskNotFound(g.id)),
         },
         Call::Cancel(c) => match bridge::cancel(&s.proxy, &s.a2a, &tenant, &c.id).await {
             Ok(t) => rpc_ok(id, bridge::task_result(t, None, dialect)),
             Err(e) => rpc_error(id, dialect, &e),
         },
         Call::Subscribe(r) => match s.a2a.subscribe(&tenant, &r.id) {
-            None => rpc_error(id, dialect, &A2aError::TaskNotFound(r.id)),
+            None => rpc_error(id, dialect, &A2aRequestError::TaskNotFound(r.id)),
             Some((t, None)) => {
-                let e = A2aError::Unsupported(format!(
+                let e = A2aRequestError::Unsupported(format!(
                     "task {:?} is {}: nothing left to stream",
                     t.id,
                     t.status.state.as_str()
@@ -256,7 +256,7 @@ async fn send(
     }
     match s.a2a.get(&tenant, &task_id) {
         Some(t) => rpc(RpcResponse::success(id, bridge::send_result(t, dialect))),
-        None => rpc_error(id, dialect, &A2aError::TaskNotFound(task_id)),
+        None => rpc_error(id, dialect, &A2aRequestError::TaskNotFound(task_id)),
     }
 }
 
@@ -311,7 +311,7 @@ fn rpc_ok(id: Id, result: Value) -> Response {
     rpc(RpcResponse::success(id, result))
 }
 
-fn rpc_error(id: Id, dialect: Dialect, e: &A2aError) -> Response {
+fn rpc_error(id: Id, dialect: Dialect, e: &A2aRequestError) -> Response {
     rpc(RpcResponse::<Value>::error(id, e.to_error(dialect)))
 }
 

@@ -5,7 +5,7 @@
 //! a failed task with its LDP status (as on the LDP routes) and the forms it got to.
 
 use super::api_error::{catch_panics_shaped, ApiError, Shape};
-use super::request::{read_body, refuse, request_ctx, CancelOnDrop};
+use super::request::{read_body, refuse, request_ctx, CancelIngressTasksOnDrop};
 use super::AppState;
 use crate::frontend::ladp::{self as bridge, LadpError, Phase, Request, UNKNOWN_SENDER};
 use crate::ldp::error::GatewayCode;
@@ -103,7 +103,7 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
         );
     }
     // A client that leaves before its answer cancels the task.
-    let guard = CancelOnDrop::new(s, &tenant, Ingress::Ladp, [task_id.clone()]);
+    let guard = CancelIngressTasksOnDrop::new(s, &tenant, Ingress::Ladp, [task_id.clone()]);
     let proxy = s.proxy.clone();
     let (id, quorum) = (task_id.clone(), init.quorum);
     // Its own (tracked) task: a client that leaves does not stop its settling and ledger row.

@@ -76,7 +76,7 @@ async fn answer(
     // A task runs on as its own (tracked) task, as on `/ldp/stream`: if the client goes away
     // this future is dropped, and the task must still settle its budget reservation and write
     // its ledger row, while the guard cancels it upstream.
-    let mut guard = CancelOnDrop::new(s, &ctx, &env, task_id);
+    let mut guard = CancelLdpTaskOnDrop::new(s, &ctx, &env, task_id);
     // Running from now on, for a cancel to find, until the task's future ends.
     let registered = s.proxy.task_arrived(&ctx, &env);
     let proxy = s.proxy.clone();
@@ -110,7 +110,7 @@ async fn messages(State(s): State<AppState>, headers: HeaderMap, body: HttpBody)
 const HEARTBEAT: Duration = Duration::from_millis(400);
 
 /// Cancels the task upstream if its request is dropped (client gone) before the answer.
-struct CancelOnDrop {
+struct CancelLdpTaskOnDrop {
     proxy: std::sync::Arc<crate::proxy::Proxy>,
     session_id: SessionId,
     owner: String,
@@ -118,9 +118,14 @@ struct CancelOnDrop {
     done: bool,
 }
 
-impl CancelOnDrop {
-    fn new(s: &AppState, ctx: &RequestCtx, env: &Envelope, task_id: &TaskId) -> CancelOnDrop {
-        CancelOnDrop {
+impl CancelLdpTaskOnDrop {
+    fn new(
+        s: &AppState,
+        ctx: &RequestCtx,
+        env: &Envelope,
+        task_id: &TaskId,
+    ) -> CancelLdpTaskOnDrop {
+        CancelLdpTaskOnDrop {
             proxy: s.proxy.clone(),
             session_id: env.session_id.clone(),
             // The same owner key the session table uses (tenant + `from`).
@@ -131,7 +136,7 @@ impl CancelOnDrop {
     }
 }
 
-impl Drop for CancelOnDrop {
+impl Drop for CancelLdpTaskOnDrop {
     fn drop(&mut self) {
         if self.done {
             return;
@@ -162,7 +167,7 @@ async fn stream(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -
         Err(e) => return refuse(e),
     };
     let guard = match &env.body {
-        Body::TaskSubmit { task_id, .. } => Some(CancelOnDrop::new(&s, &ctx, &env, task_id)),
+        Body::TaskSubmit { task_id, .. } => Some(CancelLdpTaskOnDrop::new(&s, &ctx, &env, task_id)),
         _ => None,
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Envelope>(64);

@@ -4,7 +4,7 @@
 //! refusal is an LLMCP error packet (`type: "error"`) with the LDP routes' status.
 
 use super::api_error::{catch_panics_shaped, ApiError, Shape};
-use super::request::{read_json_body, refuse, request_ctx, CancelOnDrop};
+use super::request::{read_json_body, refuse, request_ctx, CancelIngressTasksOnDrop};
 use super::AppState;
 use crate::frontend::llmcp::LlmcpOutcome;
 use crate::ldp::error::GatewayCode;
@@ -74,7 +74,7 @@ async fn answer(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Res
     let repair_id: TaskId = crate::ldp::new_id().into();
     // A client that leaves before its answer cancels the task (and its repair).
     let tasks = [task_id.clone(), repair_id.clone()];
-    let guard = CancelOnDrop::new(s, &ctx.tenant.name, Ingress::Llmcp, tasks);
+    let guard = CancelIngressTasksOnDrop::new(s, &ctx.tenant.name, Ingress::Llmcp, tasks);
     // Running from now on, for a cancel to find, until the task's future ends.
     let registered = [&task_id, &repair_id].map(|id| {
         s.proxy

@@ -7,7 +7,7 @@
 //! bad key), 409 (sequence not above the sender's last), 413 (over the size limit).
 
 use super::api_error::{catch_panics_shaped, ApiError, ErrorKind, Shape};
-use super::request::{read_body, refuse, request_ctx, CancelOnDrop};
+use super::request::{read_body, refuse, request_ctx, CancelIngressTasksOnDrop};
 use super::AppState;
 use crate::frontend::llmx::{self as bridge, Answered, Inbound, Nack};
 use crate::ldp::error::GatewayCode;
@@ -130,7 +130,8 @@ async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound) -> Response {
     let tenant = ctx.tenant.name.clone();
     let header = reply_header(&s, Some(&tenant), Some(&theirs));
     let ids: Vec<TaskId> = jobs.iter().map(|_| crate::ldp::new_id().into()).collect();
-    let guard = CancelOnDrop::new(&s, &ctx.tenant.name, Ingress::Llmx, ids.iter().cloned());
+    let guard =
+        CancelIngressTasksOnDrop::new(&s, &ctx.tenant.name, Ingress::Llmx, ids.iter().cloned());
     // Each running from now on, for a cancel to find, until its task's future ends.
     let tenant = ctx.tenant.name.clone();
     let registered = ids

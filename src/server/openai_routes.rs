@@ -6,7 +6,7 @@
 //! `x-ldp-policy` and `x-ldp-task-id`. Errors are OpenAI's shape with the LDP routes' statuses.
 
 use super::api_error::{ApiError, ErrorKind};
-use super::request::{read_json_body, refuse, request_ctx, CancelOnDrop};
+use super::request::{read_json_body, refuse, request_ctx, CancelIngressTasksOnDrop};
 use super::AppState;
 use crate::frontend::openai::{ChatOutcome, ChatRefusal, ChatReply};
 use crate::ldp::error::GatewayCode;
@@ -187,7 +187,8 @@ async fn completion(
     let proxy = s.proxy.clone();
     let id = task_id.clone();
     // A client that leaves before its answer (or its first delta) cancels the task.
-    let guard = CancelOnDrop::new(s, &ctx.tenant.name, Ingress::Openai, [task_id.clone()]);
+    let guard =
+        CancelIngressTasksOnDrop::new(s, &ctx.tenant.name, Ingress::Openai, [task_id.clone()]);
     // Running from now on, for a cancel to find, until the task's future ends.
     let registered = s
         .proxy

@@ -193,23 +193,23 @@ pub(super) fn request_ctx(s: &AppState, headers: &HeaderMap) -> Result<RequestCt
 
 /// Cancels a front end's tasks still pending when its request is dropped (the client left
 /// before the answer), as a disconnected LDP client's are. Each task is marked answered
-/// ([`CancelOnDrop::answered`]) or all at once ([`CancelOnDrop::done`]).
-pub(super) struct CancelOnDrop {
+/// ([`CancelIngressTasksOnDrop::answered`]) or all at once ([`CancelIngressTasksOnDrop::done`]).
+pub(super) struct CancelIngressTasksOnDrop {
     proxy: std::sync::Arc<crate::proxy::Proxy>,
     tenant: String,
     ingress: crate::provenance::Ingress,
     pending: std::sync::Arc<std::sync::Mutex<Vec<Option<crate::ldp::TaskId>>>>,
 }
 
-impl CancelOnDrop {
+impl CancelIngressTasksOnDrop {
     /// A guard over `tasks` of `tenant`'s request through `ingress`.
     pub(super) fn new(
         s: &AppState,
         tenant: &str,
         ingress: crate::provenance::Ingress,
         tasks: impl IntoIterator<Item = crate::ldp::TaskId>,
-    ) -> CancelOnDrop {
-        CancelOnDrop {
+    ) -> CancelIngressTasksOnDrop {
+        CancelIngressTasksOnDrop {
             proxy: s.proxy.clone(),
             tenant: tenant.to_owned(),
             ingress,
@@ -236,7 +236,7 @@ impl CancelOnDrop {
     }
 }
 
-impl Drop for CancelOnDrop {
+impl Drop for CancelIngressTasksOnDrop {
     fn drop(&mut self) {
         let left: Vec<crate::ldp::TaskId> = self
             .pending

@@ -617,12 +617,7 @@ fn validate(state: &OpenAiState, body: &Value, knobs: &Knobs) -> Result<Ask, Api
         .and_then(Value::as_u64);
     if let Some(max) = max_tokens {
         let cap = usize::try_from(max.saturating_mul(4)).unwrap_or(usize::MAX);
-        if content.len() > cap {
-            let mut end = cap;
-            while !content.is_char_boundary(end) {
-                end -= 1;
-            }
-            content.truncate(end);
+        if crate::ldp::text::truncate(&mut content, cap) {
             finish_reason = "length";
         }
     }

@@ -6,7 +6,7 @@
 pub mod agent;
 pub mod card;
 
-pub use agent::{A2aError, Agent, Endpoint, EndpointError, Reply};
+pub use agent::{A2aCallError, Agent, Endpoint, EndpointError, Reply};
 
 use super::{Answered, Call, Called, Failure, Health, Outcome, Relay, Update, UpstreamError};
 use crate::ldp::{ErrorCategory, ErrorSeverity, Json, LdpError, PayloadMode, Provenance};
@@ -127,19 +127,19 @@ fn cancelled() -> LdpError {
 /// The agent's answer as the call's outcome and what it says of the agent.
 fn judge(
     call: &Call<'_>,
-    answered: Result<Reply, A2aError>,
+    answered: Result<Reply, A2aCallError>,
     took: std::time::Duration,
 ) -> (Called, Health) {
     let told = call.told;
     let task = match answered {
-        Err(A2aError::Transport(e)) => {
+        Err(A2aCallError::Transport(e)) => {
             let health = Health::of_error(&e, Some(took));
             return (
                 Called::Failed(Box::new(Failure::upstream(told, &e))),
                 health,
             );
         }
-        Err(e @ A2aError::Rpc { code, .. }) => {
+        Err(e @ A2aCallError::Rpc { code, .. }) => {
             let failure = fails_over(
                 told,
                 "a2a_error",
@@ -318,11 +318,7 @@ fn output_of<'a>(parts: impl Iterator<Item = &'a Part>) -> Option<Value> {
 
 /// The first 512 bytes of an agent's words (at a character boundary).
 fn short(s: &str) -> String {
-    let mut end = s.len().min(512);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
+    crate::ldp::text::cut(s, 512).to_owned()
 }
 
 /// A failure of the agent's that another delegate may take: the client hears the agent's

@@ -11,6 +11,7 @@ use ldp_wire::{
 use std::time::Duration;
 
 mod card;
+mod head;
 mod http;
 mod pool;
 mod sse;
@@ -21,7 +22,8 @@ mod tls;
 use crate::Error;
 use bytes::Bytes;
 pub use card::CardLimits;
-pub use http::{Events, Head, HttpAnswer};
+pub use head::Head;
+pub use http::{Events, HttpAnswer};
 use pool::Req;
 
 /// An upstream session the gateway opened with a delegate.

@@ -16,6 +16,7 @@ pub mod provenance;
 pub mod replay;
 pub mod session_config;
 pub mod signing;
+pub mod text;
 pub mod trust;
 
 pub use body::{Body, CapabilityManifest, ManifestError, MessageType};

@@ -84,7 +84,7 @@ impl Endpoint {
             .map_err(EndpointError::Base)?;
         let shown = || {
             let masked = ldp_client::masked_url(&interface.url);
-            short_to(&masked, SHOWN_URL_BYTES)
+            crate::ldp::text::cut(&masked, SHOWN_URL_BYTES).to_owned()
         };
         let resolved =
             configured
@@ -151,7 +151,7 @@ impl std::fmt::Debug for Agent {
 
 /// Why a call to an A2A agent failed.
 #[derive(Debug, thiserror::Error)]
-pub enum A2aError {
+pub enum A2aCallError {
     /// The exchange failed (no connection, no answer in time, a non-2xx status, an answer
     /// past the cap or not JSON-RPC).
     #[error(transparent)]
@@ -179,16 +179,7 @@ pub enum Reply {
 
 /// The first 512 bytes (at a character boundary) of an agent's words.
 fn short(s: &str) -> String {
-    short_to(s, 512)
-}
-
-/// The first `max` bytes (at a character boundary) of `s`.
-fn short_to(s: &str, max: usize) -> String {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
+    crate::ldp::text::cut(s, 512).to_owned()
 }
 
 impl Agent {
@@ -310,7 +301,7 @@ impl Agent {
         message: v1::Message,
         forward: Forward<'_>,
         timeout: Duration,
-    ) -> Result<Reply, A2aError> {
+    ) -> Result<Reply, A2aCallError> {
         let id = message.message_id.clone();
         let params = send_params(at, message);
         let raw = self
@@ -360,7 +351,7 @@ impl Agent {
         timeout: Duration,
         task_id: &std::sync::OnceLock<String>,
         mut on_text: impl FnMut(&str),
-    ) -> Result<Reply, A2aError> {
+    ) -> Result<Reply, A2aCallError> {
         let url = at.url.clone();
         let malformed = |reason: String| UpstreamError::Malformed {
             url: url.clone(),
@@ -407,7 +398,7 @@ impl Agent {
                 let result = match response.outcome() {
                     Some(Ok(r)) => r,
                     Some(Err(e)) => {
-                        return Err(A2aError::Rpc {
+                        return Err(A2aCallError::Rpc {
                             url: url.clone(),
                             code: e.code,
                             message: short(&e.message),
@@ -499,7 +490,7 @@ impl Agent {
         at: &Endpoint,
         task_id: &str,
         timeout: Duration,
-    ) -> Result<(), A2aError> {
+    ) -> Result<(), A2aCallError> {
         let request = v1::CancelTaskRequest {
             tenant: String::new(),
             id: task_id.to_owned(),
@@ -539,7 +530,7 @@ impl Agent {
         params: serde_json::Result<serde_json::Value>,
         forward: Forward<'_>,
         timeout: Duration,
-    ) -> Result<Box<RawValue>, A2aError> {
+    ) -> Result<Box<RawValue>, A2aCallError> {
         let url = at.url.clone();
         let malformed = |reason: String| UpstreamError::Malformed {
             url: url.clone(),
@@ -577,7 +568,7 @@ impl Agent {
             .map_err(|e| malformed(format!("not a JSON-RPC response: {e}")))?;
         match response.outcome() {
             Some(Ok(result)) => Ok(result),
-            Some(Err(e)) => Err(A2aError::Rpc {
+            Some(Err(e)) => Err(A2aCallError::Rpc {
                 url,
                 code: e.code,
                 message: short(&e.message),

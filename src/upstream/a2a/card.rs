@@ -56,14 +56,7 @@ pub fn labels(agent: &AgentCard) -> BTreeMap<String, String> {
 
 /// `s` within [`MAX_TEXT`] bytes, cut at a character boundary.
 fn cut(s: &str) -> String {
-    if s.len() <= MAX_TEXT {
-        return s.to_owned();
-    }
-    let mut end = MAX_TEXT;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
+    crate::ldp::text::cut(s, MAX_TEXT).to_owned()
 }
 
 /// The full LDP card of A2A delegate `name` at `url`, from its Agent Card and what was

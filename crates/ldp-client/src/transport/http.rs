@@ -2,45 +2,13 @@
 //! over the same pool, deadlines and size caps as every LDP call: a whole answer
 //! ([`Transport::request`]) or one read as Server-Sent Events ([`Transport::events`]).
 
+use super::head::Head;
 use super::sse::SseDecoder;
 use super::{Answer, Forward, Req, Transport};
 use crate::Error;
 use bytes::Bytes;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
-use hyper::StatusCode;
+use hyper::header::{HeaderName, HeaderValue};
 use std::time::Duration;
-
-/// Longest `Retry-After` taken from an answer: a server cannot park a caller for longer.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
-
-/// An answer's head: its status, and how long it asks the caller to wait (`Retry-After` in
-/// seconds; an HTTP date is not read).
-#[derive(Debug, Clone, Copy)]
-pub struct Head {
-    /// The HTTP status.
-    pub status: StatusCode,
-    /// `Retry-After`, at most an hour.
-    pub retry_after: Option<Duration>,
-}
-
-impl Head {
-    pub(super) fn of(status: StatusCode, headers: &HeaderMap) -> Head {
-        // Only a refusal asks to wait: a success's headers are not searched.
-        let retry_after = (!status.is_success())
-            .then(|| headers.get(RETRY_AFTER))
-            .flatten()
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            // Capped before it becomes a `Duration`: `1e30` seconds is no `Duration`, and
-            // converting it first panicked.
-            .map(|s| Duration::from_secs_f64(s.min(MAX_RETRY_AFTER.as_secs_f64())));
-        Head {
-            status,
-            retry_after,
-        }
-    }
-}
 
 /// A whole answer: its head and body (at most the transport's `max_response_bytes`).
 #[derive(Debug, Clone)]
@@ -182,35 +150,5 @@ impl Events {
             bytes.extend_from_slice(&c);
         }
         bytes.into()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn head(value: &str) -> Head {
-        let mut h = HeaderMap::new();
-        h.insert(RETRY_AFTER, HeaderValue::from_str(value).unwrap());
-        Head::of(StatusCode::TOO_MANY_REQUESTS, &h)
-    }
-
-    #[test]
-    fn retry_after_is_read_in_seconds_and_capped() {
-        assert_eq!(head("3").retry_after, Some(Duration::from_secs(3)));
-        assert_eq!(head(" 0.5 ").retry_after, Some(Duration::from_millis(500)));
-        assert_eq!(head("99999999").retry_after, Some(MAX_RETRY_AFTER));
-        // Past what a `Duration` holds: capped, never a panic.
-        for huge in ["1e30", "1.8e19", "18446744073709551616", "1e308"] {
-            assert_eq!(head(huge).retry_after, Some(MAX_RETRY_AFTER), "{huge}");
-        }
-        assert_eq!(head("inf").retry_after, None);
-        assert_eq!(head("NaN").retry_after, None);
-        assert_eq!(head("Wed, 21 Oct 2015 07:28:00 GMT").retry_after, None);
-        assert_eq!(head("-1").retry_after, None);
-        assert_eq!(
-            Head::of(StatusCode::OK, &HeaderMap::new()).retry_after,
-            None
-        );
     }
 }

@@ -277,11 +277,11 @@ impl Pool {
         req: &Req<'_>,
         timeout: Duration,
         max_bytes: usize,
-    ) -> Result<(super::Head, Bytes), Error> {
+    ) -> Result<(super::head::Head, Bytes), Error> {
         let url = || format!("{base}{}", req.path);
         let exchange = async {
             let (origin, mut tx, resp) = self.start(base, req, &url()).await?;
-            let head = super::Head::of(resp.status(), resp.headers());
+            let head = super::head::Head::of(resp.status(), resp.headers());
             let body = Limited::new(resp.into_body(), max_bytes)
                 .collect()
                 .await
@@ -321,10 +321,10 @@ impl Pool {
         &self,
         base: &str,
         req: &Req<'_>,
-    ) -> Result<(super::Head, Body), Error> {
+    ) -> Result<(super::head::Head, Body), Error> {
         let url = format!("{base}{}", req.path);
         let (origin, tx, resp) = self.start(base, req, &url).await?;
-        let head = super::Head::of(resp.status(), resp.headers());
+        let head = super::head::Head::of(resp.status(), resp.headers());
         Ok((
             head,
             Body {

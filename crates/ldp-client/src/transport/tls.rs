@@ -68,12 +68,12 @@ impl Tls {
         req: &Req<'_>,
         timeout: Duration,
         max_bytes: usize,
-    ) -> Result<(super::Head, Bytes), Error> {
+    ) -> Result<(super::head::Head, Bytes), Error> {
         let url = format!("{base}{}", req.path);
         let mut resp = self.start(&url, req, Some(timeout)).await?;
         let status =
             StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-        let head = super::Head::of(status, resp.headers());
+        let head = super::head::Head::of(status, resp.headers());
         let mut bytes = Vec::new();
         while let Some(chunk) = resp.chunk().await.map_err(|e| classify(&url, timeout, e))? {
             if bytes.len() + chunk.len() > max_bytes {
@@ -92,12 +92,12 @@ impl Tls {
         &self,
         base: &str,
         req: &Req<'_>,
-    ) -> Result<(super::Head, Body), Error> {
+    ) -> Result<(super::head::Head, Body), Error> {
         let url = format!("{base}{}", req.path);
         let resp = self.start(&url, req, None).await?;
         let status =
             StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-        let head = super::Head::of(status, resp.headers());
+        let head = super::head::Head::of(status, resp.headers());
         Ok((head, Body(resp)))
     }
 }
