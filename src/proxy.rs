@@ -3,42 +3,37 @@
 //! hands in parsed envelopes and sends back what this returns.
 
 mod admission;
-mod attempt;
-mod bind;
 mod calibrate;
 mod card;
 mod close;
 mod handshake;
-mod hold;
 mod ingress;
-mod record;
+mod pipeline;
 mod retries;
-mod run;
 mod running;
 mod status;
-mod task;
-mod trace;
-mod verify;
 
 pub use calibrate::{load_reference, Item as CalibrationItem, ReferenceError};
 pub use ingress::IngressTask;
+pub use pipeline::{ChatDelta, Trip};
 pub use retries::RetryBudget;
 pub use running::Registration;
-pub use task::{ChatDelta, Trip};
 
 use crate::config::Config;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, Envelope, LdpError, PayloadMode, SessionId, TaskId};
 use crate::limits::{BudgetBook, Scope};
 use crate::policy::{PolicyProblem, PolicySet};
-use crate::provenance::LedgerHandle;
+use crate::provenance::{LedgerError, LedgerHandle};
 use crate::registry::{Delegate, ExplainError, ExplainQuery, Registry};
 use crate::routing::Explanation;
 use crate::session::SessionTable;
-use crate::state::{Budgets, LimitStore, Limits, Nonces, SessionStore, Sessions, Stores};
+use crate::state::{
+    BudgetStore, Budgets, LimitStore, Limits, Nonces, SessionStore, Sessions, StoreError, Stores,
+};
 use crate::telemetry::Metrics;
 use crate::tenant::{Tenant, Tenants, ANONYMOUS};
-use crate::upstream::{UpstreamClient, UpstreamError};
+use crate::upstream::UpstreamClient;
 use arc_swap::ArcSwap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -393,7 +388,7 @@ impl Proxy {
         ctx: &RequestCtx,
         progress: Option<&tokio::sync::mpsc::Sender<Envelope>>,
     ) -> Result<Arc<Envelope>, Refused> {
-        let progress = progress.map_or(task::Progress::Quiet, task::Progress::Updates);
+        let progress = progress.map_or(pipeline::Progress::Quiet, pipeline::Progress::Updates);
         match self.dispatch(&mut env, ctx, progress).await {
             Ok(reply) => Ok(reply),
             Err(refusal) => Err(Refused {
@@ -410,7 +405,7 @@ impl Proxy {
         &self,
         env: &mut Envelope,
         ctx: &RequestCtx,
-        progress: task::Progress<'_>,
+        progress: pipeline::Progress<'_>,
     ) -> Result<Arc<Envelope>, Refusal> {
         self.check_ids(env)?;
         self.admit_tenant(ctx).await?;
@@ -433,11 +428,11 @@ impl Proxy {
                 skill,
                 input,
                 contract,
-            } => self
+            } => pipeline::Pipeline(self)
                 .submit(
                     env,
                     ctx,
-                    task::TaskIn {
+                    pipeline::TaskIn {
                         task_id,
                         ingress: crate::provenance::Ingress::Ldp,
                         retried_if_session_lost: false,
@@ -518,6 +513,13 @@ impl Proxy {
         )
     }
 
+    /// The card's price for `skill`: the declared price, else its cost tier's price.
+    pub(crate) fn declared_cost(&self, delegate: &Delegate, skill: &str) -> Option<f64> {
+        let h = delegate.card()?.effective_hints(skill)?;
+        h.cost_per_call_usd
+            .or_else(|| h.cost_tier.map(|t| self.cfg.routing.tier_prices.of(t)))
+    }
+
     /// Explains the routing decision for `skill` under `policy` (or the one selection would
     /// use) for a client in `client_domain`.
     pub fn explain(
@@ -556,11 +558,68 @@ fn owner_of(tenant: &str, from: &str) -> String {
     o
 }
 
-/// A delegate's failure as a client is told it: the delegate's name and a generic reason,
-/// never its address or what it wrote (the log and the ledger row keep those).
-fn upstream_failed(delegate: &Delegate, e: &UpstreamError) -> LdpError {
-    LdpError::upstream_failed(
-        format!("delegate '{}' {}", delegate.client_name(), e.summary()),
-        e.retryable(),
-    )
+/// Why a tenant's spend could not be seeded from the ledger.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SeedError {
+    /// The ledger could not be read.
+    #[error("past spend not read from the ledger: {0}")]
+    Ledger(#[from] LedgerError),
+    /// The budget store did not take it.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Proxy {
+    /// Restores each budgeted tenant's spend for the current UTC day and month from the
+    /// ledger, so budgets survive a restart. In cluster mode every replica reads the same
+    /// shared ledger; the first one seeds Redis.
+    pub async fn restore_spend(&self) {
+        let budgeted = self
+            .tenants
+            .all()
+            .iter()
+            .any(|t| t.budget.usd_per_day.is_some() || t.budget.usd_per_month.is_some());
+        if !budgeted {
+            return;
+        }
+        let (day, month) = crate::limits::budget::period_starts(chrono::Utc::now());
+        let (Ok(d), Ok(m)) = (
+            self.ledger.spend_since(day).await,
+            self.ledger.spend_since(month).await,
+        ) else {
+            tracing::warn!("could not read past spend from the ledger; budgets start from zero");
+            return;
+        };
+        for t in self.tenants.all() {
+            if let Err(e) = self
+                .budgets
+                .seed(&t.name, spend_of(&d, &t.name), spend_of(&m, &t.name))
+                .await
+            {
+                tracing::warn!(tenant = %t.name, error = %e, "spend not restored into the shared state");
+            }
+        }
+    }
+
+    /// Seeds `tenant`'s day and month accounts from the ledger (cluster mode: Redis lost
+    /// them, or was away when the replicas started). Replicas racing here write the same
+    /// sums; the first wins.
+    pub(crate) async fn seed_spend(&self, tenant: &str) -> Result<(), SeedError> {
+        let (day, month) = crate::limits::budget::period_starts(chrono::Utc::now());
+        let d = self.ledger.spend_since(day).await?;
+        let m = self.ledger.spend_since(month).await?;
+        tracing::info!(tenant, "seeding shared budget accounts from the ledger");
+        self.budgets
+            .seed(tenant, spend_of(&d, tenant), spend_of(&m, tenant))
+            .await?;
+        Ok(())
+    }
+}
+
+/// `tenant`'s sum in a ledger spend list (0 if it spent nothing).
+fn spend_of(spend: &[(String, f64)], tenant: &str) -> f64 {
+    spend
+        .iter()
+        .find(|(n, _)| n == tenant)
+        .map_or(0.0, |(_, s)| *s)
 }

@@ -1,15 +1,12 @@
-//! Admission: what a request must pass before the gateway acts on it (id sizes, rate limits,
-//! signatures and replays, the policy a task runs under and its limit).
+//! Admission of a request: what it must pass before the gateway acts on it (id sizes, the
+//! tenant's rate, signatures and replays). A task's own admission (its session, the policy it
+//! runs under and their limits) is the pipeline's first stage (`pipeline/admission.rs`).
 
 use super::{Proxy, Refusal, RequestCtx};
 use crate::config::RateConfig;
-use crate::ldp::error::GatewayCode;
-use crate::ldp::LdpError;
 use crate::ldp::{Body, Envelope};
 use crate::limits::Scope;
-use crate::policy::Policy;
 use crate::state::{LimitStore, NonceRefusal, NonceStore};
-use std::sync::Arc;
 use std::time::Duration;
 
 impl Proxy {
@@ -117,85 +114,5 @@ impl Proxy {
                 "signed message not checked for replay: {e}"
             ))),
         }
-    }
-
-    /// Takes a token from the policy's `[limits]`, if it has one.
-    pub(super) async fn check_policy_limit(
-        &self,
-        policy: &crate::policy::Policy,
-    ) -> Result<(), Refusal> {
-        let Some(l) = policy.limits else {
-            return Ok(());
-        };
-        let rate = RateConfig {
-            rps: l.rps,
-            burst: Some(l.burst),
-        };
-        let local = || self.policy_limits.check(&policy.name.0, &rate);
-        self.admit(Scope::Policy, &policy.name.0, &rate, local)
-            .await
-    }
-
-    /// Takes a token from the tenant × skill limit, if the tenant has one.
-    pub(super) async fn admit_task_skill(
-        &self,
-        ctx: &RequestCtx,
-        skill: &str,
-    ) -> Result<(), Refusal> {
-        if let Some(limit) = &ctx.tenant.skill_limit {
-            // Skills no delegate offers share one key, so client text cannot grow the maps.
-            let skill = self.skill_key(skill);
-            // Length-prefixed: a skill (client text) cannot make two tenants share a key.
-            let key = format!("{}:{}:{}", ctx.tenant.name.len(), ctx.tenant.name, skill);
-            self.admit(crate::limits::Scope::TenantSkill, &key, &limit.rate, || {
-                limit.check(skill)
-            })
-            .await?;
-        }
-        Ok(())
-    }
-
-    /// The policy a task runs under — PRODUCT.md order: the session's own policy, the request
-    /// header, the tenant's default, `[match]`, the set's default — if the tenant may use it
-    /// and the task has not gone round gateways too often. A refusal names the policy the
-    /// ledger row is recorded under.
-    pub(super) fn task_policy(
-        &self,
-        session_policy: Option<&str>,
-        ctx: &RequestCtx,
-        skill: &str,
-    ) -> Result<Arc<Policy>, (Arc<Policy>, LdpError)> {
-        // PRODUCT.md order: the session's own policy, then the request header.
-        let named = session_policy.or(ctx.policy.as_deref());
-        let set = self.policies.load_full();
-        let tenant = &ctx.tenant;
-        let chosen = match set.select(named, tenant.default_policy.as_deref(), skill, &tenant.name)
-        {
-            Ok((p, _)) if tenant.may_use(&p.name.0) => Ok(p.clone()),
-            Ok((p, _)) => {
-                let reason = format!("policy '{}' is not allowed for this tenant", p.name);
-                Err((
-                    p.clone(),
-                    LdpError::gateway(GatewayCode::UnknownPolicy, reason),
-                ))
-            }
-            // No policy applies: the row names the set's default, for the record.
-            Err(reason) => Err((
-                set.default_policy().clone(),
-                LdpError::gateway(GatewayCode::UnknownPolicy, reason.to_string()),
-            )),
-        };
-        // A task that has gone round gateways too often is refused before it takes a token.
-        let max_hops = self.cfg.upstream.max_hops;
-        chosen.and_then(|p| {
-            if (ctx.hops as usize) < max_hops {
-                return Ok(p);
-            }
-            let reason = format!(
-                "the task has passed through {} gateways (upstream.max_hops = {max_hops}): a routing loop?",
-                ctx.hops
-            );
-            Err((p, LdpError::gateway(GatewayCode::LoopDetected, reason)))
-        })
     }
 }

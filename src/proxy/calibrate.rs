@@ -16,7 +16,7 @@
 //! Bounded: at most [`MAX_REFERENCE_BYTES`] of reference read per round, `items` (≤ 100) per
 //! verifier, [`CALIBRATION_CONCURRENCY`] at a time; paused (429) and ejected verifiers skipped; LDP verifiers only (an OpenAI-backed or A2A verifier is not calibrated).
 
-use super::verify::{read_verdict, verification_input};
+use super::pipeline::{read_verdict, verification_input};
 use super::Proxy;
 use crate::ldp::{Body, Envelope, Json, PayloadMode, SessionConfig, TaskId};
 use crate::policy::{Calibration, Policy, Verify};

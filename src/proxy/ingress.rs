@@ -4,7 +4,7 @@
 //! kept per tenant and front end. Its trust claim is the tenant's first trust domain (the
 //! gateway's own without tenants), exactly as a SESSION_PROPOSE without a claim.
 
-use super::task::{ChatDelta, Progress, TaskIn, Trip};
+use super::pipeline::{ChatDelta, Pipeline, Progress, TaskIn, Trip};
 use super::{Proxy, Refusal, RequestCtx};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{
@@ -166,7 +166,7 @@ impl Proxy {
                 checked: false,
                 rerouted: false,
             };
-            let trip = self.submit(&env, ctx, t, progress).await?;
+            let trip = Pipeline(self).submit(&env, ctx, t, progress).await?;
             let lost = matches!(&trip.reply.body,
                 Body::TaskFailed { error, .. } if error.code == GatewayCode::SessionNotFound.as_str());
             if lost && !fresh {

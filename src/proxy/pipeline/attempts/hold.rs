@@ -1,38 +1,26 @@
-//! Holds: money reserved against budgets while a task runs, settled with what it cost; spend
-//! restored from the ledger at start. Where the money is kept (this process or Redis) is the
-//! budget store's business (`crate::state::budget_store`).
+//! Holds: money reserved against budgets while an attempt runs, settled with what it cost.
+//! Where the money is kept (this process or Redis) is the budget store's business
+//! (`crate::state::budget_store`); spend restored from the ledger at start is the core's
+//! (`Proxy::restore_spend`).
 
-use super::task::TaskCtx;
-use super::Proxy;
 use crate::config::BudgetConfig;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::LdpError;
 use crate::limits::BudgetExceeded;
-use crate::provenance::LedgerError;
+use crate::proxy::pipeline::task::TaskCtx;
 use crate::registry::Delegate;
 use crate::session::ClientSession;
-use crate::state::{BudgetStore, ConversationStore, Hold, Reserved, StoreError};
+use crate::state::{BudgetStore, ConversationStore, Hold, Reserved};
 use crate::tenant::Tenant;
 
-/// Why a tenant's spend could not be seeded from the ledger.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum SeedError {
-    /// The ledger could not be read.
-    #[error("past spend not read from the ledger: {0}")]
-    Ledger(#[from] LedgerError),
-    /// The budget store did not take it.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl Proxy {
+impl super::Attempts<'_> {
     /// Reserves the delegate's declared cost against the tenant's and the session's budgets
     /// (refused, retryable, when the shared state does not answer: a budget is never
     /// guessed). An account the store has lost is seeded from the ledger, once.
     ///
     /// An OpenAI ingress request is a session of its own: `usd_per_session` caps each one
     /// (what it may hold), not the tenant's ingress traffic together.
-    pub(super) async fn reserve(
+    pub(crate) async fn reserve(
         &self,
         t: &TaskCtx<'_>,
         delegate: &Delegate,
@@ -105,7 +93,7 @@ impl Proxy {
 
     /// Holds `hold` for an attempt at `t`: settled by [`Held::settle`], or released with
     /// nothing charged if the attempt is dropped or unwinds first.
-    pub(super) fn held<'a>(&'a self, t: &TaskCtx<'a>, hold: Option<Hold>) -> Held<'a> {
+    pub(crate) fn held<'a>(&'a self, t: &TaskCtx<'a>, hold: Option<Hold>) -> Held<'a> {
         Held {
             budgets: &self.budgets,
             session: t.session,
@@ -140,13 +128,6 @@ impl Proxy {
             output,
         )
     }
-
-    /// The card's price for `skill`: the declared price, else its cost tier's price.
-    pub(super) fn declared_cost(&self, delegate: &Delegate, skill: &str) -> Option<f64> {
-        let h = delegate.card()?.effective_hints(skill)?;
-        h.cost_per_call_usd
-            .or_else(|| h.cost_tier.map(|t| self.cfg.routing.tier_prices.of(t)))
-    }
 }
 
 /// A task's budget hold while its attempt runs. Settled with what the attempt cost
@@ -154,7 +135,7 @@ impl Proxy {
 /// shutdown) or unwinding from a panic — releases it on drop with nothing charged, so money
 /// is never held until a restart.
 #[must_use = "a hold is settled with what the attempt cost"]
-pub(super) struct Held<'a> {
+pub(crate) struct Held<'a> {
     budgets: &'a crate::state::Budgets,
     session: &'a ClientSession,
     hold: Option<Hold>,
@@ -163,7 +144,7 @@ pub(super) struct Held<'a> {
 impl Held<'_> {
     /// Releases the hold and charges `charged` (what cannot be recorded now is retried in
     /// the background, as tracked work).
-    pub(super) async fn settle(mut self, charged: f64) {
+    pub(crate) async fn settle(mut self, charged: f64) {
         if let Some(hold) = self.hold.take() {
             self.budgets.settle(hold, self.session, charged).await;
         }
@@ -179,61 +160,6 @@ impl Drop for Held<'_> {
             self.budgets.release(hold, self.session);
         }
     }
-}
-
-impl Proxy {
-    /// Restores each budgeted tenant's spend for the current UTC day and month from the
-    /// ledger, so budgets survive a restart. In cluster mode every replica reads the same
-    /// shared ledger; the first one seeds Redis.
-    pub async fn restore_spend(&self) {
-        let budgeted = self
-            .tenants
-            .all()
-            .iter()
-            .any(|t| t.budget.usd_per_day.is_some() || t.budget.usd_per_month.is_some());
-        if !budgeted {
-            return;
-        }
-        let (day, month) = crate::limits::budget::period_starts(chrono::Utc::now());
-        let (Ok(d), Ok(m)) = (
-            self.ledger.spend_since(day).await,
-            self.ledger.spend_since(month).await,
-        ) else {
-            tracing::warn!("could not read past spend from the ledger; budgets start from zero");
-            return;
-        };
-        for t in self.tenants.all() {
-            if let Err(e) = self
-                .budgets
-                .seed(&t.name, spend_of(&d, &t.name), spend_of(&m, &t.name))
-                .await
-            {
-                tracing::warn!(tenant = %t.name, error = %e, "spend not restored into the shared state");
-            }
-        }
-    }
-
-    /// Seeds `tenant`'s day and month accounts from the ledger (cluster mode: Redis lost
-    /// them, or was away when the replicas started). Replicas racing here write the same
-    /// sums; the first wins.
-    pub(crate) async fn seed_spend(&self, tenant: &str) -> Result<(), SeedError> {
-        let (day, month) = crate::limits::budget::period_starts(chrono::Utc::now());
-        let d = self.ledger.spend_since(day).await?;
-        let m = self.ledger.spend_since(month).await?;
-        tracing::info!(tenant, "seeding shared budget accounts from the ledger");
-        self.budgets
-            .seed(tenant, spend_of(&d, tenant), spend_of(&m, tenant))
-            .await?;
-        Ok(())
-    }
-}
-
-/// `tenant`'s sum in a ledger spend list (0 if it spent nothing).
-fn spend_of(spend: &[(String, f64)], tenant: &str) -> f64 {
-    spend
-        .iter()
-        .find(|(n, _)| n == tenant)
-        .map_or(0.0, |(_, s)| *s)
 }
 
 #[cfg(test)]

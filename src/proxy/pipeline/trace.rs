@@ -3,7 +3,6 @@
 //! and each attempt's GenAI metrics. Names and versions: `crate::telemetry` (module `otel`).
 
 use super::task::{RouteInfo, TaskCtx, TaskRun};
-use super::Proxy;
 use crate::registry::Delegate;
 use crate::telemetry::otel::{Attr, AttrValue, Kind, Trace};
 use std::time::Duration;
@@ -27,7 +26,7 @@ fn server_of(url: &str) -> (&str, Option<i64>) {
 
 /// The routing decision that picked `picked`, as an INTERNAL span under the task's (ended
 /// at once: the decision takes microseconds).
-pub(super) fn route(t: &TaskCtx<'_>, route: &RouteInfo, picked: &Delegate) {
+pub(crate) fn route(t: &TaskCtx<'_>, route: &RouteInfo, picked: &Delegate) {
     let name = || format!("route {}", t.task.skill).into();
     let span = t.trace.child(name, Kind::Internal, || {
         let mut a = vec![
@@ -52,7 +51,7 @@ pub(super) fn route(t: &TaskCtx<'_>, route: &RouteInfo, picked: &Delegate) {
 }
 
 /// The CLIENT span of one attempt at `d`, under the task's.
-pub(super) fn attempt(t: &TaskCtx<'_>, d: &Delegate) -> Trace {
+pub(crate) fn attempt(t: &TaskCtx<'_>, d: &Delegate) -> Trace {
     let (operation, provider, model) = call_of(d);
     let name = || match operation {
         "chat" => format!("chat {model}").into(),
@@ -92,57 +91,54 @@ pub(super) fn attempt(t: &TaskCtx<'_>, d: &Delegate) -> Trace {
     })
 }
 
-impl Proxy {
-    /// Ends an attempt's span with what it came to (usage, finish reason, the output when
-    /// content is captured; on a failure `error.type`, and for the metric its bounded
-    /// kind), and counts it in the GenAI histograms.
-    pub(super) fn attempt_traced(
-        &self,
-        span: &Trace,
-        d: &Delegate,
-        run: &TaskRun,
-        ended: Result<&crate::ldp::Json, (&str, &'static str)>,
-        took: Duration,
-    ) {
-        let (operation, provider, model) = call_of(d);
-        let (error, label) = ended.err().unwrap_or(("", ""));
-        let chat = operation == "chat";
-        let tokens = run
-            .usage
-            .as_ref()
-            .filter(|_| chat)
-            .map(|u| (u.prompt_tokens, u.completion_tokens));
-        span.set(|| {
-            let mut a = Vec::new();
-            if chat {
-                a.push(Attr::new("gen_ai.response.model", model.to_owned()));
-            }
-            if let Some((input, output)) = tokens {
-                a.push(Attr::new("gen_ai.usage.input_tokens", input as i64));
-                a.push(Attr::new("gen_ai.usage.output_tokens", output as i64));
-            }
-            if let Some(reason) = run.finish_reason.as_ref().filter(|_| chat) {
-                let reasons = vec![reason.clone().into()];
-                let value = AttrValue::Array(opentelemetry::Array::String(reasons));
-                a.push(Attr::new("gen_ai.response.finish_reasons", value));
-            }
-            if span.captures_content() {
-                if let Ok(output) = ended {
-                    a.push(Attr::new(
-                        "gen_ai.output.messages",
-                        captured(&output.to_string()),
-                    ));
-                }
-            }
-            a
-        });
-        if !error.is_empty() {
-            span.fail(error);
+/// Ends an attempt's span with what it came to (usage, finish reason, the output when
+/// content is captured; on a failure `error.type`, and for the metric its bounded kind), and
+/// counts it in the GenAI histograms of `metrics`.
+pub(crate) fn attempt_ended(
+    metrics: &crate::telemetry::Metrics,
+    span: &Trace,
+    d: &Delegate,
+    run: &TaskRun,
+    ended: Result<&crate::ldp::Json, (&str, &'static str)>,
+    took: Duration,
+) {
+    let (operation, provider, model) = call_of(d);
+    let (error, label) = ended.err().unwrap_or(("", ""));
+    let chat = operation == "chat";
+    let tokens = run
+        .usage
+        .as_ref()
+        .filter(|_| chat)
+        .map(|u| (u.prompt_tokens, u.completion_tokens));
+    span.set(|| {
+        let mut a = Vec::new();
+        if chat {
+            a.push(Attr::new("gen_ai.response.model", model.to_owned()));
         }
-        span.end();
-        self.metrics
-            .gen_ai_call(operation, provider, model, label, took, tokens);
+        if let Some((input, output)) = tokens {
+            a.push(Attr::new("gen_ai.usage.input_tokens", input as i64));
+            a.push(Attr::new("gen_ai.usage.output_tokens", output as i64));
+        }
+        if let Some(reason) = run.finish_reason.as_ref().filter(|_| chat) {
+            let reasons = vec![reason.clone().into()];
+            let value = AttrValue::Array(opentelemetry::Array::String(reasons));
+            a.push(Attr::new("gen_ai.response.finish_reasons", value));
+        }
+        if span.captures_content() {
+            if let Ok(output) = ended {
+                a.push(Attr::new(
+                    "gen_ai.output.messages",
+                    captured(&output.to_string()),
+                ));
+            }
+        }
+        a
+    });
+    if !error.is_empty() {
+        span.fail(error);
     }
+    span.end();
+    metrics.gen_ai_call(operation, provider, model, label, took, tokens);
 }
 
 /// Most bytes of a prompt or output put on a span (`capture_content`): a span waits in the

@@ -1,8 +1,9 @@
-//! Bindings: reuse the session's upstream session for a skill while its delegate still fits,
-//! else ask the router for a delegate and open a new upstream session with it.
+//! The pipeline's routing stage: the task's binding for its skill — the session's upstream
+//! session reused while its delegate still fits (affinity), else the router's pick
+//! (`crate::routing`, over the registry's skill index), claimed against its own rate limit,
+//! and a new upstream session with it (an LDP delegate; the other kinds keep none).
 
 use super::task::{RouteInfo, TaskCtx, TaskRun};
-use super::Proxy;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{LdpError, SessionConfig};
 use crate::policy::Policy;
@@ -13,8 +14,13 @@ use crate::state::SessionStore;
 use crate::upstream::UpstreamError;
 use std::sync::Arc;
 
+super::stage!(
+    /// Routing: a delegate and an upstream session for the task.
+    Routing
+);
+
 /// Why no binding could be had.
-pub(super) enum NoBinding {
+pub(crate) enum NoBinding {
     /// Routing found no candidate (left).
     None(LdpError),
     /// The chosen delegate refused or failed the handshake.
@@ -25,16 +31,16 @@ pub(super) enum NoBinding {
 }
 
 /// The delegate the router chose, and why.
-pub(super) struct Chosen {
-    pub(super) delegate: Arc<Delegate>,
-    pub(super) route: RouteInfo,
+pub(crate) struct Chosen {
+    pub(crate) delegate: Arc<Delegate>,
+    pub(crate) route: RouteInfo,
 }
 
-impl Proxy {
+impl Routing<'_> {
     /// The upstream binding for the task's skill: the existing one while its delegate stays
     /// healthy, in service and passes the policy (session affinity), else a newly picked
     /// delegate with a new upstream session.
-    pub(super) async fn binding_for(
+    pub(crate) async fn binding_for(
         &self,
         t: &TaskCtx<'_>,
         need: &Need<'_>,
@@ -105,7 +111,7 @@ impl Proxy {
     }
 
     /// Binds the delegate the router chose for a failover (skipping `need.exclude`).
-    pub(super) async fn rebind(
+    pub(crate) async fn rebind(
         &self,
         t: &TaskCtx<'_>,
         need: &Need<'_>,
@@ -164,7 +170,7 @@ impl Proxy {
             .map_err(|error| NoBinding::Open { delegate, error })
     }
 
-    /// `picked` once claimed ([`Proxy::claim`]), its routing decision kept for the row.
+    /// `picked` once claimed ([`Routing::claim`]), its routing decision kept for the row.
     async fn claimed(
         &self,
         t: &TaskCtx<'_>,
@@ -194,7 +200,7 @@ impl Proxy {
     }
 
     /// Asks the router for a delegate (pure: nothing is taken or counted).
-    pub(super) fn decide(&self, policy: &Arc<Policy>, need: &Need<'_>) -> Result<Chosen, LdpError> {
+    pub(crate) fn decide(&self, policy: &Arc<Policy>, need: &Need<'_>) -> Result<Chosen, LdpError> {
         let index = self.registry.index();
         let (offers, statics) = index.offers_with_statics(need.skill, policy, &self.cfg.routing);
         let mut rng = fastrand::Rng::new();
@@ -267,7 +273,7 @@ impl Proxy {
         Ok(picked)
     }
 
-    pub(super) async fn open_binding(
+    pub(crate) async fn open_binding(
         &self,
         session: &ClientSession,
         skill: &str,

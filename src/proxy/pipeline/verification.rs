@@ -17,7 +17,7 @@
 //! best-evidenced one serves on probation, verified).
 
 use super::task::{Answer, TaskCtx, TaskIn, TaskRun};
-use super::Proxy;
+use super::{Attempts, Routing};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{
     provenance::EvidenceRef, Json, LdpError, LineageEntry, Provenance, TaskId, VerificationStatus,
@@ -64,29 +64,46 @@ struct Tally {
 }
 
 /// One verifier's answer, read.
-pub(super) struct Verdict {
-    pub(super) passed: bool,
+pub(crate) struct Verdict {
+    pub(crate) passed: bool,
     confidence: Option<f64>,
     reason: Option<String>,
 }
 
-impl Proxy {
-    /// Runs the task, verified when its policy has `[verify]` and the task is sampled; the
-    /// whole run (every round, every verifier) within one deadline. A verified task streams
-    /// nothing to its client: a result may yet be voted down.
-    pub(super) async fn run_checked(&self, t: &TaskCtx<'_>, run: &mut TaskRun) -> Answer {
-        let deadline = Instant::now() + self.task_timeout(&t.need());
+super::stage!(
+    /// Verification: the result judged by independent verifiers, entered only under a
+    /// policy's `[verify]`.
+    Verification
+);
+
+impl Verification<'_> {
+    /// The attempts stage, which runs the task (and each verifier's task).
+    fn attempts(&self) -> Attempts<'_> {
+        Attempts(self.0)
+    }
+
+    /// The routing stage, which picks each verifier.
+    fn routing(&self) -> Routing<'_> {
+        Routing(self.0)
+    }
+
+    /// Runs the task under `verify` (the task sampled; else as the policy says), the whole
+    /// run (every round, every verifier) within `deadline`. A verified task streams nothing
+    /// to its client: a result may yet be voted down.
+    pub(crate) async fn run(
+        &self,
+        t: &TaskCtx<'_>,
+        run: &mut TaskRun,
+        verify: &Verify,
+        deadline: Instant,
+    ) -> Answer {
         let policy = t.policy.clone();
-        let verify = match policy.verify.as_ref() {
-            Some(v) if !t.task.verifying => v,
-            _ => return self.run_task(t, run, &[], deadline).await,
-        };
         // Not sampled (sampling on): the task still runs quiet, since its producer may turn
         // out to be a trial or not yet measured, which is verified whatever `sample` says
         // (measured before it is trusted); decided on the actual pick, after its attempt.
         let not_sampled = !sampled(verify.sample);
         if not_sampled && verify.sample <= 0.0 {
-            match self.run_task(t, run, &[], deadline).await {
+            match self.attempts().run(t, run, &[], deadline).await {
                 // Evidence may exclude every producer: the best-evidenced one then serves,
                 // verified (routing picks it for a verified task only).
                 Answer::Failed(e)
@@ -123,18 +140,18 @@ impl Proxy {
             // Each round may try the policy's `max_attempts` producers.
             run.delegates = 0;
             run.attempts_before_round = run.attempts;
-            let (output, mut provenance) = match self.run_task(t, run, &voted_down, deadline).await
-            {
-                Answer::Result { output, provenance } => (output, provenance),
-                // Every other producer is voted down or ineligible.
-                Answer::Failed(e)
-                    if !voted_down.is_empty()
-                        && e.code == GatewayCode::NoEligibleDelegate.as_str() =>
-                {
-                    return Answer::Failed(exhausted(&told, &e.message))
-                }
-                failed => return failed,
-            };
+            let (output, mut provenance) =
+                match self.attempts().run(t, run, &voted_down, deadline).await {
+                    Answer::Result { output, provenance } => (output, provenance),
+                    // Every other producer is voted down or ineligible.
+                    Answer::Failed(e)
+                        if !voted_down.is_empty()
+                            && e.code == GatewayCode::NoEligibleDelegate.as_str() =>
+                    {
+                        return Answer::Failed(exhausted(&told, &e.message))
+                    }
+                    failed => return failed,
+                };
             let Some(producer) = run.binding.as_ref().map(|b| b.delegate.clone()) else {
                 // Never answered unverified: a result always comes from a binding.
                 let why = "a result without its producer cannot be verified";
@@ -299,7 +316,7 @@ impl Proxy {
                 contract_max_cost_usd: contract_budget.map(|m| (m - spent).max(0.0)),
                 ..base
             };
-            let picked = match self.decide(&t.policy, &need) {
+            let picked = match self.routing().decide(&t.policy, &need) {
                 Ok(p) => p,
                 Err(e) => {
                     why_none.get_or_insert(e);
@@ -378,9 +395,13 @@ impl Proxy {
                 let binding = binding.clone();
                 async move {
                     let mut sub_run = TaskRun::default();
-                    match self.attempt(&sub, &mut sub_run, binding, deadline).await {
-                        super::attempt::Attempt::Done(a) => a,
-                        super::attempt::Attempt::Failed(f) => Answer::Failed(f.error),
+                    match self
+                        .attempts()
+                        .attempt(&sub, &mut sub_run, binding, deadline)
+                        .await
+                    {
+                        super::attempts::Attempt::Done(a) => a,
+                        super::attempts::Attempt::Failed(f) => Answer::Failed(f.error),
                     }
                 }
             });
@@ -569,14 +590,15 @@ impl Proxy {
         sub: &TaskCtx<'_>,
         need: &Need<'_>,
         run: &mut TaskRun,
-        picked: super::bind::Chosen,
+        picked: super::routing::Chosen,
     ) -> Result<Binding, LdpError> {
-        match self.rebind(sub, need, run, picked).await {
+        match self.routing().rebind(sub, need, run, picked).await {
             Ok(b) => Ok(b),
-            Err(super::bind::NoBinding::None(e)) => Err(e),
-            Err(super::bind::NoBinding::Open { delegate, error }) => {
-                self.judge(&delegate, super::attempt::Health::of_error(&error, None));
-                Err(super::upstream_failed(&delegate, &error))
+            Err(super::routing::NoBinding::None(e)) => Err(e),
+            Err(super::routing::NoBinding::Open { delegate, error }) => {
+                self.attempts()
+                    .judge(&delegate, crate::upstream::Health::of_error(&error, None));
+                Err(crate::upstream::Failure::upstream(&delegate.client_name(), &error).error)
             }
         }
     }
@@ -714,7 +736,7 @@ fn sub_task<'a>(
 }
 
 /// `{"input": …, "output": …, "skill": …}` from the texts as they came (no re-serialising).
-pub(super) fn verification_input(
+pub(crate) fn verification_input(
     input: &Json,
     output: &Json,
     skill: &str,
@@ -733,7 +755,7 @@ pub(super) fn verification_input(
 /// verdict may also come as text holding that JSON
 /// (a model's answer, as an OpenAI-backed or text-mode verifier gives it; a Markdown code
 /// fence around it is allowed). Anything else is no vote.
-pub(super) fn read_verdict(output: &Json) -> Option<Verdict> {
+pub(crate) fn read_verdict(output: &Json) -> Option<Verdict> {
     if let Some(text) = output.as_string() {
         let body = text
             .trim()

@@ -1,21 +1,28 @@
-//! One attempt: one delegate's handling of the task, whatever its kind (`crate::upstream`:
-//! each kind's call, translation, usage and errors are its own room's), with its budget held
-//! while it runs; an LDP delegate's payload-mode fallback along the chain and one silent
-//! re-handshake stay on the delegate. What each call says of the delegate's health is applied
-//! in one place ([`Proxy::judge`]).
+//! The pipeline's attempts stage: the task run through delegates in turn — which to try, in
+//! what order, when to stop (failover within the policy's `max_attempts`, the retry budget and
+//! the task's deadline; the router asked once per failover) — and each attempt: one
+//! delegate's handling of the task, whatever its kind (`crate::upstream`: each kind's call,
+//! translation, usage and errors are its own room's), with its budget held while it runs
+//! (`attempts/hold.rs`); an LDP delegate's payload-mode fallback along the chain and one
+//! silent re-handshake stay on the delegate. What each call says of the delegate's health is
+//! applied in one place ([`Attempts::judge`]).
 
+mod hold;
+
+use super::routing::{Chosen, NoBinding, Routing};
 use super::task::{Answer, ChatDelta, Progress, TaskCtx, TaskRun, Unfinished};
-use super::{Proxy, MAX_TRIES};
 use crate::chat::Turn;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::VerificationStatus;
 use crate::ldp::{Body, LdpError, LineageEntry, PayloadMode, Provenance};
 use crate::policy::Policy;
+use crate::proxy::MAX_TRIES;
 use crate::registry::Delegate;
+use crate::routing::Need;
 use crate::session::Binding;
 use crate::state::{ConversationStore as _, SessionStore};
 use crate::upstream::{Call, Called, Relay, Update};
-pub(super) use crate::upstream::{Failure, Health};
+pub(crate) use crate::upstream::{Failure, Health};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,18 +33,28 @@ use tokio::time::Instant;
 /// dropped connection never races the cancel it was sent.
 const CANCEL_GRACE: Duration = Duration::from_secs(1);
 
+super::stage!(
+    /// Attempts: the task through delegates in turn, each one's handling of it.
+    Attempts
+);
+
 /// How one delegate's handling of the task ended.
-pub(super) enum Attempt {
+pub(crate) enum Attempt {
     /// A final answer for the client.
     Done(Answer),
     /// The delegate failed; the run decides whether another is tried.
     Failed(Failure),
 }
 
-impl Proxy {
+impl Attempts<'_> {
+    /// The routing stage, asked for bindings and failovers.
+    fn routing(&self) -> Routing<'_> {
+        Routing(self.0)
+    }
+
     /// Applies what an exchange says to the delegate's health (the EWMA of observed latency,
     /// the failure count behind ejection): the one place that judges a delegate.
-    pub(super) fn judge(&self, delegate: &Delegate, health: Health) {
+    pub(crate) fn judge(&self, delegate: &Delegate, health: Health) {
         match health {
             Health::Answered(took) => delegate.record_success(took),
             Health::Faulted(timed_out) => {
@@ -49,7 +66,7 @@ impl Proxy {
 
     /// One delegate's handling of the task, with its budget held while it runs and settled
     /// with what it cost.
-    pub(super) async fn attempt(
+    pub(crate) async fn attempt(
         &self,
         t: &TaskCtx<'_>,
         run: &mut TaskRun,
@@ -103,13 +120,20 @@ impl Proxy {
             Attempt::Done(Answer::Failed(e)) => Err((e.code.as_str(), "refused")),
             Attempt::Failed(f) => Err((f.error.code.as_str(), f.reason)),
         };
-        self.attempt_traced(&span, &delegate, run, ended, started.elapsed());
+        super::trace::attempt_ended(
+            &self.metrics,
+            &span,
+            &delegate,
+            run,
+            ended,
+            started.elapsed(),
+        );
         outcome
     }
 
     /// How long one delegate may take: the policy's `max_latency_ms`, within what is left of
     /// the task's deadline.
-    pub(super) fn attempt_timeout(policy: &Policy, left: Duration) -> Duration {
+    pub(crate) fn attempt_timeout(policy: &Policy, left: Duration) -> Duration {
         policy
             .require
             .max_latency_ms
@@ -315,7 +339,11 @@ impl Proxy {
                         .filter(|b| Arc::ptr_eq(&b.delegate, &delegate));
                     binding = match current {
                         Some(b) => b,
-                        None => match self.open_binding(t.session, &key, delegate.clone()).await {
+                        None => match self
+                            .routing()
+                            .open_binding(t.session, &key, delegate.clone())
+                            .await
+                        {
                             Ok(b) => b,
                             Err(error) => return Attempt::Failed(Failure::upstream(&told, &error)),
                         },
@@ -405,7 +433,7 @@ impl Proxy {
 
     /// The delegate's provenance as the client sees it: the client's session id, and a first
     /// lineage entry for the gateway's routing step.
-    pub(super) fn route_provenance(
+    pub(crate) fn route_provenance(
         &self,
         t: &TaskCtx<'_>,
         binding: &Binding,
@@ -446,4 +474,178 @@ fn session_unbound(t: &TaskCtx<'_>, key: &str, binding: &Binding) -> bool {
     t.session
         .unbind(key, &binding.upstream.session_id)
         .is_some()
+}
+
+impl Attempts<'_> {
+    /// The task's deadline, across every attempt: the tighter of the global ceiling and the
+    /// contract's deadline. (The policy's `max_latency_ms` bounds each attempt instead, so a
+    /// hanging delegate is failed over while time is left.)
+    pub(crate) fn task_timeout(&self, need: &Need<'_>) -> Duration {
+        let mut t = self.cfg.upstream.task_timeout;
+        if let Some(ms) = need.contract_ms_left {
+            t = t.min(Duration::from_millis(ms));
+        }
+        t
+    }
+
+    /// Tries delegates (never those in `exclude`) until one answers, failing over on
+    /// retryable failures within the policy's `max_attempts`, the retry budget and
+    /// `deadline`.
+    pub(crate) async fn run(
+        &self,
+        t: &TaskCtx<'_>,
+        run: &mut TaskRun,
+        exclude: &[String],
+        deadline: Instant,
+    ) -> Answer {
+        let skill = t.task.skill;
+        let base = Need {
+            exclude,
+            ..t.need()
+        };
+        // A stateless request has no context to move.
+        let previous = (!t.stateless())
+            .then(|| t.session.binding(skill).map(|b| b.delegate.clone()))
+            .flatten();
+        let mut tried: Vec<String> = exclude.to_vec();
+        let mut last: Option<LdpError> = None;
+        if t.cancelled() {
+            return Answer::Failed(super::task::cancelled());
+        }
+        let mut chosen = self.routing().binding_for(t, &base, run).await;
+        loop {
+            let (delegate, failure) = match chosen {
+                Ok(binding) => {
+                    run.delegates += 1;
+                    let delegate = binding.delegate.clone();
+                    match self.attempt(t, run, binding, deadline).await {
+                        Attempt::Done(Answer::Result {
+                            output,
+                            mut provenance,
+                        }) => {
+                            if let Some(prev) =
+                                previous.as_ref().filter(|p| p.name != delegate.name)
+                            {
+                                let note = format!(
+                                    "context moved from {} to {}",
+                                    prev.client_name(),
+                                    delegate.client_name()
+                                );
+                                if let Some(first) = provenance.lineage.first_mut() {
+                                    first.note = Some(match first.note.take() {
+                                        Some(n) => format!("{n}; {note}"),
+                                        None => note,
+                                    });
+                                }
+                            }
+                            return Answer::Result { output, provenance };
+                        }
+                        Attempt::Done(answer) => return answer,
+                        Attempt::Failed(failure) => {
+                            let key = t.binding_key(&delegate.name);
+                            if t.session.unbind_delegate(&key, &delegate).is_some() {
+                                self.sessions.unshare_binding(t.session, &key).await;
+                            }
+                            (delegate, failure)
+                        }
+                    }
+                }
+                Err(NoBinding::None(e)) => return Answer::Failed(last.unwrap_or(e)),
+                Err(NoBinding::Open { delegate, error }) => {
+                    run.delegates += 1;
+                    self.judge(&delegate, Health::of_error(&error, None));
+                    let failure = Failure::upstream(&delegate.client_name(), &error);
+                    (delegate, failure)
+                }
+            };
+            // The whole story for the operator (log and ledger row); the client's answer
+            // names the delegate and a generic reason only.
+            tracing::info!(delegate = %delegate.name, reason = failure.reason,
+                error = super::task::cut_detail(&failure.detail).0, "delegate failed the task");
+            run.upstream_error(&delegate.name, &failure.detail);
+            // Cancelled: no other delegate is tried.
+            if t.cancelled() {
+                return Answer::Failed(super::task::cancelled());
+            }
+            tried.push(delegate.name.clone());
+            let need = Need {
+                exclude: &tried,
+                ..base
+            };
+            let next = match self.failover(t, run, &need, deadline, &failure) {
+                Ok(next) => next,
+                Err(stop) => {
+                    // A 429 that no other delegate takes up: a rate limit, with its wait.
+                    if stop.code == GatewayCode::RateLimited.as_str() {
+                        run.retry_after = failure.pause;
+                    }
+                    return Answer::Failed(stop);
+                }
+            };
+            let reason = failure.reason;
+            run.fallbacks.push(reason);
+            run.notes.push(format!(
+                "failover from {} ({reason})",
+                delegate.client_name()
+            ));
+            tracing::debug!(delegate = %delegate.name, reason, "failing over");
+            t.tell(
+                self.id(),
+                None,
+                format_args!(
+                    "delegate {} failed ({reason}); retrying on another delegate",
+                    delegate.client_name()
+                ),
+            );
+            last = Some(failure.error);
+            chosen = self.routing().rebind(t, &need, run, next).await;
+        }
+    }
+
+    /// Whether the task fails over after `failure`, and to whom: the router is asked once,
+    /// and only a failover that can happen spends retry budget. `Err` is the client's answer.
+    fn failover(
+        &self,
+        t: &TaskCtx<'_>,
+        run: &TaskRun,
+        need: &Need<'_>,
+        deadline: Instant,
+        failure: &Failure,
+    ) -> Result<Chosen, LdpError> {
+        if !failure.retryable {
+            return Err(failure.error.clone());
+        }
+        let stop = |why: &str| {
+            if failure.pause.is_some() {
+                // The delegate asked to wait (429) and nobody else can take the task: the
+                // client is told so, as it will be while the delegate waits.
+                return failure.error.clone();
+            }
+            // A gateway behind the last delegate refused a loop (HTTP 508): told as one, so
+            // every gateway on the way back tells its client the same.
+            let code = match failure.reason {
+                "loop_detected" => GatewayCode::LoopDetected,
+                _ => GatewayCode::UpstreamFailed,
+            };
+            LdpError::gateway(
+                code,
+                format!(
+                    "every attempt failed ({why}); last: {}",
+                    failure.error.message
+                ),
+            )
+        };
+        let why = if Instant::now() >= deadline {
+            "the task's deadline passed"
+        } else if run.delegates >= t.policy.max_attempts {
+            "the policy's max_attempts is reached"
+        } else {
+            match self.routing().decide(&t.policy, need) {
+                Err(_) => "no other eligible delegate",
+                Ok(next) if self.retries.try_retry() => return Ok(next),
+                Ok(_) => "the retry budget is spent",
+            }
+        };
+        Err(stop(why))
+    }
 }

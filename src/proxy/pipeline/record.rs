@@ -1,14 +1,78 @@
-//! Recording a finished task: its ledger row and its metrics.
+//! The pipeline's last stage: a finished task's ledger row and metrics, then its answer (a
+//! result only once its provenance is committed), kept for status queries.
 
 use super::task::{Answer, TaskCtx, TaskRun};
-use super::Proxy;
+use crate::ldp::error::GatewayCode;
+use crate::ldp::{Body, Envelope, LdpError};
 use crate::provenance::{digest, redact_preview, JsonText, LedgerRow, Outcome};
 use crate::routing::Exclusions;
+use crate::state::StatusStore;
+use std::sync::Arc;
 use std::time::Duration;
 
-impl Proxy {
+super::stage!(
+    /// Record: the ledger row, the metrics, the answer.
+    Record
+);
+
+impl Record<'_> {
+    /// Records the task's ledger row and metrics, then answers (a result only once its
+    /// provenance is committed), keeping the answer for status queries.
+    pub(crate) async fn finish(
+        &self,
+        t: TaskCtx<'_>,
+        run: &TaskRun,
+        answer: Answer,
+    ) -> Arc<Envelope> {
+        let row = self.ledger_row(&t, run, &answer);
+        self.count(&row, t.started.elapsed(), run.upstream, run.extra_cost_usd);
+        let recorded = self.ledger.record(row).await;
+        let reply = Arc::new(self.answer(&t, answer, recorded));
+        let (tenant, from) = (&t.tenant.name, &t.env.from);
+        self.statuses
+            .done(tenant, from, t.task.task_id, Arc::clone(&reply))
+            .await;
+        reply
+    }
+
+    /// The envelope that answers the task.
+    fn answer(
+        &self,
+        t: &TaskCtx<'_>,
+        answer: Answer,
+        recorded: Result<(), crate::provenance::LedgerError>,
+    ) -> Envelope {
+        let (env, task_id) = (t.env, t.task.task_id);
+        match (answer, recorded) {
+            (Answer::Result { output, provenance }, Ok(())) => env.reply(
+                self.id(),
+                Body::TaskResult {
+                    task_id: task_id.clone(),
+                    output,
+                    provenance: Some(provenance),
+                },
+                env.payload_mode,
+            ),
+            (Answer::Result { .. }, Err(e)) => {
+                if once_a_second() {
+                    tracing::error!(error = %e, "provenance not recorded; result withheld");
+                }
+                let error = LdpError::gateway(GatewayCode::Internal, e.client_message());
+                self.task_failed(env, task_id, error)
+            }
+            (Answer::Failed(error), recorded) => {
+                if let Err(e) = recorded {
+                    if once_a_second() {
+                        tracing::error!(error = %e, "provenance of a failure not recorded");
+                    }
+                }
+                self.task_failed(env, task_id, error)
+            }
+        }
+    }
+
     /// The ledger row for a finished task.
-    pub(super) fn ledger_row(&self, t: &TaskCtx<'_>, run: &TaskRun, answer: &Answer) -> LedgerRow {
+    pub(crate) fn ledger_row(&self, t: &TaskCtx<'_>, run: &TaskRun, answer: &Answer) -> LedgerRow {
         let (session, policy, task) = (t.session, &t.policy, &t.task);
         let now = chrono::Utc::now();
         let delegate = run.binding.as_ref().map(|b| &b.delegate);
@@ -102,7 +166,7 @@ impl Proxy {
     /// delegate offers it (client text otherwise: `unknown`).
     /// `extra_cost` is the part of the row's cost already counted under other delegates
     /// (verifiers, voted-down results).
-    pub(super) fn count(
+    pub(crate) fn count(
         &self,
         row: &LedgerRow,
         total: Duration,
@@ -197,4 +261,12 @@ fn preview(j: &crate::ldp::Json) -> serde_json::Value {
         |_| serde_json::Value::String("[not readable as a JSON value]".into()),
         |v| redact_preview(&v),
     )
+}
+
+/// Whether a per-task ledger failure should be logged now: at most one line a second, since
+/// a failing store (a full disk) fails every task and the writer has logged the cause.
+fn once_a_second() -> bool {
+    static LAST: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+    let now = chrono::Utc::now().timestamp();
+    LAST.swap(now, std::sync::atomic::Ordering::Relaxed) != now
 }
