@@ -80,9 +80,9 @@ use a2a_wire::v1::{Message, StreamResponse, TaskState, TaskStatus};
 use a2a_wire::{Dialect, ErrorCode, ErrorObject, Map};
 use axum::body::Body as HttpBody;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use rpc::{refused, rpc_error, rpc_failure, rpc_ok, sse};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::Response;
+use rpc::{notified, refused, rpc_error, rpc_failure};
 
 /// The A2A endpoint's path (the card's interface URL).
 pub const ROUTE: &str = "/a2a";
@@ -206,7 +206,7 @@ pub(crate) async fn jsonrpc(
     headers: HeaderMap,
     body: HttpBody,
 ) -> Response {
-    let mut ctx = match request_ctx(&s, &headers) {
+    let ctx = match request_ctx(&s, &headers) {
         Ok(ctx) => ctx,
         Err(e) => {
             let mut resp = refused(e);
@@ -231,65 +231,12 @@ pub(crate) async fn jsonrpc(
     let tenant = ctx.tenant.name.clone();
     let dialect = incoming.dialect;
     let Some(id) = incoming.id else {
-        return notification(&s, &tenant, incoming.call).await;
+        return lifecycle::notification(&s, &tenant, incoming.call).await;
     };
     match incoming.call {
-        Call::Send { req, stream } => {
-            let now = req
-                .configuration
-                .as_ref()
-                .is_some_and(|c| c.return_immediately);
-            let job = match job(*req, s.config.a2a.default_skill.as_deref()) {
-                Ok(j) => j,
-                Err(e) => return rpc_error(id, dialect, &e),
-            };
-            if let Some(p) = &job.policy {
-                ctx.policy = Some(p.clone());
-            }
-            lifecycle::send(s, ctx, id, dialect, job, stream, now).await
-        }
-        Call::Get(g) => match s.a2a.get(&tenant, &g.id) {
-            Some(t) => rpc_ok(id, task_result(t, g.history_length, dialect)),
-            None => rpc_error(id, dialect, &A2aError::TaskNotFound(g.id)),
-        },
-        Call::Cancel(c) => match cancel(&s.proxy, &s.a2a, &tenant, &c.id).await {
-            Ok(t) => rpc_ok(id, task_result(t, None, dialect)),
-            Err(e) => rpc_error(id, dialect, &e),
-        },
-        Call::Subscribe(r) => match s.a2a.subscribe(&tenant, &r.id) {
-            None => rpc_error(id, dialect, &A2aError::TaskNotFound(r.id)),
-            Some((t, None)) => {
-                let e = A2aError::Unsupported(format!(
-                    "task {:?} is {}: nothing left to stream",
-                    t.id,
-                    t.status.state.as_str()
-                ));
-                rpc_error(id, dialect, &e)
-            }
-            Some((t, Some(rx))) => sse(id, dialect, t, rx),
-        },
+        Call::Send { req, stream } => lifecycle::send(s, ctx, id, dialect, req, stream).await,
+        Call::Get(g) => lifecycle::get(&s, &tenant, id, dialect, g),
+        Call::Cancel(c) => lifecycle::canceled(&s, &tenant, id, dialect, c).await,
+        Call::Subscribe(r) => lifecycle::subscribe(&s, &tenant, id, dialect, r),
     }
-}
-
-/// A notification (no `id`): never answered. A cancel is done; a send is not run (nobody
-/// could follow or read its task, which would be charged); reads have nothing to do.
-async fn notification(s: &AppState, tenant: &str, call: Call) -> Response {
-    match call {
-        Call::Cancel(c) => {
-            if let Err(e) = cancel(&s.proxy, &s.a2a, tenant, &c.id).await {
-                tracing::debug!(error = %e, "an A2A cancel notification did nothing");
-            }
-        }
-        Call::Send { .. } => {
-            tracing::debug!("an A2A send notification was not run (nobody could read its task)");
-        }
-        Call::Get(_) | Call::Subscribe(_) => {}
-    }
-    notified()
-}
-
-/// What a notification gets: no JSON-RPC body at all (JSON-RPC 2.0 §4.1: the server must not
-/// reply), HTTP 204.
-fn notified() -> Response {
-    StatusCode::NO_CONTENT.into_response()
 }

@@ -1,9 +1,11 @@
-//! An A2A task's life: started (in its tenant's table, its context's session), run through the
-//! pipeline with its updates told to its listeners, ended completed, failed, rejected or
-//! canceled; the answer to its send (the task once it ends, at once, or as a stream).
+//! An A2A task's life, one function per method: a send starts the task (in its tenant's
+//! table, its context's session), runs it through the pipeline with its updates told to its
+//! listeners and ends it completed, failed, rejected or canceled, answering the task once it
+//! ends, at once, or as a stream; a get reads it, a cancel cancels it, a subscribe follows
+//! it; a notification is done (a cancel) or dropped, never answered.
 
-use super::incoming::Job;
-use super::rpc::{rpc, rpc_error, rpc_failure, send_result, sse};
+use super::incoming::{job, Call, Job};
+use super::rpc::{notified, rpc, rpc_error, rpc_failure, rpc_ok, send_result, sse, task_result};
 use super::tasks::{A2aState, Cancel, Inserted};
 use super::{cut, is_final, status, A2aError, MAX_ID_BYTES};
 use crate::frontend::api_error::ApiError;
@@ -23,9 +25,101 @@ use tokio::sync::{broadcast, mpsc};
 /// TASK_UPDATEs buffered between the task and its listeners.
 const UPDATES_BUFFERED: usize = 64;
 
+/// `SendMessage` / `SendStreamingMessage` (`stream`): the message checked and made a task
+/// (its policy the message's, when it names one), started and answered.
+pub(super) async fn send(
+    s: AppState,
+    mut ctx: RequestCtx,
+    id: Id,
+    dialect: Dialect,
+    req: Box<v1::SendMessageRequest>,
+    stream: bool,
+) -> Response {
+    let now = req
+        .configuration
+        .as_ref()
+        .is_some_and(|c| c.return_immediately);
+    let job = match job(*req, s.config.a2a.default_skill.as_deref()) {
+        Ok(j) => j,
+        Err(e) => return rpc_error(id, dialect, &e),
+    };
+    if let Some(p) = &job.policy {
+        ctx.policy = Some(p.clone());
+    }
+    start(s, ctx, id, dialect, job, stream, now).await
+}
+
+/// `GetTask`: the task as it is now, its history cut to the last `historyLength` messages.
+pub(super) fn get(
+    s: &AppState,
+    tenant: &str,
+    id: Id,
+    dialect: Dialect,
+    g: v1::GetTaskRequest,
+) -> Response {
+    match s.a2a.get(tenant, &g.id) {
+        Some(t) => rpc_ok(id, task_result(t, g.history_length, dialect)),
+        None => rpc_error(id, dialect, &A2aError::TaskNotFound(g.id)),
+    }
+}
+
+/// `CancelTask`: the task canceled ([`cancel`]), or why not.
+pub(super) async fn canceled(
+    s: &AppState,
+    tenant: &str,
+    id: Id,
+    dialect: Dialect,
+    c: v1::CancelTaskRequest,
+) -> Response {
+    match cancel(&s.proxy, &s.a2a, tenant, &c.id).await {
+        Ok(t) => rpc_ok(id, task_result(t, None, dialect)),
+        Err(e) => rpc_error(id, dialect, &e),
+    }
+}
+
+/// `SubscribeToTask`: the task as it is, then its events until one ends it; a terminal task
+/// has nothing left to stream.
+pub(super) fn subscribe(
+    s: &AppState,
+    tenant: &str,
+    id: Id,
+    dialect: Dialect,
+    r: v1::SubscribeToTaskRequest,
+) -> Response {
+    match s.a2a.subscribe(tenant, &r.id) {
+        None => rpc_error(id, dialect, &A2aError::TaskNotFound(r.id)),
+        Some((t, None)) => {
+            let e = A2aError::Unsupported(format!(
+                "task {:?} is {}: nothing left to stream",
+                t.id,
+                t.status.state.as_str()
+            ));
+            rpc_error(id, dialect, &e)
+        }
+        Some((t, Some(rx))) => sse(id, dialect, t, rx),
+    }
+}
+
+/// A notification (no `id`): never answered. A cancel is done; a send is not run (nobody
+/// could follow or read its task, which would be charged); reads have nothing to do.
+pub(super) async fn notification(s: &AppState, tenant: &str, call: Call) -> Response {
+    match call {
+        Call::Cancel(c) => {
+            if let Err(e) = cancel(&s.proxy, &s.a2a, tenant, &c.id).await {
+                tracing::debug!(error = %e, "an A2A cancel notification did nothing");
+            }
+        }
+        Call::Send { .. } => {
+            tracing::debug!("an A2A send notification was not run (nobody could read its task)");
+        }
+        Call::Get(_) | Call::Subscribe(_) => {}
+    }
+    notified()
+}
+
 /// Starts `job` and answers: an SSE stream, the submitted task at once, or the task once it
 /// ends.
-pub(super) async fn send(
+async fn start(
     s: AppState,
     ctx: RequestCtx,
     id: Id,

@@ -138,3 +138,9 @@ pub(super) fn rpc_failure(e: ApiError, code: ErrorCode) -> Response {
     );
     resp
 }
+
+/// What a notification gets: no JSON-RPC body at all (JSON-RPC 2.0 §4.1: the server must not
+/// reply), HTTP 204.
+pub(super) fn notified() -> Response {
+    StatusCode::NO_CONTENT.into_response()
+}
