@@ -16,7 +16,7 @@ mod refusal;
 mod reply;
 
 pub use chat::{chat, ChatOutcome, ChatRefusal, ChatReply};
-pub use refusal::OpenAiErrors;
+use refusal::OpenAiErrors;
 
 use super::api_error::{ApiError, ErrorKind};
 use super::request::{read_json_body, refuse, request_ctx, CancelOnDrop};

@@ -9,7 +9,7 @@
 use crate::config::Config;
 use crate::frontend::api_error::{self, ApiError, ErrorKind};
 use crate::frontend::request::REQUEST_TRACE;
-use crate::frontend::{self, a2a, ladp, ldp, llmcp, llmx, openai, AppState};
+use crate::frontend::{self, AppState};
 use crate::provenance::Ingress;
 use crate::telemetry::otel::{Attr, Otel, Trace, TRACEPARENT};
 use axum::extract::{DefaultBodyLimit, MatchedPath, State};
@@ -94,36 +94,48 @@ fn openai_ingress(c: &Config) -> bool {
 
 /// Every route of the LDP listener.
 pub(super) const TABLE: &[Route] = &[
-    Route::new("/ldp/messages", Ingress::Ldp, || post(ldp::messages)),
-    Route::new("/ldp/stream", Ingress::Ldp, || post(ldp::stream)),
-    Route::new("/ldp/feedback", Ingress::Ldp, || post(ldp::feedback)),
-    Route::new("/.well-known/ldp-identity", Ingress::Ldp, || {
-        get(ldp::identity)
+    Route::new("/ldp/messages", Ingress::Ldp, || {
+        post(frontend::ldp::messages)
     }),
-    Route::new("/ldp/identity", Ingress::Ldp, || get(ldp::identity)),
-    Route::new("/ldp/capabilities", Ingress::Ldp, || get(ldp::capabilities)),
-    Route::new("/healthz", Ingress::Ldp, || get(ldp::healthz)),
+    Route::new("/ldp/stream", Ingress::Ldp, || post(frontend::ldp::stream)),
+    Route::new("/ldp/feedback", Ingress::Ldp, || {
+        post(frontend::ldp::feedback)
+    }),
+    Route::new("/.well-known/ldp-identity", Ingress::Ldp, || {
+        get(frontend::ldp::identity)
+    }),
+    Route::new("/ldp/identity", Ingress::Ldp, || {
+        get(frontend::ldp::identity)
+    }),
+    Route::new("/ldp/capabilities", Ingress::Ldp, || {
+        get(frontend::ldp::capabilities)
+    }),
+    Route::new("/healthz", Ingress::Ldp, || get(frontend::ldp::healthz)),
     Route::new("/v1/chat/completions", Ingress::Openai, || {
-        post(openai::completions).fallback(openai::unknown)
+        post(frontend::openai::completions).fallback(frontend::openai::unknown)
     })
     .when(openai_ingress),
     Route::new("/v1/models", Ingress::Openai, || {
-        get(openai::models).fallback(openai::unknown)
+        get(frontend::openai::models).fallback(frontend::openai::unknown)
     })
     .when(openai_ingress),
-    Route::new("/v1", Ingress::Openai, || any(openai::unknown))
+    Route::new("/v1", Ingress::Openai, || any(frontend::openai::unknown))
         .other()
         .when(openai_ingress),
-    Route::new("/v1/{*rest}", Ingress::Openai, || any(openai::unknown))
-        .other()
-        .when(openai_ingress),
-    Route::new("/llmx", Ingress::Llmx, || post(llmx::llmx)),
-    Route::new("/ladp", Ingress::Ladp, || post(ladp::ladp)),
-    Route::new("/llmcp", Ingress::Llmcp, || post(llmcp::llmcp)),
+    Route::new("/v1/{*rest}", Ingress::Openai, || {
+        any(frontend::openai::unknown)
+    })
+    .other()
+    .when(openai_ingress),
+    Route::new("/llmx", Ingress::Llmx, || post(frontend::llmx::llmx)),
+    Route::new("/ladp", Ingress::Ladp, || post(frontend::ladp::ladp)),
+    Route::new("/llmcp", Ingress::Llmcp, || post(frontend::llmcp::llmcp)),
     Route::new(a2a_wire::consts::AGENT_CARD_PATH, Ingress::A2a, || {
-        get(a2a::card)
+        get(frontend::a2a::card)
     }),
-    Route::new(a2a::ROUTE, Ingress::A2a, || post(a2a::jsonrpc)),
+    Route::new(frontend::a2a::ROUTE, Ingress::A2a, || {
+        post(frontend::a2a::jsonrpc)
+    }),
 ];
 
 /// The route labels of `ldp_gateway_http_requests_total` for the LDP listener's routes,
@@ -296,11 +308,11 @@ mod tests {
                 let j = json();
                 j["jsonrpc"] == "2.0" && j["error"]["code"] == -32603 && j["id"].is_null()
             }
-            Ingress::Llmx => ::llmx::parse(body).is_ok_and(|m| {
+            Ingress::Llmx => llmx::parse(body).is_ok_and(|m| {
                 let o = m.blocks.first().and_then(|b| b.get("o")?.as_str());
                 m.blocks.len() == 1 && o == Some("NACK")
             }),
-            Ingress::Ladp => ::ladp::Msg::parse(body.trim_end()).is_ok_and(|m| m.kind == "error"),
+            Ingress::Ladp => ladp::Msg::parse(body.trim_end()).is_ok_and(|m| m.kind == "error"),
         }
     }
 
