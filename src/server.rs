@@ -1,22 +1,14 @@
 //! HTTP: the LDP listener and the admin listener, and the running gateway's handle.
 //!
-//! Middleware order on the LDP listener: connection cap and write deadline (`conn`) → body
-//! limit (413) → parse (400) → `Proxy::handle` → JSON answer. Protocol refusals are HTTP 200
-//! envelopes; only malformed or oversized requests get a 4xx, always with body
-//! `{"error": LdpError}`.
+//! Middleware order on the LDP listener: connection cap and write deadline (`conn`) → the one
+//! layer of `router.rs` (request counted, tracing span, panic caught in the route's protocol)
+//! → the route's front end (`crate::frontend`: body limit, parse, the task, the answer in its
+//! protocol). Every route, its metric label and the protocol its panics are answered in come
+//! from one table (`router.rs`).
 
-mod a2a_routes;
 mod admin;
-mod api_error;
 mod conn;
-mod feedback;
-mod ladp_routes;
-mod ldp_routes;
-mod llmcp_routes;
-mod llmx_routes;
-mod openai_routes;
 mod reload;
-mod request;
 mod router;
 
 use crate::config::{Config, ConfigError};
@@ -31,50 +23,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use crate::frontend::api_error::{telling, ApiError, ErrorKind, Telling};
+pub use crate::frontend::{AppState, Shared};
 pub use admin::admin_router;
-pub use api_error::{telling, ApiError, ErrorKind, Telling};
 pub use conn::{OpenConnections, WriteDeadline};
 pub use reload::Hangup;
 pub use router::router;
-
-/// State shared by the handlers: one `Arc`, so the clone axum makes for every request is one
-/// reference count (cloning the parts each time showed as 2% of the gateway's CPU under load).
-#[derive(Clone)]
-pub struct AppState(Arc<Shared>);
-
-impl std::ops::Deref for AppState {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
-
-/// What [`AppState`] shares.
-pub struct Shared {
-    /// The gateway core.
-    pub proxy: Arc<Proxy>,
-    /// The delegates (registration, cards, health).
-    pub registry: Arc<Registry>,
-    /// The ledger (queries, readiness).
-    pub ledger: crate::provenance::LedgerHandle,
-    /// The metrics.
-    pub metrics: Arc<crate::telemetry::Metrics>,
-    /// The client to delegates (card polls on registration).
-    pub upstream: crate::upstream::UpstreamClient,
-    /// The configuration it runs with.
-    pub config: Arc<Config>,
-    /// This listener's URL, written into the identity card's `endpoint`.
-    pub public_url: Arc<str>,
-    /// The LLMX bridge's sequence numbers (each sender's, the gateway's own).
-    pub llmx: crate::frontend::llmx::LlmxState,
-    /// The LADP bridge's agent rates and tasks.
-    pub ladp: crate::frontend::ladp::LadpState,
-    /// The A2A bridge's tasks and contexts.
-    pub a2a: crate::frontend::a2a::A2aState,
-    /// The tracer (`[telemetry] otlp_endpoint` set), else none: no span is made.
-    pub otel: Option<Arc<Otel>>,
-}
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +75,9 @@ pub struct Gateway {
     ended: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     otel: Option<Arc<Otel>>,
+    /// What the handlers are given (the route table's tests build routers from it).
+    #[cfg(test)]
+    state: AppState,
 }
 
 impl Gateway {
@@ -240,7 +197,7 @@ impl Gateway {
             .await;
 
         let (shutdown, rx) = watch::channel(false);
-        let state = AppState(Arc::new(Shared {
+        let state = AppState::new(Shared {
             proxy: proxy.clone(),
             registry: registry.clone(),
             ledger: ledger.handle(),
@@ -252,7 +209,7 @@ impl Gateway {
             ladp: crate::frontend::ladp::LadpState::new(&config.ladp, config.upstream.task_timeout),
             a2a: crate::frontend::a2a::A2aState::new(&config.a2a),
             otel: otel.clone(),
-        }));
+        });
         let mut tasks = vec![registry.clone().spawn_poller(
             upstream.clone(),
             config.discovery.poll_interval,
@@ -299,6 +256,8 @@ impl Gateway {
             rx.clone(),
         ));
         tasks.extend(serving);
+        #[cfg(test)]
+        let kept = state.clone();
         // The admin listener has its own count: a flood on the LDP port leaves it reachable.
         tasks.push(conn::spawn_server(
             admin_listener,
@@ -338,6 +297,8 @@ impl Gateway {
             ended,
             tasks,
             otel,
+            #[cfg(test)]
+            state: kept,
         })
     }
 

@@ -1,4 +1,4 @@
-//! The LADP bridge's translation (seed `004_…`, LADP v1.9): a `(msg …)` s-expression in, read
+//! The LADP front end (seed `004_…`, LADP v1.9): a `(msg …)` s-expression in, read
 //! by the `ladp` crate; a `task-init` as one task (skill, text, policy, deadline, quorum); the
 //! task's trip back as the seed's chain of verification (`synthesis`, `verify` + `vote` per
 //! verifier, `integration-verified` or `reject-proposal` per round, `meta abort` after the
@@ -19,170 +19,214 @@
 //!   and some verifier said yes. A `quorum` below the policy's `[verify] threshold` is raised
 //!   to it: a client may ask for more agreement than the operator's, never less.
 //! - The recipient of a message is not checked: the gateway answers whatever it is called.
+//!
+//! The route, `POST /ladp` (`text/plain`, the tenant's Bearer key), takes one `(msg …)`
+//! s-expression and answers the gateway's `msg` forms, one a line. A refused message is
+//! answered `(msg error gateway <sender> <ms> (data (reason "…") [(at "L:C")]))` with its 4xx
+//! (400 malformed, 401 no key, 403 unknown policy, 413 over 64 KiB, 429 rate); a failed task
+//! with its LDP status (as on the LDP routes) and the forms it got to. Files: `message.rs`
+//! (reading, refusals), `forms.rs` (answers), `book.rs` (agents' rates and tasks).
 
 pub mod book;
+mod forms;
+mod message;
 
 pub use book::{LadpState, Phase, RateRefusal, Which, MAX_SENDER_BYTES};
+pub use forms::{answer, halted, proposal_id, reply_to, status, task_error, Answer};
+pub use message::{read, status_target, LadpError, Request};
 
+use super::api_error::ApiError;
+use super::request::{read_body, refuse, request_ctx, CancelIngressTasksOnDrop};
+use super::AppState;
 use crate::ldp::error::GatewayCode;
-use crate::ldp::{Body, DelegationContract, Json, LdpError, TaskId};
-use crate::policy::votes_pass;
-use crate::provenance::{Ingress, Vote};
+use crate::ldp::{DelegationContract, Json, LdpError, TaskId};
+use crate::provenance::Ingress;
 use crate::proxy::{IngressTask, Proxy, Refusal, RequestCtx, Trip};
-use ladp::{Decision, Meta, Msg, MsgError, Outcome, ParseError, Reply, Sexp, TaskInit};
+use axum::body::Body as HttpBody;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ladp::TaskInit;
 
 /// The gateway's name as the sender of its answers.
 pub const GATEWAY: &str = "gateway";
 /// The recipient of an answer to a message whose sender could not be read.
 pub const UNKNOWN_SENDER: &str = "unknown";
 
-/// Why a message is refused before any task runs (each a 4xx).
-#[derive(Debug, thiserror::Error)]
-pub enum LadpError {
-    /// Over the §14 cap.
-    #[error("message is {0} bytes, over the {max}-byte limit (§14)", max = ladp::MAX_INPUT_BYTES)]
-    TooLarge(usize),
-    /// The text does not read.
-    #[error(transparent)]
-    Parse(ParseError),
-    /// It reads, but is not a message of the expected shape.
-    #[error(transparent)]
-    Message(MsgError),
-    /// A sender too long to key the bridge's state.
-    #[error("sender is over {MAX_SENDER_BYTES} bytes")]
-    SenderTooLong,
-    /// A message type the gateway does not answer.
-    #[error("message type `{0}` is not answered by the gateway (task-init, status-request, halt)")]
-    Unsupported(String),
-    /// `(policy P)` names no policy.
-    #[error("there is no policy '{0}'")]
-    UnknownPolicy(String),
-    /// The agent's rate (§14) or the bridge's bound on agents.
-    #[error("{}", match .0 {
-        RateRefusal::Agent(w) => format!("rate limit of this agent reached; retry after {:.3} s", w.as_secs_f64()),
-        RateRefusal::Agents(_) => "this tenant has too many agents sending at once; retry later".to_owned(),
-    })]
-    RateLimited(RateRefusal),
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// `e` as the LADP route answers a message it could not read: an `error` form to an unknown
+/// sender.
+pub(crate) fn error_answer(e: ApiError) -> Response {
+    told(e, UNKNOWN_SENDER, None)
 }
 
-impl LadpError {
-    /// The gateway code that gives its HTTP status (400, 403, 413, 429).
-    pub fn code(&self) -> GatewayCode {
-        match self {
-            LadpError::TooLarge(_) => GatewayCode::PayloadTooLarge,
-            LadpError::Parse(_)
-            | LadpError::Message(_)
-            | LadpError::SenderTooLong
-            | LadpError::Unsupported(_) => GatewayCode::BadRequest,
-            LadpError::UnknownPolicy(_) => GatewayCode::UnknownPolicy,
-            LadpError::RateLimited(_) => GatewayCode::RateLimited,
+/// `POST /ladp`.
+pub(crate) async fn ladp(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: HttpBody,
+) -> Response {
+    let mut ctx = match request_ctx(&s, &headers) {
+        Ok(ctx) => ctx,
+        Err(e) => return told(e, UNKNOWN_SENDER, None),
+    };
+    let bytes = match read_body(&s, &headers, body).await {
+        Ok(b) => b,
+        Err(e) => return told(e, UNKNOWN_SENDER, None),
+    };
+    let request = match read(&bytes) {
+        Ok(r) => r,
+        Err((sender, e)) => return refused(&e, sender.as_deref().unwrap_or(UNKNOWN_SENDER)),
+    };
+    let sender = request.msg().sender.clone();
+    if let Err(r) = s.ladp.admit(&ctx.tenant.name, &sender) {
+        if let RateRefusal::Agents(_) = r {
+            count_share_refusal(&s);
         }
+        return refused(&LadpError::RateLimited(r), &sender);
     }
-
-    /// Where in the text it is (`(at "L:C")`), when it is a place.
-    pub fn at(&self) -> Option<(u32, u32)> {
-        match self {
-            LadpError::TooLarge(_) => Some((1, 1)),
-            LadpError::Parse(e) | LadpError::Message(MsgError::Parse(e)) => {
-                Some((e.line, e.column))
+    match request {
+        Request::TaskInit(msg, init) => {
+            if let Some(p) = &init.policy {
+                if s.proxy.policies().get(p).is_none() {
+                    return refused(&LadpError::UnknownPolicy(p.clone()), &sender);
+                }
+                ctx.policy = Some(p.clone());
             }
-            _ => None,
+            task(&s, ctx, msg, init).await
         }
-    }
-
-    /// How long to wait, for a rate limit.
-    pub fn retry_after(&self) -> Option<std::time::Duration> {
-        match self {
-            LadpError::RateLimited(RateRefusal::Agent(w)) => Some(*w),
-            LadpError::RateLimited(RateRefusal::Agents(wait)) => {
-                Some(wait.unwrap_or(std::time::Duration::from_secs(1)))
-            }
-            _ => None,
+        Request::Status(msg) => {
+            let which = match status_target(&msg) {
+                Ok(w) => w,
+                Err(e) => return refused(&e, &sender),
+            };
+            let entry = s.ladp.find(&ctx.tenant.name, &sender, which);
+            let m = status(&reply_to(&sender), entry.as_ref());
+            ok(m.write() + "\n")
         }
-    }
-
-    /// The message's text as the reason of the `error` answer (a parse error's without its
-    /// position, which `at` carries).
-    pub fn reason(&self) -> String {
-        match self {
-            LadpError::Parse(e) | LadpError::Message(MsgError::Parse(e)) => e.message.clone(),
-            other => other.to_string(),
+        Request::Halt(msg) => {
+            let running = s.ladp.running(&ctx.tenant.name, &sender);
+            let n = halt(&s.proxy, &ctx.tenant.name, &running).await;
+            let m = halted(&reply_to(&sender), &msg, n);
+            ok(m.write() + "\n")
         }
     }
 }
 
-/// A message the gateway answers.
-#[derive(Debug)]
-pub enum Request {
-    /// `task-init`: run a task.
-    TaskInit(Msg, TaskInit),
-    /// `status-request`: the phase of one of the sender's tasks.
-    Status(Msg),
-    /// `halt`: cancel the sender's running tasks.
-    Halt(Msg),
-}
-
-impl Request {
-    /// The message.
-    pub fn msg(&self) -> &Msg {
-        match self {
-            Request::TaskInit(m, _) | Request::Status(m) | Request::Halt(m) => m,
-        }
+/// Runs a `task-init` and answers its forms.
+async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskInit) -> Response {
+    let task_id: TaskId = crate::ldp::new_id().into();
+    let tenant = ctx.tenant.name.clone();
+    let sender = msg.sender.clone();
+    // Running before `halt` can see it in the book, for a cancel to find, until the task's
+    // future ends.
+    let registered = s
+        .proxy
+        .ingress_task_arrived(&tenant, Ingress::Ladp, &task_id);
+    if let Err(wait) = s
+        .ladp
+        .start(&tenant, &sender, msg.epoch_ms, task_id.clone())
+    {
+        count_share_refusal(s);
+        return refused(&LadpError::RateLimited(RateRefusal::Agents(wait)), &sender);
     }
-}
-
-/// Reads one message: the size cap (§14), the reader's limits, one `(msg …)` form, a sender
-/// the bridge can key on, a type it answers. `Err` carries the sender when it was read.
-pub fn read(bytes: &[u8]) -> Result<Request, (Option<String>, LadpError)> {
-    if bytes.len() > ladp::MAX_INPUT_BYTES {
-        return Err((None, LadpError::TooLarge(bytes.len())));
-    }
-    let forms = ladp::parse_bytes(bytes, &ladp::Limits::default())
-        .map_err(|e| (None, LadpError::Parse(e)))?;
-    let form = match forms.as_slice() {
-        [one] => one,
-        [] => {
-            return Err((
-                None,
-                parse_error(1, 1, "empty message: expected one (msg …) form"),
-            ))
+    // A client that leaves before its answer cancels the task.
+    let guard = CancelIngressTasksOnDrop::new(s, &tenant, Ingress::Ladp, [task_id.clone()]);
+    let proxy = s.proxy.clone();
+    let (id, quorum) = (task_id.clone(), init.quorum);
+    // Its own (tracked) task: a client that leaves does not stop its settling and ledger row.
+    let spawned = s.proxy.spawn_tracked(async move {
+        let _registered = registered;
+        run(&proxy, &ctx, &init, id).await
+    });
+    let Some(handle) = spawned else {
+        s.ladp.finish(&tenant, &sender, &task_id, Phase::Failed);
+        let e = ApiError::new(GatewayCode::Unavailable, "the gateway is stopping");
+        return told(e, &sender, None);
+    };
+    let joined = handle.await;
+    guard.done();
+    let trip = match joined {
+        Ok(Ok(trip)) => trip,
+        Ok(Err(refusal)) => {
+            s.ladp.finish(&tenant, &sender, &task_id, Phase::Failed);
+            return told(ApiError::from(refusal), &sender, Some(&task_id));
         }
-        _ => {
-            let why = "expected exactly one (msg …) form, found several";
-            return Err((None, parse_error(1, 1, why)));
+        Err(e) => {
+            s.ladp.finish(&tenant, &sender, &task_id, Phase::Failed);
+            let e = super::api_error::task_lost(&s.metrics, e);
+            return told(e, &sender, Some(&task_id));
         }
     };
-    let msg = Msg::from_sexp(form).map_err(|e| (None, LadpError::Message(e)))?;
-    let sender = Some(msg.sender.clone());
-    if msg.sender.len() > MAX_SENDER_BYTES {
-        return Err((None, LadpError::SenderTooLong));
+    let answer = answer(&trip, &reply_to(&sender), quorum);
+    let phase = match answer.failed {
+        None => Phase::Done,
+        Some(_) => Phase::Failed,
+    };
+    s.ladp.finish(&tenant, &sender, &task_id, phase);
+    let mut resp = match &answer.failed {
+        None => ok(answer.write()),
+        Some(e) => with_text(refuse(ApiError::task_failed(e.clone())), answer.write()),
+    };
+    let policy = trip.policy.name.0.as_str();
+    let delegate = trip.delegate.as_ref().map(|d| d.client_name());
+    let delegate = delegate.as_deref();
+    for (name, value) in [
+        ("x-ldp-task-id", Some(task_id.as_str())),
+        ("x-ldp-policy", Some(policy)),
+        ("x-ldp-delegate", delegate),
+    ] {
+        if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+            resp.headers_mut().insert(HeaderName::from_static(name), v);
+        }
     }
-    match msg.kind.as_str() {
-        "task-init" => match TaskInit::from_msg(&msg) {
-            Ok(init) => Ok(Request::TaskInit(msg, init)),
-            Err(e) => Err((sender, LadpError::Message(e))),
-        },
-        "status-request" => Ok(Request::Status(msg)),
-        "halt" => Ok(Request::Halt(msg)),
-        other => Err((sender, LadpError::Unsupported(other.to_owned()))),
-    }
+    resp
 }
 
-fn parse_error(line: u32, column: u32, message: &str) -> LadpError {
-    LadpError::Parse(ParseError {
-        line,
-        column,
-        message: message.to_owned(),
-    })
+/// `ldp_gateway_rate_limited_total{scope="tenant_share"}`: the tenant's share of the bridge's
+/// tables is full of agents still refilling or running.
+fn count_share_refusal(s: &AppState) {
+    s.metrics
+        .rate_limited
+        .with_label_values(&[crate::limits::Scope::TenantShare.as_str()])
+        .inc();
 }
 
-/// The gateway's answer header to `to`, stamped now.
-pub fn reply_to(to: &str) -> Reply {
-    Reply {
-        sender: GATEWAY.to_owned(),
-        recipient: to.to_owned(),
-        epoch_ms: chrono::Utc::now().timestamp_millis(),
-    }
+fn ok(text: String) -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, TEXT)], text).into_response()
+}
+
+/// A refused message: its status from the gateway's one table, its body the LADP error.
+fn refused(e: &LadpError, sender: &str) -> Response {
+    let api = match e.retry_after() {
+        // `task_failed` gives a rate limit its `Retry-After`, set to the wait here.
+        Some(wait) => ApiError::task_failed(LdpError::gateway(e.code(), e.reason()))
+            .with_retry_after(Some(wait)),
+        None => ApiError::new(e.code(), e.reason()),
+    };
+    let m = reply_to(sender).error(&e.reason(), e.at());
+    with_text(refuse(api), m.write() + "\n")
+}
+
+/// An error of the HTTP layer (key, body, a refusal of the task) as the LADP error.
+fn told(e: ApiError, sender: &str, task_id: Option<&TaskId>) -> Response {
+    let r = reply_to(sender);
+    let m = match task_id {
+        Some(id) => task_error(&r, id, e.error()),
+        None => r.error(&e.error().message, None),
+    };
+    with_text(refuse(e), m.write() + "\n")
+}
+
+/// `resp` (status, headers, the error's report for the counting layer) with `text` as body.
+fn with_text(resp: Response, text: String) -> Response {
+    let (mut parts, _) = resp.into_parts();
+    parts
+        .headers
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(TEXT));
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, HttpBody::from(text))
 }
 
 /// Runs `init` as task `task_id` of `ctx`'s tenant (the policy, when named, already set in
@@ -227,165 +271,6 @@ fn contract(init: &TaskInit, now: chrono::DateTime<chrono::Utc>) -> Option<Deleg
     })
 }
 
-/// A task's answer in LADP: the forms, and the failure it ended with (its code gives the
-/// HTTP status), if any.
-#[derive(Debug)]
-pub struct Answer {
-    /// The `msg` forms, in order.
-    pub forms: Vec<Msg>,
-    /// The task's failure.
-    pub failed: Option<LdpError>,
-}
-
-impl Answer {
-    /// One form a line.
-    pub fn write(&self) -> String {
-        let mut out = String::new();
-        for m in &self.forms {
-            out.push_str(&m.write());
-            out.push('\n');
-        }
-        out
-    }
-}
-
-/// The proposal id of round `round` of `task_id`.
-pub fn proposal_id(task_id: &TaskId, round: usize) -> String {
-    format!("{task_id}-r{round}")
-}
-
-/// The trip of a `task-init` as LADP forms to `r`'s recipient. `quorum` is the task's own,
-/// which raises the policy's `[verify] threshold` and never lowers it.
-pub fn answer(trip: &Trip, r: &Reply, quorum: Option<f64>) -> Answer {
-    let mut forms = Vec::new();
-    let (result, failed) = match &trip.reply.body {
-        Body::TaskResult { output, .. } => (Some(text(output)), None),
-        Body::TaskFailed { error, .. } => (None, Some(error.clone())),
-        other => {
-            let why = format!("unexpected {} for a task", other.message_type().as_str());
-            (None, Some(LdpError::gateway(GatewayCode::Internal, why)))
-        }
-    };
-    if trip.rounds.is_empty() {
-        // Not verified (no `[verify]`, or not sampled): the producer's output, integrated.
-        if let Some(out) = &result {
-            let id = proposal_id(&trip.task_id, 1);
-            let agent = trip.delegate.as_ref().map(|d| d.client_name());
-            forms.push(r.synthesis(&id, agent.as_deref().unwrap_or(GATEWAY), out));
-            forms.push(r.integration(&id, out));
-        }
-    } else {
-        // The threshold the rounds were judged by: the policy's, raised by the task's own.
-        let quorum = match trip.policy.verify.as_ref() {
-            Some(v) => v.threshold_for(quorum),
-            None => quorum.unwrap_or(ladp::DEFAULT_QUORUM),
-        };
-        let last = trip.rounds.len();
-        for (i, (producer, output)) in trip.rounds.iter().enumerate() {
-            let round = i + 1;
-            let id = proposal_id(&trip.task_id, round);
-            forms.push(r.synthesis(&id, producer, &text(output)));
-            let (mut yes, mut total) = (0.0, 0.0);
-            let votes = trip.votes.iter().zip(&trip.reasons).zip(&trip.voters);
-            for ((v, reason), voter) in
-                votes.filter(|((v, _), _)| usize::try_from(v.round) == Ok(round))
-            {
-                total += v.weight;
-                if v.passed {
-                    yes += v.weight;
-                }
-                forms.extend(ballot(r, &id, v, voter, reason.as_deref()));
-            }
-            let support = if total > 0.0 { yes / total } else { 0.0 };
-            match (&result, round == last) {
-                (Some(out), true) => {
-                    forms.push(r.integration_verified(&id, support, quorum, out));
-                }
-                _ if total > 0.0 && !votes_pass(yes, total, quorum) => {
-                    let why = format!(
-                        "weighted yes {yes:.2} of {total:.2} ({support:.2}) is below the quorum {quorum}"
-                    );
-                    forms.push(r.reject_proposal(&id, &why, round));
-                }
-                // The round decided nothing (no vote, cancelled): the error says why.
-                _ => {}
-            }
-        }
-        if failed
-            .as_ref()
-            .is_some_and(|e| e.code == GatewayCode::VerificationFailed.as_str())
-        {
-            let reference = proposal_id(&trip.task_id, last);
-            forms.push(r.meta(&Meta::abort_retry_exceeded(&reference)));
-            return Answer { forms, failed };
-        }
-    }
-    if let Some(e) = &failed {
-        forms.push(task_error(r, &trip.task_id, e));
-    }
-    Answer { forms, failed }
-}
-
-/// One verifier's `verify` and `vote` on proposal `id`, the verifier named `voter` (as
-/// clients are told of it, never its address).
-fn ballot(r: &Reply, id: &str, v: &Vote, voter: &str, reason: Option<&str>) -> [Msg; 2] {
-    let (outcome, decision) = match v.passed {
-        true => (Outcome::Passed, Decision::Yes),
-        false => (Outcome::Failed, Decision::No),
-    };
-    [
-        r.verify(id, voter, outcome, v.confidence, reason),
-        r.vote(id, voter, v.weight, decision),
-    ]
-}
-
-/// `(msg error … (data (reason "<CODE>: <message>") (task-id "…")))`: a task that failed.
-pub fn task_error(r: &Reply, task_id: &TaskId, e: &LdpError) -> Msg {
-    let mut m = r.error(&format!("{}: {}", e.code, e.message), None);
-    m.data
-        .push(Sexp::form("task-id", [Sexp::string(task_id.as_str())]));
-    m
-}
-
-/// An output as text: a JSON string as itself, anything else as its JSON text.
-fn text(output: &Json) -> String {
-    output
-        .as_string()
-        .unwrap_or_else(|| output.get().to_owned())
-}
-
-/// Which task a `status-request` asks about: `(task-id "…")`, `(target-msg <epoch-ms>)`, or
-/// the latest.
-pub fn status_target(m: &Msg) -> Result<Which<'_>, LadpError> {
-    if let Some(v) = m.value("task-id").map_err(LadpError::Message)? {
-        let id = v.as_name().ok_or_else(|| {
-            LadpError::Message(MsgError::Field {
-                field: "task-id",
-                problem: "must be a symbol or a string".into(),
-            })
-        })?;
-        return Ok(Which::Task(id));
-    }
-    if let Some(v) = m.value("target-msg").map_err(LadpError::Message)? {
-        return match v {
-            Sexp::Int(ms) => Ok(Which::Msg(*ms)),
-            _ => Err(LadpError::Message(MsgError::Field {
-                field: "target-msg",
-                problem: "must be the <epoch-ms> of a task-init".into(),
-            })),
-        };
-    }
-    Ok(Which::Latest)
-}
-
-/// The answer to `status-request`: `(msg status … (data [(task-id "…")] (phase p)))`.
-pub fn status(r: &Reply, entry: Option<&book::Entry>) -> Msg {
-    match entry {
-        Some(e) => r.status(Some(e.task_id.as_str()), e.phase.as_str()),
-        None => r.status(None, "idle"),
-    }
-}
-
 /// Cancels the tasks `ids` of `tenant` (a `halt`); how many were stopped.
 pub async fn halt(proxy: &Proxy, tenant: &str, ids: &[TaskId]) -> usize {
     let mut stopped = 0;
@@ -395,15 +280,6 @@ pub async fn halt(proxy: &Proxy, tenant: &str, ids: &[TaskId]) -> usize {
         }
     }
     stopped
-}
-
-/// The answer to `halt`: `(msg meta … (data (meta halt (reason "controller-issued-halt")
-/// (reference <epoch-ms of the halt>) (cancelled n))))`.
-pub fn halted(r: &Reply, halt: &Msg, cancelled: usize) -> Msg {
-    r.meta(&Meta::halt_controller(
-        &halt.epoch_ms.to_string(),
-        cancelled,
-    ))
 }
 
 #[cfg(test)]
@@ -439,29 +315,5 @@ mod tests {
             d(&init(None, Some(5))).as_deref(),
             Some("2025-05-01T12:00:05.000Z")
         );
-    }
-
-    #[test]
-    fn refusals_carry_their_status_code_and_place() {
-        let (_, e) =
-            read(b"(msg task-init a gateway 1\n  (data (skill qa) (task \"x\"))").unwrap_err();
-        assert_eq!(e.code(), GatewayCode::BadRequest);
-        assert_eq!(
-            e.at(),
-            Some((1, 1)),
-            "an unclosed ( is reported where it opens"
-        );
-        let (_, e) = read(&vec![b' '; ladp::MAX_INPUT_BYTES + 1]).unwrap_err();
-        assert_eq!(e.code(), GatewayCode::PayloadTooLarge);
-        let (sender, e) = read(b"(msg agenda-init ctl gateway 1 (data))").unwrap_err();
-        assert_eq!(sender.as_deref(), Some("ctl"));
-        assert!(matches!(e, LadpError::Unsupported(_)), "{e}");
-        let (sender, e) = read(b"(msg task-init ctl gateway 1 (data (skill qa)))").unwrap_err();
-        assert_eq!(sender.as_deref(), Some("ctl"));
-        assert_eq!(e.reason(), "field `task`: missing");
-        assert!(matches!(
-            read(b"(msg halt ctl gateway 1 (data))"),
-            Ok(Request::Halt(_))
-        ));
     }
 }

@@ -1,163 +1,221 @@
-//! The OpenAI ingress's translation: one chat completion as one task, and the task's answer
-//! as the completion's parts (text, model, usage, finish reason, the delegate's other message
-//! fields) or its refusal.
+//! The OpenAI-compatible front end on the LDP listener: `POST /v1/chat/completions` (whole or
+//! streamed) and `GET /v1/models` (routes served while `openai.ingress` is on). `model` names
+//! a skill (`"chat"`) or a skill and a policy (`"chat@cheapest"`; else `x-ldp-policy`, else
+//! the tenant's default). Each completion is one task through the whole pipeline (`chat.rs`:
+//! the request as the task, its trip as the completion's parts); the answer is a
+//! `chat.completion` (or `chat.completion.chunk` events ending in `data: [DONE]`, `reply.rs`)
+//! with `x-ldp-delegate`, `x-ldp-policy` and `x-ldp-task-id`. Errors are OpenAI's form with the
+//! LDP routes' statuses (`refusal.rs`); any other `/v1/…` path is OpenAI's 404.
+//!
+//! The OpenAI wire types the pipeline carries for this front end (the request beside the
+//! task, the trip's usage, finish reason, message fields and an upstream's own refusal) are
+//! read and written in `chat.rs` only.
 
+mod chat;
+mod refusal;
+mod reply;
+
+pub use chat::{chat, ChatOutcome, ChatRefusal, ChatReply};
+use refusal::OpenAiErrors;
+
+use super::api_error::{ApiError, ErrorKind};
+use super::request::{read_json_body, refuse, request_ctx, CancelIngressTasksOnDrop};
+use super::AppState;
 use crate::ldp::error::GatewayCode;
-use crate::ldp::{Body, Json, LdpError, TaskId};
+use crate::ldp::TaskId;
+use openai_wire::{ChatRequest, ErrorDetail};
 use crate::provenance::Ingress;
-use crate::proxy::{ChatDelta, IngressTask, Proxy, Refusal, RequestCtx};
-use crate::upstream::openai::estimate_tokens;
-use openai_wire::{ChatRequest, ErrorDetail, Message, Usage};
-use serde_json::{Map, Value};
+use crate::proxy::ChatDelta;
+use axum::body::Body as HttpBody;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use reply::Reply;
+use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-/// How a chat completion through the gateway ended.
-#[derive(Debug)]
-pub struct ChatOutcome {
-    /// The task's id (its ledger row's).
-    pub task_id: TaskId,
-    /// The policy it ran under.
-    pub policy: String,
-    /// The delegate that answered (or last failed), if one was routed to.
-    pub delegate: Option<String>,
-    /// The answer, or why there is none.
-    pub result: Result<ChatReply, ChatRefusal>,
+/// `e` as the OpenAI routes answer it: OpenAI's form, its kind's status.
+pub(crate) fn error_answer(e: ApiError) -> Response {
+    e.openai().into_response()
 }
 
-/// An answered completion.
-#[derive(Debug)]
-pub struct ChatReply {
-    /// The assistant's text: an LDP result's output if it is a string, else its JSON text.
-    pub content: String,
-    /// The model that answered (its provenance's `model_version`).
-    pub model: String,
-    /// Token counts: an OpenAI-backed delegate's usage, else estimated from the text.
-    pub usage: Usage,
-    /// Why the answer stopped: an OpenAI-backed delegate's `finish_reason`, else `stop`.
-    pub finish_reason: String,
-    /// An OpenAI-backed delegate's message fields besides its text (`tool_calls`,
-    /// `function_call`, `refusal`, …), as it sent them.
-    pub other: Map<String, Value>,
-}
-
-/// A completion refused or failed.
-#[derive(Debug)]
-pub struct ChatRefusal {
-    /// The LDP error (its code gives the HTTP status, as on the LDP routes).
-    pub error: LdpError,
-    /// An OpenAI-backed delegate's own refusal of the request (status and error), to pass
-    /// on as it came.
-    pub upstream: Option<(u16, ErrorDetail)>,
-    /// A delegate's rate limit: how long it asked to wait (`Retry-After`).
-    pub retry_after: Option<std::time::Duration>,
-}
-
-/// Runs `req` for `skill` as task `task_id` of `ctx`'s tenant; content deltas go to `deltas`
-/// as they come when the client streams.
-pub async fn chat(
-    proxy: &Proxy,
-    ctx: &RequestCtx,
-    req: &ChatRequest,
-    skill: &str,
-    task_id: TaskId,
-    deltas: Option<&mpsc::Sender<ChatDelta>>,
-) -> Result<ChatOutcome, Refusal> {
-    let input = Json::from(Value::String(input_text(&req.messages)));
-    let input_len = input.get().len();
-    let task = IngressTask {
-        ingress: Ingress::Openai,
-        task_id,
-        skill,
-        input,
-        chat: Some(req),
-        contract: None,
-        quorum: None,
-        keep_rounds: false,
-        ledger_input: None,
+/// Any other `/v1/…` path (and another method on a route): a 404 as OpenAI answers it, in
+/// its form (an OpenAI client reads no other).
+pub(crate) async fn unknown(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let message = format!("Invalid URL ({method} {})", uri.path());
+    let detail = ErrorDetail {
+        message: message.clone(),
+        kind: Some("invalid_request_error".into()),
+        param: None,
+        code: None,
     };
-    let mut trip = proxy.ingress_task(ctx, task, deltas).await?;
-    let result = match &trip.reply.body {
-        Body::TaskResult {
-            output, provenance, ..
-        } => {
-            let content = output
-                .as_string()
-                .unwrap_or_else(|| output.get().to_owned());
-            let usage = trip.usage.unwrap_or_else(|| {
-                Usage::new(estimate_tokens(input_len), estimate_tokens(content.len()))
-            });
-            let model = provenance
-                .as_ref()
-                .map(|p| p.model_version.clone())
-                .unwrap_or_default();
-            Ok(ChatReply {
-                content,
-                model,
-                usage,
-                finish_reason: trip.finish_reason.take().unwrap_or_else(|| "stop".into()),
-                other: trip.reply_fields.take().unwrap_or_default(),
-            })
+    refuse(ApiError::of(ErrorKind::NoRoute, message).openai_detail(detail))
+}
+
+/// Deltas buffered between the task and a slow client (then the task's read waits).
+const DELTA_BUFFER: usize = 64;
+
+/// `GET /v1/models`: the skills some healthy delegate offers.
+pub(crate) async fn models(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(e) = request_ctx(&s, &headers) {
+        return refuse(e.openai());
+    }
+    let index = s.registry.index();
+    let data: Vec<Value> = index
+        .skills()
+        .into_iter()
+        .filter(|skill| index.offers(skill).iter().any(|o| o.delegate.is_healthy()))
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "ldp-gateway"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// `POST /v1/chat/completions`.
+pub(crate) async fn completions(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: HttpBody,
+) -> Response {
+    match completion(&s, &headers, body).await {
+        Ok(resp) => resp,
+        Err(e) => refuse(e.openai()),
+    }
+}
+
+/// What a request asks for, checked: the skill, the policy it names, the request.
+async fn read_request(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: HttpBody,
+) -> Result<(crate::proxy::RequestCtx, String, ChatRequest), ApiError> {
+    let mut ctx = request_ctx(s, headers)?;
+    let bytes = read_json_body(s, headers, body).await?;
+    let req: ChatRequest = serde_json::from_slice(&bytes).map_err(|e| {
+        let text = e.to_string();
+        // serde names a missing or mistyped field between backticks.
+        let param = text
+            .split('`')
+            .nth(1)
+            .filter(|p| ["model", "messages", "stream", "role", "content"].contains(p))
+            .map(str::to_owned);
+        let err = ApiError::new(
+            GatewayCode::BadRequest,
+            format!("invalid request body: {text}"),
+        );
+        match param {
+            Some(p) => err.openai_param(p),
+            None => err,
         }
-        Body::TaskFailed { error, .. } => Err(ChatRefusal {
-            retry_after: trip
-                .retry_after
-                .filter(|_| error.code == GatewayCode::RateLimited.as_str()),
-            error: error.clone(),
-            upstream: trip.refused_upstream.take(),
-        }),
-        other => Err(ChatRefusal {
-            error: LdpError::gateway(
-                GatewayCode::Internal,
-                format!("unexpected {} for a task", other.message_type().as_str()),
-            ),
-            upstream: None,
-            retry_after: None,
-        }),
+    })?;
+    let (skill, policy) = match req.model.split_once('@') {
+        Some((skill, policy)) => (skill.trim(), Some(policy.trim())),
+        None => (req.model.trim(), None),
     };
-    Ok(ChatOutcome {
-        task_id: trip.task_id,
-        policy: trip.policy.name.0.clone(),
-        delegate: trip.delegate.map(|d| d.client_name()),
-        result,
-    })
-}
-
-/// The conversation as one text task for an LDP delegate: a lone message's text as it is;
-/// several as a transcript, one `role: text` line each.
-fn input_text(messages: &[Message]) -> String {
-    if let [only] = messages {
-        return only.text();
+    if skill.is_empty() || policy.is_some_and(str::is_empty) {
+        return Err(ApiError::new(
+            GatewayCode::BadRequest,
+            "`model` must name a skill, or a skill and a policy as `skill@policy`",
+        )
+        .openai_param("model"));
     }
-    let mut out = String::new();
-    for m in messages {
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str(&m.role);
-        out.push_str(": ");
-        out.push_str(&m.text());
+    if req.messages.is_empty() {
+        return Err(
+            ApiError::new(GatewayCode::BadRequest, "`messages` must not be empty")
+                .openai_param("messages"),
+        );
     }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn m(role: &str, content: serde_json::Value) -> Message {
-        Message {
-            role: role.into(),
-            content,
-            extra: Default::default(),
+    // An output bound is what the budget holds for and the request allows: at least a token
+    // (some servers read 0 as no bound at all).
+    for (param, bound) in [
+        ("max_tokens", req.max_tokens),
+        ("max_completion_tokens", req.max_completion_tokens),
+    ] {
+        if bound == Some(0) {
+            return Err(ApiError::new(
+                GatewayCode::BadRequest,
+                format!("`{param}` must be at least 1"),
+            )
+            .openai_param(param));
         }
     }
-
-    #[test]
-    fn a_lone_message_is_its_text_and_several_a_transcript() {
-        assert_eq!(input_text(&[m("user", "hi".into())]), "hi");
-        let parts =
-            serde_json::json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]);
-        let t = input_text(&[m("system", "be brief".into()), m("user", parts)]);
-        assert_eq!(t, "system: be brief\nuser: ab");
+    // One choice per request: several would each be charged, and one answered.
+    match req.extra.get("n") {
+        None | Some(Value::Null) => {}
+        Some(n) if n.as_u64() == Some(1) => {}
+        Some(n) => {
+            return Err(ApiError::new(
+                GatewayCode::BadRequest,
+                format!("`n` must be 1 (got {n}): the gateway answers one choice per request"),
+            )
+            .openai_param("n"))
+        }
     }
+    let unknown = |what: String| {
+        ApiError::of(
+            ErrorKind::NoRoute,
+            format!("The model `{}` does not exist: {what}", req.model),
+        )
+        .openai_param("model")
+    };
+    if s.registry.index().offers(skill).is_empty() {
+        return Err(unknown(format!("no delegate offers the skill '{skill}'")));
+    }
+    if let Some(p) = policy {
+        if s.proxy.policies().get(p).is_none() {
+            return Err(unknown(format!("there is no policy '{p}'")));
+        }
+        ctx.policy = Some(p.to_owned());
+    }
+    let skill = skill.to_owned();
+    Ok((ctx, skill, req))
+}
+
+async fn completion(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: HttpBody,
+) -> Result<Response, ApiError> {
+    let (ctx, skill, req) = read_request(s, headers, body).await?;
+    let task_id: TaskId = crate::ldp::new_id().into();
+    let streaming = req.stream.unwrap_or(false);
+    let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
+    let model = req.model.clone();
+    // Only a stream has deltas to carry.
+    let (tx, rx) = match streaming {
+        true => {
+            let (tx, rx) = mpsc::channel::<ChatDelta>(DELTA_BUFFER);
+            (Some(tx), Some(rx))
+        }
+        false => (None, None),
+    };
+    let proxy = s.proxy.clone();
+    let id = task_id.clone();
+    // A client that leaves before its answer (or its first delta) cancels the task.
+    let guard = CancelIngressTasksOnDrop::new(s, &ctx.tenant.name, Ingress::Openai, [task_id.clone()]);
+    // Running from now on, for a cancel to find, until the task's future ends.
+    let registered = s
+        .proxy
+        .ingress_task_arrived(&ctx.tenant.name, Ingress::Openai, &task_id);
+    // The task runs as its own (tracked) task: a client that leaves does not stop its
+    // settling and its ledger row.
+    let task = s
+        .proxy
+        .spawn_tracked(async move {
+            let _registered = registered;
+            let deltas = tx.as_ref();
+            chat(&proxy, &ctx, &req, &skill, id, deltas).await
+        })
+        .ok_or_else(|| ApiError::new(GatewayCode::Unavailable, "the gateway is stopping"))?;
+    let reply = Reply {
+        id: format!("chatcmpl-{task_id}"),
+        created: chrono::Utc::now().timestamp(),
+        model,
+        include_usage,
+    };
+    let answered = match rx {
+        Some(rx) => reply::stream(s, reply, task_id, rx, task).await,
+        None => reply::whole(s, reply, &task_id, task).await,
+    };
+    guard.done();
+    answered
 }

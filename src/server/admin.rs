@@ -6,6 +6,7 @@
 
 use super::{ApiError, AppState, ErrorKind};
 use crate::config::DelegateConfig;
+use crate::frontend::api_error;
 use crate::ldp::error::GatewayCode;
 use crate::registry::RegistryError;
 use axum::extract::{Path, Query, Request, State};
@@ -35,17 +36,22 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .merge(admin)
         .layer(middleware::from_fn_with_state(
-            state.metrics.clone(),
-            super::api_error::catch_panics,
+            (state.metrics.clone(), ldp_form()),
+            api_error::catch_panics_shaped,
         ))
         .layer(middleware::from_fn_with_state(state.clone(), report_errors))
         .with_state(state)
 }
 
-/// Reports error answers (counted and logged by [`super::api_error::report`]).
+/// The admin listener answers in LDP's error form, `{"error": LdpError}`, a panic too.
+fn ldp_form() -> api_error::Shape {
+    std::sync::Arc::new(IntoResponse::into_response)
+}
+
+/// Reports error answers (counted and logged by [`api_error::report`]).
 async fn report_errors(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
-    super::api_error::report(&s.metrics, "admin", &resp);
+    api_error::report(&s.metrics, "admin", &resp);
     resp
 }
 
@@ -309,8 +315,8 @@ fn init_known(
         tenants: &tenants,
         policies: &policy_names,
         offers: &offers,
-        routes: &super::router::ROUTES,
-        error_codes: &super::api_error::error_codes(),
+        routes: super::router::ROUTES.as_slice(),
+        error_codes: &api_error::error_codes(),
     });
 }
 

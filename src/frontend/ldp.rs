@@ -1,7 +1,15 @@
-//! The LDP routes: identity card, capabilities, messages, stream, healthz.
+//! The LDP front end: the identity card (`/.well-known/ldp-identity`, `/ldp/identity`),
+//! capabilities, `/ldp/messages` (one envelope in, its answer out), `/ldp/stream` (the task's
+//! updates as Server-Sent Events), client feedback (`feedback.rs`), `/healthz`. Refusals are
+//! `{"error": LdpError}` with the status of the gateway's one table.
 
+mod feedback;
+
+pub(crate) use feedback::feedback;
+
+use super::api_error::ApiError;
 use super::request::{read_json_body, refuse, request_ctx};
-use super::{ApiError, AppState};
+use super::AppState;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, Envelope, SessionId, TaskId};
 use crate::proxy::{RequestCtx, GATEWAY_MODES};
@@ -10,27 +18,24 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use std::convert::Infallible;
 use std::time::Duration;
 
-/// The LDP routes, for the listener's router (`router.rs`).
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/.well-known/ldp-identity", get(identity))
-        .route("/ldp/identity", get(identity))
-        .route("/ldp/capabilities", get(capabilities))
-        .route("/ldp/messages", post(messages))
-        .route("/ldp/stream", post(stream))
-        .route("/healthz", get(|| async { "ok" }))
+/// `e` as the LDP routes answer it: `{"error": LdpError}` with its kind's status.
+pub(crate) fn error_answer(e: ApiError) -> Response {
+    e.into_response()
+}
+
+/// `GET /healthz`: the listener is up.
+pub(crate) async fn healthz() -> &'static str {
+    "ok"
 }
 
 fn json_bytes(status: StatusCode, bytes: Vec<u8>) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
-async fn identity(State(s): State<AppState>) -> Response {
+pub(crate) async fn identity(State(s): State<AppState>) -> Response {
     let card = s.proxy.identity_card(Some(s.public_url.to_string()));
     match serde_json::to_vec(&card) {
         Ok(b) => json_bytes(StatusCode::OK, b),
@@ -38,7 +43,7 @@ async fn identity(State(s): State<AppState>) -> Response {
     }
 }
 
-async fn capabilities(State(s): State<AppState>) -> Response {
+pub(crate) async fn capabilities(State(s): State<AppState>) -> Response {
     let card = s.proxy.identity_card(None);
     let manifest = crate::ldp::CapabilityManifest {
         capabilities: card.capabilities,
@@ -95,7 +100,11 @@ async fn answer(
     }
 }
 
-async fn messages(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> Response {
+pub(crate) async fn messages(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: HttpBody,
+) -> Response {
     match answer(&s, &headers, body).await {
         Ok(reply) => match reply.to_vec() {
             Ok(b) => json_bytes(StatusCode::OK, b),
@@ -157,7 +166,11 @@ impl Drop for CancelLdpTaskOnDrop {
 /// streams, "retrying" on failover), then the final TASK_RESULT/TASK_FAILED. A stream never
 /// ends without a final event unless the client left. Other message types get their one
 /// answer as a single event.
-async fn stream(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> Response {
+pub(crate) async fn stream(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: HttpBody,
+) -> Response {
     let ctx = match request_ctx(&s, &headers) {
         Ok(c) => c,
         Err(e) => return refuse(e),

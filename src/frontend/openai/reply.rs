@@ -1,224 +1,27 @@
-//! The OpenAI-compatible ingress on the LDP listener: `POST /v1/chat/completions` (whole or
-//! streamed) and `GET /v1/models`. `model` names a skill (`"chat"`) or a skill and a policy
-//! (`"chat@cheapest"`; else `x-ldp-policy`, else the tenant's default). Each completion is one
-//! LDP task through the whole pipeline (`Proxy::chat`); the answer is a `chat.completion` (or
-//! `chat.completion.chunk` events ending in `data: [DONE]`) with `x-ldp-delegate`,
-//! `x-ldp-policy` and `x-ldp-task-id`. Errors are OpenAI's shape with the LDP routes' statuses.
+//! The OpenAI front end's answers: a `chat.completion` written straight from the task's
+//! reply, or `chat.completion.chunk` events (deltas relayed as they come, the finish, the
+//! usage when asked, `[DONE]`), with the `x-ldp-*` headers; a refused or failed completion in
+//! OpenAI's error form.
 
-use super::api_error::{ApiError, ErrorKind};
-use super::request::{read_json_body, refuse, request_ctx, CancelIngressTasksOnDrop};
-use super::AppState;
-use crate::frontend::openai::{ChatOutcome, ChatRefusal, ChatReply};
-use crate::ldp::error::GatewayCode;
+use super::chat::{ChatOutcome, ChatRefusal, ChatReply};
+use super::refusal::OpenAiErrors;
+use crate::frontend::api_error::ApiError;
+use crate::frontend::request::refuse;
+use crate::frontend::AppState;
 use crate::ldp::TaskId;
-use crate::provenance::Ingress;
+use openai_wire::Usage;
 use crate::proxy::ChatDelta;
-use axum::body::Body as HttpBody;
-use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
-use axum::Router;
-use openai_wire::{ChatRequest, ErrorDetail, Usage};
 use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-/// The ingress routes (none when `openai.ingress` is off).
-pub(super) fn router(state: &AppState) -> Router<AppState> {
-    if !state.config.openai.ingress {
-        return Router::new();
-    }
-    Router::new()
-        .route("/v1/chat/completions", post(chat).fallback(unknown))
-        .route("/v1/models", get(models).fallback(unknown))
-        .route("/v1", any(unknown))
-        .route("/v1/{*rest}", any(unknown))
-}
-
-/// Any other `/v1/…` path: a 404 as OpenAI answers it, in its shape (an OpenAI client reads
-/// no other).
-async fn unknown(method: axum::http::Method, uri: axum::http::Uri) -> Response {
-    let message = format!("Invalid URL ({method} {})", uri.path());
-    let detail = ErrorDetail {
-        message: message.clone(),
-        kind: Some("invalid_request_error".into()),
-        param: None,
-        code: None,
-    };
-    refuse(ApiError::of(ErrorKind::NoRoute, message).openai_detail(detail))
-}
-
-/// Deltas buffered between the task and a slow client (then the task's read waits).
-const DELTA_BUFFER: usize = 64;
-
-/// `GET /v1/models`: the skills some healthy delegate offers.
-async fn models(State(s): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(e) = request_ctx(&s, &headers) {
-        return refuse(e.openai());
-    }
-    let index = s.registry.index();
-    let data: Vec<Value> = index
-        .skills()
-        .into_iter()
-        .filter(|skill| index.offers(skill).iter().any(|o| o.delegate.is_healthy()))
-        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "ldp-gateway"}))
-        .collect();
-    axum::Json(json!({"object": "list", "data": data})).into_response()
-}
-
-/// `POST /v1/chat/completions`.
-async fn chat(State(s): State<AppState>, headers: HeaderMap, body: HttpBody) -> Response {
-    match completion(&s, &headers, body).await {
-        Ok(resp) => resp,
-        Err(e) => refuse(e.openai()),
-    }
-}
-
-/// What a request asks for, checked: the skill, the policy it names, the request.
-async fn read_request(
-    s: &AppState,
-    headers: &HeaderMap,
-    body: HttpBody,
-) -> Result<(crate::proxy::RequestCtx, String, ChatRequest), ApiError> {
-    let mut ctx = request_ctx(s, headers)?;
-    let bytes = read_json_body(s, headers, body).await?;
-    let req: ChatRequest = serde_json::from_slice(&bytes).map_err(|e| {
-        let text = e.to_string();
-        // serde names a missing or mistyped field between backticks.
-        let param = text
-            .split('`')
-            .nth(1)
-            .filter(|p| ["model", "messages", "stream", "role", "content"].contains(p))
-            .map(str::to_owned);
-        let err = ApiError::new(
-            GatewayCode::BadRequest,
-            format!("invalid request body: {text}"),
-        );
-        match param {
-            Some(p) => err.openai_param(p),
-            None => err,
-        }
-    })?;
-    let (skill, policy) = match req.model.split_once('@') {
-        Some((skill, policy)) => (skill.trim(), Some(policy.trim())),
-        None => (req.model.trim(), None),
-    };
-    if skill.is_empty() || policy.is_some_and(str::is_empty) {
-        return Err(ApiError::new(
-            GatewayCode::BadRequest,
-            "`model` must name a skill, or a skill and a policy as `skill@policy`",
-        )
-        .openai_param("model"));
-    }
-    if req.messages.is_empty() {
-        return Err(
-            ApiError::new(GatewayCode::BadRequest, "`messages` must not be empty")
-                .openai_param("messages"),
-        );
-    }
-    // An output bound is what the budget holds for and the request allows: at least a token
-    // (some servers read 0 as no bound at all).
-    for (param, bound) in [
-        ("max_tokens", req.max_tokens),
-        ("max_completion_tokens", req.max_completion_tokens),
-    ] {
-        if bound == Some(0) {
-            return Err(ApiError::new(
-                GatewayCode::BadRequest,
-                format!("`{param}` must be at least 1"),
-            )
-            .openai_param(param));
-        }
-    }
-    // One choice per request: several would each be charged, and one answered.
-    match req.extra.get("n") {
-        None | Some(Value::Null) => {}
-        Some(n) if n.as_u64() == Some(1) => {}
-        Some(n) => {
-            return Err(ApiError::new(
-                GatewayCode::BadRequest,
-                format!("`n` must be 1 (got {n}): the gateway answers one choice per request"),
-            )
-            .openai_param("n"))
-        }
-    }
-    let unknown = |what: String| {
-        ApiError::of(
-            ErrorKind::NoRoute,
-            format!("The model `{}` does not exist: {what}", req.model),
-        )
-        .openai_param("model")
-    };
-    if s.registry.index().offers(skill).is_empty() {
-        return Err(unknown(format!("no delegate offers the skill '{skill}'")));
-    }
-    if let Some(p) = policy {
-        if s.proxy.policies().get(p).is_none() {
-            return Err(unknown(format!("there is no policy '{p}'")));
-        }
-        ctx.policy = Some(p.to_owned());
-    }
-    let skill = skill.to_owned();
-    Ok((ctx, skill, req))
-}
-
-async fn completion(
-    s: &AppState,
-    headers: &HeaderMap,
-    body: HttpBody,
-) -> Result<Response, ApiError> {
-    let (ctx, skill, req) = read_request(s, headers, body).await?;
-    let task_id: TaskId = crate::ldp::new_id().into();
-    let streaming = req.stream.unwrap_or(false);
-    let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
-    let model = req.model.clone();
-    // Only a stream has deltas to carry.
-    let (tx, rx) = match streaming {
-        true => {
-            let (tx, rx) = mpsc::channel::<ChatDelta>(DELTA_BUFFER);
-            (Some(tx), Some(rx))
-        }
-        false => (None, None),
-    };
-    let proxy = s.proxy.clone();
-    let id = task_id.clone();
-    // A client that leaves before its answer (or its first delta) cancels the task.
-    let guard =
-        CancelIngressTasksOnDrop::new(s, &ctx.tenant.name, Ingress::Openai, [task_id.clone()]);
-    // Running from now on, for a cancel to find, until the task's future ends.
-    let registered = s
-        .proxy
-        .ingress_task_arrived(&ctx.tenant.name, Ingress::Openai, &task_id);
-    // The task runs as its own (tracked) task: a client that leaves does not stop its
-    // settling and its ledger row.
-    let task = s
-        .proxy
-        .spawn_tracked(async move {
-            let _registered = registered;
-            let deltas = tx.as_ref();
-            crate::frontend::openai::chat(&proxy, &ctx, &req, &skill, id, deltas).await
-        })
-        .ok_or_else(|| ApiError::new(GatewayCode::Unavailable, "the gateway is stopping"))?;
-    let reply = Reply {
-        id: format!("chatcmpl-{task_id}"),
-        created: chrono::Utc::now().timestamp(),
-        model,
-        include_usage,
-    };
-    let answered = match rx {
-        Some(rx) => stream(s, reply, task_id, rx, task).await,
-        None => whole(s, reply, &task_id, task).await,
-    };
-    guard.done();
-    answered
-}
-
 /// A whole completion's answer, once its task is done.
-async fn whole(
+pub(super) async fn whole(
     s: &AppState,
     reply: Reply,
     task_id: &TaskId,
@@ -245,7 +48,7 @@ fn joined(
     match j {
         Ok(Ok(o)) => Ok(o),
         Ok(Err(refusal)) => Err(ApiError::from(refusal)),
-        Err(e) => Err(super::api_error::task_lost(&s.metrics, e)),
+        Err(e) => Err(crate::frontend::api_error::task_lost(&s.metrics, e)),
     }
 }
 
@@ -275,12 +78,12 @@ fn ldp_headers(task_id: &TaskId, policy: Option<&str>, delegate: Option<&str>) -
 }
 
 /// What every answer of one request shares.
-struct Reply {
-    id: String,
-    created: i64,
+pub(super) struct Reply {
+    pub(super) id: String,
+    pub(super) created: i64,
     /// The `model` the client asked for, echoed until the answering model is known.
-    model: String,
-    include_usage: bool,
+    pub(super) model: String,
+    pub(super) include_usage: bool,
 }
 
 impl Reply {
@@ -432,13 +235,13 @@ fn usage(u: &Usage) -> Value {
     })
 }
 
-type ChatTask = JoinHandle<Result<ChatOutcome, crate::proxy::Refusal>>;
+pub(super) type ChatTask = JoinHandle<Result<ChatOutcome, crate::proxy::Refusal>>;
 
 /// A streamed completion. The status is decided by the first thing that comes: a delta
 /// (200, the stream goes on) or the outcome (an answer sent as a short stream, or an error
 /// with its status). A failure after deltas went out ends the stream with an error event and
 /// no `[DONE]`, so no client takes it for finished.
-async fn stream(
+pub(super) async fn stream(
     s: &AppState,
     reply: Reply,
     task_id: TaskId,

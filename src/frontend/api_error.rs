@@ -1,7 +1,8 @@
 //! Errors told once: every kind of error the gateway answers maps, in one exhaustive table
 //! ([`telling`]), to its HTTP status, log level and a low-cardinality metric code. Answers
-//! are built purely ([`ApiError`]'s `IntoResponse`); one layer ([`report`]) logs server
-//! faults with the request's ids and counts every error by code.
+//! are built purely ([`ApiError`]'s `IntoResponse`, in LDP's form or a front end's own
+//! [`Form`]); one layer ([`report`]) logs server faults with the request's ids and counts every
+//! error by code.
 
 use crate::ldp::error::GatewayCode;
 use crate::ldp::LdpError;
@@ -9,7 +10,7 @@ use crate::proxy::{Refusal, Refused, RequestIds};
 use crate::telemetry::Metrics;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use openai_wire::ErrorDetail;
+use std::num::NonZeroU32;
 use std::time::Duration;
 use tracing::Level;
 
@@ -94,38 +95,30 @@ pub fn error_codes() -> Vec<&'static str> {
     codes
 }
 
-/// An error answered as `{"error": LdpError}` with the status its kind is told with (on the
-/// OpenAI routes: OpenAI's `{"error": {"message", "type", "param", "code"}}`, same status).
+/// An error answered as `{"error": LdpError}` with the status its kind is told with, or in a
+/// front end's own [`Form`] (OpenAI's `{"error": {"message", "type", "param", "code"}}`).
 #[derive(Debug)]
 pub struct ApiError {
     kind: ErrorKind,
     error: LdpError,
-    retry_after: Option<u32>,
+    /// `Retry-After`, whole seconds (at least one: a niche keeps the error small).
+    retry_after: Option<NonZeroU32>,
     ids: Option<Box<RequestIds>>,
-    openai: Option<Box<OpenAiShape>>,
+    form: Option<Box<dyn Form>>,
 }
 
-/// How an error is written on the OpenAI routes.
-#[derive(Debug, Default)]
-struct OpenAiShape {
-    /// The status, when it is not the kind's (an upstream's own refusal, passed on).
-    status: Option<StatusCode>,
-    /// The fields, when they are not derived from the LDP error.
-    detail: Option<ErrorDetail>,
-    /// The request field at fault.
-    param: Option<String>,
-}
-
-/// OpenAI's `type` for an HTTP status.
-fn openai_type(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        401 => "authentication_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        429 => "rate_limit_error",
-        s if s >= 500 => "server_error",
-        _ => "invalid_request_error",
-    }
+/// A front end's own form of an error answer, written in place of `{"error": LdpError}`: the
+/// front end says how its protocol writes an error; the status table, `Retry-After` and the
+/// report stay the gateway's.
+pub trait Form: std::fmt::Debug + Send + Sync {
+    /// The status (`told.status`, unless the form knows better) and the body of the answer to
+    /// `error` of `kind`.
+    fn write(
+        self: Box<Self>,
+        error: &LdpError,
+        kind: ErrorKind,
+        told: Telling,
+    ) -> (StatusCode, Response);
 }
 
 impl ApiError {
@@ -136,7 +129,7 @@ impl ApiError {
             error: LdpError::gateway(code, message),
             retry_after: None,
             ids: None,
-            openai: None,
+            form: None,
         }
     }
 
@@ -148,7 +141,7 @@ impl ApiError {
             error: LdpError::gateway(GatewayCode::BadRequest, message),
             retry_after: None,
             ids: None,
-            openai: None,
+            form: None,
         }
     }
 
@@ -179,9 +172,9 @@ impl ApiError {
             kind: ErrorKind::Code(code),
             error,
             // A delegate's rate limit: a second is as good a guess as any.
-            retry_after: (code == GatewayCode::RateLimited).then_some(1),
+            retry_after: (code == GatewayCode::RateLimited).then_some(NonZeroU32::MIN),
             ids: None,
-            openai: None,
+            form: None,
         }
     }
 
@@ -193,35 +186,20 @@ impl ApiError {
         self
     }
 
-    /// Written in OpenAI's shape (the OpenAI routes).
-    pub fn openai(mut self) -> Self {
-        self.openai.get_or_insert_with(Default::default);
+    /// Written in `form` (a front end's own) rather than LDP's.
+    pub fn in_form(mut self, form: impl Form + 'static) -> Self {
+        self.form = Some(Box::new(form));
         self
     }
 
-    /// In OpenAI's shape, naming the request field at fault.
-    pub fn openai_param(mut self, param: impl Into<String>) -> Self {
-        self.openai.get_or_insert_with(Default::default).param = Some(param.into());
-        self
+    /// Whether it is written in a front end's own form.
+    pub fn has_form(&self) -> bool {
+        self.form.is_some()
     }
 
-    /// In OpenAI's shape with exactly these fields (OpenAI's own answer to a case the
-    /// gateway's codes do not name, such as an unknown URL).
-    pub fn openai_detail(mut self, detail: ErrorDetail) -> Self {
-        self.openai.get_or_insert_with(Default::default).detail = Some(detail);
-        self
-    }
-
-    /// An OpenAI-backed delegate's own refusal of the request (`error`, the TASK_FAILED
-    /// `BAD_REQUEST` the task was answered with), passed on with its status and fields.
-    pub fn openai_upstream(error: LdpError, status: u16, detail: ErrorDetail) -> Self {
-        let mut e = ApiError::task_failed(error);
-        e.openai = Some(Box::new(OpenAiShape {
-            status: StatusCode::from_u16(status).ok(),
-            detail: Some(detail),
-            param: None,
-        }));
-        e
+    /// Its kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
     }
 
     /// How it is told.
@@ -283,8 +261,9 @@ impl From<Refused> for ApiError {
 }
 
 /// Whole seconds to wait, at least one (`Retry-After`).
-fn retry_secs(wait: Duration) -> u32 {
-    wait.as_secs_f64().ceil().clamp(1.0, f64::from(u32::MAX)) as u32
+fn retry_secs(wait: Duration) -> NonZeroU32 {
+    let secs = wait.as_secs_f64().ceil().clamp(1.0, f64::from(u32::MAX)) as u32;
+    NonZeroU32::new(secs).unwrap_or(NonZeroU32::MIN)
 }
 
 /// What [`report`] needs of an error answer, left in the response's extensions.
@@ -297,26 +276,12 @@ struct Told {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let telling = telling(self.kind);
-        let (status, body) = match self.openai {
+        let (status, body) = match self.form {
             None => (
                 telling.status,
-                axum::Json(serde_json::json!({ "error": self.error })),
+                axum::Json(serde_json::json!({ "error": self.error })).into_response(),
             ),
-            Some(shape) => {
-                let OpenAiShape {
-                    status,
-                    detail,
-                    param,
-                } = *shape;
-                let status = status.unwrap_or(telling.status);
-                let detail = detail.unwrap_or_else(|| ErrorDetail {
-                    message: self.error.message.clone(),
-                    kind: Some(openai_type(status).to_owned()),
-                    param,
-                    code: Some(serde_json::Value::String(openai_code(self.kind, telling))),
-                });
-                (status, axum::Json(serde_json::json!({ "error": detail })))
-            }
+            Some(form) => form.write(&self.error, self.kind, telling),
         };
         let mut resp = match self.retry_after {
             Some(secs) => (
@@ -341,24 +306,12 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The `code` of an error in OpenAI's shape: OpenAI's own name where it has one
-/// (`invalid_api_key`, `model_not_found`, `rate_limit_exceeded`), else the metric code.
-fn openai_code(kind: ErrorKind, telling: Telling) -> String {
-    match kind {
-        ErrorKind::Code(GatewayCode::Unauthenticated) => "invalid_api_key",
-        ErrorKind::Code(GatewayCode::RateLimited) => "rate_limit_exceeded",
-        ErrorKind::NoRoute => "model_not_found",
-        _ => telling.code,
-    }
-    .to_owned()
-}
-
 /// What a client is told of a fault inside the gateway (a panic): nothing of its text.
 const INTERNAL_MESSAGE: &str = "internal error in the gateway";
 
 /// The answer for a request whose work ended without one: its task panicked (counted and
 /// logged here with the panic's text, which is never answered) or was cut at shutdown.
-pub(super) fn task_lost(metrics: &Metrics, e: tokio::task::JoinError) -> ApiError {
+pub(crate) fn task_lost(metrics: &Metrics, e: tokio::task::JoinError) -> ApiError {
     match e.try_into_panic() {
         Ok(payload) => metrics.panicked("request", payload.as_ref()),
         Err(e) => tracing::warn!(error = %e, "a request's task ended without an answer"),
@@ -366,37 +319,15 @@ pub(super) fn task_lost(metrics: &Metrics, e: tokio::task::JoinError) -> ApiErro
     ApiError::new(GatewayCode::Internal, INTERNAL_MESSAGE)
 }
 
-/// The layer that keeps a panic from reaching a client: a handler that panics is answered
-/// with a generic 500 in its route's protocol's shape (OpenAI's under `/v1/`, LDP's
-/// elsewhere; a bridge's own, by [`catch_panics_shaped`] on its routes), and the panic is
-/// counted and logged, never answered.
-pub(super) async fn catch_panics(
-    axum::extract::State(metrics): axum::extract::State<std::sync::Arc<Metrics>>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    caught_by_path(&metrics, req, next).await
-}
+/// A listener's error form, for the answer to a panic of its handlers.
+pub(crate) type Shape = std::sync::Arc<dyn Fn(ApiError) -> Response + Send + Sync>;
 
-/// [`catch_panics`] inside another layer (the LDP listener's one layer, `router.rs`).
-pub(super) async fn caught_by_path(
-    metrics: &Metrics,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let openai = req.uri().path().starts_with("/v1/");
-    caught(metrics, req, next, |e| {
-        if openai { e.openai() } else { e }.into_response()
-    })
-    .await
-}
-
-/// A route group's own error form (a bridge's), for the answer to a panic of its handler.
-pub(super) type Shape = std::sync::Arc<dyn Fn(ApiError) -> Response + Send + Sync>;
-
-/// [`catch_panics`] for a route group answering in its own protocol: the generic 500 in
-/// that protocol's error form (`shape`). Layered on the group's router, inside the outer one.
-pub(super) async fn catch_panics_shaped(
+/// The layer that keeps a panic from reaching a client, for a listener answering in one
+/// protocol (the admin listener, in LDP's): a handler that panics is answered with a generic
+/// 500 in that protocol's error form (`shape`), and the panic is counted and logged, never
+/// answered. (The LDP listener's routes each answer in their own protocol's: its one layer
+/// calls [`caught`] with the shape its route table names.)
+pub(crate) async fn catch_panics_shaped(
     axum::extract::State((metrics, shape)): axum::extract::State<(std::sync::Arc<Metrics>, Shape)>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
@@ -406,7 +337,7 @@ pub(super) async fn catch_panics_shaped(
 
 /// Runs the rest of the request; a panic is counted and answered by `answer` with
 /// [`INTERNAL_MESSAGE`].
-async fn caught(
+pub(crate) async fn caught(
     metrics: &Metrics,
     req: axum::extract::Request,
     next: axum::middleware::Next,
@@ -427,7 +358,7 @@ async fn caught(
 
 /// The one layer that reports errors: counts every error answer by code and logs it at its
 /// level, with the route and, when the envelope was read, its ids.
-pub(super) fn report(metrics: &Metrics, route: &str, resp: &Response) {
+pub(crate) fn report(metrics: &Metrics, route: &str, resp: &Response) {
     let Some(told) = resp.extensions().get::<Told>() else {
         return;
     };
@@ -545,101 +476,5 @@ mod tests {
             assert_eq!(t.level == Level::ERROR, c == GatewayCode::Internal, "{c:?}");
         }
         assert_eq!(telling(ErrorKind::NoRoute).status, StatusCode::NOT_FOUND);
-    }
-
-    async fn a_handler_with_a_bug() -> &'static str {
-        panic!("secret panic text")
-    }
-
-    #[tokio::test]
-    async fn a_panicking_handler_is_answered_500_in_its_routes_shape_without_its_text() {
-        let metrics = std::sync::Arc::new(Metrics::new().unwrap());
-        let app = axum::Router::new()
-            .route("/ldp/boom", axum::routing::get(a_handler_with_a_bug))
-            .route("/v1/boom", axum::routing::get(a_handler_with_a_bug))
-            .layer(axum::middleware::from_fn_with_state(
-                metrics.clone(),
-                catch_panics,
-            ));
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", l.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(l, app).await });
-        let get = |path: &'static str| {
-            let url = format!("{base}{path}");
-            async move {
-                let r = reqwest::get(url).await.unwrap();
-                let status = r.status().as_u16();
-                let body = r.bytes().await.unwrap();
-                let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                (status, body)
-            }
-        };
-        let (st, ldp) = get("/ldp/boom").await;
-        assert_eq!(st, 500);
-        assert_eq!(ldp["error"]["code"], "INTERNAL", "{ldp}");
-        assert_eq!(ldp["error"]["category"], "runtime", "{ldp}");
-        let (st, openai) = get("/v1/boom").await;
-        assert_eq!(st, 500);
-        assert_eq!(openai["error"]["type"], "server_error", "{openai}");
-        assert!(openai["error"].get("category").is_none(), "{openai}");
-        for body in [&ldp, &openai] {
-            assert!(!body.to_string().contains("secret"), "{body}");
-        }
-        assert_eq!(metrics.panics.with_label_values(&["request"]).get(), 2);
-    }
-
-    async fn body_of(e: ApiError) -> (StatusCode, serde_json::Value) {
-        use http_body_util::BodyExt;
-        let resp = e.into_response();
-        let status = resp.status();
-        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-        (status, serde_json::from_slice(&bytes).unwrap())
-    }
-
-    #[tokio::test]
-    async fn openai_routes_get_openais_shape_with_the_same_statuses() {
-        let (st, b) = body_of(ApiError::new(GatewayCode::Unauthenticated, "no key").openai()).await;
-        assert_eq!(st, StatusCode::UNAUTHORIZED);
-        assert_eq!(b["error"]["code"], "invalid_api_key");
-        assert_eq!(b["error"]["type"], "authentication_error");
-        assert_eq!(b["error"]["message"], "no key");
-        let e = ApiError::new(GatewayCode::BadRequest, "bad").openai_param("messages");
-        let (st, b) = body_of(e).await;
-        assert_eq!(
-            (st, &b["error"]["param"]),
-            (StatusCode::BAD_REQUEST, &"messages".into())
-        );
-        let budget = LdpError::gateway(GatewayCode::BudgetExceeded, "over");
-        let (st, b) = body_of(ApiError::task_failed(budget).openai()).await;
-        assert_eq!(
-            (st, &b["error"]["code"]),
-            (StatusCode::FORBIDDEN, &"budget_exceeded".into())
-        );
-        // A delegate's own code is its failure: 502.
-        let own = LdpError::upstream_failed("delegate failed", false);
-        let own = LdpError {
-            code: "MODEL_OVERLOADED".into(),
-            ..own
-        };
-        assert_eq!(
-            body_of(ApiError::task_failed(own).openai()).await.0,
-            StatusCode::BAD_GATEWAY
-        );
-        // An upstream's refusal passes on as it came.
-        let detail = ErrorDetail {
-            message: "too long".into(),
-            kind: Some("invalid_request_error".into()),
-            param: Some("messages".into()),
-            code: Some("context_length_exceeded".into()),
-        };
-        let error = LdpError::gateway(GatewayCode::BadRequest, "refused");
-        let e = ApiError::openai_upstream(error, 400, detail);
-        let (st, b) = body_of(e).await;
-        assert_eq!(st, StatusCode::BAD_REQUEST);
-        assert_eq!(b["error"]["code"], "context_length_exceeded");
-        assert_eq!(b["error"]["message"], "too long");
-        // The LDP routes keep theirs.
-        let (_, b) = body_of(ApiError::new(GatewayCode::Unauthenticated, "no key")).await;
-        assert_eq!(b["error"]["code"], "UNAUTHENTICATED");
     }
 }

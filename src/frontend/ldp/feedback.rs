@@ -1,8 +1,9 @@
 //! `POST /ldp/feedback`: a tenant rates one of its own tasks, once; the rating is stored in
 //! the ledger beside the task's row and learnt as evidence of the delegate's quality.
 
-use super::request::{read_json_body, refuse, request_ctx};
-use super::{ApiError, AppState, ErrorKind};
+use crate::frontend::api_error::{ApiError, ErrorKind};
+use crate::frontend::request::{read_json_body, refuse, request_ctx};
+use crate::frontend::AppState;
 use crate::ldp::error::GatewayCode;
 use crate::provenance::{Feedback, Given, LedgerError};
 use axum::body::Body as HttpBody;
@@ -87,7 +88,7 @@ fn ledger_error(e: &LedgerError) -> ApiError {
 
 /// Rates a task: the tenant's own task only (another tenant's task and an unknown one are
 /// the same 404, so task ids cannot be probed), once (409).
-pub(super) async fn feedback(
+pub(crate) async fn feedback(
     State(s): State<AppState>,
     headers: HeaderMap,
     body: HttpBody,

@@ -1,7 +1,9 @@
-//! The request plumbing every route of the LDP listener shares: the body read within its
-//! limits, the caller's tenant and headers, the answer to a refused request.
+//! The request plumbing every front end shares: the body read within its limits, the
+//! caller's tenant and headers, the answer to a refused request, the guard that cancels a
+//! leaving client's tasks.
 
-use super::{ApiError, AppState, ErrorKind};
+use super::api_error::{ApiError, ErrorKind};
+use super::AppState;
 use crate::ldp::error::GatewayCode;
 use crate::proxy::RequestCtx;
 use axum::body::Body as HttpBody;
@@ -11,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 tokio::task_local! {
     /// The span of the request being served: set around the handler by the router's tracing
     /// layer when tracing is on, read by [`request_ctx`].
-    pub(super) static REQUEST_TRACE: crate::telemetry::otel::Trace;
+    pub(crate) static REQUEST_TRACE: crate::telemetry::otel::Trace;
 }
 
 /// Most bytes read and thrown away after a body went over the limit. A server that closes
