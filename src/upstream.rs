@@ -86,7 +86,7 @@ impl Upstream {
 
     /// The most output tokens a task here asks for (0 where the delegate decides): what its
     /// budget hold assumes and its request allows.
-    pub fn output_tokens(&self, chat: Option<&ChatRequest>, default: u64) -> u64 {
+    pub fn output_tokens(&self, chat: Option<&Chat>, default: u64) -> u64 {
         match self {
             Upstream::OpenAi(o) => o.output_tokens(chat, default),
             Upstream::Ldp(_) | Upstream::A2a(_) => 0,
@@ -132,8 +132,8 @@ impl Upstream {
 }
 
 use crate::chat::Turn;
+use crate::chat::{Chat, Refusal, Usage};
 use crate::ldp::{DelegationContract, Envelope, Json, LdpError, PayloadMode, Provenance, TaskId};
-use openai_wire::{ChatRequest, ErrorDetail, Usage};
 use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::time::Duration;
@@ -163,7 +163,7 @@ pub struct Call<'a> {
     /// The delegation contract the client sent.
     pub contract: Option<&'a DelegationContract>,
     /// A chat front end's request, whose messages a chat delegate is sent as they came.
-    pub chat: Option<&'a ChatRequest>,
+    pub chat: Option<&'a Chat>,
     /// The client session the task keeps its context in (`None`: the task carries its whole
     /// context: a front end's, a verification).
     pub session: Option<&'a str>,
@@ -292,9 +292,6 @@ pub struct Answered {
     pub output: Json,
     /// The provenance it reported (or the gateway wrote for it).
     pub provenance: Option<Provenance>,
-    /// What it cost, when the kind knows (usage × prices, a declared price per call); else
-    /// the provenance's word or the card's price.
-    pub cost_usd: Option<f64>,
     /// Token counts, as charged (a chat delegate).
     pub usage: Option<Usage>,
     /// Why its answer stopped (`stop`, `length`, …).
@@ -317,7 +314,7 @@ pub enum Called {
     ModeFailed(LdpError),
     /// The task's own failure, or the request's refusal: the client's answer, with the
     /// delegate's refusal of the request as it gave it (a chat delegate's 4xx).
-    Refused(LdpError, Option<(u16, ErrorDetail)>),
+    Refused(LdpError, Option<Refusal>),
     /// The delegate failed: another may be tried.
     Failed(Box<Failure>),
 }

@@ -162,7 +162,8 @@ async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound) -> Response {
     let tenant = ctx.tenant.name.clone();
     let header = reply_header(&s, Some(&tenant), Some(&theirs));
     let ids: Vec<TaskId> = jobs.iter().map(|_| crate::ldp::new_id().into()).collect();
-    let guard = CancelIngressTasksOnDrop::new(&s, &ctx.tenant.name, Ingress::Llmx, ids.iter().cloned());
+    let guard =
+        CancelIngressTasksOnDrop::new(&s, &ctx.tenant.name, Ingress::Llmx, ids.iter().cloned());
     // Each running from now on, for a cancel to find, until its task's future ends.
     let tenant = ctx.tenant.name.clone();
     let registered = ids

@@ -23,13 +23,13 @@ use super::request::{read_json_body, refuse, request_ctx, CancelIngressTasksOnDr
 use super::AppState;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::TaskId;
-use openai_wire::{ChatRequest, ErrorDetail};
 use crate::provenance::Ingress;
 use crate::proxy::ChatDelta;
 use axum::body::Body as HttpBody;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use openai_wire::{ChatRequest, ErrorDetail};
 use reply::Reply;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -191,7 +191,8 @@ async fn completion(
     let proxy = s.proxy.clone();
     let id = task_id.clone();
     // A client that leaves before its answer (or its first delta) cancels the task.
-    let guard = CancelIngressTasksOnDrop::new(s, &ctx.tenant.name, Ingress::Openai, [task_id.clone()]);
+    let guard =
+        CancelIngressTasksOnDrop::new(s, &ctx.tenant.name, Ingress::Openai, [task_id.clone()]);
     // Running from now on, for a cancel to find, until the task's future ends.
     let registered = s
         .proxy
@@ -203,7 +204,7 @@ async fn completion(
         .spawn_tracked(async move {
             let _registered = registered;
             let deltas = tx.as_ref();
-            chat(&proxy, &ctx, &req, &skill, id, deltas).await
+            chat(&proxy, &ctx, req, &skill, id, deltas).await
         })
         .ok_or_else(|| ApiError::new(GatewayCode::Unavailable, "the gateway is stopping"))?;
     let reply = Reply {

@@ -10,7 +10,7 @@
 //!
 //! A round of votes is one observation of the producer: each vote counts for its share of the
 //! round's weight (a window over (task, tenant, round, time) in the query), as when it was
-//! learnt live (`proxy/verify.rs`). Both backends read the newest `limit` votes and the newest `limit` ratings that name a
+//! learnt live (`proxy/pipeline/verification.rs`). Both backends read the newest `limit` votes and the newest `limit` ratings that name a
 //! delegate, each oldest first, and [`merge`] them.
 
 use super::{Evidence, EvidenceSource, LedgerRow};

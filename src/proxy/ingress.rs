@@ -6,6 +6,7 @@
 
 use super::pipeline::{ChatDelta, Pipeline, Progress, TaskIn, Trip};
 use super::{Proxy, Refusal, RequestCtx};
+use crate::chat::Chat;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{
     Body, DelegationContract, Envelope, Json, LdpError, PayloadMode, SessionConfig, SessionId,
@@ -13,7 +14,6 @@ use crate::ldp::{
 };
 use crate::provenance::Ingress;
 use crate::state::{ConversationStore as _, SessionStore as _};
-use openai_wire::ChatRequest;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -29,7 +29,7 @@ pub struct IngressTask<'a> {
     pub input: Json,
     /// The OpenAI ingress's request, whose messages an OpenAI-backed delegate is sent as
     /// they came.
-    pub chat: Option<&'a ChatRequest>,
+    pub chat: Option<&'a Chat>,
     /// A deadline or budget the protocol's message set (LLMX `pr`, LADP `deadline`).
     pub contract: Option<DelegationContract>,
     /// The weighted yes a verified result needs, for this task (LADP `quorum`; else the

@@ -261,7 +261,6 @@ fn result(call: &Call<'_>, output: Value) -> Called {
     Called::Answered(Box::new(Answered {
         output: Json::from(output),
         provenance: Some(p),
-        cost_usd: Some(cost),
         ..Answered::default()
     }))
 }

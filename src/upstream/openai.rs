@@ -63,11 +63,12 @@ static EMPTY_CARD: crate::config::DeclaredCard = crate::config::DeclaredCard {
 
 use super::{Answered, Call, Called, Failure, Health, Outcome, Relay, Update};
 use crate::chat::Turn;
+use crate::chat::{self, Chat};
 use crate::config::MaxTokensParam;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{ErrorCategory, ErrorSeverity, Json, LdpError, PayloadMode, Provenance};
 use crate::translate::{render_text, translate_input};
-use openai_wire::{self as wire, ChatRequest};
+use openai_wire as wire;
 use tokio::time::Instant;
 
 /// What is sent: a chat front end's messages, or remembered turns and the input (either way
@@ -75,7 +76,7 @@ use tokio::time::Instant;
 #[derive(serde::Serialize)]
 #[serde(untagged)]
 enum Prompt<'a> {
-    Chat(&'a [wire::Message]),
+    Chat(&'a [chat::Message]),
     Turns(Vec<wire::Turn<'a>>),
 }
 
@@ -84,8 +85,8 @@ impl OpenAi {
     /// assumes and what its request allows: the chat client's `max_tokens` (or
     /// `max_completion_tokens`), held for however large, within the context window; else
     /// `default`, within the room left for the answer (a quarter of the window).
-    pub fn output_tokens(&self, chat: Option<&ChatRequest>, default: u64) -> u64 {
-        let asked = chat.and_then(ChatRequest::max_output_tokens);
+    pub fn output_tokens(&self, chat: Option<&Chat>, default: u64) -> u64 {
+        let asked = chat.and_then(|c| c.max_output_tokens);
         match (asked, self.backend.context_window) {
             (Some(asked), Some(window)) => asked.min(window),
             (Some(asked), None) => asked,
@@ -206,7 +207,7 @@ impl OpenAi {
                     let cost = backend
                         .prices
                         .cost(usage.prompt_tokens, usage.completion_tokens);
-                    (usage, cost)
+                    (neutral(usage), cost)
                 });
                 let mut outcome = match used.stopped {
                     Some(Stopped::Unheard) => {
@@ -263,8 +264,7 @@ impl OpenAi {
         let answered = Answered {
             output: Json::from(serde_json::Value::String(reply.content)),
             provenance: Some(p),
-            cost_usd: Some(cost),
-            usage: Some(usage),
+            usage: Some(neutral(usage)),
             finish_reason: reply.finish_reason,
             fields,
             turn,
@@ -302,7 +302,14 @@ fn chat_failed(told: &str, e: ChatError, took: std::time::Duration) -> Outcome {
                 detail.message
             );
             let error = LdpError::gateway(GatewayCode::BadRequest, message);
-            Called::Refused(error, Some((status, *detail)))
+            let refusal = chat::Refusal {
+                status,
+                message: detail.message,
+                kind: detail.kind,
+                param: detail.param,
+                code: detail.code,
+            };
+            Called::Refused(error, Some(refusal))
         }
         e => {
             // The client hears the delegate's name and a generic reason; the log and the
@@ -386,6 +393,15 @@ pub fn user_text(input: &Json, mode: PayloadMode) -> Result<String, LdpError> {
     Ok(render_text(&text.to_value().map_err(bad)?))
 }
 
+/// The wire's token counts in the pipeline's words.
+fn neutral(u: Usage) -> chat::Usage {
+    chat::Usage {
+        input_tokens: u.prompt_tokens,
+        output_tokens: u.completion_tokens,
+        total_tokens: u.total_tokens,
+    }
+}
+
 /// Usage estimated from the text sent and `answered` bytes, for a delegate that reports none.
 fn estimate_usage(prompt: &Prompt<'_>, answered: usize) -> Usage {
     let sent: usize = match prompt {
@@ -397,19 +413,15 @@ fn estimate_usage(prompt: &Prompt<'_>, answered: usize) -> Usage {
 
 /// The request's parameters, its output bound `most_out` sent in the field the delegate is
 /// configured for (else the one the chat client named, else `max_tokens`).
-fn bounded_params<'a>(
-    chat: Option<&'a ChatRequest>,
-    backend: &Backend,
-    most_out: u64,
-) -> Params<'a> {
+fn bounded_params<'a>(chat: Option<&'a Chat>, backend: &Backend, most_out: u64) -> Params<'a> {
     let newer = match backend.max_tokens_param {
         Some(p) => p == MaxTokensParam::MaxCompletionTokens,
-        None => chat.is_some_and(|c| c.max_completion_tokens.is_some() && c.max_tokens.is_none()),
+        None => chat.is_some_and(|c| c.newer_bound),
     };
     Params {
         max_tokens: (!newer).then_some(most_out),
         max_completion_tokens: newer.then_some(most_out),
-        extra: chat.map(|c| &c.extra),
+        extra: chat.map(|c| &c.params),
         hops: None,
         trace: &[],
     }
@@ -427,8 +439,8 @@ mod tests {
         Backend::new(&cfg, "d", None).unwrap()
     }
 
-    fn chat(v: serde_json::Value) -> ChatRequest {
-        serde_json::from_value(v).unwrap()
+    fn chat(v: serde_json::Value) -> Chat {
+        Chat::from(serde_json::from_value::<wire::ChatRequest>(v).unwrap())
     }
 
     #[test]

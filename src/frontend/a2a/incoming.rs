@@ -119,7 +119,10 @@ pub struct Job {
 }
 
 /// Checks a send request and makes the task it asks for.
-pub fn job(req: v1::SendMessageRequest, default_skill: Option<&str>) -> Result<Job, A2aRequestError> {
+pub fn job(
+    req: v1::SendMessageRequest,
+    default_skill: Option<&str>,
+) -> Result<Job, A2aRequestError> {
     let v1::SendMessageRequest {
         message,
         metadata,
@@ -200,7 +203,9 @@ pub fn job(req: v1::SendMessageRequest, default_skill: Option<&str>) -> Result<J
 /// The task input of a message's parts.
 fn input_of(parts: &[Part]) -> Result<Json, A2aRequestError> {
     if parts.is_empty() {
-        return Err(A2aRequestError::InvalidParams("the message has no parts".into()));
+        return Err(A2aRequestError::InvalidParams(
+            "the message has no parts".into(),
+        ));
     }
     if parts.len() > MAX_PARTS {
         return Err(A2aRequestError::InvalidParams(format!(
@@ -343,11 +348,17 @@ mod tests {
         assert_eq!(text.unwrap().as_string().as_deref(), Some("a\n{\"k\":1}"));
         let data = input_of(&[Part::data(serde_json::json!({"k": 1}))]).unwrap();
         assert_eq!(data.get(), "{\"k\":1}");
-        assert!(matches!(input_of(&[]), Err(A2aRequestError::InvalidParams(_))));
+        assert!(matches!(
+            input_of(&[]),
+            Err(A2aRequestError::InvalidParams(_))
+        ));
         let file = Part {
             content: PartContent::Url("https://example.com/f".into()),
             ..Part::text("")
         };
-        assert!(matches!(input_of(&[file]), Err(A2aRequestError::ContentType(_))));
+        assert!(matches!(
+            input_of(&[file]),
+            Err(A2aRequestError::ContentType(_))
+        ));
     }
 }

@@ -2,12 +2,12 @@
 //! as the completion's parts (text, model, usage, finish reason, the delegate's other message
 //! fields) or its refusal.
 
+use crate::chat;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, Json, LdpError, TaskId};
-use openai_wire::estimate_tokens;
-use openai_wire::{ChatRequest, ErrorDetail, Message, Usage};
 use crate::provenance::Ingress;
 use crate::proxy::{ChatDelta, IngressTask, Proxy, Refusal, RequestCtx};
+use openai_wire::{estimate_tokens, ChatRequest, ErrorDetail, Usage};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
@@ -57,11 +57,12 @@ pub struct ChatRefusal {
 pub async fn chat(
     proxy: &Proxy,
     ctx: &RequestCtx,
-    req: &ChatRequest,
+    req: ChatRequest,
     skill: &str,
     task_id: TaskId,
     deltas: Option<&mpsc::Sender<ChatDelta>>,
 ) -> Result<ChatOutcome, Refusal> {
+    let req = chat::Chat::from(req);
     let input = Json::from(Value::String(input_text(&req.messages)));
     let input_len = input.get().len();
     let task = IngressTask {
@@ -69,7 +70,7 @@ pub async fn chat(
         task_id,
         skill,
         input,
-        chat: Some(req),
+        chat: Some(&req),
         contract: None,
         quorum: None,
         keep_rounds: false,
@@ -83,9 +84,14 @@ pub async fn chat(
             let content = output
                 .as_string()
                 .unwrap_or_else(|| output.get().to_owned());
-            let usage = trip.usage.unwrap_or_else(|| {
-                Usage::new(estimate_tokens(input_len), estimate_tokens(content.len()))
-            });
+            let usage = match trip.usage {
+                Some(u) => Usage {
+                    prompt_tokens: u.input_tokens,
+                    completion_tokens: u.output_tokens,
+                    total_tokens: u.total_tokens,
+                },
+                None => Usage::new(estimate_tokens(input_len), estimate_tokens(content.len())),
+            };
             let model = provenance
                 .as_ref()
                 .map(|p| p.model_version.clone())
@@ -103,7 +109,15 @@ pub async fn chat(
                 .retry_after
                 .filter(|_| error.code == GatewayCode::RateLimited.as_str()),
             error: error.clone(),
-            upstream: trip.refused_upstream.take(),
+            upstream: trip.refused_upstream.take().map(|r| {
+                let detail = ErrorDetail {
+                    message: r.message,
+                    kind: r.kind,
+                    param: r.param,
+                    code: r.code,
+                };
+                (r.status, detail)
+            }),
         }),
         other => Err(ChatRefusal {
             error: LdpError::gateway(
@@ -122,9 +136,32 @@ pub async fn chat(
     })
 }
 
+/// The request in the pipeline's words: its messages, its output bound and its other
+/// parameters as they came (`model`, `stream` and `stream_options` are the front end's).
+impl From<ChatRequest> for chat::Chat {
+    fn from(req: ChatRequest) -> chat::Chat {
+        let max_output_tokens = req.max_output_tokens();
+        let newer_bound = req.max_completion_tokens.is_some() && req.max_tokens.is_none();
+        chat::Chat {
+            messages: req
+                .messages
+                .into_iter()
+                .map(|m| chat::Message {
+                    role: m.role,
+                    content: m.content,
+                    fields: m.extra,
+                })
+                .collect(),
+            max_output_tokens,
+            newer_bound,
+            params: req.extra,
+        }
+    }
+}
+
 /// The conversation as one text task for an LDP delegate: a lone message's text as it is;
 /// several as a transcript, one `role: text` line each.
-fn input_text(messages: &[Message]) -> String {
+fn input_text(messages: &[chat::Message]) -> String {
     if let [only] = messages {
         return only.text();
     }
@@ -144,11 +181,11 @@ fn input_text(messages: &[Message]) -> String {
 mod tests {
     use super::*;
 
-    fn m(role: &str, content: serde_json::Value) -> Message {
-        Message {
+    fn m(role: &str, content: serde_json::Value) -> chat::Message {
+        chat::Message {
             role: role.into(),
             content,
-            extra: Default::default(),
+            fields: Default::default(),
         }
     }
 

@@ -5,9 +5,9 @@
 use crate::frontend::api_error::{ApiError, ErrorKind, Form, Telling};
 use crate::ldp::error::GatewayCode;
 use crate::ldp::LdpError;
-use openai_wire::ErrorDetail;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use openai_wire::ErrorDetail;
 
 /// How an error is written on the OpenAI routes.
 #[derive(Debug, Default)]

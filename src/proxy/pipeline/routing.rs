@@ -325,7 +325,7 @@ impl Routing<'_> {
 
     /// A binding to an OpenAI-backed delegate or an A2A agent: it keeps no LDP session, so
     /// none is opened (the gateway keeps the conversation instead, `openai::conversation`;
-    /// an A2A agent keeps its context, `proxy/a2a.rs`). The id is the
+    /// an A2A agent keeps its context, `upstream/a2a.rs`). The id is the
     /// gateway's own, local to this replica; text is the only mode.
     fn bind_stateless(
         session: &ClientSession,

@@ -2,13 +2,13 @@
 //! context it runs in ([`TaskCtx`]), what its run produced ([`TaskRun`]), its answer, and the
 //! trip a front end gets back ([`Trip`]).
 
+use crate::chat::{Chat, Refusal as UpstreamRefusal, Usage};
 use crate::ldp::{Body, DelegationContract, Envelope, LdpError, PayloadMode, Provenance, TaskId};
 use crate::policy::Policy;
 use crate::provenance::Ingress;
 use crate::routing::Need;
 use crate::session::{Binding, ClientSession, RunningTask};
 use crate::tenant::Tenant;
-use openai_wire::{ChatRequest, ErrorDetail, Usage};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -166,7 +166,7 @@ pub(crate) struct TaskRun {
     pub(crate) usage: Option<Usage>,
     /// An OpenAI-backed delegate's refusal of the request (a 4xx that is the request's own),
     /// for the ingress to answer in kind.
-    pub(crate) refused_upstream: Option<(u16, ErrorDetail)>,
+    pub(crate) refused_upstream: Option<UpstreamRefusal>,
     /// Why an OpenAI-backed delegate's answer stopped (`stop`, `length`, …).
     pub(crate) finish_reason: Option<String>,
     /// An OpenAI-backed delegate's message fields besides its text (`tool_calls`,
@@ -278,7 +278,7 @@ pub(crate) struct TaskIn<'a> {
     pub contract: Option<&'a DelegationContract>,
     /// The OpenAI ingress's request, whose messages an OpenAI-backed delegate is sent as
     /// they came (its input is their text, for an LDP delegate).
-    pub chat: Option<&'a ChatRequest>,
+    pub chat: Option<&'a Chat>,
     /// A verification task the gateway sends (`[verify]`): routed afresh each time, and its
     /// input (JSON the verifier reads) sent as it is in any payload mode.
     pub verifying: bool,
@@ -348,7 +348,7 @@ pub struct Trip {
     /// Token counts, for an OpenAI-backed delegate.
     pub usage: Option<Usage>,
     /// An OpenAI-backed delegate's refusal of the request.
-    pub refused_upstream: Option<(u16, ErrorDetail)>,
+    pub refused_upstream: Option<UpstreamRefusal>,
     /// Why an OpenAI-backed delegate's answer stopped.
     pub finish_reason: Option<String>,
     /// How long to wait, when the answer is a delegate's rate limit.

@@ -109,7 +109,7 @@ pub(crate) fn attempt_ended(
         .usage
         .as_ref()
         .filter(|_| chat)
-        .map(|u| (u.prompt_tokens, u.completion_tokens));
+        .map(|u| (u.input_tokens, u.output_tokens));
     span.set(|| {
         let mut a = Vec::new();
         if chat {
