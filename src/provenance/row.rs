@@ -43,7 +43,8 @@ pub enum Ingress {
 }
 
 impl Ingress {
-    /// Every value, for metrics exported at 0 from the start.
+    /// Every value, for metrics exported at 0 from the start. A new front end's value goes
+    /// here too: the compiler stops a newcomer at `as_str`, just below, not here.
     pub const ALL: [Ingress; 6] = [
         Ingress::Ldp,
         Ingress::Openai,
