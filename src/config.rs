@@ -32,7 +32,8 @@ pub use a2a::A2aConfig;
 pub use admin::AdminConfig;
 pub use cluster::ClusterConfig;
 pub use delegates::{
-    normalize_url, DeclaredCard, DelegateConfig, DelegateKind, MaxTokensParam, UrlError,
+    normalize_url, AnthropicAuth, DeclaredCard, DelegateConfig, DelegateKind, MaxTokensParam,
+    UrlError,
 };
 pub use discovery::DiscoveryConfig;
 pub use fallback::FallbackConfig;

@@ -5,7 +5,7 @@ use crate::config::{normalize_url, DelegateConfig, UrlError};
 use crate::ldp::{CapabilityHints, IdentityCard};
 use crate::policy::Policy;
 use crate::routing::{self, Load, Offer, RoutingParams, Static};
-use crate::upstream::openai::BackendError;
+use crate::upstream::KeyError;
 use crate::upstream::Upstream;
 use crate::upstream::UpstreamClient;
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -33,6 +33,15 @@ async fn fetch(d: &Delegate, client: &UpstreamClient, timeout: Duration) -> Fetc
             .await
         {
             Ok(()) => d.record_card((*openai.card).clone()),
+            Err(e) => d.record_fetch_failure(e.to_string()),
+        },
+        // Likewise, while `GET {url}/v1/models` answers.
+        Upstream::Anthropic(anthropic) => match anthropic
+            .backend
+            .check_models(client, &d.base_url, timeout)
+            .await
+        {
+            Ok(()) => d.record_card((*anthropic.card).clone()),
             Err(e) => d.record_fetch_failure(e.to_string()),
         },
         Upstream::A2a(agent) => return fetch_a2a(d, agent, client, timeout).await,
@@ -613,7 +622,7 @@ pub enum RegistryError {
     OwnCard(String),
     /// An OpenAI-backed delegate cannot be set up (its API key).
     #[error(transparent)]
-    Backend(#[from] BackendError),
+    Backend(#[from] KeyError),
 }
 
 /// One delegate's quality at one skill, as routing sees it now.

@@ -134,6 +134,7 @@ impl Gateway {
             let (operation, provider) = match d.kind {
                 crate::config::DelegateKind::OpenAi => ("chat", "openai"),
                 crate::config::DelegateKind::A2a => ("invoke_agent", "a2a"),
+                crate::config::DelegateKind::Anthropic => ("chat", "anthropic"),
                 crate::config::DelegateKind::Ldp => ("invoke_agent", "ldp"),
             };
             metrics.gen_ai_known(operation, provider, d.model.as_deref().unwrap_or_default());

@@ -2,6 +2,9 @@
 //! and stream goes through the `ldp-client` crate's [`UpstreamClient`] (its `Transport`).
 
 pub mod a2a;
+pub mod anthropic;
+pub mod chat;
+pub mod declared;
 pub mod ldp;
 pub mod openai;
 
@@ -15,6 +18,62 @@ use crate::config::{DelegateConfig, DelegateKind};
 use crate::ldp::IdentityCard;
 use std::sync::Arc;
 
+/// Why a delegate's key cannot be read (an OpenAI-compatible, Anthropic or A2A delegate).
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// `api_key_env` names a variable that is not set.
+    #[error("delegate '{delegate}': API key variable {var} is not set")]
+    MissingKey {
+        /// The delegate.
+        delegate: String,
+        /// The variable.
+        var: String,
+    },
+    /// The key cannot be sent in a header.
+    #[error("delegate '{delegate}': the API key in {var} is not a valid header value")]
+    BadKey {
+        /// The delegate.
+        delegate: String,
+        /// The variable.
+        var: String,
+    },
+}
+
+/// The key of entry `cfg` (named `name`) from its `api_key_env`, with the variable's name
+/// (for errors); none when it names no variable.
+pub fn read_key(
+    cfg: &DelegateConfig,
+    name: &str,
+) -> Result<Option<(String, crate::secret::Secret)>, KeyError> {
+    let Some(var) = &cfg.api_key_env else {
+        return Ok(None);
+    };
+    let secret = crate::secret::Secret::from_env(var).ok_or_else(|| KeyError::MissingKey {
+        delegate: name.to_owned(),
+        var: var.clone(),
+    })?;
+    Ok(Some((var.clone(), secret)))
+}
+
+/// The header `header: {prefix}{key}` carrying delegate `name`'s key from variable `var`,
+/// marked sensitive (never printed).
+pub fn secret_header(
+    name: &str,
+    var: &str,
+    key: &crate::secret::Secret,
+    header: hyper::header::HeaderName,
+    prefix: &str,
+) -> Result<(hyper::header::HeaderName, hyper::header::HeaderValue), KeyError> {
+    let bytes = [prefix.as_bytes(), key.expose()].concat();
+    let mut value =
+        hyper::header::HeaderValue::from_bytes(&bytes).map_err(|_| KeyError::BadKey {
+            delegate: name.to_owned(),
+            var: var.to_owned(),
+        })?;
+    value.set_sensitive(true);
+    Ok((header, value))
+}
+
 /// What kind of upstream a delegate is, and what that kind keeps to call it: every place
 /// that depends on the kind matches this exhaustively, so a new kind does not compile until
 /// each has decided what to do with it.
@@ -26,6 +85,9 @@ pub enum Upstream {
     /// An OpenAI-compatible chat-completions server: its card declared, a chat completion per
     /// task, the conversation kept by the gateway.
     OpenAi(openai::OpenAi),
+    /// An Anthropic Messages API server: its card declared, a message per task, the
+    /// conversation kept by the gateway.
+    Anthropic(anthropic::Anthropic),
     /// An A2A agent: its card built from its Agent Card, a message per task in a context per
     /// client session, `CancelTask`.
     A2a(a2a::Agent),
@@ -38,11 +100,14 @@ impl Upstream {
         cfg: &DelegateConfig,
         name: &str,
         base_url: &str,
-    ) -> Result<Upstream, openai::BackendError> {
+    ) -> Result<Upstream, KeyError> {
         Ok(match cfg.kind {
             DelegateKind::Ldp => Upstream::Ldp(ldp::Ldp),
             DelegateKind::OpenAi => {
                 Upstream::OpenAi(openai::OpenAi::from_config(cfg, name, base_url)?)
+            }
+            DelegateKind::Anthropic => {
+                Upstream::Anthropic(anthropic::Anthropic::from_config(cfg, name, base_url)?)
             }
             DelegateKind::A2a => Upstream::A2a(a2a::Agent::from_config(cfg, name)?),
         })
@@ -53,7 +118,7 @@ impl Upstream {
     pub fn keeps_sessions(&self) -> bool {
         match self {
             Upstream::Ldp(_) => true,
-            Upstream::OpenAi(_) | Upstream::A2a(_) => false,
+            Upstream::OpenAi(_) | Upstream::Anthropic(_) | Upstream::A2a(_) => false,
         }
     }
 
@@ -62,6 +127,7 @@ impl Upstream {
     pub fn declared_card(&self) -> Option<Arc<IdentityCard>> {
         match self {
             Upstream::OpenAi(o) => Some(Arc::clone(&o.card)),
+            Upstream::Anthropic(a) => Some(Arc::clone(&a.card)),
             Upstream::Ldp(_) | Upstream::A2a(_) => None,
         }
     }
@@ -70,7 +136,7 @@ impl Upstream {
     /// prices: nothing to compare with a price per call).
     pub fn priced_per_call(&self) -> bool {
         match self {
-            Upstream::OpenAi(_) => false,
+            Upstream::OpenAi(_) | Upstream::Anthropic(_) => false,
             Upstream::Ldp(_) | Upstream::A2a(_) => true,
         }
     }
@@ -79,7 +145,7 @@ impl Upstream {
     /// sending a session's earlier turns with each task.
     pub fn keeps_conversation(&self) -> bool {
         match self {
-            Upstream::OpenAi(_) => true,
+            Upstream::OpenAi(_) | Upstream::Anthropic(_) => true,
             Upstream::Ldp(_) | Upstream::A2a(_) => false,
         }
     }
@@ -89,15 +155,17 @@ impl Upstream {
     pub fn output_tokens(&self, chat: Option<&Chat>, default: u64) -> u64 {
         match self {
             Upstream::OpenAi(o) => o.output_tokens(chat, default),
+            Upstream::Anthropic(a) => a.output_tokens(chat, default),
             Upstream::Ldp(_) | Upstream::A2a(_) => 0,
         }
     }
 
     /// Its prices per token, for a delegate priced by tokens and not free (a task's cost is
     /// then estimated from its size); `None` for one priced per call (its card says) or free.
-    pub fn token_prices(&self) -> Option<&openai::Prices> {
+    pub fn token_prices(&self) -> Option<&declared::Prices> {
         match self {
-            Upstream::OpenAi(o) => Some(&o.backend.prices).filter(|p| !p.is_free()),
+            Upstream::OpenAi(o) => Some(o.prices()).filter(|p| !p.is_free()),
+            Upstream::Anthropic(a) => Some(a.prices()).filter(|p| !p.is_free()),
             Upstream::Ldp(_) | Upstream::A2a(_) => None,
         }
     }
@@ -107,6 +175,7 @@ impl Upstream {
     pub fn turns_that_fit(&self, turns: &[Turn], user: &str, answer: u64) -> usize {
         match self {
             Upstream::OpenAi(o) => o.turns_that_fit(turns, user, answer),
+            Upstream::Anthropic(a) => a.turns_that_fit(turns, user, answer),
             Upstream::Ldp(_) | Upstream::A2a(_) => 0,
         }
     }
@@ -116,7 +185,19 @@ impl Upstream {
         match self {
             Upstream::Ldp(l) => l.call(call, relay).await,
             Upstream::OpenAi(o) => o.call(call, relay).await,
+            Upstream::Anthropic(a) => a.call(call, relay).await,
             Upstream::A2a(a) => a.call(call, relay).await,
+        }
+    }
+
+    /// Why a chat answer stopped, in the provider's own words (the GenAI conventions'
+    /// `finish_reasons`).
+    pub fn finish_reason<'a>(&self, f: &'a crate::chat::Finish) -> &'a str {
+        match self {
+            Upstream::Anthropic(_) => crate::chat::anthropic::stop_reason(f).0,
+            Upstream::OpenAi(_) | Upstream::Ldp(_) | Upstream::A2a(_) => {
+                crate::chat::openai::finish_reason(f)
+            }
         }
     }
 
@@ -126,13 +207,14 @@ impl Upstream {
         match self {
             Upstream::Ldp(_) => ("invoke_agent", "ldp", ""),
             Upstream::OpenAi(o) => ("chat", "openai", o.backend.model.as_str()),
+            Upstream::Anthropic(a) => ("chat", "anthropic", a.backend.model.as_str()),
             Upstream::A2a(_) => ("invoke_agent", "a2a", ""),
         }
     }
 }
 
 use crate::chat::Turn;
-use crate::chat::{Chat, Refusal, Usage};
+use crate::chat::{Answer, Chat, Delta, Refusal, Usage};
 use crate::ldp::{DelegationContract, Envelope, Json, LdpError, PayloadMode, Provenance, TaskId};
 use std::ops::ControlFlow;
 use std::pin::Pin;
@@ -197,7 +279,7 @@ pub enum Relay<'a> {
     Updates(&'a (dyn Fn(Update) -> ControlFlow<()> + Sync)),
     /// A chat stream: the answer's pieces, each awaited (a slow client slows the read);
     /// `Break` when nobody listens any more.
-    Pieces(&'a (dyn Fn(openai::Piece) -> PieceSent<'a> + Sync)),
+    Pieces(&'a (dyn Fn(Delta) -> PieceSent<'a> + Sync)),
 }
 
 /// A piece handed to a chat stream: whether to go on reading.
@@ -294,10 +376,9 @@ pub struct Answered {
     pub provenance: Option<Provenance>,
     /// Token counts, as charged (a chat delegate).
     pub usage: Option<Usage>,
-    /// Why its answer stopped (`stop`, `length`, …).
-    pub finish_reason: Option<String>,
-    /// Its message's fields besides its text (`tool_calls`, …), for a chat front end.
-    pub fields: Option<serde_json::Map<String, serde_json::Value>>,
+    /// A chat delegate's answer besides its text: why it stopped, the tools it called, its
+    /// own parts as it gave them.
+    pub chat: Option<Answer>,
     /// The turn to remember for the session (a chat delegate keeping no state).
     pub turn: Option<Turn>,
 }

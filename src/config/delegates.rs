@@ -20,6 +20,19 @@ pub enum DelegateKind {
     /// An A2A agent: its identity is built from its Agent Card, completed by
     /// `[delegates.card]`.
     A2a,
+    /// An Anthropic Messages API server; its identity is declared in `[delegates.card]`.
+    Anthropic,
+}
+
+/// How an Anthropic delegate is sent its key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AnthropicAuth {
+    /// `x-api-key: <key>`, as Anthropic's API takes it.
+    #[default]
+    XApiKey,
+    /// `Authorization: Bearer <key>` (API version `2026-10-21`, and servers that take only it).
+    Bearer,
 }
 
 /// The request field an OpenAI-backed delegate is sent its output bound in.
@@ -51,6 +64,14 @@ pub struct DeclaredCard {
     /// USD per million output (completion) tokens.
     #[serde(default)]
     pub price_per_mtok_output: Option<f64>,
+    /// USD per million input tokens read from the provider's prompt cache (default: the
+    /// input price).
+    #[serde(default)]
+    pub price_per_mtok_cache_read: Option<f64>,
+    /// USD per million input tokens written to the provider's prompt cache (default: the
+    /// input price).
+    #[serde(default)]
+    pub price_per_mtok_cache_write: Option<f64>,
     /// Median latency, ms.
     #[serde(default)]
     pub latency_p50_ms: Option<u64>,
@@ -93,14 +114,14 @@ pub struct DelegateConfig {
     /// Environment variable holding the secret that signs messages to this delegate.
     #[serde(default)]
     pub signing_secret_env: Option<String>,
-    /// `"ldp"` (default), `"openai"` or `"a2a"`.
+    /// `"ldp"` (default), `"openai"`, `"anthropic"` or `"a2a"`.
     #[serde(default)]
     pub kind: DelegateKind,
-    /// OpenAI-backed: the upstream model name sent with every request.
+    /// OpenAI-backed or Anthropic: the upstream model name sent with every request.
     #[serde(default)]
     pub model: Option<String>,
-    /// OpenAI-backed or A2A: the environment variable holding the API key (sent as
-    /// `Authorization: Bearer`).
+    /// OpenAI-backed, Anthropic or A2A: the environment variable holding the API key (sent
+    /// as `Authorization: Bearer`; to an Anthropic delegate as `auth` says).
     #[serde(default)]
     pub api_key_env: Option<String>,
     /// OpenAI-backed: the declared identity; A2A: what completes the Agent Card's.
@@ -110,6 +131,12 @@ pub struct DelegateConfig {
     /// an ingress client named, else `max_tokens`).
     #[serde(default)]
     pub max_tokens_param: Option<MaxTokensParam>,
+    /// Anthropic: how the key is sent (`x-api-key`, the default, or `bearer`).
+    #[serde(default)]
+    pub auth: Option<AnthropicAuth>,
+    /// Anthropic: the `anthropic-version` sent (default `2023-06-01`).
+    #[serde(default)]
+    pub anthropic_version: Option<String>,
 }
 
 impl DelegateConfig {
@@ -128,6 +155,8 @@ impl DelegateConfig {
             api_key_env: None,
             card: None,
             max_tokens_param: None,
+            auth: None,
+            anthropic_version: None,
         }
     }
 
@@ -177,13 +206,27 @@ impl DelegateConfig {
                     if set {
                         c.push(
                             format!("delegates[{i}].{key}"),
-                            "only for kind = \"openai\" (an LDP delegate serves its own card)",
+                            "only for kind = \"openai\" or \"anthropic\" (an LDP delegate serves its own card)",
                         );
                     }
                 }
             }
-            DelegateKind::OpenAi => self.check_openai(i, c),
+            DelegateKind::OpenAi => self.check_chat(i, "openai", c),
+            DelegateKind::Anthropic => self.check_chat(i, "anthropic", c),
             DelegateKind::A2a => self.check_a2a(i, c),
+        }
+        if self.kind != DelegateKind::Anthropic {
+            for (key, set) in [
+                ("auth", self.auth.is_some()),
+                ("anthropic_version", self.anthropic_version.is_some()),
+            ] {
+                if set {
+                    c.push(
+                        format!("delegates[{i}].{key}"),
+                        "only for kind = \"anthropic\"",
+                    );
+                }
+            }
         }
     }
 
@@ -209,27 +252,46 @@ impl DelegateConfig {
         }
     }
 
-    /// An OpenAI-backed entry: a model, a declared card with sane values, an environment
-    /// variable name that can be one, and no LDP-only setting.
-    fn check_openai(&self, i: usize, c: &mut Checks) {
+    /// A chat model's entry (`kind`, `openai` or `anthropic`): a model, a declared card with
+    /// sane values, an environment variable name that can be one, and no LDP-only setting.
+    fn check_chat(&self, i: usize, kind: &str, c: &mut Checks) {
         let at = |key: &str| format!("delegates[{i}].{key}");
         if self.model.as_ref().is_none_or(|m| m.trim().is_empty()) {
             c.push(
                 at("model"),
-                "required for kind = \"openai\" (the upstream model)",
+                format!("required for kind = \"{kind}\" (the upstream model)"),
             );
         }
         if self.signing_secret_env.is_some() {
             c.push(
                 at("signing_secret_env"),
-                "only for LDP delegates (an OpenAI endpoint verifies no signature)",
+                "only for LDP delegates (a chat endpoint verifies no signature)",
             );
+        }
+        if self.kind == DelegateKind::Anthropic {
+            if self.max_tokens_param.is_some() {
+                c.push(
+                    at("max_tokens_param"),
+                    "only for kind = \"openai\" (Anthropic's API takes `max_tokens`)",
+                );
+            }
+            let header_safe = |v: &str| !v.is_empty() && v.bytes().all(|b| b.is_ascii_graphic());
+            if self
+                .anthropic_version
+                .as_deref()
+                .is_some_and(|v| !header_safe(v))
+            {
+                c.push(
+                    at("anthropic_version"),
+                    "must be an API version such as \"2023-06-01\"",
+                );
+            }
         }
         self.check_key_var(i, c);
         let Some(card) = &self.card else {
             c.push(
                 at("card"),
-                "required for kind = \"openai\": [delegates.card] with at least `skills`",
+                format!("required for kind = \"{kind}\": [delegates.card] with at least `skills`"),
             );
             return;
         };
@@ -276,6 +338,14 @@ fn check_declared(i: usize, card: &DeclaredCard, c: &mut Checks) {
     for (key, price) in [
         ("card.price_per_mtok_input", card.price_per_mtok_input),
         ("card.price_per_mtok_output", card.price_per_mtok_output),
+        (
+            "card.price_per_mtok_cache_read",
+            card.price_per_mtok_cache_read,
+        ),
+        (
+            "card.price_per_mtok_cache_write",
+            card.price_per_mtok_cache_write,
+        ),
     ] {
         if price.is_some_and(|p| !(p.is_finite() && p >= 0.0)) {
             c.push(at(key), "must be a number of USD, 0 or more");
@@ -325,6 +395,8 @@ mod tests {
                 quality: Some(0.8),
                 price_per_mtok_input: Some(0.15),
                 price_per_mtok_output: Some(0.6),
+                price_per_mtok_cache_read: None,
+                price_per_mtok_cache_write: None,
                 latency_p50_ms: None,
                 jurisdiction: None,
                 trust_domain: None,

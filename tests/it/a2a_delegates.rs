@@ -103,6 +103,8 @@ pub(crate) fn entry(name: &str, url: &str, quality: f64) -> DelegateConfig {
             quality: Some(quality),
             price_per_mtok_input: None,
             price_per_mtok_output: None,
+            price_per_mtok_cache_read: None,
+            price_per_mtok_cache_write: None,
             latency_p50_ms: Some(100),
             jurisdiction: Some("eu-west".into()),
             trust_domain: None,

@@ -125,6 +125,17 @@ pub struct Usage {
     /// Both.
     #[serde(default, deserialize_with = "saturating_count")]
     pub total_tokens: u64,
+    /// What the prompt's count includes (its tokens read from the provider's cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens read from the provider's cache (within `prompt_tokens`).
+    #[serde(default, deserialize_with = "saturating_count")]
+    pub cached_tokens: u64,
 }
 
 /// A count as any JSON number (or null: 0), saturated into `u64`.
@@ -146,6 +157,7 @@ impl Usage {
             prompt_tokens: prompt,
             completion_tokens: completion,
             total_tokens: prompt.saturating_add(completion),
+            prompt_tokens_details: None,
         }
     }
 }
@@ -248,12 +260,6 @@ pub struct ErrorDetail {
     pub code: Option<Value>,
 }
 
-/// Rough token count of `bytes` of text: a quarter of its bytes, rounded up (what budgets
-/// and context windows are estimated with; usage, when a delegate reports it, is the truth).
-pub fn estimate_tokens(bytes: usize) -> u64 {
-    (bytes as u64).div_ceil(4)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,7 +281,8 @@ mod tests {
             Usage {
                 prompt_tokens: 0,
                 completion_tokens: 2,
-                total_tokens: 0
+                total_tokens: 0,
+                prompt_tokens_details: None,
             }
         );
         assert!(serde_json::from_value::<Usage>(json!({"prompt_tokens": "lots"})).is_err());

@@ -10,7 +10,8 @@ use ldp_gateway::ldp::IdentityCard;
 use ldp_gateway::routing::TierPrices;
 use ldp_gateway::sim::openai::{OpenAiHandle, OpenAiOptions};
 use ldp_gateway::sim::{SimHandle, SimOptions};
-use ldp_gateway::upstream::openai::{card as openai_card, Backend, Prices};
+use ldp_gateway::upstream::declared::{self as openai_card, Prices};
+use ldp_gateway::upstream::openai::Backend;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -394,7 +395,7 @@ async fn start_openai(d: &DelegateConfig) -> anyhow::Result<Member> {
     let handle = ldp_gateway::sim::openai::spawn(listener, opts)
         .await
         .with_context(|| format!("starting delegate '{name}'"))?;
-    let card = openai_card::build(&name, &handle.url(), &model, declared);
+    let card = openai_card::build("openai", &name, &handle.url(), &model, declared);
     let backend = Backend::new(d, &name, None)?;
     Ok(Member {
         name,

@@ -3,11 +3,12 @@
 //! fields) or its refusal.
 
 use crate::chat;
+use crate::chat::estimate_tokens;
 use crate::ldp::error::GatewayCode;
 use crate::ldp::{Body, Json, LdpError, TaskId};
 use crate::provenance::Ingress;
 use crate::proxy::{ChatDelta, IngressTask, Proxy, Refusal, RequestCtx};
-use openai_wire::{estimate_tokens, ChatRequest, ErrorDetail, Usage};
+use openai_wire::{ChatRequest, ErrorDetail, PromptTokensDetails, Usage};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
@@ -77,6 +78,7 @@ pub async fn chat(
         ledger_input: None,
     };
     let mut trip = proxy.ingress_task(ctx, task, deltas).await?;
+    let answer = trip.chat.take().unwrap_or_default();
     let result = match &trip.reply.body {
         Body::TaskResult {
             output, provenance, ..
@@ -86,9 +88,14 @@ pub async fn chat(
                 .unwrap_or_else(|| output.get().to_owned());
             let usage = match trip.usage {
                 Some(u) => Usage {
-                    prompt_tokens: u.input_tokens,
+                    prompt_tokens: u.prompt_tokens(),
                     completion_tokens: u.output_tokens,
                     total_tokens: u.total_tokens,
+                    prompt_tokens_details: (u.cache_read_tokens > 0).then_some(
+                        PromptTokensDetails {
+                            cached_tokens: u.cache_read_tokens,
+                        },
+                    ),
                 },
                 None => Usage::new(estimate_tokens(input_len), estimate_tokens(content.len())),
             };
@@ -100,8 +107,12 @@ pub async fn chat(
                 content,
                 model,
                 usage,
-                finish_reason: trip.finish_reason.take().unwrap_or_else(|| "stop".into()),
-                other: trip.reply_fields.take().unwrap_or_default(),
+                finish_reason: answer
+                    .finish
+                    .as_ref()
+                    .map_or("stop", chat::openai::finish_reason)
+                    .to_owned(),
+                other: chat::openai::message_fields(&answer),
             })
         }
         Body::TaskFailed { error, .. } => Err(ChatRefusal {
@@ -143,6 +154,8 @@ impl From<ChatRequest> for chat::Chat {
         let max_output_tokens = req.max_output_tokens();
         let newer_bound = req.max_completion_tokens.is_some() && req.max_tokens.is_none();
         chat::Chat {
+            dialect: chat::Dialect::OpenAi,
+            headers: Vec::new(),
             messages: req
                 .messages
                 .into_iter()

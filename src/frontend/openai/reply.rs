@@ -266,14 +266,15 @@ pub(super) async fn stream(
                 Some(&delta.policy.name.0),
                 Some(&delta.delegate.client_name()),
             );
-            let content = if delta.text.is_empty() && delta.other.is_some() {
+            let other = crate::chat::openai::delta_fields(&delta.delta);
+            let content = if delta.delta.text.is_empty() && other.is_some() {
                 Value::Null
             } else {
                 json!("")
             };
             let first = json!({"role": "assistant", "content": content});
             out.push_back(reply.chunk(&model, first, None));
-            out.push_back(reply.chunk(&model, delta_json(delta.text, delta.other), None));
+            out.push_back(reply.chunk(&model, delta_json(delta.delta.text, other), None));
             (headers, model, Some(task))
         }
         Err(outcome) => {
@@ -338,7 +339,8 @@ impl Streaming {
         tokio::select! {
             biased;
             Some(d) = self.rx.recv() => {
-                Some(self.reply.chunk(&self.model, delta_json(d.text, d.other), None))
+                let other = crate::chat::openai::delta_fields(&d.delta);
+                Some(self.reply.chunk(&self.model, delta_json(d.delta.text, other), None))
             }
             j = task => {
                 self.task = None;

@@ -166,7 +166,7 @@ impl Attempts<'_> {
         // end's task carries its whole context: no conversation read or kept for them.
         let turns = match (t.task.chat, upstream.keeps_conversation() && !t.stateless()) {
             (None, true) => {
-                match crate::upstream::openai::user_text(t.task.input, env.payload_mode) {
+                match crate::upstream::chat::user_text(t.task.input, env.payload_mode) {
                     Ok(user) => self.fitted_turns(t, upstream, &user, most_out).await,
                     Err(error) => return Attempt::Done(Answer::Failed(error)),
                 }
@@ -201,37 +201,35 @@ impl Attempts<'_> {
             }
             Progress::Quiet | Progress::Deltas(_) => ControlFlow::Continue(()),
         };
-        let relay_pieces =
-            |piece: crate::upstream::openai::Piece| -> crate::upstream::PieceSent<'_> {
-                let delta = (!piece.is_empty()).then(|| ChatDelta {
-                    text: piece.text,
-                    other: piece.other,
-                    delegate: Arc::clone(&delegate),
-                    policy: Arc::clone(&t.policy),
-                });
-                let cancelled = t.cancelled();
-                let tx = match t.progress {
-                    Progress::Deltas(tx) => Some(tx),
-                    Progress::Quiet | Progress::Updates(_) => None,
-                };
-                Box::pin(async move {
-                    let Some(tx) = tx else {
-                        return ControlFlow::Continue(());
-                    };
-                    match delta {
-                        // Cancelled: nobody is to be answered.
-                        _ if cancelled => ControlFlow::Break(()),
-                        // The answer itself: waited for, never dropped (a slow client slows the
-                        // read); nobody to take it stops the read.
-                        Some(d) => match tx.send(d).await {
-                            Ok(()) => ControlFlow::Continue(()),
-                            Err(_) => ControlFlow::Break(()),
-                        },
-                        None if tx.is_closed() => ControlFlow::Break(()),
-                        None => ControlFlow::Continue(()),
-                    }
-                })
+        let relay_pieces = |piece: crate::chat::Delta| -> crate::upstream::PieceSent<'_> {
+            let delta = (!piece.is_empty()).then(|| ChatDelta {
+                delta: piece,
+                delegate: Arc::clone(&delegate),
+                policy: Arc::clone(&t.policy),
+            });
+            let cancelled = t.cancelled();
+            let tx = match t.progress {
+                Progress::Deltas(tx) => Some(tx),
+                Progress::Quiet | Progress::Updates(_) => None,
             };
+            Box::pin(async move {
+                let Some(tx) = tx else {
+                    return ControlFlow::Continue(());
+                };
+                match delta {
+                    // Cancelled: nobody is to be answered.
+                    _ if cancelled => ControlFlow::Break(()),
+                    // The answer itself: waited for, never dropped (a slow client slows the
+                    // read); nobody to take it stops the read.
+                    Some(d) => match tx.send(d).await {
+                        Ok(()) => ControlFlow::Continue(()),
+                        Err(_) => ControlFlow::Break(()),
+                    },
+                    None if tx.is_closed() => ControlFlow::Break(()),
+                    None => ControlFlow::Continue(()),
+                }
+            })
+        };
         let relay = match t.progress {
             Progress::Quiet => Relay::Quiet,
             Progress::Updates(_) => Relay::Updates(&relay_updates),
@@ -312,8 +310,7 @@ impl Attempts<'_> {
                     let provenance = self.route_provenance(t, &binding, mode, a.provenance, run);
                     *charged = provenance.cost_usd.or(declared).unwrap_or(0.0);
                     run.usage = a.usage;
-                    run.finish_reason = a.finish_reason;
-                    run.reply_fields = a.fields;
+                    run.chat = a.chat;
                     if let Some(turn) = a.turn.filter(|_| upstream.keeps_conversation()) {
                         self.remember(t, turn).await;
                     }

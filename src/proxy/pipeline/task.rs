@@ -2,7 +2,7 @@
 //! context it runs in ([`TaskCtx`]), what its run produced ([`TaskRun`]), its answer, and the
 //! trip a front end gets back ([`Trip`]).
 
-use crate::chat::{Chat, Refusal as UpstreamRefusal, Usage};
+use crate::chat::{Answer as ChatAnswer, Chat, Delta, Refusal as UpstreamRefusal, Usage};
 use crate::ldp::{Body, DelegationContract, Envelope, LdpError, PayloadMode, Provenance, TaskId};
 use crate::policy::Policy;
 use crate::provenance::Ingress;
@@ -162,16 +162,14 @@ pub(crate) struct TaskRun {
     pub(crate) notes: Vec<String>,
     pub(crate) mode: Option<PayloadMode>,
     pub(crate) upstream: Duration,
-    /// Token counts an OpenAI-backed delegate reported (or the gateway estimated).
+    /// Token counts a chat delegate reported (or the gateway estimated).
     pub(crate) usage: Option<Usage>,
-    /// An OpenAI-backed delegate's refusal of the request (a 4xx that is the request's own),
-    /// for the ingress to answer in kind.
+    /// A chat delegate's refusal of the request (a 4xx that is the request's own), for a
+    /// chat front end to answer in kind.
     pub(crate) refused_upstream: Option<UpstreamRefusal>,
-    /// Why an OpenAI-backed delegate's answer stopped (`stop`, `length`, …).
-    pub(crate) finish_reason: Option<String>,
-    /// An OpenAI-backed delegate's message fields besides its text (`tool_calls`,
-    /// `function_call`, `refusal`, …), for the ingress to answer with.
-    pub(crate) reply_fields: Option<serde_json::Map<String, serde_json::Value>>,
+    /// A chat delegate's answer besides its text (why it stopped, the tools it called, its
+    /// own parts), for a chat front end to answer with.
+    pub(crate) chat: Option<ChatAnswer>,
     /// What an answer that never finished used (an OpenAI stream that broke, passed the
     /// answer cap, or that nobody listened to any more): charged, and recorded in the row of
     /// the failed task.
@@ -248,9 +246,8 @@ impl TaskRun {
             delegate: self.binding.map(|b| b.delegate),
             usage: self.usage,
             refused_upstream: self.refused_upstream,
-            finish_reason: self.finish_reason,
+            chat: self.chat,
             retry_after: self.retry_after,
-            reply_fields: self.reply_fields,
         }
     }
 }
@@ -298,11 +295,8 @@ pub(crate) struct TaskIn<'a> {
 /// A piece of an answer as it streams, with who is answering (for the response's headers).
 #[derive(Debug)]
 pub struct ChatDelta {
-    /// The text added (may be empty).
-    pub text: String,
-    /// The delta's other fields (a piece of `tool_calls` or `function_call`, …) as the
-    /// delegate sent them.
-    pub other: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What is new.
+    pub delta: Delta,
     /// The delegate answering.
     pub delegate: Arc<crate::registry::Delegate>,
     /// The policy the task runs under.
@@ -345,16 +339,15 @@ pub struct Trip {
     pub policy: Arc<Policy>,
     /// The delegate that answered (or last failed).
     pub delegate: Option<Arc<crate::registry::Delegate>>,
-    /// Token counts, for an OpenAI-backed delegate.
+    /// Token counts, for a chat delegate.
     pub usage: Option<Usage>,
-    /// An OpenAI-backed delegate's refusal of the request.
+    /// A chat delegate's refusal of the request.
     pub refused_upstream: Option<UpstreamRefusal>,
-    /// Why an OpenAI-backed delegate's answer stopped.
-    pub finish_reason: Option<String>,
+    /// A chat delegate's answer besides its text: why it stopped, the tools it called, its
+    /// own parts as it gave them.
+    pub chat: Option<ChatAnswer>,
     /// How long to wait, when the answer is a delegate's rate limit.
     pub retry_after: Option<Duration>,
-    /// An OpenAI-backed delegate's message fields besides its text (`tool_calls`, …).
-    pub reply_fields: Option<serde_json::Map<String, serde_json::Value>>,
     /// A verified task's votes, every round's, each vote's reason (as the verifier gave it,
     /// cut to 512 bytes) and its verifier as the client is told of it, index for index.
     pub votes: Vec<crate::provenance::Vote>,

@@ -109,7 +109,7 @@ pub(crate) fn attempt_ended(
         .usage
         .as_ref()
         .filter(|_| chat)
-        .map(|u| (u.input_tokens, u.output_tokens));
+        .map(|u| (u.prompt_tokens(), u.output_tokens));
     span.set(|| {
         let mut a = Vec::new();
         if chat {
@@ -119,8 +119,9 @@ pub(crate) fn attempt_ended(
             a.push(Attr::new("gen_ai.usage.input_tokens", input as i64));
             a.push(Attr::new("gen_ai.usage.output_tokens", output as i64));
         }
-        if let Some(reason) = run.finish_reason.as_ref().filter(|_| chat) {
-            let reasons = vec![reason.clone().into()];
+        let finish = run.chat.as_ref().and_then(|c| c.finish.as_ref());
+        if let Some(finish) = finish.filter(|_| chat) {
+            let reasons = vec![d.upstream.finish_reason(finish).to_owned().into()];
             let value = AttrValue::Array(opentelemetry::Array::String(reasons));
             a.push(Attr::new("gen_ai.response.finish_reasons", value));
         }

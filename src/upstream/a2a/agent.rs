@@ -187,18 +187,10 @@ impl Agent {
     pub fn from_config(
         cfg: &crate::config::DelegateConfig,
         name: &str,
-    ) -> Result<Agent, crate::upstream::openai::BackendError> {
-        use crate::upstream::openai::BackendError;
-        let key = match &cfg.api_key_env {
-            Some(var) => Some(crate::secret::Secret::from_env(var).ok_or_else(|| {
-                BackendError::MissingKey {
-                    delegate: name.to_owned(),
-                    var: var.clone(),
-                }
-            })?),
-            None => None,
-        };
-        Agent::new(cfg.card.clone(), key.as_ref()).map_err(|_| BackendError::BadKey {
+    ) -> Result<Agent, crate::upstream::KeyError> {
+        use crate::upstream::KeyError;
+        let key = crate::upstream::read_key(cfg, name)?.map(|(_, secret)| secret);
+        Agent::new(cfg.card.clone(), key.as_ref()).map_err(|_| KeyError::BadKey {
             delegate: name.to_owned(),
             var: cfg.api_key_env.clone().unwrap_or_default(),
         })

@@ -74,9 +74,9 @@ pub fn build(
     let label = |k: &str| labels.get(k).filter(|v| !v.trim().is_empty()).cloned();
     let restrict = declared.map(|d| d.skills.as_slice()).unwrap_or_default();
     let p = declared
-        .map(crate::upstream::openai::card::prices)
+        .map(crate::upstream::declared::prices)
         .unwrap_or_default();
-    let (typical_in, typical_out) = crate::upstream::openai::card::TYPICAL_CALL_TOKENS;
+    let (typical_in, typical_out) = crate::upstream::declared::TYPICAL_CALL_TOKENS;
     let hints = CapabilityHints {
         quality: declared.and_then(|d| d.quality),
         latency_p50_ms: declared.and_then(|d| d.latency_p50_ms),
@@ -169,6 +169,8 @@ mod tests {
             quality: Some(0.7),
             price_per_mtok_input: Some(1.0),
             price_per_mtok_output: Some(2.0),
+            price_per_mtok_cache_read: None,
+            price_per_mtok_cache_write: None,
             latency_p50_ms: Some(300),
             jurisdiction: Some("eu-west".into()),
             trust_domain: None,

@@ -3,16 +3,16 @@
 //! (`ldp-client`'s pool, deadlines and size caps). Each answer is classified once into a
 //! [`Reply`] or a [`ChatError`] that says whether another delegate may be tried.
 
-use super::card::{prices, Prices};
+use crate::chat::{self, Delta, Dialect, Native, Refusal};
 use crate::config::{DelegateConfig, MaxTokensParam};
 use crate::secret::Secret;
+use crate::upstream::chat::{ChatError, Stopped, Streamed, DRAIN};
+use crate::upstream::declared::{prices, Prices};
+use crate::upstream::{secret_header, KeyError};
 use crate::upstream::{UpstreamClient, UpstreamError};
 use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION};
-use ldp_client::requests_own;
-use openai_wire::{
-    Chunk, Completion, ErrorBody, ErrorDetail, StreamOptions, UpstreamRequest, Usage,
-};
+use openai_wire::{Chunk, Completion, ErrorBody, StreamOptions, UpstreamRequest, Usage};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::ops::ControlFlow;
@@ -47,40 +47,10 @@ impl std::fmt::Debug for Backend {
     }
 }
 
-/// Why an OpenAI-backed delegate cannot be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum BackendError {
-    /// `api_key_env` names a variable that is not set.
-    #[error("delegate '{delegate}': API key variable {var} is not set")]
-    MissingKey {
-        /// The delegate.
-        delegate: String,
-        /// The variable.
-        var: String,
-    },
-    /// The key cannot be sent in a header.
-    #[error("delegate '{delegate}': the API key in {var} is not a valid header value")]
-    BadKey {
-        /// The delegate.
-        delegate: String,
-        /// The variable.
-        var: String,
-    },
-}
-
 impl Backend {
     /// The backend of an entry of kind `openai`, its key read from `api_key_env`.
-    pub fn from_config(cfg: &DelegateConfig, name: &str) -> Result<Backend, BackendError> {
-        let key = match &cfg.api_key_env {
-            Some(var) => {
-                let secret = Secret::from_env(var).ok_or_else(|| BackendError::MissingKey {
-                    delegate: name.to_owned(),
-                    var: var.clone(),
-                })?;
-                Some((var, secret))
-            }
-            None => None,
-        };
+    pub fn from_config(cfg: &DelegateConfig, name: &str) -> Result<Backend, KeyError> {
+        let key = crate::upstream::read_key(cfg, name)?;
         Backend::new(cfg, name, key.as_ref().map(|(v, s)| (v.as_str(), s)))
     }
 
@@ -89,17 +59,13 @@ impl Backend {
         cfg: &DelegateConfig,
         name: &str,
         key: Option<(&str, &Secret)>,
-    ) -> Result<Backend, BackendError> {
-        let mut auth = Vec::new();
-        if let Some((var, secret)) = key {
-            let bearer = [b"Bearer ".as_slice(), secret.expose()].concat();
-            let mut value = HeaderValue::from_bytes(&bearer).map_err(|_| BackendError::BadKey {
-                delegate: name.to_owned(),
-                var: var.to_owned(),
-            })?;
-            value.set_sensitive(true);
-            auth.push((AUTHORIZATION, value));
-        }
+    ) -> Result<Backend, KeyError> {
+        let auth = match key {
+            Some((var, secret)) => {
+                vec![secret_header(name, var, secret, AUTHORIZATION, "Bearer ")?]
+            }
+            None => Vec::new(),
+        };
         let card = cfg.card.as_ref();
         Ok(Backend {
             model: cfg.model.clone().unwrap_or_default(),
@@ -128,166 +94,6 @@ pub struct Reply {
     /// Bytes of the request sent (what a plausible prompt count is bounded by).
     pub request_bytes: usize,
 }
-
-/// A piece of a streamed answer, as it comes.
-#[derive(Debug, Default)]
-pub struct Piece {
-    /// Text added (may be empty).
-    pub text: String,
-    /// The delta's other fields (a piece of `tool_calls` or `function_call`, a `refusal`), as
-    /// they came, but `role` and nulls.
-    pub other: Option<Map<String, Value>>,
-}
-
-impl Piece {
-    /// Whether it adds nothing.
-    pub fn is_empty(&self) -> bool {
-        self.text.is_empty() && self.other.is_none()
-    }
-}
-
-/// What a streamed completion used, kept up to date as it is read, so that a stream that
-/// fails, or that the gateway stops reading, still says what it cost.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Streamed {
-    /// Bytes of answer handed on: text, and the other fields' JSON (tool calls).
-    pub bytes: usize,
-    /// Bytes of the request sent.
-    pub request_bytes: usize,
-    /// Usage, if the delegate reported it.
-    pub usage: Option<Usage>,
-    /// Why the gateway stopped reading before the end, if it did.
-    pub stopped: Option<Stopped>,
-}
-
-/// Why the gateway stopped reading a stream before its end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stopped {
-    /// Nobody listens any more (the client left).
-    Unheard,
-    /// The answer grew past the transport's answer cap (`max_response_bytes`).
-    Cap(usize),
-}
-
-/// Why a completion failed, and what that says.
-#[derive(Debug, thiserror::Error)]
-pub enum ChatError {
-    /// No connection, no answer in time, a connection that broke.
-    #[error(transparent)]
-    Transport(#[from] UpstreamError),
-    /// A non-2xx answer, with OpenAI's error fields when the body had them.
-    #[error("{url} answered HTTP {status}: {}", detail.message)]
-    Status {
-        /// Where.
-        url: String,
-        /// The status.
-        status: u16,
-        /// `Retry-After`.
-        retry_after: Option<Duration>,
-        /// The error's fields (a generic message when the body was not OpenAI's shape).
-        detail: Box<ErrorDetail>,
-    },
-    /// A 2xx answer that is no completion.
-    #[error("{url} sent an unreadable answer: {reason}")]
-    Malformed {
-        /// Where.
-        url: String,
-        /// Why.
-        reason: String,
-    },
-    /// A stream that ended (or failed) before it finished; `relayed` content deltas had
-    /// already gone to the client.
-    #[error("the stream from {url} ended before it finished")]
-    Broken {
-        /// Where.
-        url: String,
-        /// Whether part of the answer was already relayed.
-        relayed: bool,
-    },
-}
-
-impl ChatError {
-    /// Whether another delegate may be tried: a delegate at fault (unreachable, 5xx, 429,
-    /// its own key or model refused, a redirect, a proxy asking for credentials, nonsense)
-    /// before anything reached the client. Only the request's own refusals (400 a bad
-    /// request or a context too long, 413, 422) are not retried: they are the client's
-    /// answer.
-    pub fn retryable(&self) -> bool {
-        match self {
-            ChatError::Transport(e) => e.retryable(),
-            ChatError::Status { status, .. } => !requests_own(*status),
-            ChatError::Malformed { .. } => true,
-            ChatError::Broken { relayed, .. } => !relayed,
-        }
-    }
-
-    /// Whether it says the delegate is unwell: any status but the request's own refusals
-    /// and a 429 (which pauses the delegate instead).
-    pub fn is_delegate_fault(&self) -> bool {
-        match self {
-            ChatError::Transport(e) => e.is_delegate_fault(),
-            ChatError::Status { status, .. } => !requests_own(*status) && *status != 429,
-            ChatError::Malformed { .. } | ChatError::Broken { .. } => true,
-        }
-    }
-
-    /// The reason code for the ledger row and `ldp_gateway_fallbacks_total`.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            ChatError::Transport(e) => e.reason(),
-            ChatError::Status { status: 429, .. } => "rate_limited",
-            ChatError::Status { status, .. } => ldp_client::status_reason(*status),
-            ChatError::Malformed { .. } => "malformed",
-            ChatError::Broken { .. } => "stream_broken",
-        }
-    }
-
-    /// How long the delegate asked not to be called (a 429's `Retry-After`).
-    pub fn pause(&self) -> Option<Duration> {
-        match self {
-            ChatError::Status {
-                status: 429,
-                retry_after,
-                ..
-            } => Some(retry_after.unwrap_or(DEFAULT_PAUSE)),
-            _ => None,
-        }
-    }
-
-    /// What it says without the delegate's address or its own words: fit for a client.
-    /// Read as "the delegate {summary}".
-    pub fn summary(&self) -> ChatSummary<'_> {
-        ChatSummary(self)
-    }
-
-    /// Whether the delegate timed out.
-    pub fn timed_out(&self) -> bool {
-        matches!(self, ChatError::Transport(UpstreamError::Timeout { .. }))
-    }
-}
-
-/// [`ChatError::summary`].
-#[derive(Debug, Clone, Copy)]
-pub struct ChatSummary<'a>(&'a ChatError);
-
-impl std::fmt::Display for ChatSummary<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            ChatError::Transport(e) => e.summary().fmt(f),
-            ChatError::Status { status, .. } => {
-                write!(f, "answered {}", ldp_client::status_text(*status))
-            }
-            ChatError::Malformed { .. } => f.write_str("sent an unreadable answer"),
-            ChatError::Broken { .. } => f.write_str("ended its stream before it finished"),
-        }
-    }
-}
-
-/// How long the end of a finished stream is waited for, to keep its connection.
-const DRAIN: Duration = Duration::from_secs(1);
-
-/// How long a delegate that answered 429 without `Retry-After` is skipped.
-const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
 
 /// What a completion is asked for besides the messages.
 #[derive(Debug, Default, Clone, Copy)]
@@ -440,7 +246,7 @@ impl Backend {
         mut on_piece: F,
     ) -> Result<Reply, ChatError>
     where
-        F: FnMut(Piece) -> Fut,
+        F: FnMut(Delta) -> Fut,
         Fut: std::future::Future<Output = ControlFlow<()>>,
     {
         let url = format!("{base}{CHAT}");
@@ -509,12 +315,12 @@ impl Backend {
                 }
                 if chunk.usage.is_some() {
                     reply.usage = chunk.usage;
-                    used.usage = chunk.usage;
+                    used.usage = chunk.usage.map(super::neutral);
                 }
                 for choice in chunk.choices {
                     let piece = choice.delta.map(piece_of).unwrap_or_default();
                     // What is held and handed on: the text, and a tool call's piece as it came.
-                    let size = piece.text.len() + piece.other.as_ref().map_or(0, |_| data.len());
+                    let size = piece.text.len() + piece.native.as_ref().map_or(0, |_| data.len());
                     if used.bytes + size > cap {
                         used.stopped = Some(Stopped::Cap(cap));
                         tracing::warn!(url = %url, cap, "a streamed answer passed the answer cap; stopped reading");
@@ -558,32 +364,44 @@ impl Backend {
     }
 }
 
-/// A delta as a [`Piece`]: its text, and its other fields but `role` and nulls.
-fn piece_of(d: openai_wire::Delta) -> Piece {
+/// A delta as a piece: its text, its tool-call pieces, and its other fields (but `role` and
+/// nulls) as they came.
+fn piece_of(d: openai_wire::Delta) -> Delta {
     let mut other = d.rest;
     other.retain(|k, v| k != "role" && !v.is_null());
-    Piece {
+    Delta {
         text: d.content.unwrap_or_default(),
-        other: (!other.is_empty()).then_some(other),
+        tool_calls: chat::openai::delta_tool_calls(&other),
+        native: (!other.is_empty()).then_some(Native {
+            dialect: Dialect::OpenAi,
+            fields: other,
+        }),
     }
 }
 
 /// A non-2xx answer as a [`ChatError`], with OpenAI's error fields when the body has them.
 fn status_error(url: String, head: ldp_client::transport::Head, body: &[u8]) -> ChatError {
     let status = head.status.as_u16();
-    let detail = serde_json::from_slice::<ErrorBody>(body)
-        .map(|b| b.error)
-        .unwrap_or_else(|_| ErrorDetail {
+    let refusal = match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(b) => Refusal {
+            status,
+            message: b.error.message,
+            kind: b.error.kind,
+            param: b.error.param,
+            code: b.error.code,
+        },
+        Err(_) => Refusal {
+            status,
             message: format!("HTTP {status}"),
             kind: None,
             param: None,
             code: None,
-        });
+        },
+    };
     ChatError::Status {
         url,
-        status,
         retry_after: head.retry_after,
-        detail: Box::new(detail),
+        refusal: Box::new(refusal),
     }
 }
 
@@ -591,64 +409,6 @@ fn status_error(url: String, head: ldp_client::transport::Head, body: &[u8]) -> 
 mod tests {
     use super::*;
     use crate::config::DelegateKind;
-
-    fn status(code: u16, retry_after: Option<Duration>) -> ChatError {
-        ChatError::Status {
-            url: "http://x/v1/chat/completions".into(),
-            status: code,
-            retry_after,
-            detail: Box::new(ErrorDetail {
-                message: "no".into(),
-                kind: None,
-                param: None,
-                code: None,
-            }),
-        }
-    }
-
-    #[test]
-    fn failures_of_the_delegate_fail_over_and_the_requests_own_do_not() {
-        // (status, retryable, delegate's fault, reason)
-        let table = [
-            (500, true, true, "http_5xx"),
-            (503, true, true, "http_5xx"),
-            (429, true, false, "rate_limited"),
-            (401, true, true, "http_4xx"),
-            (404, true, true, "http_4xx"),
-            (400, false, false, "http_4xx"),
-            (413, false, false, "http_4xx"),
-            (422, false, false, "http_4xx"),
-            // A broken delegate's answers, never the request's own.
-            (302, true, true, "http_3xx"),
-            (304, true, true, "http_3xx"),
-            (407, true, true, "http_4xx"),
-            (409, true, true, "http_4xx"),
-        ];
-        for (code, retryable, fault, reason) in table {
-            let e = status(code, None);
-            assert_eq!(e.retryable(), retryable, "{code}");
-            assert_eq!(e.is_delegate_fault(), fault, "{code}");
-            assert_eq!(e.reason(), reason, "{code}");
-            assert_eq!(e.pause().is_some(), code == 429, "{code}");
-        }
-        assert_eq!(
-            status(429, Some(Duration::from_secs(7))).pause(),
-            Some(Duration::from_secs(7))
-        );
-        assert_eq!(status(429, None).pause(), Some(DEFAULT_PAUSE));
-        let url = String::new();
-        let broken = |relayed| ChatError::Broken {
-            url: url.clone(),
-            relayed,
-        };
-        assert!(broken(false).retryable());
-        assert!(!broken(true).retryable(), "deltas went out: never retried");
-        let timeout = ChatError::Transport(UpstreamError::Timeout {
-            url: url.clone(),
-            after: Duration::from_secs(1),
-        });
-        assert!(timeout.retryable() && timeout.timed_out() && timeout.is_delegate_fault());
-    }
 
     #[test]
     fn the_key_is_a_sensitive_header_and_never_printed() {

@@ -218,6 +218,8 @@ fn agent_entry(url: &str) -> DelegateConfig {
             quality: Some(0.8),
             price_per_mtok_input: None,
             price_per_mtok_output: None,
+            price_per_mtok_cache_read: None,
+            price_per_mtok_cache_write: None,
             latency_p50_ms: Some(100),
             jurisdiction: None,
             trust_domain: None,

@@ -31,6 +31,8 @@ pub fn declared(skills: &[&str], quality: f64) -> DeclaredCard {
         quality: Some(quality),
         price_per_mtok_input: None,
         price_per_mtok_output: None,
+        price_per_mtok_cache_read: None,
+        price_per_mtok_cache_write: None,
         latency_p50_ms: Some(100),
         jurisdiction: None,
         trust_domain: None,

@@ -123,10 +123,7 @@ impl super::Attempts<'_> {
                 t.task.input.get().len() + kept
             }
         };
-        prices.cost(
-            crate::upstream::openai::estimate_tokens(input_bytes),
-            output,
-        )
+        prices.cost(crate::chat::estimate_tokens(input_bytes), output)
     }
 }
 

@@ -1,7 +1,9 @@
-//! The identity card of an OpenAI-backed delegate, built from what the operator declared
-//! (`[delegates.card]`), so that routing, explain, `/admin/delegates` and every policy
-//! constraint treat it like any delegate.
+//! The identity card of a delegate whose identity is declared (`[delegates.card]`): an
+//! OpenAI-compatible or Anthropic model, which has no card of its own (an A2A agent's card
+//! takes its prices from here too), so that routing, explain, `/admin/delegates` and every
+//! policy constraint treat it like any delegate; and the per-token prices it declares.
 
+use crate::chat::Usage;
 use crate::config::DeclaredCard;
 #[cfg(test)]
 use crate::ldp::TrustDomain;
@@ -13,40 +15,73 @@ use std::collections::BTreeMap;
 /// estimate and usage, not this.
 pub const TYPICAL_CALL_TOKENS: (u64, u64) = (1000, 500);
 
-/// USD per million tokens, input and output.
+/// USD per million tokens: input, output, and input read from or written to a prompt cache.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Prices {
-    /// Per million input tokens.
+    /// Per million input tokens (not from the cache).
     pub input: f64,
     /// Per million output tokens.
     pub output: f64,
+    /// Per million input tokens read from the cache.
+    pub cache_read: f64,
+    /// Per million input tokens written to the cache.
+    pub cache_write: f64,
 }
 
 impl Prices {
-    /// What `prompt` input and `completion` output tokens cost.
+    /// What `prompt` input and `completion` output tokens cost (no cache).
     pub fn cost(&self, prompt: u64, completion: u64) -> f64 {
         (prompt as f64 * self.input + completion as f64 * self.output) / 1e6
     }
 
+    /// What `u` costs: each count at its own price, the cache's apart from the input's (the
+    /// usage counts them apart, so nothing is charged twice).
+    pub fn cost_of(&self, u: &Usage) -> f64 {
+        self.cost(u.input_tokens, u.output_tokens)
+            + (u.cache_read_tokens as f64 * self.cache_read
+                + u.cache_write_tokens as f64 * self.cache_write)
+                / 1e6
+    }
+
     /// Whether anything costs money.
     pub fn is_free(&self) -> bool {
-        self.input == 0.0 && self.output == 0.0
+        self.input == 0.0 && self.output == 0.0 && self.cache_read == 0.0 && self.cache_write == 0.0
     }
 }
 
-/// The declared prices (absent ones are 0).
+/// The card of an entry without `[delegates.card]` (`check` refuses one for a chat model; a
+/// registration through the API has none).
+pub static EMPTY_CARD: DeclaredCard = DeclaredCard {
+    skills: Vec::new(),
+    quality: None,
+    price_per_mtok_input: None,
+    price_per_mtok_output: None,
+    price_per_mtok_cache_read: None,
+    price_per_mtok_cache_write: None,
+    latency_p50_ms: None,
+    jurisdiction: None,
+    trust_domain: None,
+    context_window: None,
+    model_family: None,
+};
+
+/// The declared prices (absent ones are 0; an absent cache price is the input price, so a
+/// card that names none charges cached tokens as any input).
 pub fn prices(card: &DeclaredCard) -> Prices {
+    let input = card.price_per_mtok_input.unwrap_or(0.0);
     Prices {
-        input: card.price_per_mtok_input.unwrap_or(0.0),
+        input,
         output: card.price_per_mtok_output.unwrap_or(0.0),
+        cache_read: card.price_per_mtok_cache_read.unwrap_or(input),
+        cache_write: card.price_per_mtok_cache_write.unwrap_or(input),
     }
 }
 
-/// The full LDP card of delegate `name` serving `model` at `url`. Its id is
-/// `ldp:delegate:<name>`, its version the model; each skill carries the declared quality,
-/// latency, the price of a typical call ([`TYPICAL_CALL_TOKENS`]) and streaming; metadata
-/// says `kind = openai` and the per-token prices.
-pub fn build(name: &str, url: &str, model: &str, card: &DeclaredCard) -> IdentityCard {
+/// The full LDP card of delegate `name` of `kind` (`openai`, `anthropic`) serving `model` at
+/// `url`. Its id is `ldp:delegate:<name>`, its version the model; each skill carries the
+/// declared quality, latency, the price of a typical call ([`TYPICAL_CALL_TOKENS`]) and
+/// streaming; metadata says the kind and the per-token prices.
+pub fn build(kind: &str, name: &str, url: &str, model: &str, card: &DeclaredCard) -> IdentityCard {
     let p = prices(card);
     let (typical_in, typical_out) = TYPICAL_CALL_TOKENS;
     let hints = CapabilityHints {
@@ -66,14 +101,25 @@ pub fn build(name: &str, url: &str, model: &str, card: &DeclaredCard) -> Identit
         })
         .collect();
     let mut metadata = BTreeMap::new();
-    metadata.insert("kind".to_owned(), "openai".to_owned());
+    metadata.insert("kind".to_owned(), kind.to_owned());
     metadata.insert("model".to_owned(), model.to_owned());
     metadata.insert("price_per_mtok_input".to_owned(), p.input.to_string());
     metadata.insert("price_per_mtok_output".to_owned(), p.output.to_string());
+    metadata.insert(
+        "price_per_mtok_cache_read".to_owned(),
+        p.cache_read.to_string(),
+    );
+    metadata.insert(
+        "price_per_mtok_cache_write".to_owned(),
+        p.cache_write.to_string(),
+    );
     IdentityCard {
         delegate_id: format!("ldp:delegate:{name}"),
         name: name.to_owned(),
-        description: Some(format!("OpenAI-compatible model {model} at {url}")),
+        description: Some(match kind {
+            "anthropic" => format!("Anthropic model {model} at {url}"),
+            _ => format!("OpenAI-compatible model {model} at {url}"),
+        }),
         model_family: card
             .model_family
             .clone()
@@ -105,13 +151,15 @@ mod tests {
             quality: Some(0.8),
             price_per_mtok_input: Some(0.15),
             price_per_mtok_output: Some(0.60),
+            price_per_mtok_cache_read: None,
+            price_per_mtok_cache_write: Some(0.3),
             latency_p50_ms: Some(800),
             jurisdiction: Some("us-east".into()),
             trust_domain: None,
             context_window: Some(128_000),
             model_family: Some("gpt-4o".into()),
         };
-        let card = build("mini", "http://h/v1", "gpt-4o-mini", &declared);
+        let card = build("openai", "mini", "http://h/v1", "gpt-4o-mini", &declared);
         assert_eq!(card.delegate_id, "ldp:delegate:mini");
         assert_eq!(
             (card.model_family.as_str(), card.model_version.as_str()),
@@ -131,6 +179,9 @@ mod tests {
         assert_eq!(card.supported_payload_modes, [PayloadMode::Text]);
         let p = prices(&declared);
         assert!((p.cost(2_000_000, 1_000_000) - 0.90).abs() < 1e-12);
+        // Cache reads at the input price (none declared), writes at their own; never twice.
+        let u = Usage::with_cache(1_000_000, 0, 1_000_000, 1_000_000);
+        assert!((p.cost_of(&u) - (0.15 + 0.15 + 0.3)).abs() < 1e-12);
         assert!(Prices::default().is_free() && !p.is_free());
     }
 }
