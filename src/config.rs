@@ -5,6 +5,7 @@
 
 mod a2a;
 mod admin;
+mod anthropic;
 mod checks;
 mod cluster;
 mod delegates;
@@ -30,6 +31,7 @@ mod upstream;
 
 pub use a2a::A2aConfig;
 pub use admin::AdminConfig;
+pub use anthropic::AnthropicConfig;
 pub use cluster::ClusterConfig;
 pub use delegates::{
     normalize_url, AnthropicAuth, DeclaredCard, DelegateConfig, DelegateKind, MaxTokensParam,
@@ -82,6 +84,8 @@ pub struct Config {
     pub delegates: Vec<DelegateConfig>,
     /// OpenAI-backed delegates and the OpenAI-compatible ingress.
     pub openai: OpenAiConfig,
+    /// The Anthropic-compatible ingress.
+    pub anthropic: AnthropicConfig,
     /// Policy files.
     pub policies: PoliciesConfig,
     /// How routing treats prices, missing hints and unknown values.

@@ -13,7 +13,9 @@
 //! table).
 
 pub mod a2a;
+pub mod anthropic;
 pub(crate) mod api_error;
+pub(crate) mod chat;
 pub mod ladp;
 pub(crate) mod ldp;
 pub mod llmcp;
@@ -76,12 +78,45 @@ pub struct Shared {
     pub otel: Option<Arc<Otel>>,
 }
 
+/// Whether a `/v1/…` request is Anthropic's to answer: it names an `anthropic-version` and
+/// that ingress is on, or only that ingress is on.
+fn anthropics(s: &AppState, headers: &axum::http::HeaderMap) -> bool {
+    let c = &s.config;
+    c.anthropic.ingress && (anthropic::speaks_anthropic(headers) || !c.openai.ingress)
+}
+
+/// `GET /v1/models`, which both chat front ends serve: Anthropic's list to a request that
+/// names an `anthropic-version`, OpenAI's otherwise.
+pub(crate) async fn models(
+    axum::extract::State(s): axum::extract::State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    match anthropics(&s, &headers) {
+        true => anthropic::models(&s, &headers).await,
+        false => openai::models(axum::extract::State(s), headers).await,
+    }
+}
+
+/// Any other `/v1/…` path: a 404 in the form of the API the request speaks.
+pub(crate) async fn unknown_v1(
+    axum::extract::State(s): axum::extract::State<AppState>,
+    headers: axum::http::HeaderMap,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+) -> Response {
+    match anthropics(&s, &headers) {
+        true => anthropic::unknown(method, uri).await,
+        false => openai::unknown(method, uri).await,
+    }
+}
+
 /// `e` in the error shape of the way in `protocol`, nothing of the request known: how a route
 /// of that protocol answers a panic of its handler. Exhaustive: a new way in must say how.
 pub(crate) fn error_answer(protocol: Ingress, s: &AppState, e: ApiError) -> Response {
     match protocol {
         Ingress::Ldp => ldp::error_answer(e),
         Ingress::Openai => openai::error_answer(e),
+        Ingress::Anthropic => anthropic::error_answer(e),
         Ingress::Llmcp => llmcp::error_answer(e),
         Ingress::Llmx => llmx::error_answer(s, e),
         Ingress::Ladp => ladp::error_answer(e),

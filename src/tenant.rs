@@ -155,16 +155,20 @@ impl Tenants {
     /// every caller is `anonymous` (a key, if sent, is ignored); with tenants, a key must be
     /// known, and no key at all is only accepted by a keyless tenant named `anonymous`.
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<Arc<Tenant>, AuthError> {
+        let key = authorization.and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        });
+        self.authenticate_key(key)
+    }
+
+    /// The tenant of API key `key` (as sent: an `x-api-key` header's value), as
+    /// [`Self::authenticate`] finds it.
+    pub fn authenticate_key(&self, key: Option<&str>) -> Result<Arc<Tenant>, AuthError> {
         if !self.configured() {
             return self.keyless.clone().ok_or(AuthError::Missing);
         }
-        let key = authorization
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .filter(|k| !k.is_empty());
+        let key = key.map(str::trim).filter(|k| !k.is_empty());
         match key {
             None => self.keyless.clone().ok_or(AuthError::Missing),
             Some(k) => {

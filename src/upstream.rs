@@ -190,6 +190,14 @@ impl Upstream {
         }
     }
 
+    /// Its Anthropic model, if it is one (what `count_tokens` asks).
+    pub fn anthropic(&self) -> Option<&anthropic::Anthropic> {
+        match self {
+            Upstream::Anthropic(a) => Some(a),
+            Upstream::Ldp(_) | Upstream::OpenAi(_) | Upstream::A2a(_) => None,
+        }
+    }
+
     /// Why a chat answer stopped, in the provider's own words (the GenAI conventions'
     /// `finish_reasons`).
     pub fn finish_reason<'a>(&self, f: &'a crate::chat::Finish) -> &'a str {

@@ -15,10 +15,11 @@ mod chat;
 mod refusal;
 mod reply;
 
-pub use chat::{chat, ChatOutcome, ChatRefusal, ChatReply};
+pub(crate) use chat::chat;
 use refusal::OpenAiErrors;
 
 use super::api_error::{ApiError, ErrorKind};
+use super::chat::skill_and_policy;
 use super::request::{read_json_body, refuse, request_ctx, CancelIngressTasksOnDrop};
 use super::AppState;
 use crate::ldp::error::GatewayCode;
@@ -107,17 +108,13 @@ async fn read_request(
             None => err,
         }
     })?;
-    let (skill, policy) = match req.model.split_once('@') {
-        Some((skill, policy)) => (skill.trim(), Some(policy.trim())),
-        None => (req.model.trim(), None),
-    };
-    if skill.is_empty() || policy.is_some_and(str::is_empty) {
+    let Some((skill, policy)) = skill_and_policy(&req.model) else {
         return Err(ApiError::new(
             GatewayCode::BadRequest,
             "`model` must name a skill, or a skill and a policy as `skill@policy`",
         )
         .openai_param("model"));
-    }
+    };
     if req.messages.is_empty() {
         return Err(
             ApiError::new(GatewayCode::BadRequest, "`messages` must not be empty")

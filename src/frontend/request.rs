@@ -156,16 +156,38 @@ pub fn json_depth_exceeds(bytes: &[u8], max: usize) -> bool {
     false
 }
 
-/// Who is calling (the tenant of its API key) and what the headers add (`x-ldp-policy`).
+/// Who is calling (the tenant of its API key, `Authorization: Bearer`) and what the headers
+/// add (`x-ldp-policy`).
 pub(super) fn request_ctx(s: &AppState, headers: &HeaderMap) -> Result<RequestCtx, ApiError> {
     let auth = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let tenant = s
-        .proxy
-        .tenants()
-        .authenticate(auth)
-        .map_err(|e| ApiError::new(GatewayCode::Unauthenticated, e.to_string()))?;
+    let tenant = s.proxy.tenants().authenticate(auth);
+    ctx_of(headers, tenant)
+}
+
+/// As [`request_ctx`], the key read from `key_header` (Anthropic's `x-api-key`) when the
+/// request has it, else from `Authorization: Bearer`.
+pub(super) fn request_ctx_keyed(
+    s: &AppState,
+    headers: &HeaderMap,
+    key_header: &str,
+) -> Result<RequestCtx, ApiError> {
+    match headers.get(key_header).and_then(|v| v.to_str().ok()) {
+        Some(key) => {
+            let tenant = s.proxy.tenants().authenticate_key(Some(key));
+            ctx_of(headers, tenant)
+        }
+        None => request_ctx(s, headers),
+    }
+}
+
+/// The request's context once its key has found (or not) its tenant.
+fn ctx_of(
+    headers: &HeaderMap,
+    tenant: Result<std::sync::Arc<crate::tenant::Tenant>, crate::tenant::AuthError>,
+) -> Result<RequestCtx, ApiError> {
+    let tenant = tenant.map_err(|e| ApiError::new(GatewayCode::Unauthenticated, e.to_string()))?;
     let trace = REQUEST_TRACE.try_with(Clone::clone).unwrap_or_default();
     // The tenant's name, never its key.
     trace.set(|| {

@@ -32,6 +32,8 @@ pub enum Ingress {
     Ldp,
     /// The OpenAI-compatible `/v1/chat/completions`.
     Openai,
+    /// The Anthropic-compatible `/v1/messages`.
+    Anthropic,
     /// The LLMCP bridge.
     Llmcp,
     /// The LLMX bridge.
@@ -45,9 +47,10 @@ pub enum Ingress {
 impl Ingress {
     /// Every value, for metrics exported at 0 from the start. A new front end's value goes
     /// here too: the compiler stops a newcomer at `as_str`, just below, not here.
-    pub const ALL: [Ingress; 6] = [
+    pub const ALL: [Ingress; 7] = [
         Ingress::Ldp,
         Ingress::Openai,
+        Ingress::Anthropic,
         Ingress::Llmcp,
         Ingress::Llmx,
         Ingress::Ladp,
@@ -59,6 +62,7 @@ impl Ingress {
         match self {
             Ingress::Ldp => "ldp",
             Ingress::Openai => "openai",
+            Ingress::Anthropic => "anthropic",
             Ingress::Llmcp => "llmcp",
             Ingress::Llmx => "llmx",
             Ingress::Ladp => "ladp",

@@ -48,6 +48,7 @@ fn ingress_from(ingress: Ingress) -> &'static str {
     match ingress {
         Ingress::Ldp => "ldp:client:ldp-ingress",
         Ingress::Openai => "ldp:client:openai-ingress",
+        Ingress::Anthropic => "ldp:client:anthropic-ingress",
         Ingress::Llmcp => "ldp:client:llmcp-ingress",
         Ingress::Llmx => "ldp:client:llmx-ingress",
         Ingress::Ladp => "ldp:client:ladp-ingress",

@@ -98,7 +98,12 @@ impl Pipeline<'_> {
         // task is known by its owner and id alone (its session is the front end's).
         let session_key = match task.ingress {
             Ingress::Ldp => Some(env.session_id.clone()),
-            Ingress::Openai | Ingress::Llmcp | Ingress::Llmx | Ingress::Ladp | Ingress::A2a => None,
+            Ingress::Openai
+            | Ingress::Anthropic
+            | Ingress::Llmcp
+            | Ingress::Llmx
+            | Ingress::Ladp
+            | Ingress::A2a => None,
         };
         let registered = self
             .running

@@ -92,6 +92,14 @@ fn openai_ingress(c: &Config) -> bool {
     c.openai.ingress
 }
 
+fn anthropic_ingress(c: &Config) -> bool {
+    c.anthropic.ingress
+}
+
+fn chat_ingress(c: &Config) -> bool {
+    c.openai.ingress || c.anthropic.ingress
+}
+
 /// Every route of the LDP listener.
 pub(super) const TABLE: &[Route] = &[
     Route::new("/ldp/messages", Ingress::Ldp, || {
@@ -115,18 +123,24 @@ pub(super) const TABLE: &[Route] = &[
         post(frontend::openai::completions).fallback(frontend::openai::unknown)
     })
     .when(openai_ingress),
+    Route::new("/v1/messages", Ingress::Anthropic, || {
+        post(frontend::anthropic::messages).fallback(frontend::anthropic::unknown)
+    })
+    .when(anthropic_ingress),
+    Route::new("/v1/messages/count_tokens", Ingress::Anthropic, || {
+        post(frontend::anthropic::count_tokens).fallback(frontend::anthropic::unknown)
+    })
+    .when(anthropic_ingress),
     Route::new("/v1/models", Ingress::Openai, || {
-        get(frontend::openai::models).fallback(frontend::openai::unknown)
+        get(frontend::models).fallback(frontend::unknown_v1)
     })
-    .when(openai_ingress),
-    Route::new("/v1", Ingress::Openai, || any(frontend::openai::unknown))
+    .when(chat_ingress),
+    Route::new("/v1", Ingress::Openai, || any(frontend::unknown_v1))
         .other()
-        .when(openai_ingress),
-    Route::new("/v1/{*rest}", Ingress::Openai, || {
-        any(frontend::openai::unknown)
-    })
-    .other()
-    .when(openai_ingress),
+        .when(chat_ingress),
+    Route::new("/v1/{*rest}", Ingress::Openai, || any(frontend::unknown_v1))
+        .other()
+        .when(chat_ingress),
     Route::new("/llmx", Ingress::Llmx, || post(frontend::llmx::llmx)),
     Route::new("/ladp", Ingress::Ladp, || post(frontend::ladp::ladp)),
     Route::new("/llmcp", Ingress::Llmcp, || post(frontend::llmcp::llmcp)),
@@ -299,6 +313,12 @@ mod tests {
             Ingress::Openai => {
                 let j = json();
                 j["error"]["type"] == "server_error" && j["error"].get("category").is_none()
+            }
+            Ingress::Anthropic => {
+                let j = json();
+                j["type"] == "error"
+                    && j["error"]["type"] == "api_error"
+                    && j["error"].get("code").is_none()
             }
             Ingress::Llmcp => {
                 let j = json();

@@ -3,22 +3,22 @@
 //! usage when asked, `[DONE]`), with the `x-ldp-*` headers; a refused or failed completion in
 //! OpenAI's error form.
 
-use super::chat::{ChatOutcome, ChatRefusal, ChatReply};
+use super::chat::{reply_of, ChatReply};
 use super::refusal::OpenAiErrors;
 use crate::frontend::api_error::ApiError;
+use crate::frontend::chat::{joined, ldp_headers, ChatRefusal, ChatTask};
 use crate::frontend::request::refuse;
 use crate::frontend::AppState;
 use crate::ldp::TaskId;
 use crate::proxy::ChatDelta;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use openai_wire::Usage;
+use openai_wire::{ErrorDetail, Usage};
 use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
 /// A whole completion's answer, once its task is done.
 pub(super) async fn whole(
@@ -30,7 +30,10 @@ pub(super) async fn whole(
     let outcome = joined(s, task.await)?;
     let headers = ldp_headers(task_id, Some(&outcome.policy), outcome.delegate.as_deref());
     match outcome.result {
-        Ok(answer) => Ok((headers, axum::Json(reply.completion(&answer))).into_response()),
+        Ok(answer) => {
+            let answer = reply_of(answer);
+            Ok((headers, axum::Json(reply.completion(&answer))).into_response())
+        }
         // A failed task has its ledger row too: its headers name it.
         Err(r) => {
             let mut resp = refuse(refusal(r).openai());
@@ -40,41 +43,21 @@ pub(super) async fn whole(
     }
 }
 
-/// The task's outcome, or the gateway's refusal of it.
-fn joined(
-    s: &AppState,
-    j: Result<Result<ChatOutcome, crate::proxy::Refusal>, tokio::task::JoinError>,
-) -> Result<ChatOutcome, ApiError> {
-    match j {
-        Ok(Ok(o)) => Ok(o),
-        Ok(Err(refusal)) => Err(ApiError::from(refusal)),
-        Err(e) => Err(crate::frontend::api_error::task_lost(&s.metrics, e)),
-    }
-}
-
-/// A refused or failed completion as an error answer: an OpenAI-backed delegate's own
-/// refusal of the request as it came, else the LDP error with the LDP routes' status.
+/// A refused or failed completion as an error answer: a chat delegate's own refusal of the
+/// request as it came, else the LDP error with the LDP routes' status.
 fn refusal(r: ChatRefusal) -> ApiError {
     match r.upstream {
-        Some((status, detail)) => ApiError::openai_upstream(r.error, status, detail),
+        Some(u) => {
+            let detail = ErrorDetail {
+                message: u.message,
+                kind: u.kind,
+                param: u.param,
+                code: u.code,
+            };
+            ApiError::openai_upstream(r.error, u.status, detail)
+        }
         None => ApiError::task_failed(r.error).with_retry_after(r.retry_after),
     }
-}
-
-/// `x-ldp-task-id`, `x-ldp-policy`, `x-ldp-delegate` (the last two when known).
-fn ldp_headers(task_id: &TaskId, policy: Option<&str>, delegate: Option<&str>) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    let pairs = [
-        ("x-ldp-task-id", Some(task_id.as_str())),
-        ("x-ldp-policy", policy),
-        ("x-ldp-delegate", delegate),
-    ];
-    for (name, value) in pairs {
-        if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
-            h.insert(HeaderName::from_static(name), v);
-        }
-    }
-    h
 }
 
 /// What every answer of one request shares.
@@ -235,8 +218,6 @@ fn usage(u: &Usage) -> Value {
     })
 }
 
-pub(super) type ChatTask = JoinHandle<Result<ChatOutcome, crate::proxy::Refusal>>;
-
 /// A streamed completion. The status is decided by the first thing that comes: a delta
 /// (200, the stream goes on) or the outcome (an answer sent as a short stream, or an error
 /// with its status). A failure after deltas went out ends the stream with an error event and
@@ -280,7 +261,7 @@ pub(super) async fn stream(
         Err(outcome) => {
             let headers = ldp_headers(&task_id, Some(&outcome.policy), outcome.delegate.as_deref());
             let answer = match outcome.result {
-                Ok(a) => a,
+                Ok(a) => reply_of(a),
                 Err(r) => {
                     let mut resp = refuse(refusal(r).openai());
                     resp.headers_mut().extend(headers);
@@ -345,7 +326,9 @@ impl Streaming {
             j = task => {
                 self.task = None;
                 match joined(&self.state, j).and_then(|o| o.result.map_err(refusal)) {
-                    Ok(answer) => self.reply.ending(&self.model, &answer, &mut self.out),
+                    Ok(answer) => {
+                        self.reply.ending(&self.model, &reply_of(answer), &mut self.out)
+                    }
                     Err(e) => {
                         let e = e.openai();
                         let body = json!({"error": {

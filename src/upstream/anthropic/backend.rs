@@ -11,8 +11,8 @@ use crate::upstream::chat::{ChatError, Stopped, Streamed, DRAIN};
 use crate::upstream::declared::{prices, Prices};
 use crate::upstream::{secret_header, KeyError, UpstreamClient, UpstreamError};
 use anthropic_wire::{
-    ErrorBody, MessageResponse, StartedMessage, MESSAGES_PATH, MODELS_PATH, VERSION_2023,
-    VERSION_HEADER,
+    ErrorBody, MessageResponse, StartedMessage, COUNT_TOKENS_PATH, MESSAGES_PATH, MODELS_PATH,
+    VERSION_2023, VERSION_HEADER,
 };
 use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue, AUTHORIZATION};
@@ -196,6 +196,42 @@ impl Backend {
             answer.head,
             &answer.body,
         ))
+    }
+
+    /// `POST {base}/v1/messages/count_tokens` of a request's `body` (its model replaced by
+    /// this delegate's) within `timeout`: the input tokens it counts.
+    pub async fn count_tokens(
+        &self,
+        client: &UpstreamClient,
+        base: &str,
+        mut body: Map<String, Value>,
+        timeout: Duration,
+    ) -> Result<u64, ChatError> {
+        let url = format!("{base}{COUNT_TOKENS_PATH}");
+        body.insert("model".into(), Value::String(self.model.clone()));
+        let bytes = serde_json::to_vec(&body).map_err(|e| ChatError::Malformed {
+            url: url.clone(),
+            reason: format!("request not encoded: {e}"),
+        })?;
+        let answer = client
+            .request(
+                base,
+                COUNT_TOKENS_PATH,
+                Some(Bytes::from(bytes)),
+                &self.headers,
+                None.into(),
+                timeout,
+            )
+            .await?;
+        if !answer.head.status.is_success() {
+            return Err(status_error(url, answer.head, &answer.body));
+        }
+        serde_json::from_slice::<anthropic_wire::TokenCount>(&answer.body)
+            .map(|c| c.input_tokens)
+            .map_err(|e| ChatError::Malformed {
+                url,
+                reason: e.to_string(),
+            })
     }
 
     /// One whole message of `messages` within `timeout`.
