@@ -96,15 +96,7 @@ pub const TASK_OUTCOMES: [&str; 2] = ["result", "failed"];
 
 /// The front ends a task can come in through, as `ldp_gateway_tasks_total{ingress}` counts
 /// them (the ledger's `provenance::Ingress`, pinned equal by its test).
-pub const INGRESSES: [&str; 7] = [
-    "ldp",
-    "openai",
-    "anthropic",
-    "llmcp",
-    "llmx",
-    "ladp",
-    "a2a",
-];
+pub const INGRESSES: [&str; 7] = ["ldp", "openai", "anthropic", "llmcp", "llmx", "ladp", "a2a"];
 
 /// Why the ledger refused rows, as `ldp_gateway_ledger_shed_rows_total{reason}` counts them
 /// (the ledger's `provenance::Backlog`, pinned equal by its test).

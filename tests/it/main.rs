@@ -14,6 +14,7 @@ mod support;
 mod a2a_delegates;
 mod a2a_wire;
 mod adapter;
+mod anthropic_ingress;
 mod architecture;
 mod bridge_a2a;
 mod bridge_ladp;

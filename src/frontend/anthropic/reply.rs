@@ -204,7 +204,7 @@ pub(super) async fn stream(
             );
             out.push_back(reply.start(&model));
             push_piece(&mut writer, &delta.delta, &mut out);
-            out.push_back(event("ping", &json!({"type": "ping"})));
+            pinged(&mut out);
             (headers, Some(task))
         }
         Err(outcome) => {
@@ -219,8 +219,8 @@ pub(super) async fn stream(
             };
             let model = model_of(&answer.model, &reply.model).to_owned();
             out.push_back(reply.start(&model));
-            out.push_back(event("ping", &json!({"type": "ping"})));
             whole_blocks(&answer, &mut out);
+            pinged(&mut out);
             reply.ending(&mut writer, &answer, &mut out);
             (headers, None)
         }
@@ -241,6 +241,13 @@ pub(super) async fn stream(
     *resp.status_mut() = StatusCode::OK;
     resp.headers_mut().extend(headers);
     Ok(resp)
+}
+
+/// A `ping` put where Anthropic sends one: after the first block's start (after
+/// `message_start` when there is none yet).
+fn pinged(out: &mut VecDeque<Event>) {
+    let at = out.len().min(2);
+    out.insert(at, event("ping", &json!({"type": "ping"})));
 }
 
 /// The events of piece `d`.

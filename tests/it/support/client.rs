@@ -171,6 +171,19 @@ impl Client {
         self.read(resp).await.expect("GET body")
     }
 
+    /// GETs `path` with extra headers.
+    pub async fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Resp {
+        let mut req = self.authorized(self.http.get(self.url(path)));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        self.read(resp).await.expect("GET body")
+    }
+
     pub async fn delete(&self, path: &str) -> Resp {
         let resp = self
             .authorized(self.http.delete(self.url(path)))
