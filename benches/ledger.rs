@@ -80,6 +80,7 @@ fn row_at(i: usize, now: chrono::DateTime<chrono::Utc>) -> LedgerRow {
         payload: None,
         votes: Vec::new(),
         trace_id: None,
+        usage: None,
     }
 }
 

@@ -74,6 +74,22 @@ pub struct Chat {
 }
 
 impl Chat {
+    /// The size of the prompt a delegate reads, in bytes: each message's text, and the
+    /// system prompt and tools sent beside the messages (Anthropic's `system`, either
+    /// dialect's `tools`, as JSON).
+    pub fn prompt_bytes(&self) -> usize {
+        let said: usize = self.messages.iter().map(|m| m.text().len()).sum();
+        let beside: usize = ["system", "tools"]
+            .iter()
+            .filter_map(|k| self.params.get(*k))
+            .map(|v| match v {
+                Value::String(s) => s.len(),
+                other => other.to_string().len(),
+            })
+            .sum();
+        said + beside
+    }
+
     /// An empty chat in `dialect`.
     pub fn new(dialect: Dialect) -> Chat {
         Chat {
@@ -252,8 +268,9 @@ pub enum Finish {
     ToolUse,
     /// It refused (a content filter, a refusal).
     Refused,
-    /// Some other reason, as the delegate named it.
-    Other(String),
+    /// Some other reason, as a delegate of that dialect named it (`pause_turn`, …): told as
+    /// it came to a client of the same dialect, as a plain stop to another.
+    Other(Dialect, String),
 }
 
 /// What a chat delegate answered besides its text and usage: in neutral words, and its own

@@ -37,7 +37,8 @@ pub use postgres::PostgresBackend;
 pub use query::{Format, Query};
 pub use readers::Cancel;
 pub use row::{
-    digest, redact_preview, Evidence, EvidenceSource, Ingress, JsonText, LedgerRow, Outcome, Vote,
+    digest, redact_preview, Evidence, EvidenceSource, Ingress, JsonText, LedgerRow, Outcome,
+    TokenCounts, Vote,
 };
 pub use sqlite::SqliteBackend;
 pub use writer::{Ledger, LedgerHandle, Opened};

@@ -52,6 +52,7 @@ const STATUS_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 /// How much of its recent tasks it remembers.
 const STATUS_BYTES: u64 = 16 * 1024 * 1024;
 
+pub mod anthropic;
 mod handler;
 pub mod openai;
 mod session;
@@ -409,6 +410,62 @@ impl Drop for SimHandle {
     }
 }
 
+/// The request record's bound in bytes (of the bodies as received), besides its count.
+const RECORD_BYTES: usize = 8 * 1024 * 1024;
+
+/// The last requests a simulated model server saw, bounded by count and by bytes.
+struct Record<T> {
+    items: std::collections::VecDeque<(T, usize)>,
+    bytes: usize,
+}
+
+impl<T> Default for Record<T> {
+    fn default() -> Self {
+        Record {
+            items: std::collections::VecDeque::new(),
+            bytes: 0,
+        }
+    }
+}
+
+impl<T> Record<T> {
+    /// Keeps `item` (of `size` bytes as received), dropping the oldest beyond `cap` items or
+    /// [`RECORD_BYTES`]; an item larger than that is not kept.
+    fn push(&mut self, cap: usize, item: T, size: usize) {
+        if cap == 0 || size > RECORD_BYTES {
+            return;
+        }
+        while self.items.len() >= cap || self.bytes + size > RECORD_BYTES {
+            match self.items.pop_front() {
+                Some((_, n)) => self.bytes -= n,
+                None => break,
+            }
+        }
+        self.bytes += size;
+        self.items.push_back((item, size));
+    }
+
+    /// The items kept, oldest first.
+    fn items(&self) -> impl Iterator<Item = &T> {
+        self.items.iter().map(|(item, _)| item)
+    }
+}
+
+/// A simulated model's token estimate: `ceil(bytes / 4)`, at least 1.
+fn tokens(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(4).max(1)
+}
+
+/// `text` in up to `n` pieces of about equal length, cut at char boundaries; none if empty.
+fn split(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return Vec::new();
+    }
+    let size = chars.len().div_ceil(n.max(1));
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
 fn url_of(addr: SocketAddr) -> String {
     let mut addr = addr;
     if addr.ip().is_unspecified() {
@@ -633,4 +690,37 @@ async fn stream(
         Some((Event::default().json_data(&env), rx))
     });
     Sse::new(events).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_keeps_the_text_and_the_piece_count() {
+        assert_eq!(split("abcdefghij", 4), ["abc", "def", "ghi", "j"]);
+        assert_eq!(split("ab", 4), ["a", "b"]);
+        assert_eq!(split("héllo wörld", 4).concat(), "héllo wörld");
+        assert!(split("", 4).is_empty());
+    }
+
+    #[test]
+    fn token_estimate_is_a_quarter_of_the_bytes_at_least_one() {
+        assert_eq!(tokens(0), 1);
+        assert_eq!(tokens(4), 1);
+        assert_eq!(tokens(5), 2);
+    }
+
+    #[test]
+    fn the_record_is_bounded_by_count_and_bytes() {
+        let mut record = Record::default();
+        for i in 0..5 {
+            record.push(2, i, 1);
+        }
+        assert_eq!(record.items().copied().collect::<Vec<_>>(), [3, 4]);
+        record.push(2, 9, RECORD_BYTES);
+        assert_eq!(record.items().copied().collect::<Vec<_>>(), [9]);
+        record.push(2, 10, RECORD_BYTES + 1);
+        assert_eq!(record.items().copied().collect::<Vec<_>>(), [9]);
+    }
 }

@@ -205,7 +205,7 @@ pub fn finish(reason: &str, sequence: Option<&str>) -> Finish {
         "stop_sequence" => Finish::StopSequence(sequence.map(str::to_owned)),
         "tool_use" => Finish::ToolUse,
         "refusal" => Finish::Refused,
-        other => Finish::Other(other.to_owned()),
+        other => Finish::Other(Dialect::Anthropic, other.to_owned()),
     }
 }
 
@@ -217,7 +217,8 @@ pub fn stop_reason(f: &Finish) -> (&str, Option<&str>) {
         Finish::StopSequence(s) => ("stop_sequence", s.as_deref()),
         Finish::ToolUse => ("tool_use", None),
         Finish::Refused => ("refusal", None),
-        Finish::Other(s) => (s, None),
+        Finish::Other(Dialect::Anthropic, s) => (s, None),
+        Finish::Other(Dialect::OpenAi, _) => ("end_turn", None),
     }
 }
 
@@ -255,6 +256,68 @@ pub fn content(text: &str, answer: &Answer) -> Vec<Value> {
     }
     blocks.extend(answer.tool_calls.iter().map(tool_use));
     blocks
+}
+
+/// The events a stream carries for content block `index` of a whole message, in order:
+/// `content_block_start` (the block begun empty), one delta with all of it, then
+/// `content_block_stop`. A block of a type with no known delta begins whole.
+pub fn block_events(index: usize, block: &Value) -> Vec<(&'static str, Map<String, Value>)> {
+    let event = |v: Value| match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    let start = |b: Value| {
+        event(json!({"type": "content_block_start", "index": index, "content_block": b}))
+    };
+    let delta =
+        |d: Value| event(json!({"type": "content_block_delta", "index": index, "delta": d}));
+    let mut out = Vec::with_capacity(4);
+    match block["type"].as_str() {
+        Some("text") => {
+            out.push((
+                "content_block_start",
+                start(json!({"type": "text", "text": ""})),
+            ));
+            let text = block["text"].as_str().unwrap_or_default();
+            out.push((
+                "content_block_delta",
+                delta(json!({"type": "text_delta", "text": text})),
+            ));
+        }
+        Some("tool_use") => {
+            let mut begun = block.clone();
+            begun["input"] = json!({});
+            out.push(("content_block_start", start(begun)));
+            let input = block
+                .get("input")
+                .map_or_else(|| "{}".to_owned(), Value::to_string);
+            out.push((
+                "content_block_delta",
+                delta(json!({"type": "input_json_delta", "partial_json": input})),
+            ));
+        }
+        Some("thinking") => {
+            out.push((
+                "content_block_start",
+                start(json!({"type": "thinking", "thinking": "", "signature": ""})),
+            ));
+            let thinking = block["thinking"].as_str().unwrap_or_default();
+            out.push((
+                "content_block_delta",
+                delta(json!({"type": "thinking_delta", "thinking": thinking})),
+            ));
+            out.push((
+                "content_block_delta",
+                delta(json!({"type": "signature_delta", "signature": block["signature"]})),
+            ));
+        }
+        _ => out.push(("content_block_start", start(block.clone()))),
+    }
+    out.push((
+        "content_block_stop",
+        event(json!({"type": "content_block_stop", "index": index})),
+    ));
+    out
 }
 
 /// Reads an Anthropic stream's content events as pieces: text deltas as text, `tool_use`
@@ -506,6 +569,38 @@ mod tests {
             stop_reason(&finish("stop_sequence", Some("END"))),
             ("stop_sequence", Some("END"))
         );
+        // A reason of the other dialect's own is a plain stop here, and the other way round.
+        let other = super::super::openai::finish("function_call");
+        assert_eq!(stop_reason(&other), ("end_turn", None));
+        assert_eq!(
+            super::super::openai::finish_reason(&finish("pause_turn", None)),
+            "stop"
+        );
+    }
+
+    #[test]
+    fn a_whole_messages_blocks_are_the_events_a_stream_carries() {
+        let mut pieces = PieceReader::default();
+        let blocks = [
+            json!({"type": "thinking", "thinking": "hm", "signature": "s"}),
+            json!({"type": "text", "text": "hi"}),
+            json!({"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}}),
+        ];
+        let mut text = String::new();
+        let mut args = String::new();
+        for (i, b) in blocks.iter().enumerate() {
+            let events = block_events(i, b);
+            assert_eq!(events.first().map(|e| e.0), Some("content_block_start"));
+            assert_eq!(events.last().map(|e| e.0), Some("content_block_stop"));
+            for (kind, event) in events {
+                assert_eq!(event["index"], i);
+                let d = pieces.piece(kind, event);
+                text.push_str(&d.text);
+                args.extend(d.tool_calls.iter().map(|c| c.arguments.as_str()));
+            }
+        }
+        assert_eq!(text, "hi");
+        assert_eq!(args, r#"{"a":1}"#);
     }
 
     #[test]

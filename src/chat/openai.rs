@@ -248,7 +248,7 @@ pub fn finish(reason: &str) -> Finish {
         "length" => Finish::Length,
         "tool_calls" => Finish::ToolUse,
         "content_filter" => Finish::Refused,
-        other => Finish::Other(other.to_owned()),
+        other => Finish::Other(Dialect::OpenAi, other.to_owned()),
     }
 }
 
@@ -259,7 +259,8 @@ pub fn finish_reason(f: &Finish) -> &str {
         Finish::Length => "length",
         Finish::ToolUse => "tool_calls",
         Finish::Refused => "content_filter",
-        Finish::Other(s) => s,
+        Finish::Other(Dialect::OpenAi, s) => s,
+        Finish::Other(Dialect::Anthropic, _) => "stop",
     }
 }
 

@@ -9,6 +9,7 @@
 
 use super::evidence::{self, any_votes, merge};
 use super::readers::Cancel;
+use super::TokenCounts;
 use super::{
     Backend, Durability, Evidence, Feedback, Given, Ingress, JsonText, LedgerError, LedgerRow,
     Outcome, Query, RatedTask, Reader, Vote, FEEDBACK_PER_TASK,
@@ -20,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Schema migrations; `ldp_ledger_schema.version` records how many ran. Append only.
-const MIGRATIONS: [&str; 7] = [
+const MIGRATIONS: [&str; 8] = [
     "CREATE TABLE ledger (
         id BIGSERIAL PRIMARY KEY,
         task_id TEXT NOT NULL,
@@ -104,6 +105,11 @@ const MIGRATIONS: [&str; 7] = [
         journal_id TEXT PRIMARY KEY,
         stored_to BIGINT NOT NULL
     );",
+    // 8: a chat delegate's token counts, each kind apart (the cache's apart from the input's).
+    "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS input_tokens BIGINT;
+    ALTER TABLE ledger ADD COLUMN IF NOT EXISTS output_tokens BIGINT;
+    ALTER TABLE ledger ADD COLUMN IF NOT EXISTS cache_read_tokens BIGINT;
+    ALTER TABLE ledger ADD COLUMN IF NOT EXISTS cache_write_tokens BIGINT;",
 ];
 
 /// Replicas starting together take this advisory lock around migrations.
@@ -118,7 +124,8 @@ const COLUMNS: &str = "task_id, session_id, upstream_session_id, tenant, skill, 
     delegate_id, model_version, outcome, error_code, error_message, score, candidates, attempts,
     fallbacks, payload_mode, latency_ms, upstream_ms, cost_usd, reported_cost_usd,
     declared_cost_usd, tokens, confidence, verification_status, started_at, finished_at,
-    finished_ms, output_sha256, lineage, routing, payload, ingress, trace_id";
+    finished_ms, output_sha256, lineage, routing, payload, ingress, trace_id, input_tokens,
+    output_tokens, cache_read_tokens, cache_write_tokens";
 
 /// The votes' columns, in insert order (`id` is the table's own).
 const VOTE_COLUMNS: &str =
@@ -240,11 +247,11 @@ fn unnest(types: &[&str], first: usize) -> String {
 }
 
 /// The ledger's column types, in [`COLUMNS`] order.
-const ROW_TYPES: [&str; 34] = [
+const ROW_TYPES: [&str; 38] = [
     "text", "text", "text", "text", "text", "text", "text", "text", "text", "text", "text", "text",
     "float8", "int8", "int8", "text", "text", "float8", "float8", "float8", "float8", "float8",
     "int8", "float8", "text", "text", "text", "int8", "text", "text", "text", "text", "text",
-    "text",
+    "text", "int8", "int8", "int8", "int8",
 ];
 
 fn migrate(client: &mut Client) -> Result<(), LedgerError> {
@@ -421,7 +428,14 @@ impl PostgresBackend {
         let payload = opt(|r| r.payload.as_ref().map(JsonText::get));
         let ingress = text(|r| r.ingress.as_str());
         let trace_id = opt(|r| r.trace_id.as_deref());
-        let params: [&(dyn ToSql + Sync); 34] = [
+        let count = |f: fn(&TokenCounts) -> u64| {
+            col(rows, move |r| {
+                r.usage.as_ref().map(|u| f(u).min(i64::MAX as u64) as i64)
+            })
+        };
+        let (input, output) = (count(|u| u.input), count(|u| u.output));
+        let (cache_read, cache_write) = (count(|u| u.cache_read), count(|u| u.cache_write));
+        let params: [&(dyn ToSql + Sync); 38] = [
             &task_id,
             &session_id,
             &upstream_session_id,
@@ -456,6 +470,10 @@ impl PostgresBackend {
             &payload,
             &ingress,
             &trace_id,
+            &input,
+            &output,
+            &cache_read,
+            &cache_write,
         ];
         // Most groups have no votes: then the rows' statement alone, as before votes.
         let votes = any_votes(rows).then(|| VoteColumns::of(rows));
@@ -903,8 +921,10 @@ fn read_row(r: &postgres::Row) -> Result<LedgerRow, LedgerError> {
     let outcome: String = get(r, 9)?;
     let ingress: String = get(r, 32)?;
     let trace_id: Option<String> = get(r, 33)?;
+    let counts: [Option<i64>; 4] = [get(r, 34)?, get(r, 35)?, get(r, 36)?, get(r, 37)?];
     Ok(LedgerRow {
         trace_id,
+        usage: TokenCounts::read(counts),
         task_id: get(r, 0)?,
         ingress: Ingress::from_stored(&ingress),
         session_id: get(r, 1)?,

@@ -160,6 +160,39 @@ pub struct LedgerRow {
     /// and the trace name each other (`/admin/provenance?trace_id=`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// A chat delegate's token counts as charged, each kind apart (the cache's apart from
+    /// the input's); `tokens` is their sum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TokenCounts>,
+}
+
+/// A chat delegate's token counts, as charged. Input excludes the cache's reads and writes,
+/// which are priced apart.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenCounts {
+    /// Input tokens not read from or written to a cache.
+    pub input: u64,
+    /// Output tokens.
+    pub output: u64,
+    /// Input tokens read from a cache.
+    pub cache_read: u64,
+    /// Input tokens written to a cache.
+    pub cache_write: u64,
+}
+
+impl TokenCounts {
+    /// The counts as stored (input, output, cache reads, cache writes): none unless the row
+    /// has them (a row of an older schema, or of a delegate that is no chat model).
+    pub fn read(stored: [Option<i64>; 4]) -> Option<TokenCounts> {
+        let [input, output, cache_read, cache_write] = stored;
+        let n = |v: Option<i64>| v.unwrap_or(0).max(0) as u64;
+        input.map(|_| TokenCounts {
+            input: n(input),
+            output: n(output),
+            cache_read: n(cache_read),
+            cache_write: n(cache_write),
+        })
+    }
 }
 
 /// One verifier's vote on a producer's result.

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema migrations; `PRAGMA user_version` records how many ran. Append only.
-pub const MIGRATIONS: [&str; 10] = [
+pub const MIGRATIONS: [&str; 11] = [
     // 1: the ledger as first shipped.
     "CREATE TABLE ledger (
         id INTEGER PRIMARY KEY,
@@ -142,6 +142,11 @@ pub const MIGRATIONS: [&str; 10] = [
         journal_id TEXT PRIMARY KEY,
         stored_to INTEGER NOT NULL
     ) WITHOUT ROWID;",
+    // 11: a chat delegate's token counts, each kind apart (the cache's apart from the input's).
+    "ALTER TABLE ledger ADD COLUMN input_tokens INTEGER;
+    ALTER TABLE ledger ADD COLUMN output_tokens INTEGER;
+    ALTER TABLE ledger ADD COLUMN cache_read_tokens INTEGER;
+    ALTER TABLE ledger ADD COLUMN cache_write_tokens INTEGER;",
 ];
 
 /// Most rows left out of the session index before a merge.
@@ -503,6 +508,8 @@ impl SqliteBackend {
 pub(super) const INGRESS_SCHEMA: i64 = 8;
 /// The schema whose rows have a `trace_id` column.
 pub(super) const TRACE_SCHEMA: i64 = 9;
+/// The schema whose rows have the token counts' columns.
+pub(super) const USAGE_SCHEMA: i64 = 11;
 
 /// The ledger's `INSERT` with the first 32 columns and then `$columns`, bound to `$marks`
 /// (built once at compile time, not per batch).
@@ -527,8 +534,13 @@ macro_rules! insert_sql {
 const INSERT_32: &str = insert_sql!("", "");
 /// The insert of a file before [`TRACE_SCHEMA`].
 const INSERT_33: &str = insert_sql!(", ingress", ", ?33");
-/// The insert of a file at [`TRACE_SCHEMA`] or later.
+/// The insert of a file before [`USAGE_SCHEMA`].
 const INSERT_34: &str = insert_sql!(", ingress, trace_id", ", ?33, ?34");
+/// The insert of a file at [`USAGE_SCHEMA`] or later.
+const INSERT_38: &str = insert_sql!(
+    ", ingress, trace_id, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens",
+    ", ?33, ?34, ?35, ?36, ?37, ?38"
+);
 
 /// Inserts `rows` with the cached statement, inside the caller's transaction. A file still at
 /// an older schema (opened without migrating, as the migration tests build them) gets its
@@ -537,14 +549,19 @@ const INSERT_34: &str = insert_sql!(", ingress, trace_id", ", ?33, ?34");
 /// read transaction, which SQLite refuses to upgrade at once, not waiting, while another
 /// connection writes).
 fn insert_rows(conn: &Connection, rows: &[LedgerRow], schema: i64) -> Result<(), LedgerError> {
-    // The columns this file has: the first 32 always, then `ingress`, then `trace_id`.
+    // The columns this file has: the first 32 always, then `ingress`, then `trace_id`, then
+    // the token counts.
     let (n, sql) = match schema {
+        s if s >= USAGE_SCHEMA => (38, INSERT_38),
         s if s >= TRACE_SCHEMA => (34, INSERT_34),
         s if s >= INGRESS_SCHEMA => (33, INSERT_33),
         _ => (32, INSERT_32),
     };
     let mut stmt = conn.prepare_cached(sql)?;
+    // SQLite integers are i64: a larger count is stored as the largest, never wrapped.
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     for r in rows {
+        let u = r.usage;
         let fallbacks = serde_json::to_string(&r.fallbacks).unwrap_or_else(|_| "[]".into());
         let values = params![
             r.task_id,
@@ -582,6 +599,10 @@ fn insert_rows(conn: &Connection, rows: &[LedgerRow], schema: i64) -> Result<(),
             r.payload.as_ref().map(JsonText::get),
             r.ingress.as_str(),
             r.trace_id,
+            u.map(|u| count(u.input)),
+            u.map(|u| count(u.output)),
+            u.map(|u| count(u.cache_read)),
+            u.map(|u| count(u.cache_write)),
         ];
         stmt.execute(&values[..n])?;
     }

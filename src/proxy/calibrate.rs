@@ -491,6 +491,7 @@ impl Proxy {
             payload: None,
             votes: Vec::new(),
             trace_id: None,
+            usage: None,
         };
         if let Err(e) = self.ledger.record(row).await {
             tracing::warn!(error = %e, "calibration row not recorded");

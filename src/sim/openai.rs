@@ -40,7 +40,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -49,7 +48,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{clamp_rate, lock, url_of};
+use super::{clamp_rate, lock, split, tokens, url_of, Record};
 use ldp_client::Secret;
 
 /// How many content deltas a stream splits its answer into (fewer for short answers).
@@ -57,9 +56,6 @@ pub const STREAM_PIECES: usize = 4;
 
 /// `created` of every entry of `GET /v1/models` (fixed, so answers are deterministic).
 const MODEL_CREATED: u64 = 1_700_000_000;
-
-/// The request record's bound in bytes (of the bodies as received), besides its count.
-const RECORD_BYTES: usize = 8 * 1024 * 1024;
 
 /// Everything a simulated OpenAI server is configured with.
 #[derive(Clone, Debug)]
@@ -140,13 +136,6 @@ struct Knobs {
     context_window: Option<u64>,
 }
 
-/// The last request bodies, bounded by count and by bytes.
-#[derive(Default)]
-struct Record {
-    bodies: VecDeque<(Value, usize)>,
-    bytes: usize,
-}
-
 /// Shared state of one simulated OpenAI server; cheap to clone. Build it for [`router`].
 #[derive(Clone)]
 pub struct OpenAiState(Arc<Inner>);
@@ -158,7 +147,7 @@ struct Inner {
     record_len: usize,
     knobs: Mutex<Knobs>,
     counters: Mutex<OpenAiStats>,
-    record: Mutex<Record>,
+    record: Mutex<Record<Value>>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -192,11 +181,7 @@ impl OpenAiState {
 
     /// The last request bodies of `POST /v1/chat/completions` that were JSON, oldest first.
     pub fn requests(&self) -> Vec<Value> {
-        lock(&self.0.record)
-            .bodies
-            .iter()
-            .map(|(v, _)| v.clone())
-            .collect()
+        lock(&self.0.record).items().cloned().collect()
     }
 
     fn count(&self, field: impl FnOnce(&mut OpenAiStats) -> &mut u64) {
@@ -204,19 +189,7 @@ impl OpenAiState {
     }
 
     fn remember(&self, body: Value, size: usize) {
-        let cap = self.0.record_len;
-        if cap == 0 || size > RECORD_BYTES {
-            return;
-        }
-        let mut rec = lock(&self.0.record);
-        while rec.bodies.len() >= cap || rec.bytes + size > RECORD_BYTES {
-            match rec.bodies.pop_front() {
-                Some((_, n)) => rec.bytes -= n,
-                None => break,
-            }
-        }
-        rec.bytes += size;
-        rec.bodies.push_back((body, size));
+        lock(&self.0.record).push(self.0.record_len, body, size);
     }
 
     fn knobs(&self) -> Knobs {
@@ -494,11 +467,6 @@ struct Ask {
     completion_tokens: u64,
     stream: bool,
     include_usage: bool,
-}
-
-/// `ceil(bytes / 4)`, at least 1.
-fn tokens(bytes: usize) -> u64 {
-    (bytes as u64).div_ceil(4).max(1)
 }
 
 /// The text of a message's `content`: a string, or the `text` of its parts; else empty.
@@ -803,34 +771,9 @@ async fn answer(
     Ok(Sse::new(events).into_response())
 }
 
-/// `text` in up to `n` pieces of about equal length, cut at char boundaries; none if empty.
-fn split(text: &str, n: usize) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    if chars.is_empty() {
-        return Vec::new();
-    }
-    let size = chars.len().div_ceil(n.max(1));
-    chars.chunks(size).map(|c| c.iter().collect()).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn split_keeps_the_text_and_the_piece_count() {
-        assert_eq!(split("abcdefghij", 4), ["abc", "def", "ghi", "j"]);
-        assert_eq!(split("ab", 4), ["a", "b"]);
-        assert_eq!(split("héllo wörld", 4).concat(), "héllo wörld");
-        assert!(split("", 4).is_empty());
-    }
-
-    #[test]
-    fn token_estimate_is_a_quarter_of_the_bytes_at_least_one() {
-        assert_eq!(tokens(0), 1);
-        assert_eq!(tokens(4), 1);
-        assert_eq!(tokens(5), 2);
-    }
 
     #[test]
     fn max_tokens_cuts_the_answer_at_a_char_boundary() {

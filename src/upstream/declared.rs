@@ -34,6 +34,12 @@ impl Prices {
         (prompt as f64 * self.input + completion as f64 * self.output) / 1e6
     }
 
+    /// The most `prompt` tokens in and `completion` out may cost: the input priced as a
+    /// cache write where that costs more (a prompt marked for caching is written, not read).
+    pub fn most_cost(&self, prompt: u64, completion: u64) -> f64 {
+        (prompt as f64 * self.input.max(self.cache_write) + completion as f64 * self.output) / 1e6
+    }
+
     /// What `u` costs: each count at its own price, the cache's apart from the input's (the
     /// usage counts them apart, so nothing is charged twice).
     pub fn cost_of(&self, u: &Usage) -> f64 {

@@ -18,6 +18,7 @@
 //! difference (and on a missing snapshot).
 
 mod a2a;
+mod anthropic;
 mod ladp;
 mod ldp;
 mod llmcp;

@@ -15,6 +15,7 @@ mod a2a_delegates;
 mod a2a_wire;
 mod adapter;
 mod anthropic_ingress;
+mod anthropic_upstream;
 mod architecture;
 mod bridge_a2a;
 mod bridge_ladp;

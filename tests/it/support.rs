@@ -6,6 +6,7 @@
 //! Library paths that other work may move are named here and nowhere else where possible
 //! (`ldp_gateway::cluster` in [`stores`], the proxy's accessors in [`gateway`]).
 
+pub mod anthropic;
 pub mod cards;
 pub mod client;
 pub mod gateway;

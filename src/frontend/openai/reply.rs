@@ -255,7 +255,9 @@ pub(super) async fn stream(
             };
             let first = json!({"role": "assistant", "content": content});
             out.push_back(reply.chunk(&model, first, None));
-            out.push_back(reply.chunk(&model, delta_json(delta.delta.text, other), None));
+            if !delta.delta.text.is_empty() || other.is_some() {
+                out.push_back(reply.chunk(&model, delta_json(delta.delta.text, other), None));
+            }
             (headers, model, Some(task))
         }
         Err(outcome) => {
@@ -317,29 +319,36 @@ impl Streaming {
             return Some(ev);
         }
         let task = self.task.as_mut()?;
-        tokio::select! {
-            biased;
-            Some(d) = self.rx.recv() => {
-                let other = crate::chat::openai::delta_fields(&d.delta);
-                Some(self.reply.chunk(&self.model, delta_json(d.delta.text, other), None))
-            }
-            j = task => {
-                self.task = None;
-                match joined(&self.state, j).and_then(|o| o.result.map_err(refusal)) {
-                    Ok(answer) => {
-                        self.reply.ending(&self.model, &reply_of(answer), &mut self.out)
+        loop {
+            tokio::select! {
+                    biased;
+                    Some(d) = self.rx.recv() => {
+                        let other = crate::chat::openai::delta_fields(&d.delta);
+                        // A piece with nothing for OpenAI's words (a block's start or stop, a
+                        // thinking delta of an Anthropic delegate) is no chunk.
+                        if d.delta.text.is_empty() && other.is_none() {
+                            continue;
+                        }
+                        return Some(self.reply.chunk(&self.model, delta_json(d.delta.text, other), None));
                     }
-                    Err(e) => {
-                        let e = e.openai();
-                        let body = json!({"error": {
-                            "message": e.error().message,
-                            "type": "server_error",
-                            "code": e.telling().code,
-                        }});
-                        self.out.push_back(Event::default().data(body.to_string()));
+                    j = &mut *task => {
+                    self.task = None;
+                    match joined(&self.state, j).and_then(|o| o.result.map_err(refusal)) {
+                        Ok(answer) => {
+                            self.reply.ending(&self.model, &reply_of(answer), &mut self.out)
+                        }
+                        Err(e) => {
+                            let e = e.openai();
+                            let body = json!({"error": {
+                                "message": e.error().message,
+                                "type": "server_error",
+                                "code": e.telling().code,
+                            }});
+                            self.out.push_back(Event::default().data(body.to_string()));
+                        }
                     }
+                    return self.out.pop_front();
                 }
-                self.out.pop_front()
             }
         }
     }

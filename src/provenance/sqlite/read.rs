@@ -32,10 +32,11 @@ pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, Led
     let has_ingress = at >= super::INGRESS_SCHEMA;
     let has_trace = at >= super::TRACE_SCHEMA;
     sql.push_str(if has_ingress { "ingress, " } else { "'ldp', " });
-    sql.push_str(if has_trace {
-        "trace_id FROM ledger WHERE 1 = 1"
+    sql.push_str(if has_trace { "trace_id, " } else { "NULL, " });
+    sql.push_str(if at >= super::USAGE_SCHEMA {
+        "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens FROM ledger WHERE 1 = 1"
     } else {
-        "NULL FROM ledger WHERE 1 = 1"
+        "NULL, NULL, NULL, NULL FROM ledger WHERE 1 = 1"
     });
     let mut args: Vec<rusqlite::types::Value> = Vec::new();
     let text = |s: &str| rusqlite::types::Value::Text(s.to_owned());
@@ -81,9 +82,11 @@ pub(super) fn select(conn: &Connection, q: &Query) -> Result<Vec<LedgerRow>, Led
         let tokens: Option<i64> = r.get(20)?;
         let ingress: String = r.get(32)?;
         let trace_id: Option<String> = r.get(33)?;
+        let counts: [Option<i64>; 4] = [r.get(34)?, r.get(35)?, r.get(36)?, r.get(37)?];
         Ok((
             LedgerRow {
                 trace_id,
+                usage: super::super::TokenCounts::read(counts),
                 task_id: r.get(0)?,
                 ingress: Ingress::from_stored(&ingress),
                 session_id: r.get(1)?,

@@ -45,6 +45,7 @@ pub(in crate::provenance) fn row(task: &str, session: &str, finished_ms: i64) ->
         payload: None,
         votes: Vec::new(),
         trace_id: None,
+        usage: None,
     }
 }
 

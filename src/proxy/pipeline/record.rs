@@ -158,6 +158,12 @@ impl Record<'_> {
             payload,
             votes: run.votes.clone(),
             trace_id: t.trace.trace_id(),
+            usage: run.usage.map(|u| crate::provenance::TokenCounts {
+                input: u.input_tokens,
+                output: u.output_tokens,
+                cache_read: u.cache_read_tokens,
+                cache_write: u.cache_write_tokens,
+            }),
         }
     }
 

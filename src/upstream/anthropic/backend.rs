@@ -160,10 +160,12 @@ impl Backend {
             })
     }
 
-    /// The headers of a request: the key, the version, the client's passed on (a header
-    /// that is not one is dropped, as is one that would replace the gateway's own).
+    /// The headers of a request: the key, the version, the client's passed on, each of its
+    /// lines (a header that is not one is dropped, as is one that would replace the
+    /// gateway's own).
     fn headers(&self, client: &[(String, String)]) -> Vec<(HeaderName, HeaderValue)> {
         let mut h = self.headers.clone();
+        let own = h.len();
         for (name, value) in client {
             let (Ok(n), Ok(v)) = (
                 HeaderName::from_bytes(name.as_bytes()),
@@ -171,7 +173,7 @@ impl Backend {
             ) else {
                 continue;
             };
-            if !h.iter().any(|(k, _)| *k == n) {
+            if !h[..own].iter().any(|(k, _)| *k == n) {
                 h.push((n, v));
             }
         }
@@ -260,9 +262,14 @@ impl Backend {
         if !answer.head.status.is_success() {
             return Err(status_error(url, answer.head, &answer.body));
         }
+        self.whole(url, &answer.body, request_bytes)
+    }
+
+    /// A whole message's body read into a [`Reply`].
+    fn whole(&self, url: String, body: &[u8], request_bytes: usize) -> Result<Reply, ChatError> {
         let m: MessageResponse =
-            serde_json::from_slice(&answer.body).map_err(|e| ChatError::Malformed {
-                url: url.clone(),
+            serde_json::from_slice(body).map_err(|e| ChatError::Malformed {
+                url,
                 reason: e.to_string(),
             })?;
         let finish = m
@@ -320,6 +327,29 @@ impl Backend {
                 .await
                 .unwrap_or_default();
             return Err(status_error(url, head, &body));
+        }
+        if head.json {
+            // A server that does not stream (LiteLLM's mock, some proxies) answers whole, as
+            // JSON: its blocks are handed on as the events a stream would have carried.
+            let Ok(body) = tokio::time::timeout_at(deadline, events.body()).await else {
+                return Err(ChatError::Transport(UpstreamError::Timeout {
+                    url,
+                    after: timeout,
+                }));
+            };
+            let reply = self.whole(url.clone(), &body, used.request_bytes)?;
+            used.usage = reply.usage;
+            used.bytes = body.len();
+            let mut pieces = PieceReader::default();
+            for (index, block) in reply.blocks.iter().enumerate() {
+                for (kind, event) in chat::anthropic::block_events(index, block) {
+                    if on_piece(pieces.piece(kind, event)).await.is_break() {
+                        used.stopped = Some(Stopped::Unheard);
+                        return Err(ChatError::Broken { url, relayed: true });
+                    }
+                }
+            }
+            return Ok(reply);
         }
         let mut reply = Reply {
             model: self.model.clone(),
@@ -493,14 +523,21 @@ mod tests {
         assert_eq!(b.headers[0].0, AUTHORIZATION);
         assert_eq!(b.headers[0].1.as_bytes(), b"Bearer sk-ant-very-secret");
         assert_eq!(b.headers[1].1.as_bytes(), b"2026-10-21");
-        // A client's beta header is passed on; one naming the key or version is not.
+        // A client's beta header is passed on, each of its lines; one naming the key or
+        // version is not.
         let h = b.headers(&[
             ("anthropic-beta".into(), "prompt-caching-2024-07-31".into()),
             ("anthropic-version".into(), "1999-01-01".into()),
+            ("authorization".into(), "Bearer sk-client".into()),
             ("bad header".into(), "x".into()),
+            (
+                "anthropic-beta".into(),
+                "interleaved-thinking-2025-05-14".into(),
+            ),
         ]);
-        assert_eq!(h.len(), 3);
+        assert_eq!(h.len(), 4);
         assert_eq!(h[2].1.as_bytes(), b"prompt-caching-2024-07-31");
+        assert_eq!(h[3].1.as_bytes(), b"interleaved-thinking-2025-05-14");
     }
 
     #[test]

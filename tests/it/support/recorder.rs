@@ -80,6 +80,20 @@ impl Reply {
         }
     }
 
+    /// 200 `text/event-stream` of named events, `event:` line then `data:`, as Anthropic
+    /// streams; the whole stream at once.
+    pub fn named_sse(events: &[(&str, Value)]) -> Reply {
+        let body: String = events
+            .iter()
+            .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+            .collect();
+        Reply {
+            status: 200,
+            content_type: "text/event-stream".into(),
+            body: body.into_bytes(),
+        }
+    }
+
     /// 404 with no body: what a script answers a request it does not expect.
     pub fn not_found() -> Reply {
         Reply {
@@ -263,6 +277,27 @@ pub async fn openai_model(
             ("GET", "/v1/models") => Reply::json(&json!({"object": "list",
             "data": [{"id": model, "object": "model", "created": 0, "owned_by": "golden"}]})),
             ("POST", "/v1/chat/completions") => answer(&asked.json()),
+            _ => Reply::not_found(),
+        },
+    )
+    .await
+}
+
+// ---- an Anthropic-API model ----
+
+/// An Anthropic Messages API server offering `model` (`GET /v1/models`) and answering every
+/// `POST /v1/messages` with what `answer` says, given the request's body. Its base URL is the
+/// entry's `url`.
+pub async fn anthropic_model(
+    model: &'static str,
+    answer: impl Fn(&Value) -> Reply + Send + Sync + 'static,
+) -> Recorder {
+    Recorder::start(
+        move |asked| match (asked.method.as_str(), asked.path.as_str()) {
+            ("GET", "/v1/models") => Reply::json(&json!({"data": [{"type": "model", "id": model,
+                "display_name": model, "created_at": "2025-09-29T00:00:00Z"}],
+                "has_more": false, "first_id": model, "last_id": model})),
+            ("POST", "/v1/messages") => answer(&asked.json()),
             _ => Reply::not_found(),
         },
     )

@@ -1,8 +1,9 @@
-//! An answer's head as callers see it: the status and the pause it asks for. Read by every
+//! An answer's head as callers see it: the status, the pause it asks for and whether it is
+//! JSON. Read by every
 //! way an answer arrives (the pool, HTTPS) and handed to callers with the body
 //! ([`super::HttpAnswer`], [`super::Events`]), so it lives apart from both.
 
-use hyper::header::{HeaderMap, RETRY_AFTER};
+use hyper::header::{HeaderMap, CONTENT_TYPE, RETRY_AFTER};
 use hyper::StatusCode;
 use std::time::Duration;
 
@@ -17,6 +18,9 @@ pub struct Head {
     pub status: StatusCode,
     /// `Retry-After`, at most an hour.
     pub retry_after: Option<Duration>,
+    /// Whether its `Content-Type` is JSON (`application/json`, `…+json`): a stream asked for
+    /// may come back whole from a server that does not stream.
+    pub json: bool,
 }
 
 impl Head {
@@ -31,9 +35,16 @@ impl Head {
             // Capped before it becomes a `Duration`: `1e30` seconds is no `Duration`, and
             // converting it first panicked.
             .map(|s| Duration::from_secs_f64(s.min(MAX_RETRY_AFTER.as_secs_f64())));
+        let json = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(|v| v.trim().to_ascii_lowercase())
+            .is_some_and(|v| v == "application/json" || v.ends_with("+json"));
         Head {
             status,
             retry_after,
+            json,
         }
     }
 }
@@ -47,6 +58,20 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(RETRY_AFTER, HeaderValue::from_str(value).unwrap());
         Head::of(StatusCode::TOO_MANY_REQUESTS, &h)
+    }
+
+    #[test]
+    fn a_json_answer_is_told_apart_from_a_stream() {
+        let of = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(CONTENT_TYPE, HeaderValue::from_str(v).unwrap());
+            Head::of(StatusCode::OK, &h).json
+        };
+        assert!(of("application/json"));
+        assert!(of("Application/JSON; charset=utf-8"));
+        assert!(of("application/problem+json"));
+        assert!(!of("text/event-stream"));
+        assert!(!Head::of(StatusCode::OK, &HeaderMap::new()).json);
     }
 
     #[test]

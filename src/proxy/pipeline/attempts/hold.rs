@@ -101,10 +101,11 @@ impl super::Attempts<'_> {
         }
     }
 
-    /// What the task is expected to cost at `delegate`: for a token-priced (OpenAI-backed)
-    /// delegate, its input (and the conversation sent with it) estimated in tokens plus the
-    /// output its request allows (`Proxy::output_tokens`) at the declared prices; else the
-    /// card's price per call.
+    /// What the task is expected to cost at `delegate`: for a token-priced (chat) delegate,
+    /// its input (the conversation sent with it, the system prompt and tools) estimated in
+    /// tokens plus the output its request allows (`Proxy::output_tokens`) at the declared
+    /// prices, the input at the cache-write price where that is higher; else the card's price
+    /// per call.
     async fn estimated_cost(&self, t: &TaskCtx<'_>, delegate: &Delegate) -> f64 {
         let upstream = &delegate.upstream;
         // What the request will allow (the attempt sends this bound).
@@ -114,7 +115,7 @@ impl super::Attempts<'_> {
             return self.declared_cost(delegate, t.task.skill).unwrap_or(0.0);
         };
         let input_bytes = match t.task.chat {
-            Some(chat) => chat.messages.iter().map(|m| m.text().len()).sum(),
+            Some(chat) => chat.prompt_bytes(),
             None => {
                 let kept = self
                     .conversations
@@ -123,7 +124,7 @@ impl super::Attempts<'_> {
                 t.task.input.get().len() + kept
             }
         };
-        prices.cost(crate::chat::estimate_tokens(input_bytes), output)
+        prices.most_cost(crate::chat::estimate_tokens(input_bytes), output)
     }
 }
 

@@ -46,6 +46,7 @@ pub fn row(task: &str, session: &str, tenant: &str, finished_ms: i64) -> LedgerR
         payload: None,
         votes: Vec::new(),
         trace_id: None,
+        usage: None,
     }
 }
 
