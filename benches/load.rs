@@ -4,7 +4,10 @@
 //! The OpenAI rows do the same against a zero-latency simulated OpenAI server: straight
 //! (`oai-direct`), through a bare nginx hop (`oai-nginx`), through the gateway's OpenAI ingress
 //! (`oai-ingress`: chat completions in, an OpenAI-backed delegate out) and from LDP clients
-//! through the gateway to it (`ldp-oai`); `--only openai` selects the four. `--pin` puts the
+//! through the gateway to it (`ldp-oai`); `--only openai` selects the four. The Anthropic rows
+//! (`--only anthropic`) do the same with Messages requests against a zero-latency simulated
+//! Anthropic server: straight (`anth-direct`) and through the gateway's Anthropic ingress to an
+//! Anthropic-API delegate (`anthropic`). `--pin` puts the
 //! servers on CPU 0 and the load generator on CPU 1. The bridge rows (`llmcp`, `llmx`, `ladp`, `a2a`; `--only bridges`)
 //! send the LDP rows' echo task through the gateway's bridges of other agent protocols, and the
 //! `a2a` row as an A2A `SendMessage` through its A2A front end. The `gw-trace-100` and
@@ -211,6 +214,8 @@ enum Load {
     },
     /// One task of skill `echo` in a bridge's protocol.
     Bridge(Bridge),
+    /// `POST base + /v1/messages` Messages requests of this `model`, as the 1.x SDK sends them.
+    Messages(&'static str),
 }
 
 /// The skill and model the OpenAI rows use: the simulated server's model, and the skill the
@@ -220,6 +225,13 @@ const OPENAI_SKILL: &str = "chat";
 
 /// The OpenAI rows; `--only openai` selects them all.
 const OPENAI_PATHS: [&str; 4] = ["oai-direct", "oai-nginx", "oai-ingress", "ldp-oai"];
+
+/// The model of the simulated Anthropic server, and the skill the gateway's Anthropic-API
+/// delegate offers.
+const ANTHROPIC_MODEL: &str = "load-claude";
+const ANTHROPIC_SKILL: &str = "assist";
+/// The Anthropic rows; `--only anthropic` selects them.
+const ANTHROPIC_PATHS: [&str; 2] = ["anth-direct", "anthropic"];
 /// The gateway rows with tracing on (`[telemetry]`), and their sample ratios.
 const TRACE_PATHS: [(&str, f64); 2] = [("gw-trace-100", 1.0), ("gw-trace-1", 0.01)];
 
@@ -272,6 +284,23 @@ fn chat_body(model: &str) -> Bytes {
     Bytes::from(body.to_string())
 }
 
+/// A Messages request's body: one user message, as small as the LDP rows' task.
+fn messages_body(model: &str) -> Bytes {
+    let body = serde_json::json!({
+        "model": model,
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "hello"}],
+    });
+    Bytes::from(body.to_string())
+}
+
+/// Whether a Messages request answered: 200 and a text block.
+fn messaged(answer: &ldp_client::transport::HttpAnswer) -> bool {
+    answer.head.status.is_success()
+        && serde_json::from_slice::<serde_json::Value>(&answer.body)
+            .is_ok_and(|v| v["content"][0]["text"].is_string())
+}
+
 /// Whether a chat completion answered: 200 and an assistant message.
 fn completed(answer: &ldp_client::transport::HttpAnswer) -> bool {
     answer.head.status.is_success()
@@ -286,7 +315,7 @@ async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32
     let client = client(&t)?;
     let sid = match t.load {
         Load::Ldp(_) => propose::session(&client, &t.base, TIMEOUT).await?,
-        Load::Chat { .. } | Load::Bridge(_) => String::new(),
+        Load::Chat { .. } | Load::Bridge(_) | Load::Messages(_) => String::new(),
     };
     // A bridge's sender, one per connection.
     let sender = format!("load{}", uuid::Uuid::new_v4().simple());
@@ -302,6 +331,12 @@ async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32
     bridge_headers.push((
         reqwest::header::HeaderName::from_static("a2a-version"),
         reqwest::header::HeaderValue::from_static("1.0"),
+    ));
+    // The Messages API's version header beside the key.
+    let mut messages_headers = auth.clone();
+    messages_headers.push((
+        reqwest::header::HeaderName::from_static("anthropic-version"),
+        reqwest::header::HeaderValue::from_static("2023-06-01"),
     ));
     let mut lat = Vec::with_capacity(100_000);
     let mut errors = 0u64;
@@ -342,6 +377,17 @@ async fn conn(t: Target, from: Instant, end: Instant) -> anyhow::Result<(Vec<u32
                 )
                 .await
                 .is_ok_and(|a| b.answered(&a)),
+            Load::Messages(model) => client
+                .request(
+                    &t.base,
+                    "/v1/messages",
+                    Some(messages_body(model)),
+                    &messages_headers,
+                    None.into(),
+                    TIMEOUT,
+                )
+                .await
+                .is_ok_and(|a| messaged(&a)),
         };
         let done = Instant::now();
         if start >= from && done <= end {
@@ -441,6 +487,31 @@ jurisdiction = "eu-west"
 trust_domain = {{ name = "default", allow_cross_domain = false, trusted_peers = [] }}
 context_window = 32768
 model_family = "sim-openai"
+"#
+    )
+}
+
+/// The Anthropic-API delegate's `[[delegates]]` entry (the simulated server at `url`), declared
+/// like the OpenAI one (priced within [`POLICY`]'s `max_cost_usd` for a typical call).
+fn anthropic_delegate(url: &str) -> String {
+    format!(
+        r#"[[delegates]]
+kind = "anthropic"
+name = "load-anthropic"
+url = "{url}"
+model = "{ANTHROPIC_MODEL}"
+[delegates.card]
+skills = ["{ANTHROPIC_SKILL}"]
+quality = 0.9
+price_per_mtok_input = 1.0
+price_per_mtok_output = 5.0
+price_per_mtok_cache_read = 0.1
+price_per_mtok_cache_write = 1.25
+latency_p50_ms = 5
+jurisdiction = "eu-west"
+trust_domain = {{ name = "default", allow_cross_domain = false, trusted_peers = [] }}
+context_window = 32768
+model_family = "sim-anthropic"
 "#
     )
 }
@@ -612,6 +683,7 @@ fn report(
         ));
     }
     s.push_str(&openai_table(rows));
+    s.push_str(&anthropic_table(rows));
     s.push_str(&bridge_table(rows));
     s.push_str("\nTargets (performance issue) measured in this run:\n\n| target | measured | met |\n|---|---|---|\n");
     for (what, value, met) in targets(rows, memory) {
@@ -709,6 +781,40 @@ fn openai_table(rows: &[Row]) -> String {
     s
 }
 
+/// The Anthropic ingress beside the OpenAI one: what each adds over its own upstream reached
+/// directly, and the gateway's CPU per request on each (empty without Anthropic rows).
+fn anthropic_table(rows: &[Row]) -> String {
+    let find = |p: &str, c: usize| rows.iter().find(|r| r.path == p && r.conns == c);
+    let mut s = String::new();
+    for c in CONNS {
+        let (Some(a), Some(ad)) = (find("anthropic", c), find("anth-direct", c)) else {
+            continue;
+        };
+        if s.is_empty() {
+            s.push_str("\nAnthropic ingress vs OpenAI ingress (p50 added over each one's own simulated upstream reached directly; the gateway's CPU per request, and what the Anthropic path adds to the OpenAI one's):\n\n");
+            s.push_str("| conns | oai-ingress p50 added vs oai-direct | anthropic p50 added vs anth-direct | gateway CPU µs/req: oai-ingress / anthropic | anthropic − oai-ingress CPU µs/req | req/s: oai-ingress / anthropic |\n");
+            s.push_str("|---:|---:|---:|---:|---:|---:|\n");
+        }
+        let o = find("oai-ingress", c);
+        let od = find("oai-direct", c);
+        let oai = |f: &dyn Fn(&Row) -> String| o.map_or_else(|| "–".into(), f);
+        s.push_str(&format!(
+            "| {c} | {} | {} µs | {} / {:.0} | {} | {} / {:.0} |\n",
+            match (o, od) {
+                (Some(o), Some(d)) => format!("{} µs", o.p50 as i64 - d.p50 as i64),
+                _ => "–".into(),
+            },
+            a.p50 as i64 - ad.p50 as i64,
+            oai(&|o| format!("{:.0}", o.hop_us)),
+            a.hop_us,
+            oai(&|o| format!("{:+.0}", a.hop_us - o.hop_us)),
+            oai(&|o| format!("{:.0}", o.rps)),
+            a.rps,
+        ));
+    }
+    s
+}
+
 /// Rewrites the results section of benches/README.md: the pinned one after a `--pin` run.
 fn write_readme(manifest: &Path, section: &str) -> anyhow::Result<()> {
     let path = manifest.join("benches/README.md");
@@ -732,6 +838,8 @@ fn write_readme(manifest: &Path, section: &str) -> anyhow::Result<()> {
 struct Rows<'a> {
     /// The simulated OpenAI server, for the OpenAI rows.
     openai_url: Option<&'a str>,
+    /// The simulated Anthropic server, for the Anthropic rows.
+    anthropic_url: Option<&'a str>,
     /// The bridge rows: the LADP agent rate raised out of their way.
     bridges: bool,
     /// Traces exported to this OTLP endpoint at this sample ratio (the `gw-trace-*` rows).
@@ -756,6 +864,7 @@ async fn start_gateway(
 ) -> anyhow::Result<(Proc, String, String)> {
     let Rows {
         openai_url,
+        anthropic_url,
         bridges,
         trace,
     } = rows;
@@ -792,6 +901,9 @@ name = "load-fast"
     if let Some(url) = openai_url {
         cfg.push_str(&openai_delegate(url));
         cfg.push_str("[openai]\nsession_memory_bytes = 0\n");
+    }
+    if let Some(url) = anthropic_url {
+        cfg.push_str(&anthropic_delegate(url));
     }
     if bridges {
         // Each LADP connection is one agent: its per-agent rate (seed §14) at the highest
@@ -847,6 +959,7 @@ async fn session_memory(
     let key = format!("mem-{}", uuid::Uuid::new_v4().simple());
     let rows = Rows {
         openai_url: None,
+        anthropic_url: None,
         bridges: false,
         trace: None,
     };
@@ -913,6 +1026,7 @@ async fn main() -> anyhow::Result<()> {
             .flat_map(|n| match n.as_str() {
                 "openai" => OPENAI_PATHS.iter().map(|p| (*p).to_owned()).collect(),
                 "bridges" => BRIDGE_PATHS.iter().map(|p| (*p).to_owned()).collect(),
+                "anthropic" => ANTHROPIC_PATHS.iter().map(|p| (*p).to_owned()).collect(),
                 _ => vec![n],
             })
             .collect::<Vec<_>>()
@@ -986,6 +1100,27 @@ async fn main() -> anyhow::Result<()> {
     let openai_url = openai.as_ref().map(|(_, url)| url.as_str());
     let openai_pid = openai.as_ref().map_or(0, |(p, _)| p.child.id());
 
+    // The Anthropic upstream: a zero-latency simulated Anthropic server, when its rows run.
+    let anthropic = if ANTHROPIC_PATHS.iter().any(|p| wanted(p)) {
+        let mut cmd = server_cmd(&bin);
+        cmd.args([
+            "delegate",
+            "--anthropic",
+            "--model",
+            ANTHROPIC_MODEL,
+            "--latency-ms",
+            "0",
+            "--listen",
+            "127.0.0.1:0",
+        ]);
+        let (proc, urls) = spawn_until(cmd, &["listening on "], &dir.join("anthropic.log"))?;
+        Some((proc, urls[0].clone()))
+    } else {
+        None
+    };
+    let anthropic_url = anthropic.as_ref().map(|(_, url)| url.as_str());
+    let anthropic_pid = anthropic.as_ref().map_or(0, |(p, _)| p.child.id());
+
     // nginx: bare proxy_pass hop with upstream keep-alive.
     // With an OpenAI row, a second server block is the same bare hop to the OpenAI server.
     let nginx_port = free_port()?;
@@ -1058,6 +1193,7 @@ async fn main() -> anyhow::Result<()> {
         &delegate_url,
         Rows {
             openai_url,
+            anthropic_url,
             bridges: BRIDGE_PATHS.iter().any(|p| wanted(p)),
             trace: None,
         },
@@ -1118,6 +1254,7 @@ async fn main() -> anyhow::Result<()> {
             &delegate_url,
             Rows {
                 openai_url: None,
+                anthropic_url: None,
                 bridges: false,
                 trace: Some((sink, ratio)),
             },
@@ -1207,6 +1344,29 @@ async fn main() -> anyhow::Result<()> {
             },
             vec![gw_pid],
             openai_pid,
+        ));
+    }
+
+    if let Some(url) = anthropic_url {
+        targets.push((
+            "anth-direct",
+            Target {
+                base: url.to_owned(),
+                key: None,
+                load: Load::Messages(ANTHROPIC_MODEL),
+            },
+            vec![anthropic_pid],
+            anthropic_pid,
+        ));
+        targets.push((
+            "anthropic",
+            Target {
+                base: gw_url.clone(),
+                key: Some(key.clone()),
+                load: Load::Messages(ANTHROPIC_SKILL),
+            },
+            vec![gw_pid],
+            anthropic_pid,
         ));
     }
 
@@ -1301,6 +1461,7 @@ async fn main() -> anyhow::Result<()> {
     drop(gateway);
     drop(nginx);
     drop(openai);
+    drop(anthropic);
     drop(delegate);
     std::io::stdout().flush()?;
     Ok(())

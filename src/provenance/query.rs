@@ -97,7 +97,7 @@ pub enum Format {
     Csv,
 }
 
-const CSV_COLUMNS: [&str; 23] = [
+const CSV_COLUMNS: [&str; 27] = [
     "finished_at",
     "task_id",
     "ingress",
@@ -120,6 +120,10 @@ const CSV_COLUMNS: [&str; 23] = [
     "reported_cost_usd",
     "declared_cost_usd",
     "tokens",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
     "output_sha256",
 ];
 
@@ -165,6 +169,10 @@ pub fn to_csv(rows: &[LedgerRow]) -> String {
             opt(&r.reported_cost_usd),
             opt(&r.declared_cost_usd),
             opt(&r.tokens),
+            opt(&r.usage.map(|u| u.input)),
+            opt(&r.usage.map(|u| u.output)),
+            opt(&r.usage.map(|u| u.cache_read)),
+            opt(&r.usage.map(|u| u.cache_write)),
             opt(&r.output_sha256),
         ];
         for (i, f) in fields.iter().enumerate() {

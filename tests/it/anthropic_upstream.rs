@@ -174,6 +174,38 @@ async fn an_anthropic_client_passes_through_and_pays_for_cache_reads_at_their_pr
             "{cost} vs {usage:?}"
         );
         costs.push(cost);
+        if n == 1 {
+            // The CSV export carries the four counts too.
+            let csv = gw
+                .admin()
+                .get(&format!(
+                    "/admin/provenance?task_id={}&format=csv",
+                    task_id(&r)
+                ))
+                .await
+                .text();
+            let lines: Vec<&str> = csv.lines().collect();
+            let header: Vec<&str> = lines[0].split(',').collect();
+            let at = |c: &str| header.iter().position(|h| *h == c).unwrap();
+            let fields: Vec<&str> = lines[1].split(',').collect();
+            let counts = [
+                "input_tokens",
+                "output_tokens",
+                "cache_read_tokens",
+                "cache_write_tokens",
+            ]
+            .map(|c| fields[at(c)].parse::<u64>().unwrap());
+            assert_eq!(
+                counts,
+                [
+                    usage.input,
+                    usage.output,
+                    usage.cache_read,
+                    usage.cache_write
+                ],
+                "{csv}"
+            );
+        }
     }
     assert!(
         costs[1] < costs[0] / 5.0,

@@ -307,7 +307,13 @@ async fn ledger_rows_match_what_the_client_saw() {
         "{}",
         lines[0]
     );
-    assert!(lines[0].ends_with(",output_sha256"), "{}", lines[0]);
+    assert!(
+        lines[0].ends_with(
+            ",tokens,input_tokens,output_tokens,cache_read_tokens,cache_write_tokens,output_sha256"
+        ),
+        "{}",
+        lines[0]
+    );
     assert_eq!(lines.len(), 1 + in_main.len(), "{csv}");
     let columns = lines[0].split(',').count();
     assert!(

@@ -72,12 +72,7 @@ pub(super) async fn read_request(
     if let Some(system) = req.system {
         params.insert("system".into(), system);
     }
-    let headers_on = headers
-        .get_all(BETA_HEADER)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(|v| (BETA_HEADER.to_owned(), v.to_owned()))
-        .collect();
+    let headers_on = betas(headers);
     let chat = Chat {
         dialect: Dialect::Anthropic,
         messages: req
@@ -167,7 +162,13 @@ pub(super) async fn count_tokens(
         let timeout = s.config.upstream.task_timeout;
         match a
             .backend
-            .count_tokens(&s.upstream, &d.base_url, body.clone(), timeout)
+            .count_tokens(
+                &s.upstream,
+                &d.base_url,
+                body.clone(),
+                &betas(headers),
+                timeout,
+            )
             .await
         {
             Ok(n) => return Ok(axum::Json(TokenCount { input_tokens: n }).into_response()),
@@ -188,4 +189,14 @@ pub(super) async fn count_tokens(
         input_tokens: estimate_tokens(text).max(1),
     };
     Ok(axum::Json(count).into_response())
+}
+
+/// The request's `anthropic-beta` lines, each to pass on to an Anthropic delegate.
+fn betas(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .get_all(BETA_HEADER)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(|v| (BETA_HEADER.to_owned(), v.to_owned()))
+        .collect()
 }

@@ -201,12 +201,14 @@ impl Backend {
     }
 
     /// `POST {base}/v1/messages/count_tokens` of a request's `body` (its model replaced by
-    /// this delegate's) within `timeout`: the input tokens it counts.
+    /// this delegate's) with the client's `client_headers` (its `anthropic-beta`) within
+    /// `timeout`: the input tokens it counts.
     pub async fn count_tokens(
         &self,
         client: &UpstreamClient,
         base: &str,
         mut body: Map<String, Value>,
+        client_headers: &[(String, String)],
         timeout: Duration,
     ) -> Result<u64, ChatError> {
         let url = format!("{base}{COUNT_TOKENS_PATH}");
@@ -220,7 +222,7 @@ impl Backend {
                 base,
                 COUNT_TOKENS_PATH,
                 Some(Bytes::from(bytes)),
-                &self.headers,
+                &self.headers(client_headers),
                 None.into(),
                 timeout,
             )
