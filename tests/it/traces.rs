@@ -346,6 +346,71 @@ async fn an_openai_backed_attempt_is_a_chat_span_and_the_answer_names_its_trace(
     gw.shutdown().await;
 }
 
+/// An Anthropic-API attempt is a `chat {model}` span too, its provider `anthropic`, its
+/// input tokens counting the cache's, its finish reason in Anthropic's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_attempt_is_a_chat_span_with_its_provider() {
+    let Some(rx) = Receiver::start(false).await else {
+        return;
+    };
+    let sim = crate::support::anthropic::start(ldp_gateway::sim::anthropic::AnthropicOptions::new(
+        "sim-claude",
+    ))
+    .await;
+    let gw = TestGateway::builder()
+        .entry(crate::support::anthropic::entry(
+            "claude",
+            &sim.url(),
+            "sim-claude",
+            declared(&["assist"], 0.8),
+        ))
+        .config(|c| traced(c, &rx.url, "gw", 1.0))
+        .spawn()
+        .await;
+    let parent = traceparent(CLIENT_TRACE, CLIENT_SPAN, true);
+    let ask = json!({"model": "assist", "max_tokens": 64,
+        "system": [{"type": "text", "text": "cached ".repeat(40),
+            "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": "hello there"}]});
+    let r = gw
+        .client()
+        .post_with(
+            "/v1/messages",
+            ask.to_string().into_bytes(),
+            &[
+                ("traceparent", &parent),
+                ("anthropic-version", "2023-06-01"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let u = &r.json["usage"];
+    let input = [
+        "input_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+    ]
+    .iter()
+    .map(|k| u[*k].as_i64().unwrap())
+    .sum::<i64>();
+
+    let spans = rx
+        .trace(CLIENT_TRACE, |s| !named(s, "chat sim-claude").is_empty())
+        .await;
+    let chat = one(&spans, "chat sim-claude");
+    assert_eq!(chat["kind"], "client");
+    let a = &chat["attributes"];
+    assert_eq!(a["gen_ai.operation.name"], "chat");
+    assert_eq!(a["gen_ai.provider.name"], "anthropic");
+    assert_eq!(a["gen_ai.request.model"], "sim-claude");
+    assert_eq!(a["gen_ai.usage.input_tokens"].as_i64(), Some(input), "{a}");
+    assert_eq!(a["gen_ai.response.finish_reasons"], json!(["end_turn"]));
+    let server = one(&spans, "POST /v1/messages");
+    assert_eq!(chat["parent_span_id"], server["span_id"]);
+    gw.shutdown().await;
+    sim.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_through_two_gateways_is_one_trace() {
     let Some(rx) = Receiver::start(false).await else {
