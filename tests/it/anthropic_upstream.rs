@@ -3,7 +3,8 @@
 //! Messages server no one here wrote): every kind of client reaching one — an Anthropic client
 //! passed through (cache_control, thinking, unknown fields and `anthropic-beta` kept; the
 //! gateway's key, never the client's), an OpenAI client (tools ↔ `tool_use`, the finish
-//! reason), an LDP client in a multi-turn session (the conversation kept); the cost of cache
+//! reason), an LDP client in a multi-turn session (the conversation kept), an A2A client (a
+//! text task as one user message); the cost of cache
 //! reads and writes at their own prices and the ledger's four counts; failover on 529, 429
 //! (then paused) and 500; a stream that breaks mid-way.
 
@@ -229,7 +230,7 @@ async fn an_anthropic_client_passes_through_and_pays_for_cache_reads_at_their_pr
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_and_ldp_clients_reach_an_anthropic_delegate() {
+async fn openai_ldp_and_a2a_clients_reach_an_anthropic_delegate() {
     let sim = start(AnthropicOptions::new(MODEL)).await;
     let gw = TestGateway::builder()
         .tenant(tenant())
@@ -318,6 +319,24 @@ async fn openai_and_ldp_clients_reach_an_anthropic_delegate() {
         json!([{"role": "user", "content": "first question"},
             {"role": "assistant", "content": "echo: first question"},
             {"role": "user", "content": "second question"}]),
+        "{upstream}"
+    );
+
+    // An A2A client: a text task as one user message, the text back as the task's artifact.
+    let before = sim.requests().len();
+    let r = crate::bridge_a2a::rpc(
+        &c,
+        "SendMessage",
+        crate::bridge_a2a::v1_message("an a2a question", json!({"skill": ASSIST})),
+        Some("1.0"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("echo: an a2a question"), "{}", r.text());
+    let upstream = &sim.requests()[before].body;
+    assert_eq!(
+        upstream["messages"],
+        json!([{"role": "user", "content": "an a2a question"}]),
         "{upstream}"
     );
     gw.shutdown().await;
