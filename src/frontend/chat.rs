@@ -163,6 +163,20 @@ pub(crate) fn joined(
     }
 }
 
+/// What a streamed chat gives first: a piece (`Ok`: the stream goes on, with a 200) or, when
+/// the task ended before any, its outcome (`Err`).
+pub(crate) async fn first_of(
+    s: &AppState,
+    rx: &mut mpsc::Receiver<ChatDelta>,
+    task: &mut ChatTask,
+) -> Result<Result<ChatDelta, ChatOutcome>, ApiError> {
+    tokio::select! {
+        biased;
+        Some(d) = rx.recv() => Ok(Ok(d)),
+        j = task => Ok(Err(joined(s, j)?)),
+    }
+}
+
 /// `x-ldp-task-id`, `x-ldp-policy`, `x-ldp-delegate` (the last two when known).
 pub(crate) fn ldp_headers(
     task_id: &TaskId,

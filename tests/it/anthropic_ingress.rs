@@ -9,6 +9,7 @@
 //! `LDP_PY_ANTHROPIC1`: 1.x, `2023-06-01`, `x-api-key`); without them the SDK test prints a
 //! skip note and passes, unless `LDP_INTEROP_REQUIRED=1` (CI).
 
+use crate::support::anthropic::events;
 use crate::support::openai::{declared, entry, start};
 use crate::support::process::{output_within, py_script, text};
 use crate::support::{card, Resp, TestGateway};
@@ -362,30 +363,6 @@ async fn post(gw: &TestGateway, path: &str, body: &Value, headers: &[(&str, &str
     h.extend_from_slice(headers);
     c.post_with(path, serde_json::to_vec(body).unwrap(), &h)
         .await
-}
-
-/// The named events of an SSE body: (event, data).
-fn events(r: &Resp) -> Vec<(String, Value)> {
-    r.text()
-        .replace("\r\n", "\n")
-        .split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .map(|e| {
-            let name = e
-                .lines()
-                .find_map(|l| l.strip_prefix("event: "))
-                .unwrap_or("")
-                .to_owned();
-            let data = e
-                .lines()
-                .find_map(|l| l.strip_prefix("data: "))
-                .unwrap_or("null");
-            (
-                name,
-                serde_json::from_str(data).unwrap_or_else(|err| panic!("{err}: {data}")),
-            )
-        })
-        .collect()
 }
 
 #[tokio::test]

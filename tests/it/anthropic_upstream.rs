@@ -8,7 +8,7 @@
 //! reads and writes at their own prices and the ledger's four counts; failover on 529, 429
 //! (then paused) and 500; a stream that breaks mid-way.
 
-use crate::support::anthropic::{entry, start};
+use crate::support::anthropic::{entry, events, start};
 use crate::support::openai::declared;
 use crate::support::process::{output_within, py_code};
 use crate::support::{Client, Resp, TestGateway};
@@ -54,21 +54,6 @@ async fn messages(c: &Client, body: &Value, headers: &[(&str, &str)]) -> Resp {
     c.with_key(None)
         .post_with("/v1/messages", serde_json::to_vec(body).unwrap(), &h)
         .await
-}
-
-/// The named events of an SSE body: (event, data).
-fn events(r: &Resp) -> Vec<(String, Value)> {
-    r.text()
-        .replace("\r\n", "\n")
-        .split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .map(|e| {
-            let field = |p: &str| e.lines().find_map(|l| l.strip_prefix(p)).unwrap_or("");
-            let data = field("data: ");
-            let data = serde_json::from_str(data).unwrap_or_else(|err| panic!("{err}: {e}"));
-            (field("event: ").to_owned(), data)
-        })
-        .collect()
 }
 
 /// The text of the `text_delta`s of `ev`.

@@ -7,7 +7,7 @@
 use super::refusal::AnthropicErrors as _;
 use crate::chat::{self, anthropic::EventWriter, Delta, Usage};
 use crate::frontend::api_error::ApiError;
-use crate::frontend::chat::{joined, ldp_headers, Answered, ChatRefusal, ChatTask};
+use crate::frontend::chat::{first_of, joined, ldp_headers, Answered, ChatRefusal, ChatTask};
 use crate::frontend::request::refuse;
 use crate::frontend::AppState;
 use crate::ldp::TaskId;
@@ -183,11 +183,7 @@ pub(super) async fn stream(
     mut rx: mpsc::Receiver<ChatDelta>,
     mut task: ChatTask,
 ) -> Result<Response, ApiError> {
-    let first = tokio::select! {
-        biased;
-        Some(d) = rx.recv() => Ok(d),
-        j = &mut task => Err(joined(s, j)?),
-    };
+    let first = first_of(s, &mut rx, &mut task).await?;
     let mut out = VecDeque::new();
     let mut writer = EventWriter::default();
     let (headers, pending) = match first {

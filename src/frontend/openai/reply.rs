@@ -6,7 +6,7 @@
 use super::chat::{reply_of, ChatReply};
 use super::refusal::OpenAiErrors;
 use crate::frontend::api_error::ApiError;
-use crate::frontend::chat::{joined, ldp_headers, ChatRefusal, ChatTask};
+use crate::frontend::chat::{first_of, joined, ldp_headers, ChatRefusal, ChatTask};
 use crate::frontend::request::refuse;
 use crate::frontend::AppState;
 use crate::ldp::TaskId;
@@ -229,11 +229,7 @@ pub(super) async fn stream(
     mut rx: mpsc::Receiver<ChatDelta>,
     mut task: ChatTask,
 ) -> Result<Response, ApiError> {
-    let first = tokio::select! {
-        biased;
-        Some(d) = rx.recv() => Ok(d),
-        j = &mut task => Err(joined(s, j)?),
-    };
+    let first = first_of(s, &mut rx, &mut task).await?;
     let mut out = VecDeque::new();
     let (headers, model, pending) = match first {
         Ok(delta) => {

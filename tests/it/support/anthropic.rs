@@ -1,8 +1,11 @@
-//! Anthropic-API delegates: the simulated Anthropic server on a loopback port and the
-//! `[[delegates]]` entry (`kind = "anthropic"`) with its declared card.
+//! Anthropic-API delegates and clients: the simulated Anthropic server on a loopback port, the
+//! `[[delegates]]` entry (`kind = "anthropic"`) with its declared card, and a stream of named
+//! events read as its events.
 
+use super::Resp;
 use ldp_gateway::config::{DeclaredCard, DelegateConfig, DelegateKind};
 use ldp_gateway::sim::anthropic::{spawn, AnthropicHandle, AnthropicOptions};
+use serde_json::Value;
 
 /// A simulated Anthropic server with `opts` on a loopback port of its own.
 pub async fn start(opts: AnthropicOptions) -> AnthropicHandle {
@@ -22,4 +25,19 @@ pub fn entry(name: &str, url: &str, model: &str, card: DeclaredCard) -> Delegate
         card: Some(card),
         ..DelegateConfig::new(url)
     }
+}
+
+/// The named events of an SSE body, in order: (event, data).
+pub fn events(r: &Resp) -> Vec<(String, Value)> {
+    r.text()
+        .replace("\r\n", "\n")
+        .split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| {
+            let field = |p: &str| e.lines().find_map(|l| l.strip_prefix(p));
+            let data = field("data: ").unwrap_or("null");
+            let data = serde_json::from_str(data).unwrap_or_else(|err| panic!("{err}: {e}"));
+            (field("event: ").unwrap_or("").to_owned(), data)
+        })
+        .collect()
 }
