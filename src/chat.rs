@@ -74,18 +74,22 @@ pub struct Chat {
 }
 
 impl Chat {
-    /// The size of the prompt a delegate reads, in bytes: each message's text, and the
-    /// system prompt and tools sent beside the messages (Anthropic's `system`, either
-    /// dialect's `tools`, as JSON).
+    /// The size of the prompt a delegate reads, in bytes ([`content_bytes`]): each
+    /// message's content (tool results and documents included) and calls, and the system
+    /// prompt and tools sent beside the messages (Anthropic's `system`, either dialect's
+    /// `tools`).
     pub fn prompt_bytes(&self) -> usize {
-        let said: usize = self.messages.iter().map(|m| m.text().len()).sum();
+        let said: usize = self
+            .messages
+            .iter()
+            .map(|m| {
+                content_bytes(&m.content) + m.fields.get("tool_calls").map_or(0, content_bytes)
+            })
+            .sum();
         let beside: usize = ["system", "tools"]
             .iter()
             .filter_map(|k| self.params.get(*k))
-            .map(|v| match v {
-                Value::String(s) => s.len(),
-                other => other.to_string().len(),
-            })
+            .map(content_bytes)
             .sum();
         said + beside
     }
@@ -128,6 +132,33 @@ impl Message {
     /// The content's text: the string, or the `text` of each text part, joined.
     pub fn text(&self) -> String {
         text_of(&self.content)
+    }
+}
+
+/// What an image part counts for in an estimate, in bytes: about 1,600 tokens (what a
+/// 1.15-megapixel image costs at Anthropic; OpenAI's high-detail tiles are of that order),
+/// not its encoded size.
+const IMAGE_BYTES: usize = 6_400;
+
+/// The size of what a model reads of a content value, in bytes: its text and every other
+/// string it carries (a tool's result, a call's input, a document's text), an image at
+/// [`IMAGE_BYTES`]. Recursion is bounded by the request's nesting limit.
+pub fn content_bytes(content: &Value) -> usize {
+    match content {
+        Value::String(s) => s.len(),
+        Value::Array(items) => items.iter().map(content_bytes).sum(),
+        Value::Object(m) => {
+            let kind = m.get("type").and_then(Value::as_str);
+            if matches!(kind, Some("image" | "image_url")) {
+                return IMAGE_BYTES;
+            }
+            m.iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "type" | "cache_control"))
+                .map(|(_, v)| content_bytes(v))
+                .sum()
+        }
+        Value::Number(_) | Value::Bool(_) => 4,
+        Value::Null => 0,
     }
 }
 

@@ -81,6 +81,18 @@ impl ClientSession {
         self.bindings.lock().ok()?.insert(skill.to_owned(), binding)
     }
 
+    /// Sets the binding for `skill` unless another task bound the same delegate meanwhile:
+    /// `Err` with that binding (use it), else `Ok` with the one replaced (another delegate's).
+    pub fn bind_first(&self, skill: &str, binding: Binding) -> Result<Option<Binding>, Binding> {
+        let Ok(mut map) = self.bindings.lock() else {
+            return Ok(None);
+        };
+        match map.get(skill) {
+            Some(theirs) if Arc::ptr_eq(&theirs.delegate, &binding.delegate) => Err(theirs.clone()),
+            _ => Ok(map.insert(skill.to_owned(), binding)),
+        }
+    }
+
     /// Removes the binding for `skill` if it is still the upstream session `upstream_id`.
     pub fn unbind(&self, skill: &str, upstream_id: &SessionId) -> Option<Binding> {
         let mut map = self.bindings.lock().ok()?;

@@ -166,7 +166,8 @@ pub fn write(c: &Conversation) -> (Option<Value>, Vec<Value>, Map<String, Value>
         params.insert("stop_sequences".into(), json!(c.stop));
     }
     if let Some(t) = c.temperature {
-        params.insert("temperature".into(), json!(t));
+        // OpenAI's range is 0–2, Anthropic's 0–1: a hotter request is as hot as it goes here.
+        params.insert("temperature".into(), json!(t.clamp(0.0, 1.0)));
     }
     if let Some(p) = c.top_p {
         params.insert("top_p".into(), json!(p));
@@ -243,7 +244,8 @@ pub fn tool_calls(blocks: &[Value]) -> Vec<ToolCall> {
 }
 
 /// An answer's content blocks, for an Anthropic client: an Anthropic delegate's as they came,
-/// else its text (when it has some, or nothing else) and its calls as `tool_use` blocks.
+/// else its text (when it has some) and its calls as `tool_use` blocks (an empty answer has
+/// none, as Anthropic answers).
 pub fn content(text: &str, answer: &Answer) -> Vec<Value> {
     if let Some(Value::Array(blocks)) =
         Native::of(answer.native.as_ref(), Dialect::Anthropic).and_then(|f| f.get("content"))
@@ -251,7 +253,8 @@ pub fn content(text: &str, answer: &Answer) -> Vec<Value> {
         return blocks.clone();
     }
     let mut blocks = Vec::with_capacity(answer.tool_calls.len() + 1);
-    if !text.is_empty() || answer.tool_calls.is_empty() {
+    // An empty text block is refused when sent back in the next request: none is written.
+    if !text.is_empty() {
         blocks.push(json!({"type": "text", "text": text}));
     }
     blocks.extend(answer.tool_calls.iter().map(tool_use));
@@ -325,8 +328,11 @@ pub fn block_events(index: usize, block: &Value) -> Vec<(&'static str, Map<Strin
 /// from the other blocks, as OpenAI numbers them), every event kept whole as the native part.
 #[derive(Debug, Default)]
 pub struct PieceReader {
-    /// The block index of each call, in order.
-    calls: Vec<u32>,
+    /// Calls begun so far.
+    calls: u32,
+    /// The call each `tool_use` block is, by block index (a block begun again is the newer
+    /// call): found in one step however many blocks a stream begins.
+    by_block: std::collections::HashMap<u32, u32>,
 }
 
 impl PieceReader {
@@ -349,12 +355,13 @@ impl PieceReader {
                             .map(str::to_owned)
                     };
                     d.tool_calls.push(ToolCallPiece {
-                        index: self.calls.len() as u32,
+                        index: self.calls,
                         id: get("id"),
                         name: get("name"),
                         arguments: String::new(),
                     });
-                    self.calls.push(index);
+                    self.by_block.insert(index, self.calls);
+                    self.calls = self.calls.saturating_add(1);
                 } else if let Some(t) = b.and_then(|b| b.get("text")).and_then(Value::as_str) {
                     d.text = t.to_owned();
                 }
@@ -365,9 +372,9 @@ impl PieceReader {
                 match get("type") {
                     Some("text_delta") => d.text = get("text").unwrap_or_default().to_owned(),
                     Some("input_json_delta") => {
-                        if let Some(call) = self.calls.iter().position(|&b| b == index) {
+                        if let Some(&call) = self.by_block.get(&index) {
                             d.tool_calls.push(ToolCallPiece {
-                                index: call as u32,
+                                index: call,
                                 arguments: get("partial_json").unwrap_or_default().to_owned(),
                                 ..ToolCallPiece::default()
                             });
@@ -477,6 +484,35 @@ fn delta_event(index: u32, delta: Value) -> (String, Value) {
 mod tests {
     use super::*;
     use crate::chat::Message;
+
+    #[test]
+    fn an_empty_answer_has_no_empty_text_block() {
+        let empty = Answer {
+            finish: Some(Finish::Done),
+            tool_calls: Vec::new(),
+            native: None,
+        };
+        assert_eq!(content("", &empty), Vec::<Value>::new());
+        assert_eq!(
+            content("hi", &empty),
+            [json!({"type": "text", "text": "hi"})]
+        );
+    }
+
+    #[test]
+    fn a_prompt_counts_tool_results_calls_and_documents_not_just_text() {
+        let mut chat = Chat::new(Dialect::Anthropic);
+        let big = "x".repeat(10_000);
+        chat.messages.push(Message {
+            role: "user".into(),
+            content: json!([{"type": "tool_result", "tool_use_id": "t1",
+                "content": [{"type": "text", "text": big}]},
+                {"type": "image", "source": {"type": "base64", "data": "A".repeat(1_000_000)}}]),
+            fields: Map::new(),
+        });
+        let bytes = chat.prompt_bytes();
+        assert!((10_000..20_000).contains(&bytes), "{bytes}");
+    }
 
     #[test]
     fn a_tool_loop_reads_and_writes_back_the_same() {

@@ -160,7 +160,7 @@ impl Anthropic {
         let mut reply = match answer {
             Ok(reply) => reply,
             Err(e) => {
-                let estimated = chat::Usage::new(sent_text, estimate_tokens(used.bytes));
+                let estimated = chat::Usage::new(sent_text, estimate_tokens(used.written));
                 let most = Most::of(window, used.request_bytes, most_out);
                 return unanswered(call, e, &used, estimated, most, prices, took);
             }
@@ -218,14 +218,15 @@ struct Said<'a> {
     content: &'a str,
 }
 
-/// Input tokens estimated from the text sent (the messages' and the system prompt's), for a
-/// delegate that reports none.
+/// Input tokens estimated from what was sent (the messages' content, tool results and calls
+/// included, and the system prompt: [`chat::content_bytes`]), for a delegate that reports
+/// none.
 fn estimate_sent(prompt: &Prompt<'_>, system: Option<&Value>) -> u64 {
-    let text = |c: Option<&Value>| c.map_or(0, |c| chat::text_of(c).len());
+    let size = |c: Option<&Value>| c.map_or(0, chat::content_bytes);
     let messages: usize = match prompt {
-        Prompt::Chat(m) => m.iter().map(|m| m.text().len()).sum(),
-        Prompt::Converted(m) => m.iter().map(|m| text(m.get("content"))).sum(),
+        Prompt::Chat(m) => m.iter().map(|m| chat::content_bytes(&m.content)).sum(),
+        Prompt::Converted(m) => m.iter().map(|m| size(m.get("content"))).sum(),
         Prompt::Turns(m) => m.iter().map(|m| m.content.len()).sum(),
     };
-    estimate_tokens(messages + text(system))
+    estimate_tokens(messages + size(system))
 }

@@ -136,8 +136,19 @@ pub fn unanswered(
     took: Duration,
 ) -> Outcome {
     let mut notes = Vec::new();
+    // A report made before the end (Anthropic's `message_start`: the input, one output
+    // token) counts the output written since as estimated.
+    let reported = used.usage.map(|r| {
+        let output = r.output_tokens.max(estimated.output_tokens);
+        Usage::with_cache(
+            r.input_tokens,
+            output,
+            r.cache_read_tokens,
+            r.cache_write_tokens,
+        )
+    });
     let used_up = (used.bytes > 0 || used.usage.is_some()).then(|| {
-        let (usage, note) = charged_usage(call, used.usage, estimated, most);
+        let (usage, note) = charged_usage(call, reported, estimated, most);
         notes.extend(note);
         (usage, prices.cost_of(&usage))
     });
@@ -231,6 +242,9 @@ const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
 pub struct Streamed {
     /// Bytes of answer handed on: text, and the other fields' JSON (tool calls).
     pub bytes: usize,
+    /// Bytes of what the model wrote among them (text, a call's arguments), where the kind
+    /// tells them apart from the events' framing: what a cut-short answer is estimated from.
+    pub written: usize,
     /// Bytes of the request sent.
     pub request_bytes: usize,
     /// Usage, if the delegate reported it.

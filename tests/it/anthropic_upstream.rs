@@ -388,7 +388,8 @@ async fn anthropic_delegates_fail_over_on_529_429_and_500_and_a_broken_stream_fa
 
     // `b`'s stream breaks after its first piece went out: 200, then an error event.
     b.set_break_stream_after(Some(1));
-    let r = messages(&c, &ask("a stream that breaks", true), &[]).await;
+    let long = "a stream that breaks ".repeat(40);
+    let r = messages(&c, &ask(&long, true), &[]).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let ev = events(&r);
     assert_eq!(ev.last().map(|(n, _)| n.as_str()), Some("error"), "{ev:?}");
@@ -396,9 +397,62 @@ async fn anthropic_delegates_fail_over_on_529_429_and_500_and_a_broken_stream_fa
     assert_eq!(b.stats().broken_streams, 1);
     let row = gw.ledger_row(&task_id(&r)).await;
     assert_eq!(row.outcome, Outcome::Failed, "{row:?}");
+    // What went out before the break is charged: message_start said 1 output token, and
+    // the first quarter of the answer (cut at 4 × max_tokens = 256 bytes) was relayed.
+    let usage = row.usage.expect("a cut-short answer's usage");
+    assert!(usage.output >= 10, "{usage:?}");
     gw.shutdown().await;
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// `count_tokens` is asked of the delegate a task would be routed to, under the tenant's rate
+/// limit, and never along a loop of gateways (estimated instead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_tokens_is_routed_rate_limited_and_loop_safe() {
+    let sim = start(AnthropicOptions::new(MODEL)).await;
+    let mut t = tenant();
+    t.limits = Some(ldp_gateway::config::RateConfig {
+        rps: 0.01,
+        burst: Some(2),
+    });
+    let gw = TestGateway::builder()
+        .tenant(t)
+        .entry(entry("claude", &sim.url(), MODEL, priced(0.9)))
+        .spawn()
+        .await;
+    let c = gw.client().with_key(None);
+    let body = json!({"model": ASSIST, "messages": [{"role": "user", "content": "count me"}]});
+    let count = |extra: &'static [(&'static str, &'static str)]| {
+        let mut h = vec![("x-api-key", KEY), ("anthropic-version", "2023-06-01")];
+        h.extend_from_slice(extra);
+        let c = c.clone();
+        let body = body.clone();
+        async move {
+            c.post_with(
+                "/v1/messages/count_tokens",
+                body.to_string().into_bytes(),
+                &h,
+            )
+            .await
+        }
+    };
+    let r = count(&[]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(sim.stats().token_counts, 1, "asked of the delegate");
+    // Along a loop (the hop limit reached): estimated here, not asked.
+    let r = count(&[("x-ldp-hops", "8")]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json["input_tokens"].as_u64() > Some(0));
+    assert_eq!(sim.stats().token_counts, 1, "not asked along a loop");
+    // The tenant's rate limit applies.
+    let r = count(&[]).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.json["error"]["type"], "rate_limit_error", "{}", r.json);
+    assert!(r.headers.contains_key("retry-after"));
+    assert_eq!(sim.stats().token_counts, 1);
+    gw.shutdown().await;
+    sim.shutdown().await;
 }
 
 /// The key comes from the variable `api_key_env` names and goes as `auth` says (here a

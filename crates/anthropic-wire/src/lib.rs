@@ -100,8 +100,8 @@ pub struct MessageResponse {
     /// The model that answered.
     #[serde(default)]
     pub model: String,
-    /// The content blocks.
-    #[serde(default)]
+    /// The content blocks: required, so that a 2xx body that is no message (`{}`, an error
+    /// object, another API's answer) is told apart from an empty answer.
     pub content: Vec<Value>,
     /// Why it stopped (`end_turn`, `max_tokens`, `stop_sequence`, `tool_use`, `refusal`, …).
     #[serde(default)]

@@ -10,6 +10,7 @@ use crate::frontend::request::{read_json_body, request_ctx_keyed};
 use crate::frontend::AppState;
 use crate::ldp::error::GatewayCode;
 use crate::proxy::RequestCtx;
+use crate::routing::Picked;
 use anthropic_wire::{
     CountTokensRequest, MessagesRequest, TokenCount, BETA_HEADER, COUNT_TOKENS_PATH, KEY_HEADER,
 };
@@ -127,9 +128,34 @@ fn checked_skill(s: &AppState, ctx: &mut RequestCtx, model: &str) -> Result<Stri
     Ok(skill.to_owned())
 }
 
-/// `POST /v1/messages/count_tokens`: asked of a healthy Anthropic delegate offering the
-/// skill (with its model and the gateway's key, never the client's), else estimated from the
-/// text of the system prompt, the messages and the tools.
+/// The delegate a count is asked of: the one a task of the tenant's for `skill` would be
+/// routed to now (its policy's constraints, trust domain and allowance), when healthy and no
+/// loop of gateways is under way; `None` (the count is estimated) otherwise.
+fn counting_delegate(
+    s: &AppState,
+    ctx: &RequestCtx,
+    skill: &str,
+) -> Option<std::sync::Arc<crate::registry::Delegate>> {
+    let policy = ctx.policy.as_deref();
+    if ctx.hops as usize >= s.config.upstream.max_hops
+        || policy.is_some_and(|p| !ctx.tenant.may_use(p))
+    {
+        return None;
+    }
+    let explained = s
+        .proxy
+        .explain(skill, policy, Some(&ctx.tenant.name), None)
+        .ok()?;
+    match explained.pick {
+        Picked::Delegate(name) => s.registry.get(&name).filter(|d| d.is_healthy()),
+        Picked::NoneEligible(_) => None,
+    }
+}
+
+/// `POST /v1/messages/count_tokens`, under the tenant's rate limit: asked of the delegate a
+/// task would be routed to when that is an Anthropic one (with its model and the gateway's
+/// key, never the client's), else estimated from the text of the system prompt, the messages
+/// and the tools.
 pub(super) async fn count_tokens(
     s: &AppState,
     headers: &HeaderMap,
@@ -152,13 +178,13 @@ pub(super) async fn count_tokens(
     if let Some(system) = &req.system {
         body.insert("system".into(), system.clone());
     }
-    let index = s.registry.index();
-    let offers = index.offers(&skill);
-    let anthropic = offers
-        .iter()
-        .filter(|o| o.delegate.is_healthy())
-        .find_map(|o| o.delegate.upstream.anthropic().map(|a| (&o.delegate, a)));
-    if let Some((d, a)) = anthropic {
+    // A count may cost an upstream call: the tenant's rate limit applies.
+    s.proxy.admit_request(&ctx).await?;
+    let delegate = counting_delegate(s, &ctx, &skill);
+    if let Some((d, a)) = delegate
+        .as_ref()
+        .and_then(|d| d.upstream.anthropic().map(|a| (d, a)))
+    {
         let timeout = s.config.upstream.task_timeout;
         match a
             .backend
@@ -167,6 +193,7 @@ pub(super) async fn count_tokens(
                 &d.base_url,
                 body.clone(),
                 &betas(headers),
+                ctx.hops.saturating_add(1),
                 timeout,
             )
             .await

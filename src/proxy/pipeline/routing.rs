@@ -301,12 +301,18 @@ impl Routing<'_> {
             .open_session(&delegate.base_url, &card, config)
             .await?;
         let mut binding = Binding { delegate, upstream };
-        match session.bind(skill, binding.clone()) {
-            Some(old) => {
+        match session.bind_first(skill, binding.clone()) {
+            // Another task of the session bound the delegate while this one opened its own
+            // (the first tasks of a session race so): theirs is used, this one closed
+            // (nobody else knows it), and nobody's session is closed under them.
+            Err(theirs) => {
+                self.close_later(vec![std::mem::replace(&mut binding, theirs)]);
+            }
+            Ok(Some(old)) => {
                 self.close_later(vec![old]);
                 self.sessions.share_binding(session, skill, &binding).await;
             }
-            None => {
+            Ok(None) => {
                 // The session's first binding for the skill: another replica may have opened
                 // one at the same moment. The first to publish wins; the other closes its
                 // own (nobody else knows it) and uses the winner's.

@@ -201,7 +201,8 @@ impl Backend {
     }
 
     /// `POST {base}/v1/messages/count_tokens` of a request's `body` (its model replaced by
-    /// this delegate's) with the client's `client_headers` (its `anthropic-beta`) within
+    /// this delegate's) with the client's `client_headers` (its `anthropic-beta`) and the
+    /// gateways passed so far (`hops`, this one included, for loop protection) within
     /// `timeout`: the input tokens it counts.
     pub async fn count_tokens(
         &self,
@@ -209,6 +210,7 @@ impl Backend {
         base: &str,
         mut body: Map<String, Value>,
         client_headers: &[(String, String)],
+        hops: u32,
         timeout: Duration,
     ) -> Result<u64, ChatError> {
         let url = format!("{base}{COUNT_TOKENS_PATH}");
@@ -223,7 +225,7 @@ impl Backend {
                 COUNT_TOKENS_PATH,
                 Some(Bytes::from(bytes)),
                 &self.headers(client_headers),
-                None.into(),
+                Some(hops).into(),
                 timeout,
             )
             .await?;
@@ -412,6 +414,14 @@ impl Backend {
                         let kind = kind.to_owned();
                         let piece = pieces.piece(&kind, event);
                         reply.content.push_str(&piece.text);
+                        used.written = used.written.saturating_add(
+                            piece.text.len()
+                                + piece
+                                    .tool_calls
+                                    .iter()
+                                    .map(|c| c.arguments.len())
+                                    .sum::<usize>(),
+                        );
                         relayed = true;
                         if on_piece(piece).await.is_break() {
                             used.stopped = Some(Stopped::Unheard);
@@ -540,6 +550,31 @@ mod tests {
         assert_eq!(h.len(), 4);
         assert_eq!(h[2].1.as_bytes(), b"prompt-caching-2024-07-31");
         assert_eq!(h[3].1.as_bytes(), b"interleaved-thinking-2025-05-14");
+    }
+
+    #[test]
+    fn a_2xx_body_that_is_no_message_is_malformed() {
+        let mut cfg = DelegateConfig::new("http://127.0.0.1:1");
+        cfg.kind = DelegateKind::Anthropic;
+        cfg.model = Some("claude".into());
+        let b = Backend::new(&cfg, "d", None).unwrap();
+        for body in [
+            "{}",
+            r#"{"type":"error","error":{"type":"api_error","message":"x"}}"#,
+            r#"{"choices":[{"message":{"content":"hi"}}]}"#,
+        ] {
+            assert!(
+                matches!(
+                    b.whole("u".into(), body.as_bytes(), 0),
+                    Err(ChatError::Malformed { .. })
+                ),
+                "{body}"
+            );
+        }
+        let empty = b
+            .whole("u".into(), br#"{"content":[],"stop_reason":"end_turn"}"#, 0)
+            .unwrap();
+        assert!(empty.blocks.is_empty() && empty.content.is_empty());
     }
 
     #[test]

@@ -57,7 +57,7 @@ impl super::Attempts<'_> {
             };
             return Err(LdpError::gateway(
                 GatewayCode::BudgetExceeded,
-                format!("{e} (on the OpenAI ingress, per request)"),
+                format!("{e} (on a chat ingress, per request)"),
             ));
         }
         if b.usd_per_day.is_none() && b.usd_per_month.is_none() && b.usd_per_session.is_none() {
