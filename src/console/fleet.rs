@@ -84,7 +84,10 @@ pub async fn fleet(State(c): State<Console>, Extension(viewer): Extension<Viewer
                     @for (i, skill) in skills.iter().map(Some).chain(skills.is_empty().then_some(None)).enumerate() {
                         tr.delegate[i == 0] {
                             @if i == 0 {
-                                td rowspan=(rows) { a href={"/ui/fleet/" (urlencode(&d.name))} { (d.name) } }
+                                td rowspan=(rows) {
+                                    a href={"/ui/fleet/" (urlencode(&d.name))} { (d.name) }
+                                    @if let Some(card) = &card { br; small.card-name title="the card's name" { (card.name) } }
+                                }
                                 td rowspan=(rows) { (kind(d)) }
                                 td rowspan=(rows) { (health(d)) }
                             }

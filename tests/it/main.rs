@@ -23,6 +23,7 @@ mod bridge_llmcp;
 mod bridge_llmx;
 mod call;
 mod cli;
+mod console;
 mod cluster;
 mod dashboards;
 mod dialects;
