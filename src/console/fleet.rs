@@ -66,13 +66,13 @@ pub async fn fleet(State(c): State<Console>, Extension(viewer): Extension<Viewer
     let healthy = snapshot.iter().filter(|d| d.is_healthy()).count();
     let body = html! {
         p.summary { (snapshot.len()) " delegates, " (healthy) " healthy." }
-        table.fleet {
+        div.scroll { table.fleet {
             thead { tr {
                 th { "Delegate" } th { "Kind" } th { "Health" } th { "Skill" }
-                th.num { "Quality declared" } th.num { "observed (count)" } th.num { "blended" }
-                th.num { "Verifier reliability" }
-                th.num { "Latency declared" } th.num { "observed (samples)" }
-                th.num { "Cost / call" } th { "Jurisdiction" } th { "Trust domain" }
+                th.num { "Quality decl." } th.num { "obs. (n)" } th.num { "blend" }
+                th.num { "Verifier rel." }
+                th.num { "Latency decl." } th.num { "obs. (n)" }
+                th.num { "Cost/call" } th { "Juris." } th { "Trust domain" }
                 th.num { "In flight" }
             } }
             tbody {
@@ -117,7 +117,7 @@ pub async fn fleet(State(c): State<Console>, Extension(viewer): Extension<Viewer
                     }
                 }
             }
-        }
+        } }
     };
     page::render("Fleet", "/ui/fleet", &viewer, body)
 }

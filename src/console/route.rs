@@ -101,9 +101,10 @@ fn table(x: &Explanation) -> Markup {
             table.explain {
                 thead { tr {
                     th { "Delegate" }
-                    @for col in &columns { th { (col) } }
+                    th.num { "Score" } th { "Band" }
                     th.num { "quality" } th.num { "cost" } th.num { "latency" }
-                    th.num { "Score" } th { "Band" } th { "Notes" }
+                    th { "Notes" }
+                    @for col in &columns { th { (col) } }
                 } }
                 tbody {
                     @for d in &x.delegates {
@@ -112,17 +113,11 @@ fn table(x: &Explanation) -> Markup {
                             @if !d.offers_skill {
                                 td colspan=(columns.len() + 6) { em { "does not offer the skill" } }
                             } @else {
-                                @for col in &columns {
-                                    @match d.constraints.iter().find(|c| c.constraint.as_str() == *col) {
-                                        Some(c) => { td class=(if c.pass { "pass" } else { "fail" }) title=(c.detail) { (if c.pass { "✓ " } else { "✗ " }) (c.detail) } }
-                                        None => { td { "–" } }
-                                    }
-                                }
+                                td.num { strong { (num(d.score, 3)) } }
+                                td { @if d.in_band { span.badge.ok { "in band" } } @else if d.score.is_some() { "outside" } @else { span.badge.bad { "not eligible" } } }
                                 td.num { (num(d.components.map(|c| c.quality), 3)) }
                                 td.num { (num(d.components.map(|c| c.cost), 3)) }
                                 td.num { (num(d.components.map(|c| c.latency), 3)) }
-                                td.num { (num(d.score, 3)) }
-                                td { @if d.in_band { span.badge.ok { "in band" } } @else if d.score.is_some() { "outside" } @else { span.badge.bad { "not eligible" } } }
                                 td {
                                     @match d.trial {
                                         Some(Trial::Exploring) => { "exploring (unmeasured)" }
@@ -132,6 +127,12 @@ fn table(x: &Explanation) -> Markup {
                                     @if let Some(r) = d.reliability { " reliability " (num(Some(r), 3)) }
                                     @if let Some(f) = &d.figures {
                                         @if let Some(o) = f.observed_quality { " observed " (num(Some(o.mean), 2)) " over " (num(Some(o.count), 1)) }
+                                    }
+                                }
+                                @for col in &columns {
+                                    @match d.constraints.iter().find(|c| c.constraint.as_str() == *col) {
+                                        Some(c) => { td class=(if c.pass { "pass" } else { "fail" }) title=(c.detail) { (if c.pass { "✓ " } else { "✗ " }) (c.detail) } }
+                                        None => { td { "–" } }
                                     }
                                 }
                             }

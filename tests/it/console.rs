@@ -54,7 +54,12 @@ async fn setup() -> Setup {
     let mut ldp_tasks = Vec::new();
     for i in 0..3 {
         let t = ldp
-            .task(&sid, "summarize", json!({"text": format!("hello {i}")}), "text")
+            .task(
+                &sid,
+                "summarize",
+                json!({"text": format!("hello {i}")}),
+                "text",
+            )
             .await;
         assert_eq!(t["type"], "TASK_RESULT", "{t}");
         ldp_tasks.push(t["task_id"].as_str().unwrap().to_owned());
@@ -135,7 +140,10 @@ impl Page {
 
     /// The value of the hidden `csrf` field.
     fn csrf(&self) -> String {
-        let at = self.body.find("name=\"csrf\" value=\"").expect("a csrf field");
+        let at = self
+            .body
+            .find("name=\"csrf\" value=\"")
+            .expect("a csrf field");
         let rest = &self.body[at + "name=\"csrf\" value=\"".len()..];
         rest[..rest.find('"').unwrap()].to_owned()
     }
@@ -237,7 +245,13 @@ async fn console_login_pages_csrf_csp_and_escaping() {
     let mut b = Browser::new(&s.bin.admin);
 
     // Not logged in: every page sends to the login form; a POST is refused.
-    for path in ["/ui/", "/ui/fleet", "/ui/ledger", "/ui/spend", "/ui/policies"] {
+    for path in [
+        "/ui/",
+        "/ui/fleet",
+        "/ui/ledger",
+        "/ui/spend",
+        "/ui/policies",
+    ] {
         let p = b.get(path).await;
         assert_eq!(p.status, 303, "{path}");
         assert_eq!(p.header("location"), "/ui/login", "{path}");
@@ -249,13 +263,19 @@ async fn console_login_pages_csrf_csp_and_escaping() {
     let wrong = b.login("not-the-token").await;
     assert_eq!(wrong.status, 401);
     assert!(wrong.body.contains("Wrong token"), "{}", wrong.body);
-    assert!(!wrong.set_cookies().iter().any(|c| c.starts_with("ldp_console=")));
+    assert!(!wrong
+        .set_cookies()
+        .iter()
+        .any(|c| c.starts_with("ldp_console=")));
     // The login form's CSRF token is checked: without it, refused even with the right token.
     let no_csrf = b
         .post("/ui/login", &[("token", &s.token), ("csrf", "forged")])
         .await;
     assert_eq!(no_csrf.status, 403, "{}", no_csrf.body);
-    assert!(!no_csrf.set_cookies().iter().any(|c| c.starts_with("ldp_console=")));
+    assert!(!no_csrf
+        .set_cookies()
+        .iter()
+        .any(|c| c.starts_with("ldp_console=")));
 
     // The right token: a session cookie, HttpOnly and SameSite=Strict, and no token anywhere
     // in a URL.
@@ -285,7 +305,10 @@ async fn console_login_pages_csrf_csp_and_escaping() {
         assert_eq!(d["health"], "healthy");
     }
     assert!(fleet.body.contains("healthy") && fleet.body.contains(">ldp<"));
-    assert!(!fleet.body.contains(XSS), "the card's name must not be HTML");
+    assert!(
+        !fleet.body.contains(XSS),
+        "the card's name must not be HTML"
+    );
     assert!(fleet.body.contains("&lt;img src=x onerror=alert(1)&gt;"));
     assert!(!fleet.body.contains("<script"), "no script on any page");
     let index = b.get("/ui/").await;
@@ -300,7 +323,10 @@ async fn console_login_pages_csrf_csp_and_escaping() {
     let x = admin.get("/admin/route?skill=summarize").await.json;
     let route = b.get("/ui/route?skill=summarize").await;
     assert_eq!(route.status, 200);
-    assert!(route.body.contains(&format!("policy <strong>{}</strong>", x["policy"].as_str().unwrap())));
+    assert!(route.body.contains(&format!(
+        "policy <strong>{}</strong>",
+        x["policy"].as_str().unwrap()
+    )));
     for row in x["delegates"].as_array().unwrap() {
         let first = row["constraints"][0]["detail"].as_str().unwrap();
         assert!(route.body.contains(first), "{first}");
@@ -320,14 +346,23 @@ async fn console_login_pages_csrf_csp_and_escaping() {
     assert_eq!(only_openai.status, 200);
     assert!(only_openai.body.contains(openai_id));
     for t in &s.ldp_tasks {
-        assert!(!only_openai.body.contains(t.as_str()), "an LDP task under ingress=openai");
+        assert!(
+            !only_openai.body.contains(t.as_str()),
+            "an LDP task under ingress=openai"
+        );
     }
-    let only_ldp = b.get("/ui/ledger?ingress=ldp&status=result&skill=summarize").await;
+    let only_ldp = b
+        .get("/ui/ledger?ingress=ldp&status=result&skill=summarize")
+        .await;
     for t in &s.ldp_tasks {
         assert!(only_ldp.body.contains(t.as_str()));
     }
     assert!(!only_ldp.body.contains(openai_id));
-    assert!(!b.get("/ui/ledger?status=failed").await.body.contains(openai_id));
+    assert!(!b
+        .get("/ui/ledger?status=failed")
+        .await
+        .body
+        .contains(openai_id));
     assert_eq!(b.get("/ui/ledger?ingress=smtp").await.status, 400);
 
     // A task: its delegate and cost, as the ledger has them.
@@ -336,7 +371,11 @@ async fn console_login_pages_csrf_csp_and_escaping() {
     let page = b.get(&format!("/ui/ledger/{task}")).await;
     assert_eq!(page.status, 200);
     let delegate = row["delegate"].as_str().unwrap();
-    assert!(page.body.contains(&format!(">{delegate}</a>")), "{}", page.body);
+    assert!(
+        page.body.contains(&format!(">{delegate}</a>")),
+        "{}",
+        page.body
+    );
     if let Some(cost) = row["cost_usd"].as_f64() {
         assert!(page.body.contains(&format!("${cost:.6}")), "cost {cost}");
     }
@@ -351,7 +390,9 @@ async fn console_login_pages_csrf_csp_and_escaping() {
     let page = b.get("/ui/policies").await;
     assert_eq!(page.status, 200);
     for p in policies["policies"].as_array().unwrap() {
-        assert!(page.body.contains(&format!("<h2>{}", p["name"].as_str().unwrap())));
+        assert!(page
+            .body
+            .contains(&format!("<h2>{}", p["name"].as_str().unwrap())));
     }
 
     // The stylesheet comes from the binary, under the same CSP.
@@ -449,7 +490,9 @@ async fn console_in_a_real_browser() {
     eprintln!("{said}");
     assert!(out.status.success(), "the browser test failed:\n{said}");
     assert!(said.contains("console browser test: ok"), "{said}");
-    for page in ["fleet", "route", "ledger", "task", "spend", "policies", "login"] {
+    for page in [
+        "fleet", "route", "ledger", "task", "spend", "policies", "login",
+    ] {
         assert!(shots.join(format!("{page}.png")).is_file(), "{page}.png");
     }
     s.stop().await;
