@@ -20,7 +20,8 @@ from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 
 def check(cond, what):
@@ -54,6 +55,9 @@ def main():
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(args.chromedriver), options=opts)
     driver.set_window_size(1280, 800)
+    # The page itself 1280x800 (the window's frame aside), as the screenshots are taken.
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False})
     driver.set_page_load_timeout(30)
     visited = []
 
@@ -84,6 +88,16 @@ def main():
             if args.token in name:
                 raise AssertionError("the token is in a URL: %s" % name)
 
+    def click(element):
+        """Clicks a link or button and waits for the page it leads to."""
+        old = driver.find_element(By.TAG_NAME, "html")
+        element.click()
+        WebDriverWait(driver, 15).until(EC.staleness_of(old))
+        WebDriverWait(driver, 15).until(
+            lambda d: d.execute_script("return document.readyState") == "complete")
+        visited.append(driver.current_url)
+        no_alert()
+
     def text():
         return driver.find_element(By.TAG_NAME, "body").text
 
@@ -94,11 +108,10 @@ def main():
         shot("login")
         # A wrong token first, then the right one, typed into the form.
         driver.find_element(By.ID, "token").send_keys("wrong-token")
-        driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+        click(driver.find_element(By.CSS_SELECTOR, "form.login button"))
         check("Wrong token" in text(), "a wrong token is refused with a message")
         driver.find_element(By.ID, "token").send_keys(args.token)
-        driver.find_element(By.CSS_SELECTOR, "form.login button").click()
-        visited.append(driver.current_url)
+        click(driver.find_element(By.CSS_SELECTOR, "form.login button"))
         check(urlparse(driver.current_url).path == "/ui/fleet", "logged in -> fleet")
         cookies = driver.get_cookies()
         check(any(c["name"] == "ldp_console" for c in cookies), "a session cookie is set")
@@ -121,17 +134,14 @@ def main():
         check(bg not in ("", "rgba(0, 0, 0, 0)"), "the console's stylesheet is applied (%s)" % bg)
         shot("fleet")
         # A delegate's page through its link (keyboard reachable: a real link).
-        driver.find_element(By.LINK_TEXT, "d1").click()
-        visited.append(driver.current_url)
-        no_alert()
+        click(driver.find_element(By.LINK_TEXT, "d1"))
         check(expect["xss"] in text(), "the delegate page shows the card's name as text")
         shot("delegate")
 
         # Explain, through its form.
         go("/ui/route")
         Select(driver.find_element(By.NAME, "skill")).select_by_value("summarize")
-        driver.find_element(By.CSS_SELECTOR, "form.filters button").click()
-        visited.append(driver.current_url)
+        click(driver.find_element(By.CSS_SELECTOR, "form.filters button"))
         body = text()
         check(expect["policy"] in body, "explain names the policy %s" % expect["policy"])
         check("in band" in body, "explain shows the band")
@@ -146,8 +156,7 @@ def main():
             check(t in body, "ledger lists task %s" % t)
         shot("ledger")
         Select(driver.find_element(By.NAME, "ingress")).select_by_value("openai")
-        driver.find_element(By.CSS_SELECTOR, "form.filters button").click()
-        visited.append(driver.current_url)
+        click(driver.find_element(By.CSS_SELECTOR, "form.filters button"))
         body = text()
         check(expect["openai_task"] in body, "ingress=openai shows the OpenAI task")
         for t in expect["ldp_tasks"]:
@@ -156,8 +165,7 @@ def main():
 
         # A task, opened from the ledger.
         go("/ui/ledger")
-        driver.find_element(By.LINK_TEXT, expect["task_id"]).click()
-        visited.append(driver.current_url)
+        click(driver.find_element(By.LINK_TEXT, expect["task_id"]))
         body = text()
         check(expect["task_delegate"] in body, "the task page names its delegate")
         check("Cost" in body and "Trace id" in body, "the task page shows cost and trace id")
@@ -179,7 +187,7 @@ def main():
         shot("console")
 
         # Logout through its button; the session is gone.
-        driver.find_element(By.CSS_SELECTOR, "form.logout button").click()
+        click(driver.find_element(By.CSS_SELECTOR, "form.logout button"))
         go("/ui/fleet")
         check(urlparse(driver.current_url).path == "/ui/login", "after logout -> login")
 
