@@ -26,13 +26,13 @@ fn bars(items: &[(String, f64)], max: Option<f64>) -> Markup {
     let row_h = 22;
     let h = (items.len().max(1) * row_h) as u32;
     html! {
-        svg.bars width="640" height=(h) viewBox={"0 0 640 " (h)} role="img" aria-label="spend bars" {
+        svg.bars width="560" height=(h) viewBox={"0 0 560 " (h)} role="img" aria-label="spend bars" {
             @for (i, (label, v)) in items.iter().enumerate() {
                 @let y = (i * row_h) as u32;
-                @let w = if top > 0.0 { (v / top * 400.0).clamp(0.0, 400.0) } else { 0.0 };
+                @let w = if top > 0.0 { (v / top * 300.0).clamp(0.0, 300.0) } else { 0.0 };
                 text x="0" y=(y + 15) { (label) }
-                rect x="160" y=(y + 3) width=(format!("{w:.1}")) height="16" {}
-                text x=(format!("{:.1}", 166.0 + w)) y=(y + 15) { (format!("${v:.6}")) }
+                rect x="130" y=(y + 3) width=(format!("{w:.1}")) height="16" {}
+                text x=(format!("{:.1}", 136.0 + w)) y=(y + 15) { (format!("${v:.6}")) }
             }
         }
     }
