@@ -170,7 +170,20 @@ pub async fn ledger(
     Extension(viewer): Extension<Viewer>,
     q: Result<Query<Filters>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let f = q.map(|Query(q)| q).unwrap_or_default();
+    let f = match q {
+        Ok(Query(f)) => f,
+        Err(e) => {
+            let f = Filters::default();
+            let body = html! { (f.form()) p.error role="alert" { (e.body_text()) } };
+            return page::page(
+                StatusCode::BAD_REQUEST,
+                "Ledger",
+                "/ui/ledger",
+                &viewer,
+                body,
+            );
+        }
+    };
     let query = match f.query() {
         Ok(q) => q,
         Err(e) => {

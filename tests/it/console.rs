@@ -364,6 +364,7 @@ async fn console_login_pages_csrf_csp_and_escaping() {
         .body
         .contains(openai_id));
     assert_eq!(b.get("/ui/ledger?ingress=smtp").await.status, 400);
+    assert_eq!(b.get("/ui/ledger?offset=many").await.status, 400);
 
     // A task: its delegate and cost, as the ledger has them.
     let task = &s.ldp_tasks[0];
@@ -417,6 +418,30 @@ async fn console_login_pages_csrf_csp_and_escaping() {
     let _ = again.get("/ui/ledger").await;
     eprintln!("login + /ui/ledger: {:?}", t.elapsed());
     s.stop().await;
+}
+
+/// With no admin token set, the console does what the admin API does: open on a loopback
+/// listener, no login needed (and the login page sends to the fleet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn console_without_a_token_is_open_on_loopback_only() {
+    let s = sim(SimOptions::new(card(
+        "console-open",
+        "default",
+        &[("summarize", 0.9)],
+        &["text"],
+    )))
+    .await;
+    let gw = TestGateway::builder().delegate(&s.url()).spawn().await;
+    let mut b = Browser::new(&gw.admin_url());
+    let fleet = b.get("/ui/fleet").await;
+    assert_eq!(fleet.status, 200);
+    assert!(fleet.body.contains("open (loopback, no token)"));
+    assert!(fleet.body.contains(">d0</a>"));
+    assert_eq!(fleet.header("content-security-policy"), CSP);
+    let login = b.get("/ui/login").await;
+    assert_eq!((login.status, login.header("location")), (303, "/ui/fleet"));
+    gw.shutdown().await;
+    s.shutdown().await;
 }
 
 /// `LDP_PY_SELENIUM`, or `None` (the browser test skips) unless `LDP_INTEROP_REQUIRED=1`.
