@@ -1,9 +1,11 @@
-//! The spend page (`/ui/spend`): cost per tenant over the last hour, day and 30 days, and each
-//! tenant's budgets used against their limits, from the ledger's spend query (the one budgets
-//! are restored from), drawn as SVG bars by the server.
+//! The spend page (`/ui/spend`): tasks and cost per tenant, policy and delegate over the last
+//! hour, day and 30 days (the ledger's spend breakdown), and each tenant's budgets used
+//! against their limits (the spend query budgets are restored from), drawn as SVG bars by the
+//! server.
 
 use super::page::{self, Viewer};
 use super::Console;
+use crate::provenance::SpendRow;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -11,11 +13,40 @@ use axum::Extension;
 use maud::{html, Markup};
 use std::collections::BTreeMap;
 
+/// What spend is summed by.
+#[derive(Clone, Copy)]
+enum By {
+    Tenant,
+    Policy,
+    Delegate,
+}
+
+/// `rows` summed by `by`: (name, tasks, cost), most costly first.
+fn group(rows: &[SpendRow], by: By) -> Vec<(String, u64, f64)> {
+    let mut sums: BTreeMap<&str, (u64, f64)> = BTreeMap::new();
+    for r in rows {
+        let key = match by {
+            By::Tenant => r.tenant.as_str(),
+            By::Policy => r.policy.as_deref().unwrap_or("(none)"),
+            By::Delegate => r.delegate.as_deref().unwrap_or("(none)"),
+        };
+        let e = sums.entry(key).or_insert((0, 0.0));
+        e.0 += r.tasks;
+        e.1 += r.cost_usd;
+    }
+    let mut out: Vec<(String, u64, f64)> = sums
+        .into_iter()
+        .map(|(k, (t, c))| (k.to_owned(), t, c))
+        .collect();
+    out.sort_by(|a, b| b.2.total_cmp(&a.2).then_with(|| b.1.cmp(&a.1)));
+    out
+}
+
 /// The windows shown: label and length in ms.
 const WINDOWS: [(&str, i64); 3] = [
-    ("last hour", 3_600_000),
-    ("last 24 h", 86_400_000),
-    ("last 30 days", 30 * 86_400_000),
+    ("Last hour", 3_600_000),
+    ("Last 24 hours", 86_400_000),
+    ("Last 30 days", 30 * 86_400_000),
 ];
 
 /// Horizontal bars, one per `(label, value)`, scaled to the largest (or `max`).
@@ -43,13 +74,10 @@ pub async fn spend(State(c): State<Console>, Extension(viewer): Extension<Viewer
     let now = chrono::Utc::now();
     let now_ms = now.timestamp_millis();
     let (day, month) = crate::limits::budget::period_starts(now);
-    let mut windows: Vec<(&str, Vec<(String, f64)>)> = Vec::new();
+    let mut windows: Vec<(&str, Vec<SpendRow>)> = Vec::new();
     for (label, len) in WINDOWS {
-        match c.app.ledger.spend_since(now_ms - len).await {
-            Ok(mut per) => {
-                per.sort_by(|a, b| b.1.total_cmp(&a.1));
-                windows.push((label, per));
-            }
+        match c.app.ledger.spend_breakdown(now_ms - len).await {
+            Ok(rows) => windows.push((label, rows)),
             Err(e) => {
                 return page::page(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -86,18 +114,22 @@ pub async fn spend(State(c): State<Console>, Extension(viewer): Extension<Viewer
         .filter(|t| t.budget.usd_per_day.is_some() || t.budget.usd_per_month.is_some())
         .collect();
     let body = html! {
-        p.note { "Cost charged per tenant, from the ledger (the sum of each task's cost)." }
-        div.windows {
-            @for (label, per) in &windows {
-                section.window {
-                    h2 { "Cost per tenant, " (label) }
-                    @if per.is_empty() { p { em { "Nothing spent." } } }
-                    @else {
-                        table.spend {
-                            thead { tr { th { "Tenant" } th.num { "Cost" } } }
-                            tbody { @for (t, v) in per { tr { td { (t) } td.num { (format!("${v:.6}")) } } } }
+        p.note { "Tasks finished and cost charged, from the ledger (the sum of each task's cost)." }
+        @for (label, rows) in &windows {
+            h2 { (label) }
+            @if rows.is_empty() { p { em { "No tasks." } } }
+            @else {
+                div.windows {
+                    @for (by, name) in [(By::Tenant, "tenant"), (By::Policy, "policy"), (By::Delegate, "delegate")] {
+                        @let per = group(rows, by);
+                        section.window {
+                            h3 { "per " (name) }
+                            table.spend {
+                                thead { tr { th { (name) } th.num { "Tasks" } th.num { "Cost" } } }
+                                tbody { @for (k, tasks, cost) in &per { tr { td { (k) } td.num { (tasks) } td.num { (format!("${cost:.6}")) } } } }
+                            }
+                            (bars(&per.iter().map(|(k, _, v)| (k.clone(), *v)).collect::<Vec<_>>(), None))
                         }
-                        (bars(per, None))
                     }
                 }
             }

@@ -84,6 +84,22 @@ impl Query {
     }
 }
 
+/// Tasks and cost of one (tenant, policy, delegate) since a time: a line of
+/// [`crate::provenance::LedgerHandle::spend_breakdown`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SpendRow {
+    /// Tenant.
+    pub tenant: String,
+    /// Policy used (none: refused before one was chosen).
+    pub policy: Option<String>,
+    /// Delegate that answered last (none: no delegate reached).
+    pub delegate: Option<String>,
+    /// Tasks finished.
+    pub tasks: u64,
+    /// Their total `cost_usd`.
+    pub cost_usd: f64,
+}
+
 /// A `since` value that is neither a duration nor an RFC 3339 time (the value given).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`since` must be a duration like 1h or an RFC 3339 time, got '{0}'")]

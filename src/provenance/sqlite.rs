@@ -769,6 +769,11 @@ impl Backend for SqliteBackend {
         read::spend(&self.conn, since_ms)
     }
 
+    fn spend_breakdown(&mut self, since_ms: i64) -> Result<Vec<super::SpendRow>, LedgerError> {
+        self.reattach(false)?;
+        read::spend_breakdown(&self.conn, since_ms)
+    }
+
     fn task_of(&mut self, tenant: &str, task_id: &str) -> Result<Option<RatedTask>, LedgerError> {
         self.reattach(false)?;
         read::task_of(&self.conn, tenant, task_id)

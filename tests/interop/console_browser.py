@@ -174,7 +174,9 @@ def main():
         # Spend and policies.
         go("/ui/spend")
         check(driver.find_elements(By.CSS_SELECTOR, "svg"), "spend draws SVG charts")
-        check("anonymous" in text(), "spend lists the tenant")
+        body = text()
+        check("anonymous" in body, "spend lists the tenant")
+        check("per delegate" in body and expect["task_delegate"] in body, "spend per delegate")
         shot("spend")
         go("/ui/policies")
         body = text()

@@ -387,6 +387,19 @@ async fn console_login_pages_csrf_csp_and_escaping() {
     let spend = b.get("/ui/spend").await;
     assert_eq!(spend.status, 200);
     assert!(spend.body.contains("<svg") && spend.body.contains("anonymous"));
+    // Per tenant, policy and delegate: every task of the ledger counted in the last hour.
+    let all = s.rows("limit=50", 4).await;
+    let tasks = format!("<td>anonymous</td><td class=\"num\">{}</td>", all.len());
+    assert!(spend.body.contains(&tasks), "{tasks}");
+    for h in ["per tenant", "per policy", "per delegate"] {
+        assert!(spend.body.contains(h), "{h}");
+    }
+    for r in &all {
+        for col in ["policy", "delegate"] {
+            let v = r[col].as_str().unwrap();
+            assert!(spend.body.contains(&format!("<td>{v}</td>")), "{col} {v}");
+        }
+    }
     let policies = admin.get("/admin/policies").await.json;
     let page = b.get("/ui/policies").await;
     assert_eq!(page.status, 200);
