@@ -1,5 +1,5 @@
 //! The policies page (`/ui/policies`): each policy as loaded, with its match, weights,
-//! constraints, limits and `[verify]`, and the reloads counted since start.
+//! constraints, limits and `[verify]`; the last reload and its problems.
 
 use super::page::{self, Viewer};
 use super::Console;
@@ -33,8 +33,21 @@ pub async fn policies(State(c): State<Console>, Extension(viewer): Extension<Vie
         p.summary {
             (set.policies.len()) " policies loaded from " code { (c.app.config.policies.dir.display().to_string()) }
             "; default " strong { (set.default.0) } ". Reloads since start: " (ok) " applied, "
-            span class=(if refused > 0 { "bad" } else { "" }) { (refused) " refused" }
-            " (a refused reload keeps the previous policies; its problems are in the log and in the answer of POST /admin/reload)."
+            span class=(if refused > 0 { "bad" } else { "" }) { (refused) " refused" } "."
+        }
+        @match c.app.proxy.last_reload() {
+            None => { p.note { "No reload since start: these are the policies loaded at start." } }
+            Some(r) => {
+                @match &r.outcome {
+                    Ok(n) => { p { "Last reload " (r.at) ": " span.badge.ok { "applied" } " (" (n) " policies)." } }
+                    Err(problems) => {
+                        div.error role="alert" {
+                            p { "Last reload " (r.at) ": refused; the previous policies stay in force. Its problems:" }
+                            ul { @for pr in problems { li { code { (pr) } } } }
+                        }
+                    }
+                }
+            }
         }
         @for p in &set.policies {
             section.policy {

@@ -403,6 +403,12 @@ async fn console_login_pages_csrf_csp_and_escaping() {
     let policies = admin.get("/admin/policies").await.json;
     let page = b.get("/ui/policies").await;
     assert_eq!(page.status, 200);
+    assert!(page.body.contains("No reload since start"));
+    let reload = admin.post_with("/admin/reload", Vec::new(), &[]).await;
+    assert_eq!(reload.status, 200, "{}", reload.json);
+    let page = b.get("/ui/policies").await;
+    let applied = format!("applied</span> ({} policies)", reload.json["policies"]);
+    assert!(page.body.contains(&applied), "{applied}");
     for p in policies["policies"].as_array().unwrap() {
         assert!(page
             .body
