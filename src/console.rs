@@ -67,6 +67,7 @@ pub fn router(app: AppState) -> Router<AppState> {
         .route("/ui", get(|| async { Redirect::to("/ui/") }))
         .route("/ui/login", get(auth::login_form).post(auth::login))
         .route("/ui/static/console.css", get(stylesheet))
+        .route("/ui/{*rest}", get(not_found).post(not_found))
         .merge(pages)
         .layer(middleware::from_fn(headers))
         .with_state(console)
@@ -81,6 +82,15 @@ async fn stylesheet() -> Response {
         CSS,
     )
         .into_response()
+}
+
+/// Any other path under `/ui/`: a page saying so, with the console's headers.
+async fn not_found() -> Response {
+    page::bare(
+        axum::http::StatusCode::NOT_FOUND,
+        "Not found",
+        maud::html! { p { a href="/ui/fleet" { "To the fleet" } } },
+    )
 }
 
 /// The headers of every console answer: the CSP, no sniffing, no referrer, and (pages) no

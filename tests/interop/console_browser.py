@@ -17,10 +17,9 @@ import sys
 from urllib.parse import urlparse
 
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 
@@ -90,11 +89,12 @@ def main():
 
     def click(element):
         """Clicks a link or button and waits for the page it leads to."""
-        old = driver.find_element(By.TAG_NAME, "html")
+        # A mark on the old page's window: gone once the next document is loaded.
+        driver.execute_script("window.__ldpOld = true")
         element.click()
-        WebDriverWait(driver, 15).until(EC.staleness_of(old))
-        WebDriverWait(driver, 15).until(
-            lambda d: d.execute_script("return document.readyState") == "complete")
+        WebDriverWait(driver, 15, ignored_exceptions=[WebDriverException]).until(
+            lambda d: d.execute_script(
+                "return window.__ldpOld === undefined && document.readyState === 'complete'"))
         visited.append(driver.current_url)
         no_alert()
 

@@ -415,6 +415,11 @@ async fn console_login_pages_csrf_csp_and_escaping() {
             .contains(&format!("<h2>{}", p["name"].as_str().unwrap())));
     }
 
+    // Any other path under /ui/: a 404 page, under the same CSP.
+    let missing = b.get("/ui/nothing/here").await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.header("content-security-policy"), CSP);
+
     // The stylesheet comes from the binary, under the same CSP.
     let css = b.get("/ui/static/console.css").await;
     assert_eq!(css.status, 200);
