@@ -9,6 +9,7 @@
 pub mod chat;
 pub mod cluster;
 pub mod config;
+pub mod console;
 pub mod fair;
 pub mod frontend;
 /// The LDP wire types (the `ldp-wire` crate), under the name the gateway has always used.

@@ -34,7 +34,7 @@ mod writer;
 pub use feedback::{Feedback, Given, RatedTask};
 pub use journal::{Place, Recovered};
 pub use postgres::PostgresBackend;
-pub use query::{Format, Query};
+pub use query::{Format, Query, SpendRow};
 pub use readers::Cancel;
 pub use row::{
     digest, redact_preview, Evidence, EvidenceSource, Ingress, JsonText, LedgerRow, Outcome,
@@ -210,6 +210,8 @@ pub trait Backend: Send + 'static {
     }
     /// Total `cost_usd` per tenant of rows finished at or after `since_ms`.
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError>;
+    /// Tasks and cost per (tenant, policy, delegate) of rows finished at or after `since_ms`.
+    fn spend_breakdown(&mut self, since_ms: i64) -> Result<Vec<SpendRow>, LedgerError>;
     /// The newest row of `tenant`'s task `task_id`, as feedback needs it (none: no such task
     /// of this tenant).
     fn task_of(&mut self, tenant: &str, task_id: &str) -> Result<Option<RatedTask>, LedgerError>;
@@ -254,6 +256,9 @@ pub trait Reader: Send + Sync + 'static {
         since_ms: i64,
         cancel: &Cancel,
     ) -> Result<Vec<(String, f64)>, LedgerError>;
+    /// As [`Backend::spend_breakdown`].
+    fn spend_breakdown(&self, since_ms: i64, cancel: &Cancel)
+        -> Result<Vec<SpendRow>, LedgerError>;
     /// As [`Backend::task_of`].
     fn task_of(
         &self,

@@ -149,6 +149,8 @@ pub struct Proxy {
     cfg: Arc<Config>,
     registry: Arc<Registry>,
     policies: ArcSwap<PolicySet>,
+    /// The last policy reload asked for since start, and how it went.
+    last_reload: arc_swap::ArcSwapOption<Reload>,
     /// Client sessions (a single node's table, or shared through Redis).
     sessions: Sessions,
     upstream: UpstreamClient,
@@ -179,6 +181,15 @@ pub struct Proxy {
     /// Work spawned on request paths that outlives its request (upstream closes, settle
     /// retries, cancels, tasks whose client left): shutdown waits for it.
     tasks: tokio_util::task::TaskTracker,
+}
+
+/// A policy reload and how it went.
+#[derive(Debug, Clone)]
+pub struct Reload {
+    /// When, RFC 3339.
+    pub at: String,
+    /// The policies now in force, or every problem that kept the previous ones.
+    pub outcome: Result<usize, Vec<String>>,
 }
 
 impl Proxy {
@@ -215,6 +226,7 @@ impl Proxy {
             cfg,
             registry,
             policies: ArcSwap::from_pointee(policies),
+            last_reload: arc_swap::ArcSwapOption::empty(),
             sessions,
             upstream,
             metrics,
@@ -312,6 +324,25 @@ impl Proxy {
     /// anything wrong keeps the old set and returns every problem. Tasks already running
     /// finish under the policy they started with (they hold it).
     pub fn reload_policies(&self) -> Result<usize, Vec<PolicyProblem>> {
+        let result = self.load_policies();
+        self.last_reload.store(Some(Arc::new(Reload {
+            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            outcome: match &result {
+                Ok(n) => Ok(*n),
+                Err(problems) => Err(problems.iter().map(ToString::to_string).collect()),
+            },
+        })));
+        result
+    }
+
+    /// The last policy reload since start (none yet: the policies are the ones loaded at
+    /// start).
+    pub fn last_reload(&self) -> Option<Arc<Reload>> {
+        self.last_reload.load_full()
+    }
+
+    /// [`Proxy::reload_policies`] without the record of it.
+    fn load_policies(&self) -> Result<usize, Vec<PolicyProblem>> {
         match crate::policy::load_dir(&self.cfg.policies.dir, &self.cfg.policies.default) {
             Ok(set) => {
                 let n = set.policies.len();

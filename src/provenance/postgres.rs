@@ -588,6 +588,11 @@ impl Backend for PostgresBackend {
         spend(&mut self.client, since_ms)
     }
 
+    fn spend_breakdown(&mut self, since_ms: i64) -> Result<Vec<super::SpendRow>, LedgerError> {
+        self.ensure_connected()?;
+        spend_breakdown(&mut self.client, since_ms)
+    }
+
     fn task_of(&mut self, tenant: &str, task_id: &str) -> Result<Option<RatedTask>, LedgerError> {
         self.ensure_connected()?;
         task_of(&mut self.client, tenant, task_id)
@@ -723,6 +728,31 @@ fn spend(client: &mut Client, since_ms: i64) -> Result<Vec<(String, f64)>, Ledge
         )
         .map_err(pg)?;
     rows.iter().map(|r| Ok((get(r, 0)?, get(r, 1)?))).collect()
+}
+
+/// Tasks and cost per (tenant, policy, delegate) of rows finished at or after `since_ms`.
+fn spend_breakdown(
+    client: &mut Client,
+    since_ms: i64,
+) -> Result<Vec<super::SpendRow>, LedgerError> {
+    let rows = client
+        .query(
+            "SELECT tenant, policy, delegate, COUNT(*)::int8, COALESCE(SUM(cost_usd), 0)::float8
+             FROM ledger WHERE finished_ms >= $1 GROUP BY tenant, policy, delegate",
+            &[&since_ms],
+        )
+        .map_err(pg)?;
+    rows.iter()
+        .map(|r| {
+            Ok(super::SpendRow {
+                tenant: get(r, 0)?,
+                policy: get(r, 1)?,
+                delegate: get(r, 2)?,
+                tasks: get::<i64>(r, 3)?.max(0) as u64,
+                cost_usd: get(r, 4)?,
+            })
+        })
+        .collect()
 }
 
 /// The newest row of `tenant`'s task `task_id` (through the task-id index).
@@ -881,6 +911,14 @@ impl Reader for PostgresReader {
 
     fn spend_since(&self, since_ms: i64, _: &Cancel) -> Result<Vec<(String, f64)>, LedgerError> {
         self.with(|c| spend(c, since_ms))
+    }
+
+    fn spend_breakdown(
+        &self,
+        since_ms: i64,
+        _: &Cancel,
+    ) -> Result<Vec<super::SpendRow>, LedgerError> {
+        self.with(|c| spend_breakdown(c, since_ms))
     }
 
     fn task_of(

@@ -18,6 +18,15 @@ pub struct Query {
     pub ingress: Option<Ingress>,
     /// The OpenTelemetry trace id (32 hex digits).
     pub trace_id: Option<String>,
+    /// Skill.
+    #[serde(default)]
+    pub skill: Option<String>,
+    /// Policy used.
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// Result or failure.
+    #[serde(default)]
+    pub outcome: Option<super::Outcome>,
     /// Rows finished at or after this Unix ms.
     #[serde(skip)]
     pub since_ms: Option<i64>,
@@ -43,6 +52,9 @@ impl Query {
         .filter_map(|(col, v)| v.as_deref().map(|v| (col, v)))
         .chain(self.ingress.map(|i| ("ingress", i.as_str())))
         .chain(self.trace_id.as_deref().map(|t| ("trace_id", t)))
+        .chain(self.skill.as_deref().map(|v| ("skill", v)))
+        .chain(self.policy.as_deref().map(|v| ("policy", v)))
+        .chain(self.outcome.map(|o| ("outcome", o.as_str())))
     }
 }
 
@@ -70,6 +82,22 @@ impl Query {
     pub fn page(&self) -> u32 {
         self.limit.unwrap_or(100).clamp(1, 10_000)
     }
+}
+
+/// Tasks and cost of one (tenant, policy, delegate) since a time: a line of
+/// [`crate::provenance::LedgerHandle::spend_breakdown`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SpendRow {
+    /// Tenant.
+    pub tenant: String,
+    /// Policy used (none: refused before one was chosen).
+    pub policy: Option<String>,
+    /// Delegate that answered last (none: no delegate reached).
+    pub delegate: Option<String>,
+    /// Tasks finished.
+    pub tasks: u64,
+    /// Their total `cost_usd`.
+    pub cost_usd: f64,
 }
 
 /// A `since` value that is neither a duration nor an RFC 3339 time (the value given).

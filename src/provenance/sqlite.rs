@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Schema migrations; `PRAGMA user_version` records how many ran. Append only.
-pub const MIGRATIONS: [&str; 11] = [
+pub const MIGRATIONS: [&str; 12] = [
     // 1: the ledger as first shipped.
     "CREATE TABLE ledger (
         id INTEGER PRIMARY KEY,
@@ -147,6 +147,9 @@ pub const MIGRATIONS: [&str; 11] = [
     ALTER TABLE ledger ADD COLUMN output_tokens INTEGER;
     ALTER TABLE ledger ADD COLUMN cache_read_tokens INTEGER;
     ALTER TABLE ledger ADD COLUMN cache_write_tokens INTEGER;",
+    // 12: a task's rows by its id alone (the console's task page, `?task_id=`): no index
+    // served it, so it read every row (0.7 s at 1M rows).
+    "CREATE INDEX IF NOT EXISTS ledger_task ON ledger (task_id);",
 ];
 
 /// Most rows left out of the session index before a merge.
@@ -764,6 +767,11 @@ impl Backend for SqliteBackend {
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
         self.reattach(false)?;
         read::spend(&self.conn, since_ms)
+    }
+
+    fn spend_breakdown(&mut self, since_ms: i64) -> Result<Vec<super::SpendRow>, LedgerError> {
+        self.reattach(false)?;
+        read::spend_breakdown(&self.conn, since_ms)
     }
 
     fn task_of(&mut self, tenant: &str, task_id: &str) -> Result<Option<RatedTask>, LedgerError> {

@@ -106,6 +106,10 @@ impl Reader for Held {
         self.0.hold(cancel);
         Ok(Vec::new())
     }
+    fn spend_breakdown(&self, _: i64, cancel: &Cancel) -> Result<Vec<SpendRow>, LedgerError> {
+        self.0.hold(cancel);
+        Ok(Vec::new())
+    }
     fn task_of(&self, _: &str, _: &str, cancel: &Cancel) -> Result<Option<RatedTask>, LedgerError> {
         self.0.hold(cancel);
         Ok(None)
@@ -149,6 +153,13 @@ impl Reader for SlowReader {
         cancel: &Cancel,
     ) -> Result<Vec<(String, f64)>, LedgerError> {
         self.inner.spend_since(since_ms, cancel)
+    }
+    fn spend_breakdown(
+        &self,
+        since_ms: i64,
+        cancel: &Cancel,
+    ) -> Result<Vec<SpendRow>, LedgerError> {
+        self.inner.spend_breakdown(since_ms, cancel)
     }
     fn task_of(
         &self,
@@ -224,6 +235,9 @@ impl Backend for Wrapped {
     }
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
         self.inner.spend_since(since_ms)
+    }
+    fn spend_breakdown(&mut self, since_ms: i64) -> Result<Vec<SpendRow>, LedgerError> {
+        self.inner.spend_breakdown(since_ms)
     }
     fn task_of(&mut self, tenant: &str, task_id: &str) -> Result<Option<RatedTask>, LedgerError> {
         self.inner.task_of(tenant, task_id)
@@ -444,6 +458,9 @@ impl Reader for Split {
         Ok(Vec::new())
     }
     fn spend_since(&self, _: i64, _: &Cancel) -> Result<Vec<(String, f64)>, LedgerError> {
+        Ok(Vec::new())
+    }
+    fn spend_breakdown(&self, _: i64, _: &Cancel) -> Result<Vec<SpendRow>, LedgerError> {
         Ok(Vec::new())
     }
     fn task_of(&self, _: &str, _: &str, cancel: &Cancel) -> Result<Option<RatedTask>, LedgerError> {

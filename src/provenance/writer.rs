@@ -30,6 +30,7 @@ enum Cmd {
     Query(Box<Query>, Ack<Vec<LedgerRow>>),
     /// Likewise.
     Spend(i64, Ack<Vec<(String, f64)>>),
+    SpendBreakdown(i64, Ack<Vec<super::SpendRow>>),
     /// Likewise: the newest row of (tenant, task id).
     TaskOf {
         tenant: String,
@@ -421,6 +422,23 @@ impl LedgerHandle {
             .await
     }
 
+    /// Tasks and cost per (tenant, policy, delegate) of rows finished at or after `since_ms`
+    /// (beside the writer, as [`LedgerHandle::query`]).
+    pub async fn spend_breakdown(
+        &self,
+        since_ms: i64,
+    ) -> Result<Vec<super::SpendRow>, LedgerError> {
+        let Some(readers) = &self.readers else {
+            return self.ask(|ack| Cmd::SpendBreakdown(since_ms, ack)).await;
+        };
+        self.caught_up().await?;
+        readers
+            .run(ReadScope::Operator, move |r, cancel| {
+                r.spend_breakdown(since_ms, cancel)
+            })
+            .await
+    }
+
     /// The newest row of `tenant`'s task `task_id` (delegate and skill), beside the writer as
     /// [`LedgerHandle::query`]; none when this tenant ran no such task.
     pub async fn task_of(
@@ -792,6 +810,10 @@ impl<'m> Writer<'m> {
             Cmd::Spend(since, ack) => {
                 self.flush();
                 let _ = ack.send(self.backend.spend_since(since).map_err(Arc::new));
+            }
+            Cmd::SpendBreakdown(since, ack) => {
+                self.flush();
+                let _ = ack.send(self.backend.spend_breakdown(since).map_err(Arc::new));
             }
             Cmd::TaskOf {
                 tenant,

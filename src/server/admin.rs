@@ -1,5 +1,5 @@
-//! The admin listener: health, readiness, metrics, and the admin API (delegates, policies,
-//! reload, route explain, sessions).
+//! The admin listener: health, readiness, metrics, the admin API (delegates, policies,
+//! reload, route explain, sessions) and the console under `/ui/` (`crate::console`).
 //!
 //! `/admin/*` needs `Authorization: Bearer <token>` when the token variable is set; without
 //! it the admin API answers only on a loopback listener.
@@ -35,6 +35,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .merge(admin)
+        .merge(crate::console::router(state.clone()))
         .layer(middleware::from_fn_with_state(
             (state.metrics.clone(), ldp_form()),
             api_error::catch_panics_shaped,
@@ -510,6 +511,9 @@ struct ProvenanceQuery {
     tenant: Option<String>,
     ingress: Option<crate::provenance::Ingress>,
     trace_id: Option<String>,
+    skill: Option<String>,
+    policy: Option<String>,
+    outcome: Option<crate::provenance::Outcome>,
     limit: Option<u32>,
     offset: Option<u32>,
     since: Option<String>,
@@ -532,6 +536,9 @@ async fn provenance(
         ingress: q.ingress,
         // Stored lowercase (as `traceparent` writes it).
         trace_id: q.trace_id.map(|t| t.to_ascii_lowercase()),
+        skill: q.skill,
+        policy: q.policy,
+        outcome: q.outcome,
         since_ms: None,
         limit: q.limit,
         offset: q.offset,

@@ -24,6 +24,7 @@ mod bridge_llmx;
 mod call;
 mod cli;
 mod cluster;
+mod console;
 mod dashboards;
 mod dialects;
 mod docs;

@@ -187,6 +187,28 @@ pub(super) fn spend(conn: &Connection, since_ms: i64) -> Result<Vec<(String, f64
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
+/// Tasks and cost per (tenant, policy, delegate) of rows finished at or after `since_ms`
+/// (through the time index).
+pub(super) fn spend_breakdown(
+    conn: &Connection,
+    since_ms: i64,
+) -> Result<Vec<crate::provenance::SpendRow>, LedgerError> {
+    let mut stmt = conn.prepare(
+        "SELECT tenant, policy, delegate, COUNT(*), COALESCE(SUM(cost_usd), 0) FROM ledger
+         WHERE finished_ms >= ?1 GROUP BY tenant, policy, delegate",
+    )?;
+    let rows = stmt.query_map(params![since_ms], |r| {
+        Ok(crate::provenance::SpendRow {
+            tenant: r.get(0)?,
+            policy: r.get(1)?,
+            delegate: r.get(2)?,
+            tasks: r.get::<_, i64>(3)?.max(0) as u64,
+            cost_usd: r.get(4)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
 /// [`task_of`]'s statement.
 pub(super) const TASK_OF: &str =
     "SELECT delegate, skill FROM ledger WHERE tenant = ?1 AND task_id = ?2
@@ -393,6 +415,13 @@ impl Reader for ReadConns {
         cancel: &Cancel,
     ) -> Result<Vec<(String, f64)>, LedgerError> {
         self.with(cancel, |conn| spend(conn, since_ms))
+    }
+    fn spend_breakdown(
+        &self,
+        since_ms: i64,
+        cancel: &Cancel,
+    ) -> Result<Vec<crate::provenance::SpendRow>, LedgerError> {
+        self.with(cancel, |conn| spend_breakdown(conn, since_ms))
     }
 
     fn task_of(

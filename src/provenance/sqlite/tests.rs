@@ -711,3 +711,37 @@ fn a_rated_task_is_found_through_its_index() {
     );
     assert!(!plan.iter().any(|p| p.starts_with("SCAN")), "{plan:?}");
 }
+
+#[test]
+fn spend_breakdown_groups_tasks_and_cost_by_tenant_policy_and_delegate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_path(&dir);
+    let mut b = SqliteBackend::open(&path, Durability::Commit).unwrap();
+    let mut other = row("c", "S", 30);
+    other.tenant = "acme".into();
+    other.delegate = Some("d1".into());
+    other.cost_usd = Some(0.5);
+    let mut old = row("z", "S", 1);
+    old.cost_usd = Some(100.0);
+    let (mut a, mut b2) = (row("a", "S", 10), row("b", "S", 20));
+    a.cost_usd = Some(0.25);
+    b2.cost_usd = None;
+    b.insert(&[old, a, b2, other]).unwrap();
+    let mut got = b.spend_breakdown(5).unwrap();
+    got.sort_by(|x, y| x.tenant.cmp(&y.tenant));
+    let line = |tenant: &str, delegate: &str, tasks, cost_usd| crate::provenance::SpendRow {
+        tenant: tenant.into(),
+        policy: Some("balanced".into()),
+        delegate: Some(delegate.into()),
+        tasks,
+        cost_usd,
+    };
+    assert_eq!(
+        got,
+        [line("acme", "d1", 1, 0.5), line("anonymous", "d0", 2, 0.25)]
+    );
+    let reader = b.reader().unwrap();
+    let mut beside = reader.spend_breakdown(5, &Cancel::default()).unwrap();
+    beside.sort_by(|x, y| x.tenant.cmp(&y.tenant));
+    assert_eq!(beside, got, "the readers' connections answer the same");
+}

@@ -370,6 +370,12 @@ impl Backend for Stepped {
     fn spend_since(&mut self, since_ms: i64) -> Result<Vec<(String, f64)>, LedgerError> {
         self.inner.spend_since(since_ms)
     }
+    fn spend_breakdown(
+        &mut self,
+        since_ms: i64,
+    ) -> Result<Vec<crate::provenance::SpendRow>, LedgerError> {
+        self.inner.spend_breakdown(since_ms)
+    }
     fn task_of(&mut self, tenant: &str, task_id: &str) -> Result<Option<RatedTask>, LedgerError> {
         self.inner.task_of(tenant, task_id)
     }

@@ -190,6 +190,24 @@ pub fn check(b: &mut dyn Backend) {
         ids(b, Query::default()).last().map(String::as_str),
         Some("t5")
     );
+    // The spend breakdown (the console's) adds up to the spend per tenant and to the rows.
+    let breakdown = b.spend_breakdown(0).unwrap();
+    let spent = b.spend_since(0).unwrap();
+    assert!(!spent.is_empty());
+    for (tenant, cost) in &spent {
+        let sum: f64 = breakdown
+            .iter()
+            .filter(|r| &r.tenant == tenant)
+            .map(|r| r.cost_usd)
+            .sum();
+        assert!((sum - cost).abs() < 1e-9, "{tenant}: {sum} vs {cost}");
+    }
+    let tasks: u64 = breakdown.iter().map(|r| r.tasks).sum();
+    assert_eq!(
+        tasks as usize,
+        ids(b, Query::default()).len(),
+        "{breakdown:?}"
+    );
 }
 
 /// A rating of `task` by `tenant`, given at `created_ms`.
