@@ -265,8 +265,10 @@ async fn commit_durability_survives_kill_9(store: Store) {
         rows.len(),
         missing.len()
     );
+    // Each client may have had an answer on its way when the store was held: its row was in
+    // the store already, though it is counted after the hold.
     assert!(
-        only_in_journal >= JOURNAL_ONLY,
+        only_in_journal >= JOURNAL_ONLY - CLIENTS,
         "answers given while the store was held are in the journal only: {only_in_journal}"
     );
     assert!(
