@@ -158,8 +158,17 @@ pub fn write(c: &Conversation) -> (Vec<Value>, Map<String, Value>) {
                 let mut content = Vec::new();
                 for part in &said.parts {
                     match part {
-                        Part::ToolResult { id, text, .. } => messages.push(json!({
-                            "role": "tool", "tool_call_id": id, "content": text})),
+                        // OpenAI's tool message has no error flag: a failure says so in
+                        // its text, so the model does not read it as a result.
+                        Part::ToolResult { id, text, is_error } => {
+                            let content = if *is_error {
+                                format!("Error: {text}")
+                            } else {
+                                text.clone()
+                            };
+                            messages.push(json!({
+                                "role": "tool", "tool_call_id": id, "content": content}));
+                        }
                         Part::Text(t) => content.push(json!({"type": "text", "text": t})),
                         Part::Image(i) => content.push(json!({"type": "image_url",
                             "image_url": {"url": image_url(i)}})),
@@ -422,6 +431,23 @@ mod tests {
         );
         assert_eq!(params["tool_choice"], "required");
         assert_eq!(params["stop"], json!(["END"]));
+
+        // A failed tool (Anthropic's `is_error`) says so in the tool message's text.
+        let failed = Conversation {
+            turns: vec![Said {
+                role: Role::User,
+                parts: vec![Part::ToolResult {
+                    id: "c1".into(),
+                    text: "no such city".into(),
+                    is_error: true,
+                }],
+            }],
+            ..Conversation::default()
+        };
+        assert_eq!(
+            write(&failed).0[0],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "Error: no such city"})
+        );
     }
 
     #[test]
