@@ -17,7 +17,7 @@ pub mod anthropic;
 pub(crate) mod api_error;
 pub(crate) mod chat;
 pub mod ladp;
-pub(crate) mod ldp;
+pub(crate) mod ldp_http;
 pub mod llmcp;
 pub mod llmx;
 pub mod openai;
@@ -114,7 +114,7 @@ pub(crate) async fn unknown_v1(
 /// of that protocol answers a panic of its handler. Exhaustive: a new way in must say how.
 pub(crate) fn error_answer(protocol: Ingress, s: &AppState, e: ApiError) -> Response {
     match protocol {
-        Ingress::Ldp => ldp::error_answer(e),
+        Ingress::Ldp => ldp_http::error_answer(e),
         Ingress::Openai => openai::error_answer(e),
         Ingress::Anthropic => anthropic::error_answer(e),
         Ingress::Llmcp => llmcp::error_answer(e),

@@ -5,7 +5,7 @@ pub mod a2a;
 pub mod anthropic;
 pub mod chat;
 pub mod declared;
-pub mod ldp;
+mod ldp;
 pub mod openai;
 
 pub use ldp_client::{

@@ -103,22 +103,26 @@ fn chat_ingress(c: &Config) -> bool {
 /// Every route of the LDP listener.
 pub(super) const TABLE: &[Route] = &[
     Route::new("/ldp/messages", Ingress::Ldp, || {
-        post(frontend::ldp::messages)
+        post(frontend::ldp_http::messages)
     }),
-    Route::new("/ldp/stream", Ingress::Ldp, || post(frontend::ldp::stream)),
+    Route::new("/ldp/stream", Ingress::Ldp, || {
+        post(frontend::ldp_http::stream)
+    }),
     Route::new("/ldp/feedback", Ingress::Ldp, || {
-        post(frontend::ldp::feedback)
+        post(frontend::ldp_http::feedback)
     }),
     Route::new("/.well-known/ldp-identity", Ingress::Ldp, || {
-        get(frontend::ldp::identity)
+        get(frontend::ldp_http::identity)
     }),
     Route::new("/ldp/identity", Ingress::Ldp, || {
-        get(frontend::ldp::identity)
+        get(frontend::ldp_http::identity)
     }),
     Route::new("/ldp/capabilities", Ingress::Ldp, || {
-        get(frontend::ldp::capabilities)
+        get(frontend::ldp_http::capabilities)
     }),
-    Route::new("/healthz", Ingress::Ldp, || get(frontend::ldp::healthz)),
+    Route::new("/healthz", Ingress::Ldp, || {
+        get(frontend::ldp_http::healthz)
+    }),
     Route::new("/v1/chat/completions", Ingress::Openai, || {
         post(frontend::openai::completions).fallback(frontend::openai::unknown)
     })
