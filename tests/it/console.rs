@@ -6,7 +6,7 @@
 //! with a note when `LDP_PY_SELENIUM` is unset, unless `LDP_INTEROP_REQUIRED=1` (CI).
 
 use crate::support::process::{py_script, Served, ROOT};
-use crate::support::{card, sim, unique, Client, TestGateway};
+use crate::support::{card, eventually_async, sim, unique, Client, TestGateway};
 use ldp_gateway::sim::{SimHandle, SimOptions};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -95,16 +95,15 @@ impl Setup {
     /// Ledger rows through the admin API, once all are readable.
     async fn rows(&self, query: &str, n: usize) -> Vec<Value> {
         let admin = self.admin();
-        for _ in 0..100 {
+        let read = || async {
             let r = admin.get(&format!("/admin/provenance?{query}")).await;
             assert_eq!(r.status, 200, "{}", r.json);
-            let rows = r.json["rows"].as_array().cloned().unwrap_or_default();
-            if rows.len() >= n {
-                return rows;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("fewer than {n} rows for {query}");
+            r.json["rows"].as_array().cloned().unwrap_or_default()
+        };
+        let found =
+            eventually_async(Duration::from_secs(5), || async { read().await.len() >= n }).await;
+        assert!(found, "fewer than {n} rows for {query}");
+        read().await
     }
 }
 
