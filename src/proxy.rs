@@ -177,6 +177,8 @@ pub struct Proxy {
     running: Arc<running::RunningTasks>,
     /// Cluster mode: the Redis connection, which only `/readyz` asks directly.
     redis: Option<crate::state::redis::Redis>,
+    /// Cluster mode: notes between replicas (a cancel of a task running elsewhere).
+    bus: Option<crate::state::bus::Bus>,
     version: String,
     /// Work spawned on request paths that outlives its request (upstream closes, settle
     /// retries, cancels, tasks whose client left): shutdown waits for it.
@@ -217,6 +219,7 @@ impl Proxy {
             conversations,
             statuses,
             redis,
+            bus,
         } = Stores::local(&cfg);
         Proxy {
             retries: RetryBudget::new(cfg.fallback.clone()),
@@ -238,6 +241,7 @@ impl Proxy {
             nonces,
             conversations,
             redis,
+            bus,
             version,
             tasks: tokio_util::task::TaskTracker::new(),
         }
@@ -254,10 +258,11 @@ impl Proxy {
             conversations,
             statuses,
             redis,
+            bus,
         } = stores;
         (self.limits, self.budgets, self.sessions) = (limits, budgets, sessions);
         (self.nonces, self.conversations, self.redis) = (nonces, conversations, redis);
-        self.statuses = statuses;
+        (self.statuses, self.bus) = (statuses, bus);
         self
     }
 
@@ -275,9 +280,15 @@ impl Proxy {
     /// Cluster mode: whether the shared state (Redis) answers now; `None` on a single node.
     pub async fn shared_state_ready(&self) -> Option<bool> {
         match &self.redis {
-            Some(r) => Some(r.ping().await),
+            Some(r) => Some(r.ping().await && self.bus.as_ref().is_none_or(|b| b.ready())),
             None => None,
         }
+    }
+
+    /// Cluster mode: the notes between replicas (cancels, A2A events); `None` on a single
+    /// node.
+    pub fn bus(&self) -> Option<&crate::state::bus::Bus> {
+        self.bus.as_ref()
     }
 
     /// Housekeeping, run by the sweeper: expired sessions closed, and every keyed map of

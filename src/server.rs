@@ -208,15 +208,41 @@ impl Gateway {
             public_url: format!("http://{ldp_addr}").into(),
             llmx: crate::frontend::llmx::LlmxState::new(&config.llmx),
             ladp: crate::frontend::ladp::LadpState::new(&config.ladp, config.upstream.task_timeout),
-            a2a: crate::frontend::a2a::A2aState::new(&config.a2a),
+            a2a: crate::frontend::a2a::A2aState::new(&config.a2a).with_shared(proxy.bus().map(
+                |bus| {
+                    crate::state::a2a_store::SharedA2a::new(
+                        bus.clone(),
+                        config.a2a.max_task_bytes,
+                        config.a2a.max_context_bytes,
+                        config.upstream.task_timeout,
+                        config.sessions.max_ttl,
+                    )
+                },
+            )),
             otel: otel.clone(),
         });
-        let mut tasks = vec![registry.clone().spawn_poller(
+        let mut tasks = Vec::new();
+        tasks.extend(crate::frontend::a2a::spawn_shared_events(
+            state.clone(),
+            rx.clone(),
+        ));
+        // Cluster mode: notes between replicas (cancels, A2A events), subscribed before the
+        // first request is taken (at most a few deadlines: a gateway starts while Redis is
+        // down, and subscribes when it returns).
+        if let Some(bus) = proxy.bus() {
+            tasks.push(bus.spawn(rx.clone()));
+            let within = (config.cluster.redis_timeout * 10).max(Duration::from_secs(1));
+            if !bus.wait_ready(within).await {
+                tracing::warn!("the replicas' bus (Redis pub/sub) is not up yet; cancels reach only this replica's tasks until it is");
+            }
+        }
+        tasks.extend(proxy.clone().spawn_cancel_listener(rx.clone()));
+        tasks.push(registry.clone().spawn_poller(
             upstream.clone(),
             config.discovery.poll_interval,
             config.discovery.fetch_timeout,
             rx.clone(),
-        )];
+        ));
         tasks.push(spawn_sweeper(
             proxy.clone(),
             config.sessions.sweep_interval,

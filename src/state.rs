@@ -22,8 +22,11 @@
 //! a future per call, and admission runs on every request. The enum matches once per call and
 //! a single node's answers are ready futures, so its hot path stays allocation-free.
 
+pub mod a2a_store;
 pub mod budget_store;
+pub mod bus;
 pub mod conversation_store;
+pub mod fair_map;
 pub mod limit_store;
 pub mod nonce_store;
 pub mod redis;
@@ -70,6 +73,8 @@ pub struct Stores {
     pub statuses: Statuses,
     /// The shared connection, in cluster mode (only `/readyz` asks it directly).
     pub redis: Option<redis::Redis>,
+    /// Cluster mode: notes between replicas (cancels, A2A events).
+    pub bus: Option<bus::Bus>,
 }
 
 impl Stores {
@@ -93,6 +98,7 @@ impl Stores {
                 cfg.task_status.max_bytes,
             )),
             redis: None,
+            bus: None,
         }
     }
 
@@ -131,6 +137,7 @@ impl Stores {
                 cfg.task_status.ttl,
                 cfg.task_status.max_bytes,
             )),
+            bus: Some(bus::Bus::new(redis.clone())),
             redis: Some(redis),
         })
     }

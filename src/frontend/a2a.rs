@@ -131,6 +131,9 @@ pub enum A2aRequestError {
         "A2A-Version {0:?} is not supported for this method (v1.0 names need 1.0, v0.3 names 0.3)"
     )]
     Version(String),
+    /// Cluster mode: the shared state did not answer (-32603; retry).
+    #[error("the shared state is unavailable; retry: {0}")]
+    Unavailable(String),
 }
 
 impl A2aRequestError {
@@ -146,6 +149,7 @@ impl A2aRequestError {
             A2aRequestError::Unsupported(_) => ErrorCode::UnsupportedOperation,
             A2aRequestError::ContentType(_) => ErrorCode::ContentTypeNotSupported,
             A2aRequestError::Version(_) => ErrorCode::VersionNotSupported,
+            A2aRequestError::Unavailable(_) => ErrorCode::Internal,
         }
     }
 
@@ -164,6 +168,33 @@ impl A2aRequestError {
             Dialect::V03 => e.to_v03(),
         }
     }
+}
+
+/// Cluster mode: hands the events other replicas tell of their A2A tasks to this replica's
+/// listeners until `shutdown` (`None` on a single node).
+pub fn spawn_shared_events(
+    s: AppState,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let mut events = s.a2a.shared_events()?;
+    Some(tokio::spawn(async move {
+        loop {
+            let note = tokio::select! {
+                _ = shutdown.wait_for(|s| *s) => break,
+                n = events.recv() => n,
+            };
+            match note {
+                Ok(note) => s.a2a.heard(&note),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!(
+                        skipped = n,
+                        "A2A events from other replicas skipped (behind)"
+                    );
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    }))
 }
 
 /// `s` cut to at most `max` bytes at a character boundary, owned.
@@ -231,8 +262,8 @@ pub(crate) async fn jsonrpc(
     };
     match incoming.call {
         Call::Send { req, stream } => lifecycle::send(s, ctx, id, dialect, req, stream).await,
-        Call::Get(g) => lifecycle::get(&s, &tenant, id, dialect, g),
+        Call::Get(g) => lifecycle::get(&s, &tenant, id, dialect, g).await,
         Call::Cancel(c) => lifecycle::canceled(&s, &tenant, id, dialect, c).await,
-        Call::Subscribe(r) => lifecycle::subscribe(&s, &tenant, id, dialect, r),
+        Call::Subscribe(r) => lifecycle::subscribe(&s, &tenant, id, dialect, r).await,
     }
 }

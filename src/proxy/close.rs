@@ -5,8 +5,20 @@ use super::status::{status_unavailable, task_not_found, TaskStatus};
 use super::{owner, Proxy, Refusal, RequestCtx};
 use crate::ldp::{Body, Envelope, PayloadMode, SessionId, TaskId};
 use crate::session::{Binding, RunningTask};
+use crate::state::bus::{Note, Topic};
 use crate::state::{ConversationStore as _, SessionStore};
 use crate::upstream::{UpstreamClient, UpstreamError};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A cancel asked of the other replicas: the task's owner (tenant and sender), its id, its
+/// session when the client named one.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CancelAsk {
+    owner: String,
+    task: String,
+    session: Option<String>,
+}
 
 async fn close_all(upstream: &UpstreamClient, bindings: Vec<Binding>) {
     // An OpenAI-backed delegate or an A2A agent has no session to close.
@@ -114,6 +126,10 @@ impl Proxy {
         let owner = owner(ctx, env);
         let session_id = (!env.session_id.is_empty()).then_some(&env.session_id);
         let Some(task) = self.running.find(&owner, task_id, session_id) else {
+            // Cluster mode: running on another replica, which cancels it.
+            if let Some(message) = self.cancel_elsewhere(&owner, task_id, session_id).await {
+                return self.cancel_answer(env, task_id, message);
+            }
             if session_id.is_none() {
                 return match self.task_status(env, ctx, task_id).await {
                     // Running in another replica's process, or just finished.
@@ -130,8 +146,14 @@ impl Proxy {
                 Err(e) => self.task_failed(env, task_id, e),
             };
         };
-        // The task answers CANCELLED either way; the message says what became of its calls.
-        let message = match self.cancel_running(&task).await {
+        let message = self.cancel_message(&task).await;
+        self.cancel_answer(env, task_id, message)
+    }
+
+    /// Cancels `task` (running here): what became of its calls, as the TASK_CANCEL answer
+    /// says (the task answers CANCELLED either way).
+    async fn cancel_message(&self, task: &RunningTask) -> String {
+        match self.cancel_running(task).await {
             None | Some(Ok(())) => "cancelled".to_owned(),
             Some(Err((delegate, e))) => {
                 tracing::info!(delegate = %delegate, error = %e, "upstream TASK_CANCEL failed");
@@ -140,8 +162,107 @@ impl Proxy {
                     e.summary()
                 )
             }
+        }
+    }
+
+    /// Cancels `owner`'s task `task_id` (in `session`, when named) where it runs: here, else
+    /// (cluster mode) on the replica running it. What became of its calls, or `None` when no
+    /// replica runs it.
+    pub(super) async fn cancel_anywhere(
+        &self,
+        owner: &str,
+        task_id: &TaskId,
+        session: Option<&SessionId>,
+    ) -> Option<String> {
+        match self.running.find(owner, task_id, session) {
+            Some(task) => Some(self.cancel_message(&task).await),
+            None => self.cancel_elsewhere(owner, task_id, session).await,
+        }
+    }
+
+    /// Cluster mode: asks the other replicas to cancel `owner`'s task `task_id`; what became
+    /// of its calls, as the replica running it says, or `None` (no replica runs it, or the
+    /// bus is down: said in the log).
+    async fn cancel_elsewhere(
+        &self,
+        owner: &str,
+        task_id: &TaskId,
+        session: Option<&SessionId>,
+    ) -> Option<String> {
+        let bus = self.bus.as_ref()?;
+        let ask = CancelAsk {
+            owner: owner.to_owned(),
+            task: task_id.as_str().to_owned(),
+            session: session.map(|s| s.as_str().to_owned()),
         };
-        self.cancel_answer(env, task_id, message)
+        let ask = serde_json::to_value(&ask).ok()?;
+        // Every other replica answers at once whether it runs the task; the one that does,
+        // once its delegates were told (each within the handshake deadline).
+        let deadline = self.cfg.upstream.handshake_timeout
+            + self.cfg.cluster.redis_timeout * 4
+            + Duration::from_secs(1);
+        let found = |v: &serde_json::Value| v.get("found") == Some(&serde_json::Value::Bool(true));
+        match bus.ask(Topic::Cancel, ask, deadline, found).await {
+            Ok(Some(v)) => Some(
+                v.get("message")
+                    .and_then(|m| m.as_str())
+                    .unwrap_or("cancelled")
+                    .to_owned(),
+            ),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(task_id = %task_id, error = %e, "a cancel was not asked of the other replicas");
+                None
+            }
+        }
+    }
+
+    /// Cluster mode: answers the other replicas' cancels of tasks running here until
+    /// `shutdown` (`None` on a single node).
+    pub fn spawn_cancel_listener(
+        self: Arc<Self>,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let mut asks = self.bus.as_ref()?.listen(Topic::Cancel);
+        Some(tokio::spawn(async move {
+            loop {
+                let note = tokio::select! {
+                    _ = shutdown.wait_for(|s| *s) => break,
+                    n = asks.recv() => n,
+                };
+                match note {
+                    Ok(note) => {
+                        let this = self.clone();
+                        // Its own task: one slow delegate does not hold up the next cancel.
+                        self.spawn_tracked(async move { this.answer_cancel(&note).await });
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(skipped = n, "cancels from other replicas skipped (behind)");
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        }))
+    }
+
+    /// Answers another replica's cancel: the task cancelled here, or not running here.
+    async fn answer_cancel(&self, note: &Note) {
+        let Some(bus) = &self.bus else { return };
+        let answer = match serde_json::from_value::<CancelAsk>(note.body.clone()) {
+            Ok(ask) => {
+                let (task, session) = (TaskId::from(ask.task), ask.session.map(SessionId::from));
+                match self.running.find(&ask.owner, &task, session.as_ref()) {
+                    Some(running) => {
+                        tracing::info!(task_id = %task, "task cancelled for another replica");
+                        let message = self.cancel_message(&running).await;
+                        serde_json::json!({ "found": true, "message": message })
+                    }
+                    None => serde_json::json!({ "found": false }),
+                }
+            }
+            Err(_) => serde_json::json!({ "found": false }),
+        };
+        bus.answer(note, answer).await;
     }
 
     fn not_running(&self, env: &Envelope, task_id: &TaskId) -> Envelope {

@@ -194,8 +194,9 @@ impl Proxy {
     }
 
     /// Cancels `tenant`'s front-end task `task_id` (its client went away before the answer,
-    /// or asked), as [`Proxy::cancel_for_disconnect`] does for an LDP client: whether it was
-    /// running (from the moment it was admitted) and is now cancelled.
+    /// or asked), as [`Proxy::cancel_for_disconnect`] does for an LDP client, here or (cluster
+    /// mode) on the replica running it: whether it was running (from the moment it was
+    /// admitted) and is now cancelled.
     pub async fn cancel_ingress_task(
         &self,
         tenant: &str,
@@ -203,11 +204,7 @@ impl Proxy {
         task_id: &TaskId,
     ) -> bool {
         let owner = super::owner_of(tenant, ingress_from(ingress));
-        let Some(task) = self.running.find(&owner, task_id, None) else {
-            return false;
-        };
-        self.cancel_found(&task).await;
-        true
+        self.cancel_anywhere(&owner, task_id, None).await.is_some()
     }
 
     /// The tenant's session for `ingress`, opened (as a SESSION_PROPOSE without a claim
@@ -284,7 +281,8 @@ impl Proxy {
     }
 
     /// Cancels `tenant`'s task `task_id` running in `session` (opened for `ingress` by
-    /// [`Proxy::open_ingress_session`]); false when it is not running.
+    /// [`Proxy::open_ingress_session`]) here or (cluster mode) on another replica; false when
+    /// it is not running.
     pub async fn cancel_task_in_session(
         &self,
         tenant: &str,
@@ -293,6 +291,8 @@ impl Proxy {
         task_id: &TaskId,
     ) -> bool {
         let owner = super::owner_of(tenant, ingress_from(ingress));
-        self.cancel_for_disconnect(session, &owner, task_id).await
+        self.cancel_anywhere(&owner, task_id, Some(session))
+            .await
+            .is_some()
     }
 }

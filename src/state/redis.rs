@@ -18,6 +18,8 @@ pub struct Redis {
 }
 
 struct Inner {
+    /// For the pub/sub connection ([`super::bus`]): the multiplexed one cannot subscribe.
+    client: redis::Client,
     conn: ConnectionManager,
     prefix: String,
     deadline: Duration,
@@ -42,11 +44,12 @@ impl Redis {
             .set_response_timeout(Some(cfg.redis_timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| StoreError::Redis(e.to_string()))?;
         metrics.redis_up.set(0);
         Ok(Some(Redis {
             inner: Arc::new(Inner {
+                client,
                 conn,
                 prefix: cfg.key_prefix.clone(),
                 deadline: cfg.redis_timeout,
@@ -67,6 +70,26 @@ impl Redis {
         use sha2::Digest as _;
         let h = hex::encode(sha2::Sha256::digest(tenant.as_bytes()));
         h[..16].to_owned()
+    }
+
+    /// A new pub/sub connection (a subscriber's own), within the deadline.
+    pub(crate) async fn pubsub(&self) -> Result<redis::aio::PubSub, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .metrics
+            .redis_calls
+            .with_label_values(&["bus_connect"])
+            .inc();
+        match tokio::time::timeout(
+            inner.deadline.max(Duration::from_millis(200)),
+            inner.client.get_async_pubsub(),
+        )
+        .await
+        {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(e)) => Err(StoreError::Redis(e.to_string())),
+            Err(_) => Err(StoreError::Timeout(inner.deadline)),
+        }
     }
 
     /// The metrics the stores count into.

@@ -90,7 +90,11 @@ pub(crate) async fn rpc(
     rpc_raw(c, body.to_string().into_bytes(), version).await
 }
 
-async fn rpc_raw(c: &Client, body: Vec<u8>, version: Option<&str>) -> crate::support::Resp {
+pub(crate) async fn rpc_raw(
+    c: &Client,
+    body: Vec<u8>,
+    version: Option<&str>,
+) -> crate::support::Resp {
     let mut h = vec![("content-type", "application/json")];
     if let Some(v) = version {
         h.push(("A2A-Version", v));

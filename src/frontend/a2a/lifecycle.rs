@@ -50,16 +50,17 @@ pub(super) async fn send(
 }
 
 /// `GetTask`: the task as it is now, its history cut to the last `historyLength` messages.
-pub(super) fn get(
+pub(super) async fn get(
     s: &AppState,
     tenant: &str,
     id: Id,
     dialect: Dialect,
     g: v1::GetTaskRequest,
 ) -> Response {
-    match s.a2a.get(tenant, &g.id) {
-        Some(t) => rpc_ok(id, task_result(t, g.history_length, dialect)),
-        None => rpc_error(id, dialect, &A2aRequestError::TaskNotFound(g.id)),
+    match s.a2a.read(tenant, &g.id).await {
+        Ok(Some(t)) => rpc_ok(id, task_result(t, g.history_length, dialect)),
+        Ok(None) => rpc_error(id, dialect, &A2aRequestError::TaskNotFound(g.id)),
+        Err(e) => rpc_error(id, dialect, &A2aRequestError::Unavailable(e.to_string())),
     }
 }
 
@@ -79,14 +80,18 @@ pub(super) async fn canceled(
 
 /// `SubscribeToTask`: the task as it is, then its events until one ends it; a terminal task
 /// has nothing left to stream.
-pub(super) fn subscribe(
+pub(super) async fn subscribe(
     s: &AppState,
     tenant: &str,
     id: Id,
     dialect: Dialect,
     r: v1::SubscribeToTaskRequest,
 ) -> Response {
-    match s.a2a.subscribe(tenant, &r.id) {
+    let found = match s.a2a.follow(tenant, &r.id).await {
+        Ok(found) => found,
+        Err(e) => return rpc_error(id, dialect, &A2aRequestError::Unavailable(e.to_string())),
+    };
+    match found {
         None => rpc_error(id, dialect, &A2aRequestError::TaskNotFound(r.id)),
         Some((t, None)) => {
             let e = A2aRequestError::Unsupported(format!(
@@ -143,7 +148,7 @@ async fn start(
         events: mut rx,
         session,
         evicted,
-    } = match s.a2a.insert(&tenant, job.task.clone()) {
+    } = match s.a2a.open(&tenant, job.task.clone()).await {
         Ok(inserted) => inserted,
         Err(full) => {
             s.metrics
@@ -196,9 +201,10 @@ async fn start(
             }
         }
     }
-    match s.a2a.get(&tenant, &task_id) {
-        Some(t) => rpc(RpcResponse::success(id, send_result(t, dialect))),
-        None => rpc_error(id, dialect, &A2aRequestError::TaskNotFound(task_id)),
+    match s.a2a.read(&tenant, &task_id).await {
+        Ok(Some(t)) => rpc(RpcResponse::success(id, send_result(t, dialect))),
+        Ok(None) => rpc_error(id, dialect, &A2aRequestError::TaskNotFound(task_id)),
+        Err(e) => rpc_error(id, dialect, &A2aRequestError::Unavailable(e.to_string())),
     }
 }
 
@@ -270,13 +276,13 @@ pub async fn run(
         Some(s) => s,
         None => match proxy.open_ingress_session(ctx, Ingress::A2a).await {
             Ok(s) => s,
-            Err(e) => return finish_failed(state, tenant, &id, &context, &e, None),
+            Err(e) => return finish_failed(state, tenant, &id, &context, &e, None).await,
         },
     };
-    state.set_session(tenant, &context, &id, &session);
+    state.bind(tenant, &context, &id, &session).await;
     let working = |t: &mut Task| t.status = status(TaskState::Working, None);
     let ev = status_event(&id, &context, status(TaskState::Working, None), None);
-    if !state.update(tenant, &id, working, Some(ev)) {
+    if !state.change(tenant, &id, working, Some(ev)).await {
         return; // canceled (or forgotten) before it started
     }
     let (tx, mut rx) = mpsc::channel::<Envelope>(UPDATES_BUFFERED);
@@ -291,14 +297,14 @@ pub async fn run(
         keep_rounds: false,
         ledger_input: None,
     };
-    let relay = |env: Envelope| {
+    let relay = |env: Envelope| async {
         if let Body::TaskUpdate {
             message: Some(m), ..
         } = env.body
         {
             let s = status(TaskState::Working, Some(agent_message(&id, &context, m)));
             let ev = status_event(&id, &context, s.clone(), None);
-            state.update(tenant, &id, |t| t.status = s, Some(ev));
+            state.change(tenant, &id, |t| t.status = s, Some(ev)).await;
         }
     };
     let fut = proxy.ingress_task_in_session(ctx, task, session, Some(&tx));
@@ -306,23 +312,23 @@ pub async fn run(
     let outcome = loop {
         tokio::select! {
             r = &mut fut => break r,
-            Some(env) = rx.recv() => relay(env),
+            Some(env) = rx.recv() => relay(env).await,
         }
     };
     while let Ok(env) = rx.try_recv() {
-        relay(env);
+        relay(env).await;
     }
     match outcome {
         Ok((trip, session)) => {
-            state.set_session(tenant, &context, &id, &session);
-            finish(state, tenant, &id, &context, &trip);
+            state.bind(tenant, &context, &id, &session).await;
+            finish(state, tenant, &id, &context, &trip).await;
         }
-        Err(r) => finish_failed(state, tenant, &id, &context, &refusal_error(&r), None),
+        Err(r) => finish_failed(state, tenant, &id, &context, &refusal_error(&r), None).await,
     }
 }
 
 /// Ends the task with its trip's answer.
-fn finish(state: &A2aState, tenant: &str, id: &str, context: &str, trip: &Trip) {
+async fn finish(state: &A2aState, tenant: &str, id: &str, context: &str, trip: &Trip) {
     let policy = trip.policy.name.0.clone();
     match &trip.reply.body {
         Body::TaskResult {
@@ -362,34 +368,37 @@ fn finish(state: &A2aState, tenant: &str, id: &str, context: &str, trip: &Trip) 
                 rest: Map::new(),
             }));
             // The artifact first, then the state that ends the stream.
-            state.update(tenant, id, |t| t.artifacts = vec![artifact], Some(art_ev));
+            let artifacts = |t: &mut Task| t.artifacts = vec![artifact];
+            state.change(tenant, id, artifacts, Some(art_ev)).await;
             let s = status(TaskState::Completed, None);
             let ev = status_event(id, context, s.clone(), Some(meta.clone()));
-            state.update(
-                tenant,
-                id,
-                |t| {
-                    t.status = s;
-                    t.metadata = Some(meta);
-                },
-                Some(ev),
-            );
+            state
+                .change(
+                    tenant,
+                    id,
+                    |t| {
+                        t.status = s;
+                        t.metadata = Some(meta);
+                    },
+                    Some(ev),
+                )
+                .await;
         }
         Body::TaskFailed { error, .. } => {
-            finish_failed(state, tenant, id, context, error, Some(policy))
+            finish_failed(state, tenant, id, context, error, Some(policy)).await
         }
         other => {
             let e = LdpError::gateway(
                 GatewayCode::Internal,
                 format!("unexpected {} for a task", other.message_type().as_str()),
             );
-            finish_failed(state, tenant, id, context, &e, Some(policy))
+            finish_failed(state, tenant, id, context, &e, Some(policy)).await
         }
     }
 }
 
 /// Ends the task `FAILED` or `REJECTED` with `error`.
-fn finish_failed(
+async fn finish_failed(
     state: &A2aState,
     tenant: &str,
     id: &str,
@@ -413,15 +422,17 @@ fn finish_failed(
     }
     let st = status(s, Some(agent_message(id, context, text)));
     let ev = status_event(id, context, st.clone(), Some(meta.clone()));
-    state.update(
-        tenant,
-        id,
-        |t| {
-            t.status = st;
-            t.metadata = Some(meta);
-        },
-        Some(ev),
-    );
+    state
+        .change(
+            tenant,
+            id,
+            |t| {
+                t.status = st;
+                t.metadata = Some(meta);
+            },
+            Some(ev),
+        )
+        .await;
 }
 
 /// Closes the session of `tenant`'s context forgotten to make room for a new one.
@@ -447,7 +458,11 @@ pub async fn cancel(
         );
         status_event(&t.id, &t.context_id, t.status.clone(), None)
     };
-    match state.cancel(tenant, id, change) {
+    let canceled = state
+        .stop(tenant, id, change)
+        .await
+        .map_err(|e| A2aRequestError::Unavailable(e.to_string()))?;
+    match canceled {
         Cancel::NotFound => Err(A2aRequestError::TaskNotFound(cut(id, MAX_ID_BYTES))),
         Cancel::Terminal(s) => Err(A2aRequestError::NotCancelable {
             id: cut(id, MAX_ID_BYTES),

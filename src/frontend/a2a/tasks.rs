@@ -3,13 +3,24 @@
 //! tenant-fair table ([`crate::fair`]) weighed in bytes: a tenant over its share forgets its
 //! oldest finished tasks and its least recently used contexts first; a running task is never
 //! forgotten.
+//!
+//! Cluster mode: the same tables in front of the shared ones (`crate::state::a2a_store`), the
+//! async methods here (`open`, `bind`, `change`, `read`, `follow`, `stop`) reading and writing
+//! both: the replica running a task writes each change of it to Redis (telling subscribers on
+//! other replicas), any replica reads a task it does not run from Redis, follows it through
+//! the bus, and cancels it there (the replica running it hears of the cancel and stops).
 
 use crate::config::A2aConfig;
 use crate::fair::{Changed, FairTable, Kept, Refused, TableStats};
 use crate::ldp::SessionId;
 use crate::provenance::bounds::json_weight;
+use crate::state::a2a_store::SharedA2a;
+use crate::state::bus::Note;
+use crate::state::StoreError;
 use a2a_wire::v1::{Message, Part, PartContent, StreamResponse, Task, TaskState};
 use a2a_wire::Map;
+use dashmap::DashMap;
+use std::sync::Arc;
 use tokio::sync::broadcast;
 
 /// Contexts kept per tenant at most, whatever they weigh: each holds a session, which the
@@ -112,6 +123,21 @@ fn parts_weight(parts: &[Part]) -> usize {
 pub struct A2aState {
     tasks: FairTable<String, Entry>,
     contexts: FairTable<String, Context>,
+    shared: Option<Shared>,
+}
+
+/// Cluster mode: the shared tables, and the listeners on this replica of tasks run by others.
+struct Shared {
+    store: SharedA2a,
+    /// Keyed by tenant and task id; an entry lives while a listener does (and its task runs).
+    remote: DashMap<(String, String), broadcast::Sender<StreamResponse>>,
+}
+
+/// A task as stored in Redis: its snapshot and the session it runs in.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Stored {
+    task: Task,
+    session: Option<String>,
 }
 
 impl Default for A2aState {
@@ -138,6 +164,274 @@ impl A2aState {
             tasks: FairTable::new(bytes(config.max_task_bytes), None),
             contexts: FairTable::new(bytes(config.max_context_bytes), None)
                 .with_max_entries(MAX_CONTEXTS_PER_TENANT),
+            shared: None,
+        }
+    }
+
+    /// The same tables in front of `store` (cluster mode), or alone.
+    pub fn with_shared(mut self, store: Option<SharedA2a>) -> A2aState {
+        self.shared = store.map(|store| Shared {
+            store,
+            remote: DashMap::new(),
+        });
+        self
+    }
+
+    /// Cluster mode: the events other replicas tell of their tasks, for [`A2aState::heard`].
+    pub fn shared_events(&self) -> Option<broadcast::Receiver<Arc<Note>>> {
+        self.shared.as_ref().map(|s| s.store.events())
+    }
+
+    /// `tenant`'s task `id` and its session, as this replica holds them.
+    fn entry(&self, tenant: &str, id: &str) -> Option<Stored> {
+        self.tasks.get(tenant, id, |e| Stored {
+            task: e.task.clone(),
+            session: e.session.as_ref().map(|s| s.as_str().to_owned()),
+        })
+    }
+
+    /// Cluster mode: writes this replica's snapshot of `tenant`'s task `id` to the shared
+    /// table and tells its subscribers `event`. False when the shared task ended meanwhile
+    /// (canceled on another replica: this replica's copy then takes its end).
+    async fn share(&self, tenant: &str, id: &str, event: Option<&StreamResponse>) -> bool {
+        let Some(shared) = &self.shared else {
+            return true;
+        };
+        let Some(stored) = self.entry(tenant, id) else {
+            return true;
+        };
+        let running = !stored.task.status.state.is_terminal();
+        let (json, event) = match (
+            serde_json::to_vec(&stored),
+            event.map(serde_json::to_value).transpose(),
+        ) {
+            (Ok(j), Ok(e)) => (j, e),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "an A2A task was not shared: it did not serialise");
+                return true;
+            }
+        };
+        match shared
+            .store
+            .put_task(tenant, id, running, &json, event.as_ref())
+            .await
+        {
+            Ok(true) => true,
+            Ok(false) => {
+                // Ended elsewhere: take the shared end here too.
+                if let Ok(Some(t)) = self.read_shared(shared, tenant, id).await {
+                    let ev = StreamResponse::Task(Box::new(t.clone()));
+                    self.update(tenant, id, |mine| *mine = t, Some(ev));
+                }
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, task_id = %id, "an A2A task change was not shared: the shared state did not answer");
+                true
+            }
+        }
+    }
+
+    async fn read_shared(
+        &self,
+        shared: &Shared,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<Task>, StoreError> {
+        let Some(snap) = shared.store.get_task(tenant, id).await? else {
+            return Ok(None);
+        };
+        let stored: Stored = serde_json::from_slice(&snap.json)
+            .map_err(|e| StoreError::Redis(format!("a stored A2A task: {e}")))?;
+        Ok(Some(stored.task))
+    }
+
+    /// [`A2aState::insert`], and in cluster mode: the context's session from the shared
+    /// table when this replica has none, the task shared.
+    pub async fn open(&self, tenant: &str, task: Task) -> Result<Inserted, Refused> {
+        let (id, context) = (task.id.clone(), task.context_id.clone());
+        let mut inserted = self.insert(tenant, task)?;
+        if let Some(shared) = &self.shared {
+            if inserted.session.is_none() {
+                match shared.store.get_context(tenant, &context).await {
+                    Ok(Some(s)) => {
+                        let s = SessionId::from(s);
+                        self.set_session(tenant, &context, &id, &s);
+                        inserted.session = Some(s);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "an A2A context's session was not read: the task runs in a new one");
+                    }
+                }
+            }
+            self.share(tenant, &id, None).await;
+        }
+        Ok(inserted)
+    }
+
+    /// [`A2aState::set_session`], and in cluster mode the context's session shared.
+    pub async fn bind(&self, tenant: &str, context: &str, id: &str, session: &SessionId) {
+        self.set_session(tenant, context, id, session);
+        if let Some(shared) = &self.shared {
+            if let Err(e) = shared
+                .store
+                .put_context(tenant, context, session.as_str())
+                .await
+            {
+                tracing::warn!(error = %e, "an A2A context's session was not shared");
+            }
+        }
+    }
+
+    /// [`A2aState::update`], and in cluster mode the change shared (with its event).
+    /// Whether it was applied (not: the task ended, here or on another replica).
+    pub async fn change(
+        &self,
+        tenant: &str,
+        id: &str,
+        change: impl FnOnce(&mut Task),
+        event: Option<StreamResponse>,
+    ) -> bool {
+        let shared_event = self.shared.as_ref().and(event.clone());
+        if !self.update(tenant, id, change, event) {
+            return false;
+        }
+        self.share(tenant, id, shared_event.as_ref()).await
+    }
+
+    /// The snapshot of `tenant`'s task `id`: this replica's, else (cluster mode) the shared one.
+    pub async fn read(&self, tenant: &str, id: &str) -> Result<Option<Task>, StoreError> {
+        if let Some(t) = self.get(tenant, id) {
+            return Ok(Some(t));
+        }
+        match &self.shared {
+            Some(shared) => self.read_shared(shared, tenant, id).await,
+            None => Ok(None),
+        }
+    }
+
+    /// [`A2aState::subscribe`], else (cluster mode) the shared snapshot and a listener of the
+    /// events the replica running it tells.
+    pub async fn follow(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<(Task, Option<broadcast::Receiver<StreamResponse>>)>, StoreError> {
+        if let Some(found) = self.subscribe(tenant, id) {
+            return Ok(Some(found));
+        }
+        let Some(shared) = &self.shared else {
+            return Ok(None);
+        };
+        // Listening before reading: no event falls between the snapshot and the listener.
+        shared.remote.retain(|_, tx| tx.receiver_count() > 0);
+        let key = (tenant.to_owned(), id.to_owned());
+        let rx = shared
+            .remote
+            .entry(key.clone())
+            .or_insert_with(|| broadcast::channel(EVENTS_BUFFERED).0)
+            .subscribe();
+        let task = self.read_shared(shared, tenant, id).await;
+        match task {
+            Ok(Some(t)) if !t.status.state.is_terminal() => Ok(Some((t, Some(rx)))),
+            other => {
+                drop(rx);
+                shared
+                    .remote
+                    .remove_if(&key, |_, tx| tx.receiver_count() == 0);
+                other.map(|t| t.map(|t| (t, None)))
+            }
+        }
+    }
+
+    /// [`A2aState::cancel`], else (cluster mode) the shared task marked canceled (unless it
+    /// ended) and its subscribers told; the caller then cancels it where it runs.
+    pub async fn stop(
+        &self,
+        tenant: &str,
+        id: &str,
+        change: impl FnOnce(&mut Task) -> StreamResponse,
+    ) -> Result<Cancel, StoreError> {
+        let Some(shared) = &self.shared else {
+            return Ok(self.cancel(tenant, id, change));
+        };
+        if self.get(tenant, id).is_some() {
+            let mut event = None;
+            let canceled = self.cancel(tenant, id, |t| {
+                let ev = change(t);
+                event = Some(ev.clone());
+                ev
+            });
+            if let Cancel::Canceled(..) = canceled {
+                self.share(tenant, id, event.as_ref()).await;
+            }
+            return Ok(canceled);
+        }
+        let Some(snap) = shared.store.get_task(tenant, id).await? else {
+            return Ok(Cancel::NotFound);
+        };
+        let mut stored: Stored = serde_json::from_slice(&snap.json)
+            .map_err(|e| StoreError::Redis(format!("a stored A2A task: {e}")))?;
+        if stored.task.status.state.is_terminal() {
+            return Ok(Cancel::Terminal(stored.task.status.state));
+        }
+        let event = change(&mut stored.task);
+        let json = serde_json::to_vec(&stored).map_err(|e| StoreError::Redis(e.to_string()))?;
+        let event = serde_json::to_value(&event).map_err(|e| StoreError::Redis(e.to_string()))?;
+        if !shared
+            .store
+            .put_task(tenant, id, false, &json, Some(&event))
+            .await?
+        {
+            // It ended meanwhile: as it ended.
+            let state = self
+                .read_shared(shared, tenant, id)
+                .await?
+                .map_or(TaskState::Canceled, |t| t.status.state);
+            return Ok(Cancel::Terminal(state));
+        }
+        // This replica's own listeners of it hear it too.
+        self.heard_event(tenant, id, event);
+        Ok(Cancel::Canceled(
+            Box::new(stored.task),
+            stored.session.map(SessionId::from),
+        ))
+    }
+
+    /// Cluster mode: an event another replica told of a task (`{"tenant", "task", "event"}`):
+    /// to this replica's listeners of it; an end (another replica's cancel) also ends this
+    /// replica's copy of a task it runs.
+    pub fn heard(&self, note: &Note) {
+        let (Some(tenant), Some(id), Some(event)) = (
+            note.body.get("tenant").and_then(|v| v.as_str()),
+            note.body.get("task").and_then(|v| v.as_str()),
+            note.body.get("event"),
+        ) else {
+            return;
+        };
+        self.heard_event(tenant, id, event.clone());
+    }
+
+    fn heard_event(&self, tenant: &str, id: &str, event: serde_json::Value) {
+        let Ok(ev) = serde_json::from_value::<StreamResponse>(event) else {
+            return;
+        };
+        let last = super::is_final(&ev);
+        if last {
+            if let StreamResponse::StatusUpdate(u) = &ev {
+                let status = u.status.clone();
+                self.update(tenant, id, |t| t.status = status, Some(ev.clone()));
+            }
+        }
+        let Some(shared) = &self.shared else { return };
+        let key = (tenant.to_owned(), id.to_owned());
+        if let Some(tx) = shared.remote.get(&key) {
+            let _ = tx.send(ev);
+        }
+        if last {
+            // The stream ends: its listeners get what was sent, then the end.
+            shared.remote.remove(&key);
         }
     }
 

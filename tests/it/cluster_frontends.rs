@@ -1,0 +1,247 @@
+//! Cluster mode, every front end: a client sent to any replica on any request gets the answer
+//! one gateway would give — a cancel reaches the replica running the task, an A2A task and
+//! its context are read, followed and continued on another replica — on the real Redis and
+//! the real clients.
+
+use crate::cluster::{new_key, tenant, tenant_client, two_replicas};
+use crate::support::stores::{cluster, redis_url};
+use crate::support::{card, eventually, sim, TestGateway};
+use ldp_gateway::sim::SimOptions;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A delegate offering `echo` that takes 20 s a task, unless cancelled.
+fn slow() -> SimOptions {
+    let mut opts = SimOptions::new(card("slow", "default", &[("echo", 0.7)], &["text"]));
+    opts.latency = Duration::from_secs(20);
+    opts
+}
+
+/// LDP: a TASK_CANCEL sent to replica 2 stops the task replica 1 runs (its delegate is sent
+/// TASK_CANCEL), and the task's own answer, on replica 1, is cut short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ldp_cancel_on_another_replica_stops_the_task() {
+    let slow = sim(slow()).await;
+    let key = new_key();
+    let url = slow.url();
+    let gws = two_replicas(&cluster(&redis_url(), 2), &tenant(&key), || {
+        TestGateway::builder().delegate(&url)
+    })
+    .await;
+    let one = Arc::new(tenant_client(&gws[0], &key));
+    let two = tenant_client(&gws[1], &key);
+    let (sid, _) = one
+        .session(json!({"preferred_payload_modes": ["text"]}))
+        .await;
+    let submit = {
+        let (c, sid) = (one.clone(), sid.clone());
+        tokio::spawn(async move {
+            c.send(
+                &sid,
+                json!({"type": "TASK_SUBMIT", "task_id": "long-1", "skill": "echo", "input": "x"}),
+                "text",
+            )
+            .await
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || slow.stats().tasks == 1).await,
+        "task reached the delegate"
+    );
+    let ack = two
+        .send(
+            &sid,
+            json!({"type": "TASK_CANCEL", "task_id": "long-1"}),
+            "text",
+        )
+        .await;
+    assert_eq!(ack["body"]["type"], "TASK_UPDATE", "{ack}");
+    assert_eq!(ack["body"]["message"], "cancelled", "{ack}");
+    let done = submit.await.unwrap();
+    assert_eq!(done["body"]["type"], "TASK_FAILED", "{done}");
+    assert_eq!(slow.stats().cancels, 1, "the delegate was sent TASK_CANCEL");
+    assert_eq!(slow.stats().results, 0, "cut short");
+    // A task no replica runs: answered at once as not running (every replica said so).
+    let ack = two
+        .send(
+            &sid,
+            json!({"type": "TASK_CANCEL", "task_id": "never"}),
+            "text",
+        )
+        .await;
+    assert_eq!(
+        ack["body"]["message"], "task 'never' is not running",
+        "{ack}"
+    );
+    for gw in gws {
+        gw.shutdown().await;
+    }
+    slow.shutdown().await;
+}
+
+/// The A2A front end's fleet behind each replica: the slow LDP `sim-slow` (`ponder`, 20 s),
+/// the fast LDP `sim-fast` (`summarize`) and the OpenAI-backed `mini` (`chat`) in front of
+/// `oa`.
+fn a2a_fleet(oa_url: &str) -> crate::support::gateway::Builder<'static> {
+    use crate::support::openai::{declared, entry};
+    let mut slow = SimOptions::new(card("sim-slow", "default", &[("ponder", 0.9)], &["text"]));
+    slow.latency = Duration::from_secs(20);
+    let fast = SimOptions::new(card(
+        "sim-fast",
+        "default",
+        &[("summarize", 0.9)],
+        &["text"],
+    ));
+    TestGateway::builder()
+        .sim(slow)
+        .sim(fast)
+        .entry(entry("mini", oa_url, "m", declared(&["chat"], 0.8)))
+        .healthy(3)
+}
+
+/// A2A by raw JSON-RPC: a task sent to replica 1 is read, followed and canceled on replica 2
+/// (the delegate running it on replica 1 is sent TASK_CANCEL, and replica 1 answers it
+/// canceled); a task that ended on replica 1 reads the same on replica 2; a context continued
+/// on replica 2 stays in its session, with its conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_a2a_task_and_its_context_follow_the_client_to_another_replica() {
+    use crate::bridge_a2a::{rpc, v1_message};
+    use ldp_gateway::sim::openai::OpenAiOptions;
+    let oa = crate::support::openai::start(OpenAiOptions::new("m")).await;
+    let key = new_key();
+    let url = oa.url();
+    let gws = two_replicas(&cluster(&redis_url(), 2), &tenant(&key), || a2a_fleet(&url)).await;
+    let (one, two) = (tenant_client(&gws[0], &key), tenant_client(&gws[1], &key));
+    let slow_sim = gws[0].sim(0);
+
+    let mut slow = v1_message("slow", json!({"skill": "ponder"}));
+    slow["configuration"] = json!({"returnImmediately": true});
+    let r = rpc(&one, "SendMessage", slow, Some("1.0")).await;
+    let id = r.json["result"]["task"]["id"].as_str().unwrap().to_owned();
+    assert!(
+        eventually(Duration::from_secs(10), || slow_sim.stats().tasks == 1).await,
+        "the task reached the delegate"
+    );
+    let got = rpc(&two, "GetTask", json!({"id": id}), Some("1.0")).await;
+    assert_eq!(
+        got.json["result"]["status"]["state"],
+        "TASK_STATE_WORKING",
+        "{}",
+        got.text()
+    );
+    // Followed on replica 2.
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": id}});
+    let mut sub = reqwest::Client::new()
+        .post(two.url("/a2a"))
+        .header("authorization", format!("Bearer {key}"))
+        .header("A2A-Version", "1.0")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sub.headers()["content-type"], "text/event-stream");
+    let mut seen = String::from_utf8(sub.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    assert!(seen.contains("TASK_STATE_WORKING"), "{seen}");
+    // Canceled on replica 2.
+    let cancel = rpc(&two, "CancelTask", json!({"id": id}), Some("1.0")).await;
+    assert_eq!(
+        cancel.json["result"]["status"]["state"],
+        "TASK_STATE_CANCELED",
+        "{}",
+        cancel.text()
+    );
+    while let Some(chunk) = sub.chunk().await.unwrap() {
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let last = seen.trim_end().rsplit("data: ").next().unwrap();
+    let last: serde_json::Value = serde_json::from_str(last).unwrap();
+    assert_eq!(
+        last["result"]["statusUpdate"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{seen}"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || slow_sim.stats().cancels == 1).await,
+        "the delegate on replica 1 was sent TASK_CANCEL: {:?}",
+        slow_sim.stats()
+    );
+    assert_eq!(slow_sim.stats().results, 0, "cut short");
+    let on_one = rpc(&one, "GetTask", json!({"id": id}), Some("1.0")).await;
+    assert_eq!(
+        on_one.json["result"]["status"]["state"],
+        "TASK_STATE_CANCELED",
+        "{}",
+        on_one.text()
+    );
+    let again = rpc(&one, "CancelTask", json!({"id": id}), Some("1.0")).await;
+    assert_eq!(again.json["error"]["code"], -32002, "{}", again.text());
+
+    // A task that ended on replica 1 reads the same on replica 2.
+    let r = rpc(
+        &one,
+        "SendMessage",
+        v1_message("hello", json!({"skill": "summarize"})),
+        Some("1.0"),
+    )
+    .await;
+    let done = &r.json["result"]["task"];
+    assert_eq!(
+        done["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{}",
+        r.text()
+    );
+    let got = rpc(&two, "GetTask", json!({"id": done["id"]}), Some("1.0")).await;
+    assert_eq!(
+        got.json["result"]["artifacts"],
+        done["artifacts"],
+        "{}",
+        got.text()
+    );
+    assert_eq!(
+        got.json["result"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    // Another tenant's key finds nothing of it.
+    let other = crate::cluster::tenant_client(&gws[1], "k-not-a-tenant");
+    let theirs = rpc(&other, "GetTask", json!({"id": done["id"]}), Some("1.0")).await;
+    assert_ne!(theirs.status, 200, "{}", theirs.text());
+
+    // A context continued on replica 2: one session, one conversation.
+    let chat = json!({"skill": "chat"});
+    let mut first = v1_message("my name is Ada", chat.clone());
+    first["message"]["contextId"] = json!("ctx-1");
+    let r1 = rpc(&one, "SendMessage", first, Some("1.0")).await;
+    let t1 = r1.json["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let mut second = v1_message("what is my name?", chat);
+    second["message"]["contextId"] = json!("ctx-1");
+    let r2 = rpc(&two, "SendMessage", second, Some("1.0")).await;
+    let t2 = r2.json["result"]["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        r2.json["result"]["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{}",
+        r2.text()
+    );
+    let counts: Vec<usize> = oa
+        .requests()
+        .iter()
+        .map(|r| r["messages"].as_array().map_or(0, Vec::len))
+        .collect();
+    assert_eq!(
+        counts,
+        [1, 3],
+        "the first turn is sent with the second: {:?}",
+        oa.requests()
+    );
+    let (row1, row2) = (gws[0].ledger_row(&t1).await, gws[1].ledger_row(&t2).await);
+    assert_eq!(
+        row1.session_id, row2.session_id,
+        "one session for the context"
+    );
+    for gw in gws {
+        gw.shutdown().await;
+    }
+    oa.shutdown().await;
+}
