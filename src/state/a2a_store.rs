@@ -57,7 +57,8 @@ impl SharedA2a {
     }
 
     /// Writes `tenant`'s task `id` (`running`, its JSON `json`) unless it ended, and tells
-    /// its subscribers `event` (`{"tenant", "task", "event"}` on the bus) once written.
+    /// its subscribers `events` (a JSON array; `{"tenant", "task", "events"}` on the bus)
+    /// once written, when there are any.
     /// Whether it was written (not: the task ended, on another replica's cancel).
     pub async fn put_task(
         &self,
@@ -65,14 +66,14 @@ impl SharedA2a {
         id: &str,
         running: bool,
         json: &[u8],
-        event: Option<&Value>,
+        events: Option<&Value>,
     ) -> Result<bool, StoreError> {
         let mut value = Vec::with_capacity(json.len() + 1);
         value.push(if running { b'r' } else { b'd' });
         value.extend_from_slice(json);
-        let publish = match event {
-            Some(ev) => {
-                let body = serde_json::json!({"tenant": tenant, "task": id, "event": ev});
+        let publish = match events.filter(|e| e.as_array().is_some_and(|a| !a.is_empty())) {
+            Some(evs) => {
+                let body = serde_json::json!({"tenant": tenant, "task": id, "events": evs});
                 Some(Publish {
                     channel: self.bus.channel(Topic::A2a),
                     message: self.bus.note(body)?,
@@ -129,7 +130,7 @@ impl SharedA2a {
         }))
     }
 
-    /// The events other replicas tell, from now on (`{"tenant", "task", "event"}`).
+    /// The events other replicas tell, from now on (`{"tenant", "task", "events"}`).
     pub fn events(&self) -> broadcast::Receiver<Arc<Note>> {
         self.bus.listen(Topic::A2a)
     }

@@ -245,3 +245,68 @@ async fn an_a2a_task_and_its_context_follow_the_client_to_another_replica() {
     }
     oa.shutdown().await;
 }
+
+/// Redis round trips per task, per front end, on one replica with no limits or budgets (the
+/// LDP path's own, 3 and 7 with every shared check, are counted in
+/// `cluster::redis_round_trips_per_task_are_one_per_shared_check`): what cluster mode costs
+/// each front end, so a change that adds one shows here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_round_trips_per_task_per_front_end() {
+    use crate::bridge_a2a::{rpc, v1_message};
+    use ldp_gateway::sim::openai::OpenAiOptions;
+    let oa = crate::support::openai::start(OpenAiOptions::new("m")).await;
+    let key = new_key();
+    let url = oa.url();
+    let gws = two_replicas(&cluster(&redis_url(), 1), &tenant(&key), || a2a_fleet(&url)).await;
+    let gw = &gws[0];
+    let c = tenant_client(gw, &key);
+    let calls = || async { gw.metrics().await.sum("ldp_gateway_redis_calls_total") };
+    let mut per_task = Vec::new();
+    // A2A: a blocking SendMessage.
+    let a2a = || async {
+        let r = rpc(
+            &c,
+            "SendMessage",
+            v1_message("hi", json!({"skill": "summarize"})),
+            Some("1.0"),
+        )
+        .await;
+        assert_eq!(
+            r.json["result"]["task"]["status"]["state"],
+            "TASK_STATE_COMPLETED",
+            "{}",
+            r.text()
+        );
+    };
+    // OpenAI: a chat completion of the LDP delegate's skill.
+    let openai = || async {
+        let body = json!({"model": "summarize", "messages": [{"role": "user", "content": "hi"}]});
+        let r = c.post_json("/v1/chat/completions", &body).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    };
+    a2a().await;
+    let before = calls().await;
+    for _ in 0..10 {
+        a2a().await;
+    }
+    per_task.push((calls().await - before) / 10.0);
+    openai().await;
+    let before = calls().await;
+    for _ in 0..10 {
+        openai().await;
+    }
+    per_task.push((calls().await - before) / 10.0);
+    eprintln!(
+        "redis round trips per task: A2A {}, OpenAI {}",
+        per_task[0], per_task[1]
+    );
+    // A2A: the LDP path's 3, the tenant's A2A session for a message with no context yet (a
+    // session per context: its create and bindings), and the task's own: its context's session
+    // read, the task shared as submitted, the context's new session, working, completed
+    // (the artifact with it). OpenAI: the LDP path's 3.
+    assert_eq!(per_task, [11.0, 3.0]);
+    for gw in gws {
+        gw.shutdown().await;
+    }
+    oa.shutdown().await;
+}

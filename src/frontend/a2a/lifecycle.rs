@@ -272,14 +272,14 @@ pub async fn run(
 ) {
     let tenant = ctx.tenant.name.as_str();
     let (id, context) = (job.task.id.clone(), job.task.context_id.clone());
-    let session = match session {
-        Some(s) => s,
+    let (session, new) = match session {
+        Some(s) => (s, false),
         None => match proxy.open_ingress_session(ctx, Ingress::A2a).await {
-            Ok(s) => s,
+            Ok(s) => (s, true),
             Err(e) => return finish_failed(state, tenant, &id, &context, &e, None).await,
         },
     };
-    state.bind(tenant, &context, &id, &session).await;
+    state.bind(tenant, &context, &id, &session, new).await;
     let working = |t: &mut Task| t.status = status(TaskState::Working, None);
     let ev = status_event(&id, &context, status(TaskState::Working, None), None);
     if !state.change(tenant, &id, working, Some(ev)).await {
@@ -307,7 +307,7 @@ pub async fn run(
             state.change(tenant, &id, |t| t.status = s, Some(ev)).await;
         }
     };
-    let fut = proxy.ingress_task_in_session(ctx, task, session, Some(&tx));
+    let fut = proxy.ingress_task_in_session(ctx, task, session.clone(), Some(&tx));
     tokio::pin!(fut);
     let outcome = loop {
         tokio::select! {
@@ -319,8 +319,10 @@ pub async fn run(
         relay(env).await;
     }
     match outcome {
-        Ok((trip, session)) => {
-            state.bind(tenant, &context, &id, &session).await;
+        Ok((trip, ran_in)) => {
+            // A fresh session, when the context's had ended.
+            let renewed = ran_in != session;
+            state.bind(tenant, &context, &id, &ran_in, renewed).await;
             finish(state, tenant, &id, &context, &trip).await;
         }
         Err(r) => finish_failed(state, tenant, &id, &context, &refusal_error(&r), None).await,
@@ -368,19 +370,19 @@ async fn finish(state: &A2aState, tenant: &str, id: &str, context: &str, trip: &
                 rest: Map::new(),
             }));
             // The artifact first, then the state that ends the stream.
-            let artifacts = |t: &mut Task| t.artifacts = vec![artifact];
-            state.change(tenant, id, artifacts, Some(art_ev)).await;
             let s = status(TaskState::Completed, None);
             let ev = status_event(id, context, s.clone(), Some(meta.clone()));
+            // The artifact first, then the state that ends the stream: one change.
             state
-                .change(
+                .change_told(
                     tenant,
                     id,
                     |t| {
+                        t.artifacts = vec![artifact];
                         t.status = s;
                         t.metadata = Some(meta);
                     },
-                    Some(ev),
+                    vec![art_ev, ev],
                 )
                 .await;
         }

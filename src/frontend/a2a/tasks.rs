@@ -193,7 +193,7 @@ impl A2aState {
     /// Cluster mode: writes this replica's snapshot of `tenant`'s task `id` to the shared
     /// table and tells its subscribers `event`. False when the shared task ended meanwhile
     /// (canceled on another replica: this replica's copy then takes its end).
-    async fn share(&self, tenant: &str, id: &str, event: Option<&StreamResponse>) -> bool {
+    async fn share(&self, tenant: &str, id: &str, events: &[StreamResponse]) -> bool {
         let Some(shared) = &self.shared else {
             return true;
         };
@@ -201,10 +201,7 @@ impl A2aState {
             return true;
         };
         let running = !stored.task.status.state.is_terminal();
-        let (json, event) = match (
-            serde_json::to_vec(&stored),
-            event.map(serde_json::to_value).transpose(),
-        ) {
+        let (json, events) = match (serde_json::to_vec(&stored), serde_json::to_value(events)) {
             (Ok(j), Ok(e)) => (j, e),
             (Err(e), _) | (_, Err(e)) => {
                 tracing::warn!(error = %e, "an A2A task was not shared: it did not serialise");
@@ -213,7 +210,7 @@ impl A2aState {
         };
         match shared
             .store
-            .put_task(tenant, id, running, &json, event.as_ref())
+            .put_task(tenant, id, running, &json, Some(&events))
             .await
         {
             Ok(true) => true,
@@ -265,15 +262,23 @@ impl A2aState {
                     }
                 }
             }
-            self.share(tenant, &id, None).await;
+            self.share(tenant, &id, &[]).await;
         }
         Ok(inserted)
     }
 
-    /// [`A2aState::set_session`], and in cluster mode the context's session shared.
-    pub async fn bind(&self, tenant: &str, context: &str, id: &str, session: &SessionId) {
+    /// [`A2aState::set_session`], and in cluster mode the context's session shared when it
+    /// is `new` (not the one the context had).
+    pub async fn bind(
+        &self,
+        tenant: &str,
+        context: &str,
+        id: &str,
+        session: &SessionId,
+        new: bool,
+    ) {
         self.set_session(tenant, context, id, session);
-        if let Some(shared) = &self.shared {
+        if let (Some(shared), true) = (&self.shared, new) {
             if let Err(e) = shared
                 .store
                 .put_context(tenant, context, session.as_str())
@@ -293,11 +298,27 @@ impl A2aState {
         change: impl FnOnce(&mut Task),
         event: Option<StreamResponse>,
     ) -> bool {
-        let shared_event = self.shared.as_ref().and(event.clone());
-        if !self.update(tenant, id, change, event) {
+        self.change_told(tenant, id, change, event.into_iter().collect())
+            .await
+    }
+
+    /// [`A2aState::change`] telling `events` in order (one change shared in one round trip).
+    pub async fn change_told(
+        &self,
+        tenant: &str,
+        id: &str,
+        change: impl FnOnce(&mut Task),
+        events: Vec<StreamResponse>,
+    ) -> bool {
+        let shared_events = if self.shared.is_some() {
+            events.clone()
+        } else {
+            Vec::new()
+        };
+        if !self.update_told(tenant, id, change, events) {
             return false;
         }
-        self.share(tenant, id, shared_event.as_ref()).await
+        self.share(tenant, id, &shared_events).await
     }
 
     /// The snapshot of `tenant`'s task `id`: this replica's, else (cluster mode) the shared one.
@@ -364,7 +385,8 @@ impl A2aState {
                 ev
             });
             if let Cancel::Canceled(..) = canceled {
-                self.share(tenant, id, event.as_ref()).await;
+                let events: Vec<StreamResponse> = event.into_iter().collect();
+                self.share(tenant, id, &events).await;
             }
             return Ok(canceled);
         }
@@ -379,9 +401,10 @@ impl A2aState {
         let event = change(&mut stored.task);
         let json = serde_json::to_vec(&stored).map_err(|e| StoreError::Redis(e.to_string()))?;
         let event = serde_json::to_value(&event).map_err(|e| StoreError::Redis(e.to_string()))?;
+        let events = serde_json::Value::Array(vec![event.clone()]);
         if !shared
             .store
-            .put_task(tenant, id, false, &json, Some(&event))
+            .put_task(tenant, id, false, &json, Some(&events))
             .await?
         {
             // It ended meanwhile: as it ended.
@@ -399,18 +422,20 @@ impl A2aState {
         ))
     }
 
-    /// Cluster mode: an event another replica told of a task (`{"tenant", "task", "event"}`):
-    /// to this replica's listeners of it; an end (another replica's cancel) also ends this
-    /// replica's copy of a task it runs.
+    /// Cluster mode: the events another replica told of a task (`{"tenant", "task",
+    /// "events"}`): to this replica's listeners of it; an end (another replica's cancel) also
+    /// ends this replica's copy of a task it runs.
     pub fn heard(&self, note: &Note) {
-        let (Some(tenant), Some(id), Some(event)) = (
+        let (Some(tenant), Some(id), Some(events)) = (
             note.body.get("tenant").and_then(|v| v.as_str()),
             note.body.get("task").and_then(|v| v.as_str()),
-            note.body.get("event"),
+            note.body.get("events").and_then(|v| v.as_array()),
         ) else {
             return;
         };
-        self.heard_event(tenant, id, event.clone());
+        for event in events {
+            self.heard_event(tenant, id, event.clone());
+        }
     }
 
     fn heard_event(&self, tenant: &str, id: &str, event: serde_json::Value) {
@@ -517,6 +542,17 @@ impl A2aState {
         change: impl FnOnce(&mut Task),
         event: Option<StreamResponse>,
     ) -> bool {
+        self.update_told(tenant, id, change, event.into_iter().collect())
+    }
+
+    /// [`A2aState::update`] telling `events`, in order.
+    fn update_told(
+        &self,
+        tenant: &str,
+        id: &str,
+        change: impl FnOnce(&mut Task),
+        events: Vec<StreamResponse>,
+    ) -> bool {
         let applied = self.tasks.change(
             tenant,
             id,
@@ -526,8 +562,10 @@ impl A2aState {
                     return false;
                 }
                 change(&mut e.task);
-                if let (Some(ev), Some(tx)) = (event, &e.events) {
-                    let _ = tx.send(ev);
+                if let Some(tx) = &e.events {
+                    for ev in events {
+                        let _ = tx.send(ev);
+                    }
                 }
                 if e.task.status.state.is_terminal() {
                     e.events = None;
