@@ -31,6 +31,7 @@ mod sqlite;
 mod tests;
 mod writer;
 
+pub use evidence::CALIBRATION_TASK_PREFIX;
 pub use feedback::{Feedback, Given, RatedTask};
 pub use journal::{Place, Recovered};
 pub use postgres::PostgresBackend;
@@ -217,9 +218,10 @@ pub trait Backend: Send + 'static {
     fn task_of(&mut self, tenant: &str, task_id: &str) -> Result<Option<RatedTask>, LedgerError>;
     /// The ratings of task id `task_id` (of any tenant; at most [`FEEDBACK_PER_TASK`]).
     fn feedback(&mut self, task_id: &str) -> Result<Vec<Feedback>, LedgerError>;
-    /// Quality evidence given at or after `since_ms` (Unix ms): the newest `limit` votes and
-    /// the newest `limit` ratings that name a delegate, together oldest first (at the same
-    /// millisecond, votes before ratings).
+    /// Quality evidence given at or after `since_ms` (Unix ms): the newest `limit` votes, the
+    /// newest `limit` ratings that name a delegate and the newest `limit` calibration rounds
+    /// that taught something, together oldest first (at the same millisecond, votes, then
+    /// ratings, then rounds).
     fn evidence(&mut self, since_ms: i64, limit: u32) -> Result<Vec<Evidence>, LedgerError>;
     /// Stores `fb` in its own transaction; false when the task was rated already (nothing
     /// changed).

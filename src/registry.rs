@@ -4,6 +4,7 @@
 use crate::config::{normalize_url, DelegateConfig, UrlError};
 use crate::ldp::{CapabilityHints, IdentityCard};
 use crate::policy::Policy;
+use crate::provenance::EvidenceSource;
 use crate::routing::{self, Load, Offer, RoutingParams, Static};
 use crate::upstream::KeyError;
 use crate::upstream::Upstream;
@@ -715,9 +716,26 @@ impl Registry {
         }
     }
 
-    /// Adds one observation of `verifier`'s judgement at the verify skill `skill` (a
-    /// calibration item, agreement with a round's outcome, a trusted rating); its
-    /// reliability, read as its quality there. Nothing when it is not registered (any more).
+    /// Adds one calibration round of `verifier` at the verify skill `skill` (its score,
+    /// weighing the items it answered); part of its reliability, read as its quality there,
+    /// until a rebuild reads the round back from its ledger row. Nothing when it is not
+    /// registered (any more).
+    pub fn observe_calibration(
+        &self,
+        verifier: &str,
+        skill: &str,
+        score: f64,
+        weight: f64,
+        at_ms: i64,
+    ) {
+        if let Some(e) = self.get(verifier).and_then(|d| d.learned.estimate(skill)) {
+            e.observe_calibrated(score, weight, at_ms);
+        }
+    }
+
+    /// Adds one observation of `verifier`'s judgement at the verify skill `skill` (agreement
+    /// with a round's outcome, a trusted rating); its reliability, read as its quality
+    /// there. Nothing when it is not registered (any more).
     pub fn observe_judgement(
         &self,
         verifier: &str,
@@ -776,8 +794,9 @@ impl Registry {
 
     /// Replaces every delegate's learned quality by what `evidence` (oldest first, as the
     /// ledger gives it) says, each rating shared or its tenant's own as
-    /// [`Registry::observe_rating`] learns it; evidence of delegates no longer registered is
-    /// skipped.
+    /// [`Registry::observe_rating`] learns it, each calibration round a verifier's as
+    /// [`Registry::observe_calibration`] learns it; evidence of delegates no longer
+    /// registered is skipped.
     pub fn rebuild_quality(&self, evidence: &[crate::provenance::Evidence]) {
         let hl = self.half_life_ms.load(Ordering::Relaxed);
         let trusted = self.trusted_raters.load();
@@ -788,7 +807,15 @@ impl Registry {
             }
             let skills = by.entry(e.delegate.as_str()).or_default();
             let r = skills.entry(e.skill.as_str()).or_default();
-            let b = match e.rater.as_deref().filter(|t| !trusted.contains(*t)) {
+            let rater = match e.source {
+                EvidenceSource::Calibration => {
+                    let b = r.calibrated.get_or_insert(quality::Beta::empty(e.at_ms));
+                    *b = b.observe(e.score, e.weight, e.at_ms, hl);
+                    continue;
+                }
+                EvidenceSource::Vote | EvidenceSource::Feedback => e.rater.as_deref(),
+            };
+            let b = match rater.filter(|t| !trusted.contains(*t)) {
                 Some(tenant) if r.own.len() < quality::MAX_RATERS || r.own.contains_key(tenant) => {
                     r.own
                         .entry(tenant.into())

@@ -10,6 +10,7 @@
 //! | replay nonces | [`NonceStore`] → [`Nonces`] | the `ReplayGuard` (`crate::ldp::replay`) | `{p}:nonce:{hash}` | refused, retryable (503) |
 //! | task statuses (status queries) | [`StatusStore`] → [`Statuses`] | the `RecentTasks` (`crate::recent`) | `{p}:status:entries`, `{p}:status:changes`, `{p}:status:bytes` | a query answered `SHARED_STATE_UNAVAILABLE` (retryable); a change skipped (logged) |
 //! | conversations for OpenAI-backed delegates | [`ConversationStore`] → [`Conversations`] | the `ConversationMemory` (`crate::upstream::openai::conversation`) | `{p}:conv:s:{session}`, `{p}:conv:lru`, `{p}:conv:sizes`, `{p}:conv:bytes` | the task runs without its earlier turns; its own is not kept (logged) |
+//! | calibration rounds (one per interval for the cluster) | [`lease::Lease`] | every `every` since the last round | `{p}:lease:calibration:{skill}:{reference}:{window}`, `SET NX PX every` | no round runs; the lease is asked for again at the next tick |
 //!
 //! Each concern is a file (`limit_store.rs`, `budget_store.rs`, `session_store.rs`, `nonce_store.rs`: the trait,
 //! the enum, the local implementation) and a folder holding its Redis implementation
@@ -27,6 +28,7 @@ pub mod budget_store;
 pub mod bus;
 pub mod conversation_store;
 pub mod fair_map;
+pub mod lease;
 pub mod limit_store;
 pub mod nonce_store;
 pub mod redis;

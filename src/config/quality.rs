@@ -17,8 +17,9 @@ pub struct QualityConfig {
     /// (cluster mode, a Postgres ledger; a single node applies its own at once).
     #[serde(with = "humantime_serde")]
     pub refresh: Duration,
-    /// Most votes, and most ratings, read from the ledger when estimates are rebuilt (at
-    /// start and at each refresh): the newest ones within eight half-lives.
+    /// Most votes, most ratings and most calibration rounds, each, read from the ledger when
+    /// estimates are rebuilt (at start and at each refresh): the newest ones within eight
+    /// half-lives.
     pub max_evidence: u32,
 }
 

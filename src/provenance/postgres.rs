@@ -802,8 +802,8 @@ fn feedback(client: &mut Client, task_id: &str) -> Result<Vec<Feedback>, LedgerE
         .collect()
 }
 
-/// Quality evidence since `since_ms`: the newest `limit` votes and ratings naming a delegate,
-/// each through its table's time index, merged oldest first.
+/// Quality evidence since `since_ms`: the newest `limit` votes, ratings naming a delegate and
+/// calibration rounds, each through its table's time index, merged oldest first.
 fn evidence(client: &mut Client, since_ms: i64, limit: u32) -> Result<Vec<Evidence>, LedgerError> {
     let limit = i64::from(limit);
     let votes = client
@@ -853,7 +853,28 @@ fn evidence(client: &mut Client, since_ms: i64, limit: u32) -> Result<Vec<Eviden
             ))
         })
         .collect::<Result<Vec<_>, LedgerError>>()?;
-    Ok(merge(votes, ratings))
+    // Tenant-less rows through the (tenant, time) index; the task id and the routing column
+    // say which are calibration rounds and what each taught.
+    let rounds = client
+        .query(
+            "SELECT delegate, skill, routing, finished_ms FROM ledger
+             WHERE tenant = '' AND finished_ms >= $1 AND task_id LIKE $3
+                   AND delegate IS NOT NULL
+             ORDER BY finished_ms DESC, id DESC LIMIT $2",
+            &[&since_ms, &limit, &evidence::CALIBRATION_TASK_LIKE],
+        )
+        .map_err(pg)?;
+    let mut calibrations = Vec::new();
+    for r in &rounds {
+        let routing: String = get(r, 2)?;
+        calibrations.extend(evidence::of_calibration(
+            get(r, 0)?,
+            get(r, 1)?,
+            &routing,
+            get(r, 3)?,
+        ));
+    }
+    Ok(merge(votes, ratings, calibrations))
 }
 
 /// Reads beside the writer: clients of their own, connected when first needed (at most

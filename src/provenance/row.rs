@@ -222,12 +222,16 @@ pub enum EvidenceSource {
     Vote,
     /// A client's rating.
     Feedback,
+    /// A calibration round's score of a verifier (its ledger row's `routing.calibration`):
+    /// evidence of its reliability at the verify skill.
+    Calibration,
 }
 
 /// One observation of a delegate's delivered quality at a skill, as learned quality is
 /// rebuilt from the ledger: a vote (`score` 1 passed, 0 failed; `weight` its share of its
-/// round's weight, so that a round of votes counts as one observation) or a rating (`score`
-/// 0..1, `weight` 1).
+/// round's weight, so that a round of votes counts as one observation), a rating (`score`
+/// 0..1, `weight` 1) or a verifier's calibration round (`score` its balanced accuracy,
+/// `weight` the items it answered).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
     /// The delegate judged (registry name).
@@ -240,7 +244,7 @@ pub struct Evidence {
     pub weight: f64,
     /// When, Unix ms.
     pub at_ms: i64,
-    /// Vote or rating.
+    /// Vote, rating or calibration round.
     pub source: EvidenceSource,
     /// The tenant that gave a rating (none for a vote): whether it is shared evidence or
     /// that tenant's own is decided when it is learnt (`registry::quality`).

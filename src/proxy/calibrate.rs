@@ -11,7 +11,16 @@
 //! from a round answered in one class only), and is recorded as one ledger row per verifier with no tenant (tenant `""`:
 //! never charged to one; its cost counted under `ldp_gateway_cost_usd_total{tenant=""}`),
 //! its `routing` column holding `{"calibration": {round, reference_source, items, answered,
-//! score, reliability_before, reliability, adjustment}}`.
+//! score, evidence, reliability_before, reliability, adjustment}}` (`evidence`: the score as
+//! evidence, none from a round answered in one class only). Those rows are evidence in the
+//! ledger: rebuilding learned quality (at start, and on a shared ledger every `[quality]
+//! refresh`) reads them back, so a restarted replica keeps what the rounds taught and, in
+//! cluster mode, every replica learns the rounds any one of them ran.
+//!
+//! In cluster mode the cluster runs one round per window of `every` (counted from the Unix
+//! epoch), not one per replica: a replica runs it only after taking the window's lease in
+//! Redis (`state/lease.rs`). When Redis does not answer, no round runs (fail closed: the
+//! verifiers are not called N times over) and the lease is asked for again at the next tick.
 //!
 //! Bounded: at most [`MAX_REFERENCE_BYTES`] of reference read per round, `items` (≤ 100) per
 //! verifier, [`CALIBRATION_CONCURRENCY`] at a time; paused (429) and ejected verifiers skipped; LDP verifiers only (an OpenAI-backed or A2A verifier is not calibrated).
@@ -22,6 +31,8 @@ use crate::ldp::{Body, Envelope, Json, PayloadMode, SessionConfig, TaskId};
 use crate::policy::{Calibration, Policy, Verify};
 use crate::provenance::{JsonText, LedgerRow, Outcome};
 use crate::registry::Delegate;
+use crate::state::lease::{self, Lease};
+use crate::state::redis::Redis;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -199,17 +210,42 @@ struct Outcome1 {
     started: Instant,
 }
 
+/// When one schedule (verify skill, reference) last ran or tried a round.
+#[derive(Debug, Default)]
+struct Schedule {
+    /// Rounds this replica ran.
+    rounds: u64,
+    /// Single node: when the last round started (or is due again, after one that could not
+    /// run).
+    at: Option<Instant>,
+    /// Cluster mode: the window whose lease this replica last took or found taken, and, when
+    /// it took it for a round that could not run, when to try that window again.
+    window: Option<(i64, Option<Instant>)>,
+}
+
+/// Why a round is to run now.
+enum Turn {
+    /// A single node's round, due by its own schedule.
+    Due,
+    /// In cluster mode: this replica holds the window's lease.
+    Leased(Lease),
+}
+
 impl Proxy {
     /// The calibration loop: every policy's `[verify.calibration]` (one schedule per verify
-    /// skill and reference, the first policy naming it giving `every` and `items`), a round
-    /// at start and each `every`, until `shutdown`.
+    /// skill and reference, the first policy naming it giving `every` and `items`), until
+    /// `shutdown`. On a single node, a round at start and each `every`. In cluster mode, one
+    /// round per window of `every` for the whole cluster: the replica that takes the
+    /// window's lease in Redis runs it ([`crate::state::lease`]); when Redis does not
+    /// answer, no round runs (fail closed) and the lease is asked for again at the next tick.
     pub fn spawn_calibration(
         self: Arc<Self>,
         mut shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
-            // (verify skill, reference) → (rounds run, when the last one started).
-            let mut last: HashMap<(String, PathBuf), (u64, Instant)> = HashMap::new();
+            // This replica's name in the leases it holds.
+            let holder = crate::ldp::new_id();
+            let mut last: HashMap<(String, PathBuf), Schedule> = HashMap::new();
             loop {
                 let policies = self.policies();
                 let mut seen = Vec::new();
@@ -226,22 +262,22 @@ impl Proxy {
                         continue;
                     }
                     seen.push(key.clone());
-                    let due = last
-                        .get(&key)
-                        .is_none_or(|(_, at)| at.elapsed() >= cal.every);
-                    if !due {
+                    let s = last.entry(key).or_default();
+                    let run = match &self.redis {
+                        None => self.round_due(s, cal),
+                        Some(redis) => self.lease_won(redis, &holder, s, verify, cal).await,
+                    };
+                    let Some(turn) = run else {
                         continue;
-                    }
-                    let round = last.get(&key).map_or(1, |(n, _)| n + 1);
-                    last.insert(key.clone(), (round, Instant::now()));
+                    };
+                    let round = s.rounds + 1;
                     tokio::select! {
-                        ran = self.calibrate(p, verify, cal, round) => if !ran {
-                            // Not done: due again in RETRY (or `every`, if sooner).
-                            let now = Instant::now();
-                            let at = now
-                                .checked_sub(cal.every.saturating_sub(RETRY))
-                                .unwrap_or(now);
-                            last.insert(key, (round - 1, at));
+                        ran = self.calibrate(p, verify, cal, round) => {
+                            if ran {
+                                s.rounds = round;
+                            } else {
+                                self.round_not_run(s, cal, turn, &holder).await;
+                            }
                         },
                         _ = shutdown.changed() => return,
                     }
@@ -254,6 +290,67 @@ impl Proxy {
                 }
             }
         })
+    }
+
+    /// Single node: whether a round is due (at start, then `every` after the last one
+    /// started); if so, it is marked started now.
+    fn round_due(&self, s: &mut Schedule, cal: &Calibration) -> Option<Turn> {
+        if s.at.is_some_and(|at| at.elapsed() < cal.every) {
+            return None;
+        }
+        s.at = Some(Instant::now());
+        Some(Turn::Due)
+    }
+
+    /// Cluster mode: whether this replica runs the round of the current window, asking Redis
+    /// for its lease once per window (and again once a round it won could not run). Redis
+    /// not answering runs nothing: asked again at the next tick.
+    async fn lease_won(
+        &self,
+        redis: &Redis,
+        holder: &str,
+        s: &mut Schedule,
+        verify: &Verify,
+        cal: &Calibration,
+    ) -> Option<Turn> {
+        let window = lease::window(crate::registry::quality::now_ms(), cal.every);
+        if let Some((w, retry)) = s.window {
+            if w == window && retry.is_none_or(|at| Instant::now() < at) {
+                return None;
+            }
+        }
+        let reference = cal.reference.display().to_string();
+        let lease = Lease::calibration(redis, &verify.skill, &reference, window);
+        match lease.take(redis, holder, cal.every).await {
+            Ok(won) => {
+                s.window = Some((window, None));
+                won.then_some(Turn::Leased(lease))
+            }
+            Err(e) => {
+                tracing::debug!(skill = %verify.skill, error = %e,
+                    "calibration round not run: its lease could not be asked for");
+                None
+            }
+        }
+    }
+
+    /// A round that could not run (no reference, no verifier) is tried again in RETRY (or
+    /// `every`, if sooner); in cluster mode its lease is given up, so that the window's
+    /// round may still run.
+    async fn round_not_run(&self, s: &mut Schedule, cal: &Calibration, turn: Turn, holder: &str) {
+        let now = Instant::now();
+        let again = cal.every.min(RETRY);
+        match (turn, &self.redis) {
+            (Turn::Leased(lease), Some(redis)) => {
+                if let Some((_, retry)) = &mut s.window {
+                    *retry = Some(now + again);
+                }
+                if let Err(e) = lease.give_up(redis, holder).await {
+                    tracing::debug!(error = %e, "calibration lease not given up: it lapses");
+                }
+            }
+            _ => s.at = Some(now.checked_sub(cal.every - again).unwrap_or(now)),
+        }
     }
 
     /// One round for one policy: every healthy LDP verifier of its verify skill that its
@@ -420,7 +517,7 @@ impl Proxy {
         if let Some(score) = o.score.evidence() {
             let weight = f64::from(o.score.answered());
             self.registry
-                .observe_judgement(&d.name, skill, score, weight, now);
+                .observe_calibration(&d.name, skill, score, weight, now);
         }
         let after = reliability();
         let adjustment = match (before, after) {
@@ -443,6 +540,7 @@ impl Proxy {
                 "items": cal.items,
                 "answered": o.score.answered(),
                 "score": o.score.value(),
+                "evidence": o.score.evidence(),
                 "reliability_before": before,
                 "reliability": after,
                 "adjustment": adjustment,
@@ -452,7 +550,11 @@ impl Proxy {
         let finished = chrono::Utc::now();
         let elapsed_ms = o.started.elapsed().as_secs_f64() * 1000.0;
         let row = LedgerRow {
-            task_id: format!("calibration-{}", crate::ldp::new_id()),
+            task_id: format!(
+                "{}{}",
+                crate::provenance::CALIBRATION_TASK_PREFIX,
+                crate::ldp::new_id()
+            ),
             ingress: crate::provenance::Ingress::Ldp,
             session_id: String::new(),
             upstream_session_id: o.upstream_session,

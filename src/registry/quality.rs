@@ -12,11 +12,12 @@
 //! own traffic. Per-tenant evidence is bounded: tenants are configured, and each estimate
 //! keeps at most [`MAX_RATERS`] of them.
 //!
-//! A verifier's reliability is its estimate at the verify skill, fed by its judgements
-//! (`judged`): calibration rounds, its agreement with a round's outcome when other verifiers
-//! voted, and trusted raters' ratings of the tasks it judged. That evidence is this process's
-//! own (not in the ledger's votes or ratings), so a rebuild keeps it; a calibration round
-//! at start measures it again after a restart.
+//! A verifier's reliability is its estimate at the verify skill, fed by its calibration rounds
+//! (`calibrated`: each round is a ledger row, so a rebuild reads them back, and in cluster mode
+//! every replica learns the rounds any one of them ran) and by its other judgements
+//! (`judged`): its agreement with a round's outcome when other verifiers voted, and trusted
+//! raters' ratings of the tasks it judged. Those are this process's own (not in the ledger's
+//! votes or ratings), so a rebuild keeps them.
 //!
 //! Reads are lock-free (`ArcSwapOption`): a decision reads every offer's estimate. Writes are
 //! rare (a vote, a rating) and replace the small value whole.
@@ -102,8 +103,12 @@ impl Beta {
 #[derive(Debug)]
 pub struct Estimate {
     beta: ArcSwapOption<Beta>,
-    /// Evidence of its judgement as a verifier (shared, kept by rebuilds).
+    /// Evidence of its judgement as a verifier from agreement and ratings (shared, this
+    /// process's own: kept by rebuilds).
     judged: ArcSwapOption<Beta>,
+    /// Evidence of its judgement as a verifier from calibration rounds (shared, in the
+    /// ledger: replaced by rebuilds).
+    calibrated: ArcSwapOption<Beta>,
     own: ArcSwapOption<Own>,
     half_life_ms: Arc<AtomicU64>,
     /// Bumped after every write (0: never written, so no evidence).
@@ -188,6 +193,12 @@ impl Estimate {
     /// ledger keeps it); ignored as [`Estimate::observe`] says.
     pub fn observe_judged(&self, score: f64, weight: f64, at_ms: i64) {
         self.add(&self.judged, score, weight, at_ms);
+    }
+
+    /// Adds a calibration round of it as a verifier (shared; its ledger row brings it back
+    /// in a rebuild, which replaces it); ignored as [`Estimate::observe`] says.
+    pub fn observe_calibrated(&self, score: f64, weight: f64, at_ms: i64) {
+        self.add(&self.calibrated, score, weight, at_ms);
     }
 
     fn add(&self, to: &ArcSwapOption<Beta>, score: f64, weight: f64, at_ms: i64) {
@@ -288,11 +299,16 @@ impl Estimate {
             .load()
             .as_deref()
             .map(|b| b.aged(now_ms, hl, false));
+        let calibrated = self
+            .calibrated
+            .load()
+            .as_deref()
+            .map(|b| b.aged(now_ms, hl, false));
         let own = rater.and_then(|r| {
             let own = self.own.load();
             own.as_deref()?.get(r).map(|b| b.aged(now_ms, hl, false))
         });
-        let (good, bad) = [shared, judged, own]
+        let (good, bad) = [shared, judged, calibrated, own]
             .into_iter()
             .flatten()
             .fold((0.0, 0.0), |(g, b), x| (g + x.good, b + x.bad));
@@ -305,16 +321,20 @@ impl Estimate {
 
     /// The shared evidence, aged to now (the clock is read only when there is evidence).
     pub fn observed_now(&self) -> Option<Observed> {
-        if self.beta.load().is_none() && self.judged.load().is_none() {
+        if self.beta.load().is_none()
+            && self.judged.load().is_none()
+            && self.calibrated.load().is_none()
+        {
             return None;
         }
         self.observed(now_ms(), None)
     }
 
-    /// Replaces the evidence, shared and own (a rebuild from the ledger); the judged
-    /// evidence stays.
-    pub fn set(&self, beta: Option<Beta>, own: Option<Own>) {
+    /// Replaces the evidence, shared, own and calibrated (a rebuild from the ledger); the
+    /// judged evidence stays.
+    pub fn set(&self, beta: Option<Beta>, own: Option<Own>, calibrated: Option<Beta>) {
         self.beta.store(beta.map(Arc::new));
+        self.calibrated.store(calibrated.map(Arc::new));
         let own = own.filter(|o| !o.is_empty());
         if own.is_some() {
             self.has_own.store(true, Ordering::Release);
@@ -331,6 +351,8 @@ pub struct Rebuilt {
     pub shared: Option<Beta>,
     /// Every other tenant's own ratings.
     pub own: Own,
+    /// Calibration rounds of it as a verifier (at a verify skill).
+    pub calibrated: Option<Beta>,
 }
 
 /// A delegate's estimates, per skill.
@@ -366,6 +388,7 @@ impl Learned {
                 Arc::new(Estimate {
                     beta: ArcSwapOption::empty(),
                     judged: ArcSwapOption::empty(),
+                    calibrated: ArcSwapOption::empty(),
                     own: ArcSwapOption::empty(),
                     half_life_ms: self.half_life_ms.clone(),
                     generation: AtomicU64::new(0),
@@ -386,22 +409,22 @@ impl Learned {
     pub fn replace(&self, rebuilt: &std::collections::HashMap<&str, Rebuilt>) {
         for e in self.skills.iter() {
             if !rebuilt.contains_key(e.key().as_str()) {
-                e.value().set(None, None);
+                e.value().set(None, None, None);
             }
         }
         for (skill, r) in rebuilt {
             if let Some(e) = self.estimate(skill) {
-                e.set(r.shared, Some(r.own.clone()));
+                e.set(r.shared, Some(r.own.clone()), r.calibrated);
             }
         }
     }
 }
 
 impl super::Registry {
-    /// Rebuilds every delegate's learned quality from the ledger's evidence (votes and
-    /// ratings of the last eight half-lives, at most `max_evidence` of each): at start, so
-    /// estimates survive a restart, and in cluster mode at each refresh, so every replica
-    /// learns from every other's. A failed read keeps what is known (and says so).
+    /// Rebuilds every delegate's learned quality from the ledger's evidence (votes, ratings
+    /// and calibration rounds of the last eight half-lives, at most `max_evidence` of each):
+    /// at start, so estimates survive a restart, and in cluster mode at each refresh, so
+    /// every replica learns from every other's. A failed read keeps what is known (and says so).
     pub async fn restore_quality(
         &self,
         ledger: &crate::provenance::LedgerHandle,
@@ -547,12 +570,42 @@ mod tests {
                     at_ms: 0,
                 }),
                 own: Own::new(),
+                calibrated: None,
             },
         );
         l.replace(&rebuilt);
         let seen = |s: &str| l.estimate(s).unwrap().observed(0, None);
         assert_eq!(seen("a"), None);
         assert_eq!(seen("b").map(|o| o.count), Some(2.0));
+    }
+
+    #[test]
+    fn a_rebuild_replaces_calibration_rounds_and_keeps_other_judgements() {
+        let l = Learned::default();
+        let e = l.estimate("verify").unwrap();
+        e.observe_judged(1.0, 1.0, 0);
+        e.observe_calibrated(0.5, 12.0, 0);
+        assert_eq!(e.observed(0, None).map(|o| o.count), Some(13.0));
+        // The ledger holds the round (and one another replica ran): they replace the live one.
+        let mut rebuilt = std::collections::HashMap::new();
+        let rounds = Beta {
+            good: 6.0,
+            bad: 18.0,
+            at_ms: 0,
+        };
+        rebuilt.insert(
+            "verify",
+            Rebuilt {
+                calibrated: Some(rounds),
+                ..Rebuilt::default()
+            },
+        );
+        l.replace(&rebuilt);
+        let o = e.observed(0, None).unwrap();
+        assert!((o.count - 25.0).abs() < 1e-9 && (o.mean - 7.0 / 25.0).abs() < 1e-9);
+        // A ledger without rounds forgets them; the agreement stays.
+        l.replace(&std::collections::HashMap::new());
+        assert_eq!(e.observed(0, None).map(|o| o.count), Some(1.0));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! creates its own database and drops it. Redis: `LDP_TEST_REDIS` (default
 //! `redis://127.0.0.1:6379`); each test uses its own key prefix.
 
+use crate::support::gateway::Builder;
 use crate::support::ledger::{contract, postgres_outcomes};
 use crate::support::process::{self, text, Serve};
 use crate::support::stores::{cluster, pg_sql, redis_url, SharedBudget, TempDb};
@@ -150,17 +151,25 @@ pub(crate) async fn replicas(
     shared: &ClusterConfig,
     tenant: &TenantConfig,
 ) -> Vec<TestGateway> {
+    replicas_with(n, urls, shared, tenant, |b| b).await
+}
+
+/// [`replicas`], each builder given to `more` before it spawns (policies, a shared ledger).
+pub(crate) async fn replicas_with(
+    n: usize,
+    urls: &[String],
+    shared: &ClusterConfig,
+    tenant: &TenantConfig,
+    more: impl Fn(Builder<'static>) -> Builder<'static>,
+) -> Vec<TestGateway> {
     let mut out = Vec::new();
     for _ in 0..n {
         let shared = shared.clone();
-        out.push(
-            TestGateway::builder()
-                .delegates(urls)
-                .tenant(tenant.clone())
-                .config(move |cfg| cfg.cluster = shared)
-                .spawn()
-                .await,
-        );
+        let b = TestGateway::builder()
+            .delegates(urls)
+            .tenant(tenant.clone())
+            .config(move |cfg| cfg.cluster = shared);
+        out.push(more(b).spawn().await);
     }
     out
 }

@@ -15,12 +15,12 @@ use std::time::Duration;
 const WAIT: Duration = Duration::from_secs(60);
 
 /// The reference shipped with the policies: twelve `qa` items, half of them wrong.
-fn shipped_reference() -> PathBuf {
+pub(crate) fn shipped_reference() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/calibration/qa.jsonl")
 }
 
 /// A verifier that passes everything, claiming 0.9 at 0.0001 USD a call.
-fn rubber_stamp(id: &str, family: &str) -> SimOptions {
+pub(crate) fn rubber_stamp(id: &str, family: &str) -> SimOptions {
     SimOptions {
         accuracy: Some(0.9),
         rubber_stamp: true,
@@ -40,7 +40,7 @@ async fn ask(c: &crate::support::Client, session: &str, i: usize) -> (String, bo
 }
 
 /// `ldp_gateway_verifier_reliability{delegate, skill="verify"}` now.
-async fn reliability(gw: &TestGateway, delegate: &str) -> Option<f64> {
+pub(crate) async fn reliability(gw: &TestGateway, delegate: &str) -> Option<f64> {
     let scrape = gw.metrics().await;
     let series =
         format!("ldp_gateway_verifier_reliability{{delegate=\"{delegate}\",skill=\"verify\"}}");
@@ -52,7 +52,7 @@ async fn reliability(gw: &TestGateway, delegate: &str) -> Option<f64> {
 }
 
 /// The calibration rows of `delegate` (tenant-less rows whose task id says so).
-async fn calibration_rows(gw: &TestGateway, delegate: &str) -> Vec<LedgerRow> {
+pub(crate) async fn calibration_rows(gw: &TestGateway, delegate: &str) -> Vec<LedgerRow> {
     gw.ledger(&format!("delegate={delegate}&limit=1000"))
         .await
         .into_iter()

@@ -254,8 +254,8 @@ pub(super) fn feedback(conn: &Connection, task_id: &str) -> Result<Vec<Feedback>
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
-/// Quality evidence since `since_ms`: the newest `limit` votes and ratings naming a delegate,
-/// each through its table's time index, merged oldest first.
+/// Quality evidence since `since_ms`: the newest `limit` votes, ratings naming a delegate and
+/// calibration rounds, each through its table's time index, merged oldest first.
 pub(super) fn evidence(
     conn: &Connection,
     since_ms: i64,
@@ -305,7 +305,33 @@ pub(super) fn evidence(
         })?;
         ratings = rows.collect::<Result<_, _>>()?;
     }
-    Ok(merge(votes, ratings))
+    // Tenant-less rows through the (tenant, time) index; the task id and the routing column
+    // (from version 2) say which are calibration rounds and what each taught.
+    let mut rounds = Vec::new();
+    if version >= 2 {
+        let mut stmt = conn.prepare_cached(
+            "SELECT delegate, skill, routing, finished_ms FROM ledger
+             WHERE tenant = '' AND finished_ms >= ?1 AND task_id LIKE ?3
+                   AND delegate IS NOT NULL
+             ORDER BY finished_ms DESC, id DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(
+            params![since_ms, limit, evidence::CALIBRATION_TASK_LIKE],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, i64>(3)?,
+                ))
+            },
+        )?;
+        for row in rows {
+            let (delegate, skill, routing, at_ms) = row?;
+            rounds.extend(evidence::of_calibration(delegate, skill, &routing, at_ms));
+        }
+    }
+    Ok(merge(votes, ratings, rounds))
 }
 
 /// The file's schema version: a read-only open of an older file (not migrated) lacks the

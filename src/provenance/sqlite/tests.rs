@@ -580,6 +580,43 @@ fn evidence_keeps_the_newest_within_its_limit_and_since() {
     assert_eq!(b.evidence(2_000, 100).unwrap(), Vec::new());
 }
 
+/// Calibration rounds are evidence: the tenant-less `calibration-…` rows whose round taught
+/// something, newest `limit` within `since`.
+#[test]
+fn calibration_rounds_are_read_back_as_evidence() {
+    let mut b = SqliteBackend::open(":memory:", Durability::Commit).unwrap();
+    let round = |task: &str, tenant: &str, at: i64, evidence: Option<f64>| LedgerRow {
+        tenant: tenant.into(),
+        skill: "verify".into(),
+        delegate: Some("v".into()),
+        routing: JsonText::of(&json!({"calibration": {"answered": 6, "evidence": evidence}})),
+        ..row(task, "", at)
+    };
+    b.insert(&[
+        round("calibration-a", "", 1_000, Some(0.5)),
+        round("calibration-b", "", 1_100, None),
+        round("calibration-c", "acme", 1_200, Some(1.0)),
+        round("client-task", "", 1_300, Some(1.0)),
+        round("calibration-d", "", 1_400, Some(0.75)),
+    ])
+    .unwrap();
+    let seen = |e: Vec<Evidence>| {
+        e.iter()
+            .map(|e| (e.at_ms, e.score, e.weight, e.source))
+            .collect::<Vec<_>>()
+    };
+    let c = EvidenceSource::Calibration;
+    assert_eq!(
+        seen(b.evidence(0, 10).unwrap()),
+        [(1_000, 0.5, 6.0, c), (1_400, 0.75, 6.0, c)]
+    );
+    assert_eq!(
+        seen(b.evidence(1_001, 10).unwrap()),
+        [(1_400, 0.75, 6.0, c)]
+    );
+    assert_eq!(seen(b.evidence(0, 1).unwrap()), [(1_400, 0.75, 6.0, c)]);
+}
+
 /// A row's votes commit with it or not at all; a batch without votes writes none.
 #[test]
 fn votes_commit_in_their_rows_transaction() {
