@@ -114,7 +114,7 @@ fn v03_message(text: &str, skill: &str) -> Value {
         "parts": [{"kind": "text", "text": text}], "metadata": {"skill": skill}}})
 }
 
-fn a2a_python() -> Option<PathBuf> {
+pub(crate) fn a2a_python() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("LDP_PY_A2A").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(p));
     }

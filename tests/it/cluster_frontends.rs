@@ -310,3 +310,80 @@ async fn redis_round_trips_per_task_per_front_end() {
     }
     oa.shutdown().await;
 }
+
+/// The real `a2a-sdk` client across two replicas (`tests/interop/a2a_cluster_client.py`):
+/// sending on one and getting, following and canceling on the other, a context continued on
+/// the other in its session with its conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_a2a_sdk_client_is_served_by_either_replica() {
+    use crate::support::process::{output_within, py_script, text};
+    use ldp_gateway::sim::openai::OpenAiOptions;
+    let Some(py) = crate::bridge_a2a::a2a_python() else {
+        return;
+    };
+    let oa = crate::support::openai::start(OpenAiOptions::new("m")).await;
+    let key = new_key();
+    let url = oa.url();
+    let gws = two_replicas(&cluster(&redis_url(), 2), &tenant(&key), || a2a_fleet(&url)).await;
+    let base = |gw: &TestGateway| {
+        let u = tenant_client(gw, &key).url("");
+        u.trim_end_matches('/').to_owned()
+    };
+    let mut cmd = py_script(&py, "a2a_cluster_client.py");
+    cmd.args([&base(&gws[0]), &base(&gws[1]), &key, "ponder", "summarize", "chat"]);
+    let out = output_within(cmd, Duration::from_secs(180)).await;
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(r["fast_sent"]["state"], "TASK_STATE_COMPLETED", "{r}");
+    assert_eq!(r["fast_read_on_two"], r["fast_sent"], "{r}");
+    assert_eq!(r["slow_submitted"], "TASK_STATE_SUBMITTED", "{r}");
+    let read = r["slow_read_on_two"]["state"].as_str().unwrap();
+    assert!(
+        ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"].contains(&read),
+        "{r}"
+    );
+    assert_eq!(r["cancel_on_two"]["state"], "TASK_STATE_CANCELED", "{r}");
+    let followed = r["followed_on_two"].as_array().unwrap();
+    assert_eq!(followed[0][0], "task", "{r}");
+    assert_eq!(
+        followed.last().unwrap(),
+        &json!(["status", "TASK_STATE_CANCELED"]),
+        "{r}"
+    );
+    assert_eq!(r["slow_read_on_one"]["state"], "TASK_STATE_CANCELED", "{r}");
+    assert_eq!(r["cancel_again_on_one"], "TaskNotCancelableError", "{r}");
+    let slow = gws[0].sim(0);
+    assert!(
+        eventually(Duration::from_secs(10), || slow.stats().cancels == 1).await,
+        "the delegate on replica 1 was sent TASK_CANCEL: {:?}",
+        slow.stats()
+    );
+    let turns = r["context_turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2, "{r}");
+    assert!(
+        turns
+            .iter()
+            .all(|t| t["state"] == "TASK_STATE_COMPLETED" && t["context_id"] == turns[0]["context_id"]),
+        "{r}"
+    );
+    let counts: Vec<usize> = oa
+        .requests()
+        .iter()
+        .map(|r| r["messages"].as_array().map_or(0, Vec::len))
+        .collect();
+    assert_eq!(counts, [1, 3], "the first turn is sent with the second: {:?}", oa.requests());
+    let rows = (
+        gws[0].ledger_row(turns[0]["id"].as_str().unwrap()).await,
+        gws[1].ledger_row(turns[1]["id"].as_str().unwrap()).await,
+    );
+    assert_eq!(rows.0.session_id, rows.1.session_id, "one session for the context");
+    for gw in gws {
+        gw.shutdown().await;
+    }
+    oa.shutdown().await;
+}
