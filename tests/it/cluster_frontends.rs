@@ -330,7 +330,14 @@ async fn the_a2a_sdk_client_is_served_by_either_replica() {
         u.trim_end_matches('/').to_owned()
     };
     let mut cmd = py_script(&py, "a2a_cluster_client.py");
-    cmd.args([&base(&gws[0]), &base(&gws[1]), &key, "ponder", "summarize", "chat"]);
+    cmd.args([
+        &base(&gws[0]),
+        &base(&gws[1]),
+        &key,
+        "ponder",
+        "summarize",
+        "chat",
+    ]);
     let out = output_within(cmd, Duration::from_secs(180)).await;
     assert!(
         out.status.success(),
@@ -368,7 +375,8 @@ async fn the_a2a_sdk_client_is_served_by_either_replica() {
     assert!(
         turns
             .iter()
-            .all(|t| t["state"] == "TASK_STATE_COMPLETED" && t["context_id"] == turns[0]["context_id"]),
+            .all(|t| t["state"] == "TASK_STATE_COMPLETED"
+                && t["context_id"] == turns[0]["context_id"]),
         "{r}"
     );
     let counts: Vec<usize> = oa
@@ -376,13 +384,97 @@ async fn the_a2a_sdk_client_is_served_by_either_replica() {
         .iter()
         .map(|r| r["messages"].as_array().map_or(0, Vec::len))
         .collect();
-    assert_eq!(counts, [1, 3], "the first turn is sent with the second: {:?}", oa.requests());
+    assert_eq!(
+        counts,
+        [1, 3],
+        "the first turn is sent with the second: {:?}",
+        oa.requests()
+    );
     let rows = (
         gws[0].ledger_row(turns[0]["id"].as_str().unwrap()).await,
         gws[1].ledger_row(turns[1]["id"].as_str().unwrap()).await,
     );
-    assert_eq!(rows.0.session_id, rows.1.session_id, "one session for the context");
+    assert_eq!(
+        rows.0.session_id, rows.1.session_id,
+        "one session for the context"
+    );
     for gw in gws {
+        gw.shutdown().await;
+    }
+    oa.shutdown().await;
+}
+
+/// A replica restarted mid-run loses nothing it acknowledged: the A2A tasks it answered
+/// are read on the other replica and on its successor (which holds nothing of them in
+/// memory), a context it began continues there in its session, and every acknowledged task
+/// has its ledger row. (The LDP path's kill -9 is `cluster::ledger_rows_across_replicas_…`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_replica_loses_no_acknowledged_a2a_task() {
+    use crate::bridge_a2a::{rpc, v1_message};
+    use ldp_gateway::sim::openai::OpenAiOptions;
+    let oa = crate::support::openai::start(OpenAiOptions::new("m")).await;
+    let key = new_key();
+    let url = oa.url();
+    let shared = cluster(&redis_url(), 2);
+    let mut gws = two_replicas(&shared, &tenant(&key), || a2a_fleet(&url)).await;
+    let one = tenant_client(&gws[0], &key);
+    let mut acknowledged = Vec::new();
+    for i in 0..20 {
+        let r = rpc(
+            &one,
+            "SendMessage",
+            v1_message(&format!("task {i}"), json!({"skill": "summarize"})),
+            Some("1.0"),
+        )
+        .await;
+        let t = r.json["result"]["task"].clone();
+        assert_eq!(t["status"]["state"], "TASK_STATE_COMPLETED", "{}", r.text());
+        acknowledged.push(t);
+    }
+    let mut begun = v1_message("my name is Ada", json!({"skill": "chat"}));
+    begun["message"]["contextId"] = json!("ctx-restart");
+    let r = rpc(&one, "SendMessage", begun, Some("1.0")).await;
+    let first = r.json["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let first_row = gws[0].ledger_row(&first).await;
+    for t in &acknowledged {
+        gws[0].ledger_row(t["id"].as_str().unwrap()).await;
+    }
+    // Replica 1 goes; its successor starts with nothing in memory.
+    gws.remove(0).shutdown().await;
+    let successor = two_replicas(&shared, &tenant(&key), || a2a_fleet(&url)).await;
+    for gw in [&gws[0], &successor[0]] {
+        let c = tenant_client(gw, &key);
+        for t in &acknowledged {
+            let got = rpc(&c, "GetTask", json!({"id": t["id"]}), Some("1.0")).await;
+            assert_eq!(
+                got.json["result"]["artifacts"],
+                t["artifacts"],
+                "{}",
+                got.text()
+            );
+            assert_eq!(
+                got.json["result"]["status"]["state"],
+                "TASK_STATE_COMPLETED"
+            );
+        }
+    }
+    let next = tenant_client(&successor[0], &key);
+    let mut continued = v1_message("what is my name?", json!({"skill": "chat"}));
+    continued["message"]["contextId"] = json!("ctx-restart");
+    let r = rpc(&next, "SendMessage", continued, Some("1.0")).await;
+    let second = r.json["result"]["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        successor[0].ledger_row(&second).await.session_id,
+        first_row.session_id,
+        "the context's session outlived the replica that opened it"
+    );
+    let counts: Vec<usize> = oa
+        .requests()
+        .iter()
+        .map(|r| r["messages"].as_array().map_or(0, Vec::len))
+        .collect();
+    assert_eq!(counts, [1, 3], "{:?}", oa.requests());
+    for gw in gws.into_iter().chain(successor) {
         gw.shutdown().await;
     }
     oa.shutdown().await;
