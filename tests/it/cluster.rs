@@ -134,7 +134,7 @@ async fn a_gateway_on_postgres_records_every_outcome_and_the_cli_reads_it() {
 // Replicas sharing Redis
 // ---------------------------------------------------------------------------------------
 
-fn tenant(key: &str) -> TenantConfig {
+pub(crate) fn tenant(key: &str) -> TenantConfig {
     serde_json::from_value(json!({
         "name": "acme",
         "api_key_sha256": [ldp_gateway::secret::hash_key(key)],
@@ -188,7 +188,7 @@ fn echo() -> SimOptions {
 }
 
 /// A fresh API key.
-fn new_key() -> String {
+pub(crate) fn new_key() -> String {
     format!("k-{}", uuid::Uuid::new_v4().simple())
 }
 
@@ -781,7 +781,7 @@ async fn racing_first_tasks_on_two_replicas_leave_no_upstream_session_open() {
 }
 
 /// Two replicas in front of `upstream` (an entry, or `sim` delegate URLs), sharing `shared`.
-async fn two_replicas(
+pub(crate) async fn two_replicas(
     shared: &ClusterConfig,
     tenant: &TenantConfig,
     build: impl Fn() -> crate::support::gateway::Builder<'static>,
