@@ -26,6 +26,8 @@ pub enum Scope {
     /// The tenant's share of a bounded table (`crate::fair`) is full of running entries
     /// (A2A tasks, LADP agents still refilling or running).
     TenantShare,
+    /// An LADP agent's message rate (`[ladp] rate_per_minute`, per tenant and sender).
+    Agent,
 }
 
 impl Scope {
@@ -37,6 +39,7 @@ impl Scope {
             Scope::Policy => "policy",
             Scope::Delegate => "delegate",
             Scope::TenantShare => "tenant_share",
+            Scope::Agent => "ladp_agent",
         }
     }
 }

@@ -172,6 +172,8 @@ impl Gateway {
             metrics.clone(),
             proxy.tasks().clone(),
         )?;
+        // The front ends' own (LLMX senders, LADP agents), chosen the same way.
+        let bridges = crate::state::BridgeStores::from_config(&config, metrics.clone())?;
         let proxy = Arc::new(proxy.with_stores(stores));
         proxy.restore_spend().await;
         registry.set_quality_half_life(config.quality.half_life);
@@ -206,8 +208,12 @@ impl Gateway {
             upstream: upstream.clone(),
             config: config.clone(),
             public_url: format!("http://{ldp_addr}").into(),
-            llmx: crate::frontend::llmx::LlmxState::new(&config.llmx),
-            ladp: crate::frontend::ladp::LadpState::new(&config.ladp, config.upstream.task_timeout),
+            llmx: crate::frontend::llmx::LlmxState::with_store(bridges.sequences),
+            ladp: crate::frontend::ladp::LadpState::with_stores(
+                &config.ladp,
+                bridges.agent_rates,
+                bridges.books,
+            ),
             a2a: crate::frontend::a2a::A2aState::new(&config.a2a).with_shared(proxy.bus().map(
                 |bus| {
                     crate::state::a2a_store::SharedA2a::new(

@@ -11,19 +11,24 @@
 //! | task statuses (status queries) | [`StatusStore`] → [`Statuses`] | the `RecentTasks` (`crate::recent`) | `{p}:status:entries`, `{p}:status:changes`, `{p}:status:bytes` | a query answered `SHARED_STATE_UNAVAILABLE` (retryable); a change skipped (logged) |
 //! | conversations for OpenAI-backed delegates | [`ConversationStore`] → [`Conversations`] | the `ConversationMemory` (`crate::upstream::openai::conversation`) | `{p}:conv:s:{session}`, `{p}:conv:lru`, `{p}:conv:sizes`, `{p}:conv:bytes` | the task runs without its earlier turns; its own is not kept (logged) |
 //! | calibration rounds (one per interval for the cluster) | [`lease::Lease`] | every `every` since the last round | `{p}:lease:calibration:{skill}:{reference}:{window}`, `SET NX PX every` | no round runs; the lease is asked for again at the next tick |
+//! | LLMX senders' sequence numbers and the answers' numbering | [`SequenceStore`] → [`Sequences`] (in [`BridgeStores`]) | a tenant-fair table (`sequence_store.rs`) | per tenant `{p}:llmx:{t}:peers` (sender digest → last `s`, answers numbered), `{p}:llmx:{t}:order` | the message refused, retryable (NACK, 503) |
+//! | LADP agents' rates | [`LimitStore`] → [`Limits`] (in [`BridgeStores`]; the local tenant-fair table still bounds the agents tracked) | the table's own limiter per agent | one GCRA per agent, `{p}:rl:ladp_agent:{t}:{a}` | each replica admits rate ÷ `replicas` locally (counted) |
+//! | LADP book (each agent's tasks, for `status-request` and `halt`) | [`BookStore`] → [`Books`] (in [`BridgeStores`]) | a tenant-fair table (`book_store.rs`) | per tenant and agent `{p}:ladp:book:{t}:a:{a}`; per tenant `…:{t}:idle`, `…:run`, `…:w`, `…:bytes` | `task-init`, `status-request`, `halt` refused, retryable (503); a task's end not recorded (logged) |
 //!
-//! Each concern is a file (`limit_store.rs`, `budget_store.rs`, `session_store.rs`, `nonce_store.rs`: the trait,
+//! Each concern is a file (`limit_store.rs`, `budget_store.rs`, `session_store.rs`, `nonce_store.rs`, …: the trait,
 //! the enum, the local implementation) and a folder holding its Redis implementation
 //! (`budget_store/redis.rs`, …): how budgets are shared is changed in `budget_store/redis.rs`. Each Redis
 //! operation is one atomic round trip (a Lua script or a single command) on Redis' own clock,
 //! every key has a TTL, every call has a deadline (`[cluster] redis_timeout`), and the
-//! connection (`redis.rs`, shared by the four) is made lazily and re-made after a failure.
+//! connection (`redis.rs`, shared by the core's stores; the bridges' have one of their own) is made
+//! lazily and re-made after a failure.
 //!
 //! Why traits with `-> impl Future` and an enum rather than `dyn`: a `dyn` async method boxes
 //! a future per call, and admission runs on every request. The enum matches once per call and
 //! a single node's answers are ready futures, so its hot path stays allocation-free.
 
 pub mod a2a_store;
+pub mod book_store;
 pub mod budget_store;
 pub mod bus;
 pub mod conversation_store;
@@ -32,13 +37,16 @@ pub mod lease;
 pub mod limit_store;
 pub mod nonce_store;
 pub mod redis;
+pub mod sequence_store;
 pub mod session_store;
 pub mod status_store;
 
+pub use book_store::{BookStore, Books};
 pub use budget_store::{BudgetStore, Budgets, Hold, Reserved};
 pub use conversation_store::{ConversationStore, Conversations};
 pub use limit_store::{LimitStore, Limits};
 pub use nonce_store::{NonceRefusal, NonceStore, Nonces};
+pub use sequence_store::{SequenceStore, Sequences};
 pub use session_store::{Found, OpenError, SessionStore, Sessions};
 pub use status_store::{StatusStore, Statuses};
 
@@ -141,6 +149,62 @@ impl Stores {
             )),
             bus: Some(bus::Bus::new(redis.clone())),
             redis: Some(redis),
+        })
+    }
+}
+
+/// The front ends' stores (LLMX senders, LADP agents), chosen with [`Stores`] and handed to
+/// the front ends rather than the core.
+pub struct BridgeStores {
+    /// LLMX senders' sequence numbers.
+    pub sequences: Sequences,
+    /// LADP agents' rates (the local table's limiter decides on a single node).
+    pub agent_rates: Limits,
+    /// LADP agents' tasks.
+    pub books: Books,
+}
+
+impl BridgeStores {
+    /// A single node's, all in this process.
+    pub fn local(cfg: &Config) -> BridgeStores {
+        let bytes = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        BridgeStores {
+            sequences: Sequences::Local(sequence_store::LocalSequences::new(bytes(
+                cfg.llmx.max_sender_bytes,
+            ))),
+            agent_rates: Limits::Local(limit_store::LocalLimits),
+            books: Books::Local(book_store::LocalBook::new(
+                bytes(cfg.ladp.max_book_bytes),
+                book_store::book_ttl(cfg.upstream.task_timeout),
+            )),
+        }
+    }
+
+    /// Shared through Redis when `[cluster] redis_url` is set, else [`BridgeStores::local`].
+    /// Each tenant's bound is the table's divided by the tenants configured. The bridges have
+    /// a connection of their own: an LADP `halt` (the book read, the agent's rate) is never
+    /// queued behind a slow call of the task pipeline's on the [`Stores`]' connection.
+    pub fn from_config(cfg: &Config, metrics: Arc<Metrics>) -> Result<BridgeStores, StoreError> {
+        let Some(redis) = redis::Redis::connect(&cfg.cluster, metrics)? else {
+            return Ok(BridgeStores::local(cfg));
+        };
+        let tenants = cfg.tenants.len().max(1);
+        Ok(BridgeStores {
+            sequences: Sequences::Shared(sequence_store::RedisSequences::new(
+                redis.clone(),
+                cfg.llmx.max_sender_bytes,
+                tenants,
+            )),
+            agent_rates: Limits::Shared(limit_store::RedisLimits::new(
+                redis.clone(),
+                cfg.cluster.replicas,
+            )),
+            books: Books::Shared(book_store::RedisBook::new(
+                redis.clone(),
+                cfg.ladp.max_book_bytes,
+                tenants,
+                book_store::book_ttl(cfg.upstream.task_timeout),
+            )),
         })
     }
 }

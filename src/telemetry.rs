@@ -107,12 +107,13 @@ pub const RELOAD_RESULTS: [&str; 2] = ["ok", "error"];
 
 /// The scopes of `ldp_gateway_rate_limited_total{scope}` and
 /// `ldp_gateway_rate_limit_local_fallbacks_total{scope}`.
-pub const RATE_LIMIT_SCOPES: [&str; 5] = [
+pub const RATE_LIMIT_SCOPES: [&str; 6] = [
     "tenant",
     "tenant_skill",
     "policy",
     "delegate",
     "tenant_share",
+    "ladp_agent",
 ];
 
 /// The tenant-fair tables (`crate::fair`), as `ldp_gateway_table_*`'s `table` label.

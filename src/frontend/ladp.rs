@@ -25,7 +25,9 @@
 //! answered `(msg error gateway <sender> <ms> (data (reason "…") [(at "L:C")]))` with its 4xx
 //! (400 malformed, 401 no key, 403 unknown policy, 413 over 64 KiB, 429 rate); a failed task
 //! with its LDP status (as on the LDP routes) and the forms it got to. Files: `message.rs`
-//! (reading, refusals), `forms.rs` (answers), `book.rs` (agents' rates and tasks).
+//! (reading, refusals), `forms.rs` (answers), `book.rs` (agents' rates and tasks; in cluster
+//! mode both in Redis, so the rate holds across replicas and any replica answers a
+//! `status-request` or `halt` for a task another started; Redis silent: 503, retryable).
 
 pub mod book;
 mod forms;
@@ -80,7 +82,7 @@ pub(crate) async fn ladp(
         Err((sender, e)) => return refused(&e, sender.as_deref().unwrap_or(UNKNOWN_SENDER)),
     };
     let sender = request.msg().sender.clone();
-    if let Err(r) = s.ladp.admit(&ctx.tenant.name, &sender) {
+    if let Err(r) = s.ladp.admit(&ctx.tenant.name, &sender).await {
         if let RateRefusal::Agents(_) = r {
             count_share_refusal(&s);
         }
@@ -101,12 +103,18 @@ pub(crate) async fn ladp(
                 Ok(w) => w,
                 Err(e) => return refused(&e, &sender),
             };
-            let entry = s.ladp.find(&ctx.tenant.name, &sender, which);
+            let entry = match s.ladp.find(&ctx.tenant.name, &sender, which).await {
+                Ok(entry) => entry,
+                Err(e) => return told(unavailable("status not read", &e), &sender, None),
+            };
             let m = status(&reply_to(&sender), entry.as_ref());
             ok(m.write() + "\n")
         }
         Request::Halt(msg) => {
-            let running = s.ladp.running(&ctx.tenant.name, &sender);
+            let running = match s.ladp.running(&ctx.tenant.name, &sender).await {
+                Ok(ids) => ids,
+                Err(e) => return told(unavailable("nothing halted", &e), &sender, None),
+            };
             let n = halt(&s.proxy, &ctx.tenant.name, &running).await;
             let m = halted(&reply_to(&sender), &msg, n);
             ok(m.write() + "\n")
@@ -124,12 +132,18 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
     let registered = s
         .proxy
         .ingress_task_arrived(&tenant, Ingress::Ladp, &task_id);
-    if let Err(wait) = s
+    match s
         .ladp
         .start(&tenant, &sender, msg.epoch_ms, task_id.clone())
+        .await
     {
-        count_share_refusal(s);
-        return refused(&LadpError::RateLimited(RateRefusal::Agents(wait)), &sender);
+        Ok(Ok(())) => {}
+        Ok(Err(wait)) => {
+            count_share_refusal(s);
+            return refused(&LadpError::RateLimited(RateRefusal::Agents(wait)), &sender);
+        }
+        // A task no `halt` could find is not started.
+        Err(e) => return told(unavailable("task not started", &e), &sender, None),
     }
     // A client that leaves before its answer cancels the task.
     let guard = CancelIngressTasksOnDrop::new(s, &tenant, Ingress::Ladp, [task_id.clone()]);
@@ -141,7 +155,9 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
         run(&proxy, &ctx, &init, id).await
     });
     let Some(handle) = spawned else {
-        s.ladp.finish(&tenant, &sender, &task_id, Phase::Failed);
+        s.ladp
+            .finish(&tenant, &sender, &task_id, Phase::Failed)
+            .await;
         let e = ApiError::new(GatewayCode::Unavailable, "the gateway is stopping");
         return told(e, &sender, None);
     };
@@ -150,11 +166,15 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
     let trip = match joined {
         Ok(Ok(trip)) => trip,
         Ok(Err(refusal)) => {
-            s.ladp.finish(&tenant, &sender, &task_id, Phase::Failed);
+            s.ladp
+                .finish(&tenant, &sender, &task_id, Phase::Failed)
+                .await;
             return told(ApiError::from(refusal), &sender, Some(&task_id));
         }
         Err(e) => {
-            s.ladp.finish(&tenant, &sender, &task_id, Phase::Failed);
+            s.ladp
+                .finish(&tenant, &sender, &task_id, Phase::Failed)
+                .await;
             let e = super::api_error::task_lost(&s.metrics, e);
             return told(e, &sender, Some(&task_id));
         }
@@ -164,7 +184,7 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
         None => Phase::Done,
         Some(_) => Phase::Failed,
     };
-    s.ladp.finish(&tenant, &sender, &task_id, phase);
+    s.ladp.finish(&tenant, &sender, &task_id, phase).await;
     let mut resp = match &answer.failed {
         None => ok(answer.write()),
         Some(e) => with_text(refuse(ApiError::task_failed(e.clone())), answer.write()),
@@ -191,6 +211,12 @@ fn count_share_refusal(s: &AppState) {
         .rate_limited
         .with_label_values(&[crate::limits::Scope::TenantShare.as_str()])
         .inc();
+}
+
+/// The shared state (Redis) did not answer: 503, retryable (the `SHARED_STATE_UNAVAILABLE`
+/// rule of cluster mode).
+fn unavailable(what: &str, e: &crate::state::StoreError) -> ApiError {
+    ApiError::new(GatewayCode::Unavailable, format!("{what}: {e}"))
 }
 
 fn ok(text: String) -> Response {

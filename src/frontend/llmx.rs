@@ -7,8 +7,10 @@
 //! - `HEADER` is required (its `t` is not checked: `ALL`, the gateway's id or any name); its
 //!   `s` must rise per sender `f` of the tenant (a repeat is a replay), remembered in a
 //!   tenant-fair table (`[llmx] max_sender_bytes`, [`crate::fair`]: a tenant over its share
-//!   forgets its least recently heard senders first, never another tenant's). The gateway's
-//!   answers to a sender are numbered from 1 per tenant and sender.
+//!   forgets its least recently heard senders first, never another tenant's), or in cluster
+//!   mode in Redis (`crate::state::Sequences`), so a replay is refused on every replica. The
+//!   gateway's answers to a sender are numbered from 1 per tenant and sender, in the same
+//!   step as the check (one round trip in cluster mode; Redis silent: NACK 503, retryable).
 //! - Each `REQ` is one task. Its skill is the first `exp` entry that is a skill some delegate
 //!   offers, or else names a registered delegate (registry name or card `delegate_id`): then
 //!   the first of that delegate's skills no other delegate offers, else its first skill. The
@@ -41,7 +43,7 @@ mod inbound;
 mod req;
 mod senders;
 
-pub use inbound::{limits, read, salvage_header, Inbound, Job, Nack, MAX_REQS};
+pub use inbound::{limits, read, read_unchecked, salvage_header, Inbound, Job, Nack, MAX_REQS};
 pub use req::{deadline_for, run, Answered, DEADLINE_CLASSES, MAX_ALTERNATIVES};
 pub use senders::LlmxState;
 
@@ -62,7 +64,7 @@ use tokio::sync::mpsc;
 
 /// `e` as the LLMX route answers a message it could not read: a NACK to an unknown sender.
 pub(crate) fn error_answer(s: &AppState, e: ApiError) -> Response {
-    nack(s, None, None, e)
+    nacked(Header::new(from_id(s), UNKNOWN, s.llmx.next_unread()), e)
 }
 
 /// `POST /llmx`.
@@ -73,11 +75,11 @@ pub(crate) async fn llmx(
 ) -> Response {
     let ctx = match request_ctx(&s, &headers) {
         Ok(ctx) => ctx,
-        Err(e) => return nack(&s, None, None, e),
+        Err(e) => return error_answer(&s, e),
     };
     let bytes = match read_body(&s, &headers, body).await {
         Ok(b) => b,
-        Err(e) => return nack(&s, Some(&ctx.tenant.name), None, e),
+        Err(e) => return nack(&s, Some(&ctx.tenant.name), None, e).await,
     };
     let text = match std::str::from_utf8(&bytes) {
         Ok(t) => t,
@@ -86,40 +88,59 @@ pub(crate) async fn llmx(
             let line = valid.matches('\n').count() + 1;
             let column = valid.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
             let err = llmx::ParseError::at(line, column, "the message is not UTF-8");
-            return nack(
-                &s,
-                Some(&ctx.tenant.name),
-                None,
-                ApiError::new(GatewayCode::BadRequest, err.to_string()),
-            );
+            let e = ApiError::new(GatewayCode::BadRequest, err.to_string());
+            return nack(&s, Some(&ctx.tenant.name), None, e).await;
         }
     };
     let limits = limits(s.config.server.body_limit_bytes);
-    let inbound = match read(text, &limits, &s.llmx, &ctx.tenant.name) {
-        Ok(i) => i,
-        Err(e) => {
-            let msg = e.to_string();
-            let e = match &e {
-                Nack::Parse(_) => ApiError::new(GatewayCode::BadRequest, msg),
-                Nack::TooLarge { .. } => ApiError::new(GatewayCode::PayloadTooLarge, msg),
-                Nack::Sequence(_) => ApiError::of(ErrorKind::Conflict, msg),
-            };
-            let to = salvage_header(text);
-            return nack(&s, Some(&ctx.tenant.name), to.as_ref(), e);
+    let tenant = ctx.tenant.name.as_str();
+    let refused = |e: Nack| {
+        let msg = e.to_string();
+        match &e {
+            Nack::Parse(_) => ApiError::new(GatewayCode::BadRequest, msg),
+            Nack::TooLarge { .. } => ApiError::new(GatewayCode::PayloadTooLarge, msg),
+            Nack::Sequence(_) => ApiError::of(ErrorKind::Conflict, msg),
         }
     };
-    answer(s, ctx, inbound).await
+    let inbound = match read_unchecked(text, &limits) {
+        Ok(i) => i,
+        Err(e) => {
+            let to = salvage_header(text);
+            return nack(&s, Some(tenant), to.as_ref(), refused(e)).await;
+        }
+    };
+    // The sequence number checked and the answer numbered in one step of the store (one
+    // round trip in cluster mode, where a failure refuses the message: a replay is never
+    // guessed).
+    let h = &inbound.header;
+    let seq = match s.llmx.accept(tenant, &h.from, h.seq).await {
+        Ok((Ok(()), n)) => n,
+        Ok((Err(e), n)) => return nacked(h.reply(from_id(&s), n), refused(e.into())),
+        Err(e) => {
+            let e = ApiError::new(
+                GatewayCode::Unavailable,
+                format!("sequence number not checked: {e}; retry with a higher s"),
+            );
+            return nacked(h.reply(from_id(&s), 0), e);
+        }
+    };
+    let header = h.reply(from_id(&s), seq);
+    answer(s, ctx, inbound, header).await
+}
+
+/// The gateway's name in its answers' `f`.
+fn from_id(s: &AppState) -> &str {
+    s.config.identity.delegate_id.as_str()
 }
 
 /// The `HEADER` of the gateway's answer to `tenant`'s `to` (a sender that could not be read:
 /// `unknown`; no tenant yet: the unauthenticated, numbered together).
-fn reply_header(s: &AppState, tenant: Option<&str>, to: Option<&Header>) -> Header {
+async fn reply_header(s: &AppState, tenant: Option<&str>, to: Option<&Header>) -> Header {
     let recipient = to.map_or(UNKNOWN, |h| h.from.as_str());
-    let seq = s.llmx.next_seq(tenant.unwrap_or_default(), recipient);
-    let from = s.config.identity.delegate_id.as_str();
+    let seq = s.llmx.next_seq(tenant.unwrap_or_default(), recipient).await;
     match to {
-        Some(h) => h.reply(from, seq),
-        None => Header::new(from, UNKNOWN, seq),
+        Some(h) => h.reply(from_id(s), seq),
+        None => Header::new(from_id(s), UNKNOWN, seq),
     }
 }
 
@@ -144,23 +165,26 @@ fn in_llmx(mut resp: Response, message: &Message) -> Response {
 
 /// A refusal of the whole message, `RES:{o:"NACK",msg}`, with the status (and `Retry-After`,
 /// `Connection: close`) the LDP routes answer it with, counted and logged as they are.
-fn nack(s: &AppState, tenant: Option<&str>, to: Option<&Header>, e: ApiError) -> Response {
+async fn nack(s: &AppState, tenant: Option<&str>, to: Option<&Header>, e: ApiError) -> Response {
+    nacked(reply_header(s, tenant, to).await, e)
+}
+
+/// [`nack`] with its header numbered.
+fn nacked(header: Header, e: ApiError) -> Response {
     let message = Message {
-        header: reply_header(s, tenant, to),
+        header,
         blocks: vec![Block::res("NACK", Some(&e.error().message))],
     };
     in_llmx(refuse(e), &message)
 }
 
 /// Runs the message's REQs: a lone one answered whole, a batch streamed.
-async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound) -> Response {
+async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound, header: Header) -> Response {
     let Inbound {
         header: theirs,
         jobs,
         warnings,
     } = inbound;
-    let tenant = ctx.tenant.name.clone();
-    let header = reply_header(&s, Some(&tenant), Some(&theirs));
     let ids: Vec<TaskId> = jobs.iter().map(|_| crate::ldp::new_id().into()).collect();
     let guard =
         CancelIngressTasksOnDrop::new(&s, &ctx.tenant.name, Ingress::Llmx, ids.iter().cloned());
@@ -186,7 +210,7 @@ async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound) -> Response {
         });
         if spawned.is_none() {
             let e = ApiError::new(GatewayCode::Unavailable, "the gateway is stopping");
-            return nack(&s, Some(&tenant), Some(&theirs), e);
+            return nack(&s, Some(&tenant), Some(&theirs), e).await;
         }
     }
     drop(tx);
@@ -199,7 +223,7 @@ async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound) -> Response {
         // guard cancels it if the client leaves first.)
         let Some(a) = rx.recv().await else {
             let e = ApiError::new(GatewayCode::Internal, "the task was lost");
-            return nack(&s, Some(&tenant), Some(&theirs), e);
+            return nack(&s, Some(&tenant), Some(&theirs), e).await;
         };
         first.blocks.extend(a.blocks);
         return match a.refusal {

@@ -92,6 +92,14 @@ impl Redis {
         }
     }
 
+    /// A name a client chose (an LLMX or LADP sender) as it appears in keys: the first 32 hex
+    /// digits of its SHA-256, so no name reaches a key in clear or into another key's space.
+    pub fn name_tag(name: &str) -> String {
+        use sha2::Digest as _;
+        let h = hex::encode(sha2::Sha256::digest(name.as_bytes()));
+        h[..32].to_owned()
+    }
+
     /// The metrics the stores count into.
     pub(crate) fn metrics(&self) -> &Metrics {
         &self.inner.metrics

@@ -78,18 +78,18 @@ pub(crate) fn task_init(sender: &str, ms: i64, task: &str, extra: &str) -> Strin
     format!("(msg task-init {sender} gateway {ms}\n  (data (skill qa) (task {task:?}) {extra}))")
 }
 
-fn status_request(sender: &str, ms: i64) -> String {
+pub(crate) fn status_request(sender: &str, ms: i64) -> String {
     format!("(msg status-request {sender} gateway {ms} (data))")
 }
 
 /// The single value of `m`'s `(field v)`.
-fn value<'m>(m: &'m Msg, field: &'static str) -> &'m Sexp {
+pub(crate) fn value<'m>(m: &'m Msg, field: &'static str) -> &'m Sexp {
     m.value(field)
         .unwrap()
         .unwrap_or_else(|| panic!("no {field} in {}", m.write()))
 }
 
-fn string<'m>(m: &'m Msg, field: &'static str) -> &'m str {
+pub(crate) fn string<'m>(m: &'m Msg, field: &'static str) -> &'m str {
     value(m, field)
         .as_name()
         .unwrap_or_else(|| panic!("{field} of {}", m.write()))

@@ -24,6 +24,7 @@ mod bridge_llmx;
 mod call;
 mod cli;
 mod cluster;
+mod cluster_bridges;
 mod cluster_calibration;
 mod cluster_frontends;
 mod console;

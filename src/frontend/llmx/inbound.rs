@@ -67,8 +67,17 @@ pub fn salvage_header(text: &str) -> Option<Header> {
 }
 
 /// Reads `text` for `tenant`: the grammar, the REQs, the sequence number (recorded only for a
-/// message accepted whole).
+/// message accepted whole) by a single node's state ([`LlmxState::check_seq`]; the route
+/// reads with [`read_unchecked`], then checks through the store it was given).
 pub fn read(text: &str, limits: &Limits, state: &LlmxState, tenant: &str) -> Result<Inbound, Nack> {
+    let inbound = read_unchecked(text, limits)?;
+    let h = &inbound.header;
+    state.check_seq(tenant, &h.from, h.seq)?;
+    Ok(inbound)
+}
+
+/// Reads `text`: the grammar and the REQs, the sequence number not yet checked.
+pub fn read_unchecked(text: &str, limits: &Limits) -> Result<Inbound, Nack> {
     if text.len() > limits.max_input_bytes {
         return Err(Nack::TooLarge {
             got: text.len(),
@@ -141,10 +150,8 @@ pub fn read(text: &str, limits: &Limits, state: &LlmxState, tenant: &str) -> Res
         let end = parsed.block_at.last().copied().unwrap_or(parsed.header_at);
         return Err(ParseError::at(end.line, end.column, "no REQ block: nothing to do").into());
     }
-    let h = &message.header;
-    state.check_seq(tenant, &h.from, h.seq)?;
     Ok(Inbound {
-        header: h.clone(),
+        header: message.header.clone(),
         jobs,
         warnings,
     })
