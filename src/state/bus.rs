@@ -184,9 +184,7 @@ impl Bus {
         let mut others = got.saturating_sub(usize::from(self.ready()));
         let waited = tokio::time::timeout(deadline, async {
             while others > 0 {
-                let Some(note) = rx.recv().await else {
-                    return None;
-                };
+                let note = rx.recv().await?;
                 others -= 1;
                 if wanted(&note.body) {
                     return Some(note.body);
