@@ -4,7 +4,7 @@
 //! `a2a:task` (a snapshot per task, weighed, the running ones never evicted), the contexts
 //! `a2a:ctx` (the session each runs in). A snapshot written publishes its event on the bus
 //! (`Topic::A2a`) in the same round trip, for subscribers on other replicas. The front end
-//! keeps the running replica's own table in front of this one (`crate::frontend::a2a`): the
+//! keeps the running replica's own table in front of this one (the A2A front end's): the
 //! running replica writes each change of a task it runs; another replica writes only a
 //! cancel, and never over a task that ended.
 

@@ -100,6 +100,41 @@ fn a2a_fleet(oa_url: &str) -> crate::support::gateway::Builder<'static> {
         .healthy(3)
 }
 
+/// The OpenAI-compatible server behind the fleet, a fresh tenant key, two replicas of
+/// [`a2a_fleet`] sharing a fresh prefix (`replicas` as `[cluster] replicas` says), and that
+/// prefix's config (for more replicas).
+async fn a2a_replicas(
+    replicas: u32,
+) -> (
+    ldp_gateway::sim::openai::OpenAiHandle,
+    String,
+    Vec<TestGateway>,
+    ldp_gateway::config::ClusterConfig,
+) {
+    let oa = crate::support::openai::start(ldp_gateway::sim::openai::OpenAiOptions::new("m")).await;
+    let key = new_key();
+    let url = oa.url();
+    let shared = cluster(&redis_url(), replicas);
+    let gws = two_replicas(&shared, &tenant(&key), || a2a_fleet(&url)).await;
+    (oa, key, gws, shared)
+}
+
+/// How many messages each request to `oa` carried.
+fn messages_per_request(oa: &ldp_gateway::sim::openai::OpenAiHandle) -> Vec<usize> {
+    oa.requests()
+        .iter()
+        .map(|r| r["messages"].as_array().map_or(0, Vec::len))
+        .collect()
+}
+
+/// Stops `gws`, then `oa`.
+async fn stop(gws: Vec<TestGateway>, oa: ldp_gateway::sim::openai::OpenAiHandle) {
+    for gw in gws {
+        gw.shutdown().await;
+    }
+    oa.shutdown().await;
+}
+
 /// A2A by raw JSON-RPC: a task sent to replica 1 is read, followed and canceled on replica 2
 /// (the delegate running it on replica 1 is sent TASK_CANCEL, and replica 1 answers it
 /// canceled); a task that ended on replica 1 reads the same on replica 2; a context continued
@@ -107,11 +142,7 @@ fn a2a_fleet(oa_url: &str) -> crate::support::gateway::Builder<'static> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_a2a_task_and_its_context_follow_the_client_to_another_replica() {
     use crate::bridge_a2a::{rpc, v1_message};
-    use ldp_gateway::sim::openai::OpenAiOptions;
-    let oa = crate::support::openai::start(OpenAiOptions::new("m")).await;
-    let key = new_key();
-    let url = oa.url();
-    let gws = two_replicas(&cluster(&redis_url(), 2), &tenant(&key), || a2a_fleet(&url)).await;
+    let (oa, key, gws, _) = a2a_replicas(2).await;
     let (one, two) = (tenant_client(&gws[0], &key), tenant_client(&gws[1], &key));
     let slow_sim = gws[0].sim(0);
 
@@ -224,11 +255,7 @@ async fn an_a2a_task_and_its_context_follow_the_client_to_another_replica() {
         "{}",
         r2.text()
     );
-    let counts: Vec<usize> = oa
-        .requests()
-        .iter()
-        .map(|r| r["messages"].as_array().map_or(0, Vec::len))
-        .collect();
+    let counts = messages_per_request(&oa);
     assert_eq!(
         counts,
         [1, 3],
@@ -240,10 +267,7 @@ async fn an_a2a_task_and_its_context_follow_the_client_to_another_replica() {
         row1.session_id, row2.session_id,
         "one session for the context"
     );
-    for gw in gws {
-        gw.shutdown().await;
-    }
-    oa.shutdown().await;
+    stop(gws, oa).await;
 }
 
 /// Redis round trips per task, per front end, on one replica with no limits or budgets (the
@@ -253,11 +277,7 @@ async fn an_a2a_task_and_its_context_follow_the_client_to_another_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_round_trips_per_task_per_front_end() {
     use crate::bridge_a2a::{rpc, v1_message};
-    use ldp_gateway::sim::openai::OpenAiOptions;
-    let oa = crate::support::openai::start(OpenAiOptions::new("m")).await;
-    let key = new_key();
-    let url = oa.url();
-    let gws = two_replicas(&cluster(&redis_url(), 1), &tenant(&key), || a2a_fleet(&url)).await;
+    let (oa, key, gws, _) = a2a_replicas(1).await;
     let gw = &gws[0];
     let c = tenant_client(gw, &key);
     let calls = || async { gw.metrics().await.sum("ldp_gateway_redis_calls_total") };
@@ -305,10 +325,7 @@ async fn redis_round_trips_per_task_per_front_end() {
     // read, the task shared as submitted, the context's new session, working, completed
     // (the artifact with it). OpenAI: the LDP path's 3.
     assert_eq!(per_task, [11.0, 3.0]);
-    for gw in gws {
-        gw.shutdown().await;
-    }
-    oa.shutdown().await;
+    stop(gws, oa).await;
 }
 
 /// The real `a2a-sdk` client across two replicas (`tests/interop/a2a_cluster_client.py`):
@@ -317,14 +334,10 @@ async fn redis_round_trips_per_task_per_front_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_a2a_sdk_client_is_served_by_either_replica() {
     use crate::support::process::{output_within, py_script, text};
-    use ldp_gateway::sim::openai::OpenAiOptions;
     let Some(py) = crate::bridge_a2a::a2a_python() else {
         return;
     };
-    let oa = crate::support::openai::start(OpenAiOptions::new("m")).await;
-    let key = new_key();
-    let url = oa.url();
-    let gws = two_replicas(&cluster(&redis_url(), 2), &tenant(&key), || a2a_fleet(&url)).await;
+    let (oa, key, gws, _) = a2a_replicas(2).await;
     let base = |gw: &TestGateway| {
         let u = tenant_client(gw, &key).url("");
         u.trim_end_matches('/').to_owned()
@@ -379,11 +392,7 @@ async fn the_a2a_sdk_client_is_served_by_either_replica() {
                 && t["context_id"] == turns[0]["context_id"]),
         "{r}"
     );
-    let counts: Vec<usize> = oa
-        .requests()
-        .iter()
-        .map(|r| r["messages"].as_array().map_or(0, Vec::len))
-        .collect();
+    let counts = messages_per_request(&oa);
     assert_eq!(
         counts,
         [1, 3],
@@ -398,10 +407,7 @@ async fn the_a2a_sdk_client_is_served_by_either_replica() {
         rows.0.session_id, rows.1.session_id,
         "one session for the context"
     );
-    for gw in gws {
-        gw.shutdown().await;
-    }
-    oa.shutdown().await;
+    stop(gws, oa).await;
 }
 
 /// A replica restarted mid-run loses nothing it acknowledged: the A2A tasks it answered
@@ -411,12 +417,8 @@ async fn the_a2a_sdk_client_is_served_by_either_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restarted_replica_loses_no_acknowledged_a2a_task() {
     use crate::bridge_a2a::{rpc, v1_message};
-    use ldp_gateway::sim::openai::OpenAiOptions;
-    let oa = crate::support::openai::start(OpenAiOptions::new("m")).await;
-    let key = new_key();
+    let (oa, key, mut gws, shared) = a2a_replicas(2).await;
     let url = oa.url();
-    let shared = cluster(&redis_url(), 2);
-    let mut gws = two_replicas(&shared, &tenant(&key), || a2a_fleet(&url)).await;
     let one = tenant_client(&gws[0], &key);
     let mut acknowledged = Vec::new();
     for i in 0..20 {
@@ -468,11 +470,7 @@ async fn a_restarted_replica_loses_no_acknowledged_a2a_task() {
         first_row.session_id,
         "the context's session outlived the replica that opened it"
     );
-    let counts: Vec<usize> = oa
-        .requests()
-        .iter()
-        .map(|r| r["messages"].as_array().map_or(0, Vec::len))
-        .collect();
+    let counts = messages_per_request(&oa);
     assert_eq!(counts, [1, 3], "{:?}", oa.requests());
     for gw in gws.into_iter().chain(successor) {
         gw.shutdown().await;
