@@ -108,19 +108,6 @@ pub struct Trace(Option<Traced>);
 struct Traced {
     otel: Arc<Otel>,
     cx: Context,
-    /// The span's `traceparent` header, formatted once (an unsampled trace's children share
-    /// their parent's, and with it this).
-    header: Arc<std::sync::OnceLock<Option<HeaderValue>>>,
-}
-
-impl Traced {
-    fn new(otel: Arc<Otel>, cx: Context) -> Traced {
-        Traced {
-            otel,
-            cx,
-            header: Arc::default(),
-        }
-    }
 }
 
 impl std::fmt::Debug for Trace {
@@ -180,7 +167,10 @@ impl Trace {
             span.set_attribute(KeyValue::new("http.request.method", method));
             span.set_attribute(KeyValue::new("http.route", route));
         }
-        Trace(Some(Traced::new(otel.clone(), parent.with_span(span))))
+        Trace(Some(Traced {
+            otel: otel.clone(),
+            cx: parent.with_span(span),
+        }))
     }
 
     /// Whether a span is being recorded (tracing on and this trace sampled): worth building
@@ -205,19 +195,22 @@ impl Trace {
         let Some(t) = &self.0 else {
             return Trace::off();
         };
-        if !t.cx.span().span_context().is_sampled() {
-            // Not sampled: no child would be recorded either (parent-based), so none is made;
-            // its work, and the calls it makes, carry this span's context (and its
-            // `traceparent`, formatted once).
-            return self.clone();
-        }
         let tracer = &t.otel.tracer;
-        let span = tracer
-            .span_builder(name())
-            .with_kind(kind)
-            .with_attributes(attrs())
-            .start_with_context(tracer, &t.cx);
-        Trace(Some(Traced::new(t.otel.clone(), t.cx.with_span(span))))
+        let builder = if t.cx.span().span_context().is_sampled() {
+            tracer
+                .span_builder(name())
+                .with_kind(kind)
+                .with_attributes(attrs())
+        } else {
+            // Not sampled: the child is not recorded either (parent-based), so nothing is
+            // built for it but its context.
+            tracer.span_builder("")
+        };
+        let span = builder.start_with_context(tracer, &t.cx);
+        Trace(Some(Traced {
+            otel: t.otel.clone(),
+            cx: t.cx.with_span(span),
+        }))
     }
 
     /// Adds the attributes `attrs` gives (called only when recorded).
@@ -261,19 +254,14 @@ impl Trace {
 
     /// The `traceparent` naming this span (for an answer, or a call it makes).
     pub fn traceparent(&self) -> Option<HeaderValue> {
-        let t = self.0.as_ref()?;
-        t.header
-            .get_or_init(|| {
-                let c = self.context()?;
-                let value = format!(
-                    "00-{}-{}-{:02x}",
-                    c.trace_id(),
-                    c.span_id(),
-                    c.trace_flags().to_u8()
-                );
-                HeaderValue::from_str(&value).ok()
-            })
-            .clone()
+        let c = self.context()?;
+        let value = format!(
+            "00-{}-{}-{:02x}",
+            c.trace_id(),
+            c.span_id(),
+            c.trace_flags().to_u8()
+        );
+        HeaderValue::from_str(&value).ok()
     }
 
     /// The headers that carry this span to the next hop: `traceparent`, and `tracestate`

@@ -503,14 +503,6 @@ async fn sampling_at_zero_exports_nothing_but_a_sampled_parent_and_at_one_every_
     // An unsampled task still names its trace on its row (for a client that traced it).
     let row = zero.ledger_row(&rows[0]).await;
     assert_eq!(row.trace_id.as_ref().map(String::len), Some(32));
-    // An unsampled trace makes no child spans: its call to the delegate carries the request's
-    // own context, in its trace, not sampled.
-    let sent = zero.sim(0).state().traceparents();
-    let id = row.trace_id.as_deref().unwrap();
-    assert!(
-        sent.iter().any(|t| t.contains(id) && t.ends_with("-00")),
-        "{id}: {sent:?}"
-    );
     zero.shutdown().await;
 
     let all = TestGateway::builder()
