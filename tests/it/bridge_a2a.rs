@@ -114,6 +114,33 @@ fn v03_message(text: &str, skill: &str) -> Value {
         "parts": [{"kind": "text", "text": text}], "metadata": {"skill": skill}}})
 }
 
+/// `SubscribeToTask` of task `id` with `key` through `c`: the open event stream and its first
+/// chunk (the task as it is now: the subscription is in place).
+pub(crate) async fn subscribe(c: &Client, key: &str, id: &str) -> (reqwest::Response, String) {
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": id}});
+    let mut sub = reqwest::Client::new()
+        .post(c.url("/a2a"))
+        .header("authorization", format!("Bearer {key}"))
+        .header("A2A-Version", "1.0")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sub.headers()["content-type"], "text/event-stream");
+    let first = String::from_utf8(sub.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    (sub, first)
+}
+
+/// Reads `sub` to its end into `seen`; its last event's JSON.
+pub(crate) async fn last_event(sub: &mut reqwest::Response, seen: &mut String) -> Value {
+    while let Some(chunk) = sub.chunk().await.unwrap() {
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let last = seen.trim_end().rsplit("data: ").next().unwrap();
+    serde_json::from_str(last).unwrap()
+}
+
 pub(crate) fn a2a_python() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("LDP_PY_A2A").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(p));
@@ -523,19 +550,8 @@ async fn bridge_a2a_subscribe_follows_a_running_task_to_its_end() {
     slow["configuration"] = json!({"returnImmediately": true});
     let r = rpc(&c, "SendMessage", slow, Some("1.0")).await;
     let id = r.json["result"]["task"]["id"].as_str().unwrap().to_owned();
-    let body =
-        json!({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": id}});
-    let mut sub = reqwest::Client::new()
-        .post(c.url("/a2a"))
-        .header("authorization", format!("Bearer {KEY}"))
-        .header("A2A-Version", "1.0")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(sub.headers()["content-type"], "text/event-stream");
+    let (mut sub, mut seen) = subscribe(&c, KEY, &id).await;
     // The first event is the task as it is now (the subscription is in place).
-    let mut seen = String::from_utf8(sub.chunk().await.unwrap().unwrap().to_vec()).unwrap();
     assert!(seen.contains("\"task\""), "{seen}");
     let cancel = rpc(&c, "CancelTask", json!({"id": id}), Some("1.0")).await;
     assert_eq!(
@@ -545,11 +561,7 @@ async fn bridge_a2a_subscribe_follows_a_running_task_to_its_end() {
         cancel.text()
     );
     // Then the cancellation, and the stream ends.
-    while let Some(chunk) = sub.chunk().await.unwrap() {
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
-    let last = seen.trim_end().rsplit("data: ").next().unwrap();
-    let last: Value = serde_json::from_str(last).unwrap();
+    let last = last_event(&mut sub, &mut seen).await;
     assert_eq!(
         last["result"]["statusUpdate"]["status"]["state"], "TASK_STATE_CANCELED",
         "{seen}"

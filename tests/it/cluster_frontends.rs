@@ -162,18 +162,7 @@ async fn an_a2a_task_and_its_context_follow_the_client_to_another_replica() {
         got.text()
     );
     // Followed on replica 2.
-    let body =
-        json!({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": id}});
-    let mut sub = reqwest::Client::new()
-        .post(two.url("/a2a"))
-        .header("authorization", format!("Bearer {key}"))
-        .header("A2A-Version", "1.0")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(sub.headers()["content-type"], "text/event-stream");
-    let mut seen = String::from_utf8(sub.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    let (mut sub, mut seen) = crate::bridge_a2a::subscribe(&two, &key, &id).await;
     assert!(seen.contains("TASK_STATE_WORKING"), "{seen}");
     // Canceled on replica 2.
     let cancel = rpc(&two, "CancelTask", json!({"id": id}), Some("1.0")).await;
@@ -183,11 +172,7 @@ async fn an_a2a_task_and_its_context_follow_the_client_to_another_replica() {
         "{}",
         cancel.text()
     );
-    while let Some(chunk) = sub.chunk().await.unwrap() {
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
-    let last = seen.trim_end().rsplit("data: ").next().unwrap();
-    let last: serde_json::Value = serde_json::from_str(last).unwrap();
+    let last = crate::bridge_a2a::last_event(&mut sub, &mut seen).await;
     assert_eq!(
         last["result"]["statusUpdate"]["status"]["state"], "TASK_STATE_CANCELED",
         "{seen}"
