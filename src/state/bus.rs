@@ -97,11 +97,6 @@ impl Bus {
         }
     }
 
-    /// This replica's id on the bus.
-    pub fn replica(&self) -> &str {
-        &self.inner.replica
-    }
-
     /// The connection it publishes on.
     pub fn redis(&self) -> &Redis {
         &self.inner.redis
@@ -142,12 +137,6 @@ impl Bus {
     /// The notes of `topic` other replicas send, from now on.
     pub fn listen(&self, topic: Topic) -> broadcast::Receiver<Arc<Note>> {
         self.inner.listeners[topic.index()].subscribe()
-    }
-
-    /// Sends `body` to every replica listening to `topic` (this one included); how many
-    /// subscribers got it.
-    pub async fn tell(&self, topic: Topic, body: Value) -> Result<usize, StoreError> {
-        self.send(&self.channel(topic), 0, body).await
     }
 
     async fn send(&self, channel: &str, id: u64, body: Value) -> Result<usize, StoreError> {
@@ -285,6 +274,12 @@ impl Drop for Asked<'_> {
 mod tests {
     use super::*;
 
+    /// Sends `body` to every replica listening to `topic` (the sender included); how many
+    /// subscribers got it. (The gateway publishes A2A events from a script instead.)
+    async fn tell(bus: &Bus, topic: Topic, body: Value) -> Result<usize, StoreError> {
+        bus.send(&bus.channel(topic), 0, body).await
+    }
+
     #[tokio::test]
     async fn an_ask_is_answered_by_another_replica_and_not_by_itself() {
         let (redis, _) = crate::state::redis::testing::redis();
@@ -330,9 +325,9 @@ mod tests {
         // A replica does not hear its own notes.
         let mut own = a.listen(Topic::A2a);
         let mut other = b.listen(Topic::A2a);
-        assert_eq!(a.tell(Topic::A2a, Value::from(1)).await.unwrap(), 2);
+        assert_eq!(tell(&a, Topic::A2a, Value::from(1)).await.unwrap(), 2);
         assert_eq!(other.recv().await.unwrap().body, Value::from(1));
-        b.tell(Topic::A2a, Value::from(2)).await.unwrap();
+        tell(&b, Topic::A2a, Value::from(2)).await.unwrap();
         assert_eq!(own.recv().await.unwrap().body, Value::from(2));
         ta.abort();
         tb.abort();

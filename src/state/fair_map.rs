@@ -142,11 +142,6 @@ impl RedisFairMap {
         }
     }
 
-    /// The connection.
-    pub fn redis(&self) -> &Redis {
-        &self.redis
-    }
-
     /// The entries, `scope`'s done and running orders, the tenants' bytes, the total.
     fn keys(&self, scope: &str) -> [String; 5] {
         let (ns, t) = (self.ns, Redis::tenant_tag(scope));

@@ -98,6 +98,42 @@ fn a2a_fleet(oa_url: &str) -> crate::support::gateway::Builder<'static> {
         .sim(fast)
         .entry(entry("mini", oa_url, "m", declared(&["chat"], 0.8)))
         .healthy(3)
+        .tenant(
+            serde_json::from_value(json!({
+                "name": "other",
+                "api_key_sha256": [ldp_gateway::secret::hash_key(OTHER_KEY)],
+                "trust_domains": ["default"],
+            }))
+            .unwrap(),
+        )
+}
+
+/// The key of a second tenant of [`a2a_fleet`], `other`.
+const OTHER_KEY: &str = "k-cluster-other-tenant";
+
+/// A chat message in `context` through `c`, answered completed: its task id.
+async fn chat_in_context(c: &crate::support::Client, context: &str, text: &str) -> String {
+    let mut m = crate::bridge_a2a::v1_message(text, json!({"skill": "chat"}));
+    m["message"]["contextId"] = json!(context);
+    let r = crate::bridge_a2a::rpc(c, "SendMessage", m, Some("1.0")).await;
+    let t = &r.json["result"]["task"];
+    assert_eq!(t["status"]["state"], "TASK_STATE_COMPLETED", "{}", r.text());
+    t["id"].as_str().unwrap().to_owned()
+}
+
+/// `GetTask` of `done` (a completed task) through `c` reads it as it ended.
+async fn reads_completed(c: &crate::support::Client, done: &serde_json::Value) {
+    let got = crate::bridge_a2a::rpc(c, "GetTask", json!({"id": done["id"]}), Some("1.0")).await;
+    assert_eq!(
+        got.json["result"]["artifacts"],
+        done["artifacts"],
+        "{}",
+        got.text()
+    );
+    assert_eq!(
+        got.json["result"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
 }
 
 /// The OpenAI-compatible server behind the fleet, a fresh tenant key, two replicas of
@@ -208,38 +244,15 @@ async fn an_a2a_task_and_its_context_follow_the_client_to_another_replica() {
         "{}",
         r.text()
     );
-    let got = rpc(&two, "GetTask", json!({"id": done["id"]}), Some("1.0")).await;
-    assert_eq!(
-        got.json["result"]["artifacts"],
-        done["artifacts"],
-        "{}",
-        got.text()
-    );
-    assert_eq!(
-        got.json["result"]["status"]["state"],
-        "TASK_STATE_COMPLETED"
-    );
-    // Another tenant's key finds nothing of it.
-    let other = crate::cluster::tenant_client(&gws[1], "k-not-a-tenant");
+    reads_completed(&two, done).await;
+    // Another tenant finds nothing of it.
+    let other = crate::cluster::tenant_client(&gws[1], OTHER_KEY);
     let theirs = rpc(&other, "GetTask", json!({"id": done["id"]}), Some("1.0")).await;
-    assert_ne!(theirs.status, 200, "{}", theirs.text());
+    assert_eq!(theirs.json["error"]["code"], -32001, "{}", theirs.text());
 
     // A context continued on replica 2: one session, one conversation.
-    let chat = json!({"skill": "chat"});
-    let mut first = v1_message("my name is Ada", chat.clone());
-    first["message"]["contextId"] = json!("ctx-1");
-    let r1 = rpc(&one, "SendMessage", first, Some("1.0")).await;
-    let t1 = r1.json["result"]["task"]["id"].as_str().unwrap().to_owned();
-    let mut second = v1_message("what is my name?", chat);
-    second["message"]["contextId"] = json!("ctx-1");
-    let r2 = rpc(&two, "SendMessage", second, Some("1.0")).await;
-    let t2 = r2.json["result"]["task"]["id"].as_str().unwrap().to_owned();
-    assert_eq!(
-        r2.json["result"]["task"]["status"]["state"],
-        "TASK_STATE_COMPLETED",
-        "{}",
-        r2.text()
-    );
+    let t1 = chat_in_context(&one, "ctx-1", "my name is Ada").await;
+    let t2 = chat_in_context(&two, "ctx-1", "what is my name?").await;
     let counts = messages_per_request(&oa);
     assert_eq!(
         counts,
@@ -418,10 +431,7 @@ async fn a_restarted_replica_loses_no_acknowledged_a2a_task() {
         assert_eq!(t["status"]["state"], "TASK_STATE_COMPLETED", "{}", r.text());
         acknowledged.push(t);
     }
-    let mut begun = v1_message("my name is Ada", json!({"skill": "chat"}));
-    begun["message"]["contextId"] = json!("ctx-restart");
-    let r = rpc(&one, "SendMessage", begun, Some("1.0")).await;
-    let first = r.json["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let first = chat_in_context(&one, "ctx-restart", "my name is Ada").await;
     let first_row = gws[0].ledger_row(&first).await;
     for t in &acknowledged {
         gws[0].ledger_row(t["id"].as_str().unwrap()).await;
@@ -432,24 +442,11 @@ async fn a_restarted_replica_loses_no_acknowledged_a2a_task() {
     for gw in [&gws[0], &successor[0]] {
         let c = tenant_client(gw, &key);
         for t in &acknowledged {
-            let got = rpc(&c, "GetTask", json!({"id": t["id"]}), Some("1.0")).await;
-            assert_eq!(
-                got.json["result"]["artifacts"],
-                t["artifacts"],
-                "{}",
-                got.text()
-            );
-            assert_eq!(
-                got.json["result"]["status"]["state"],
-                "TASK_STATE_COMPLETED"
-            );
+            reads_completed(&c, t).await;
         }
     }
     let next = tenant_client(&successor[0], &key);
-    let mut continued = v1_message("what is my name?", json!({"skill": "chat"}));
-    continued["message"]["contextId"] = json!("ctx-restart");
-    let r = rpc(&next, "SendMessage", continued, Some("1.0")).await;
-    let second = r.json["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let second = chat_in_context(&next, "ctx-restart", "what is my name?").await;
     assert_eq!(
         successor[0].ledger_row(&second).await.session_id,
         first_row.session_id,
@@ -457,8 +454,5 @@ async fn a_restarted_replica_loses_no_acknowledged_a2a_task() {
     );
     let counts = messages_per_request(&oa);
     assert_eq!(counts, [1, 3], "{:?}", oa.requests());
-    for gw in gws.into_iter().chain(successor) {
-        gw.shutdown().await;
-    }
-    oa.shutdown().await;
+    stop(gws.into_iter().chain(successor).collect(), oa).await;
 }
