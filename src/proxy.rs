@@ -488,6 +488,7 @@ impl Proxy {
                         ledger_input: None,
                         checked: false,
                         rerouted: false,
+                        lender: None,
                     },
                     progress,
                 )

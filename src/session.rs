@@ -48,6 +48,10 @@ pub struct ClientSession {
     /// Serialises opening upstream sessions, so two concurrent first tasks of one skill do not
     /// open two.
     pub handshake: tokio::sync::Mutex<()>,
+    /// The delegate a task of a skill ran on with another session's upstream sessions (an A2A
+    /// context's first task, `TaskCtx::binds`): this session's next task of the skill is
+    /// bound to it while it fits, its affinity kept with no upstream session opened before.
+    lent: Mutex<Option<(String, Arc<Delegate>)>>,
 }
 
 impl ClientSession {
@@ -68,6 +72,7 @@ impl ClientSession {
             last_used_ms: AtomicU64::new(0),
             bindings: Mutex::new(HashMap::new()),
             handshake: tokio::sync::Mutex::new(()),
+            lent: Mutex::new(None),
         }
     }
 
@@ -143,6 +148,25 @@ impl ClientSession {
             if !same {
                 map.insert(skill, b);
             }
+        }
+    }
+
+    /// Notes that its task of `skill` ran on `delegate` with another session's upstream
+    /// sessions.
+    pub fn ran_lent(&self, skill: &str, delegate: &Arc<Delegate>) {
+        if let Ok(mut lent) = self.lent.lock() {
+            *lent = Some((skill.to_owned(), delegate.clone()));
+        }
+    }
+
+    /// The delegate its task of `skill` ran on with another session's upstream sessions, taken
+    /// (noted by [`ClientSession::ran_lent`]).
+    pub fn take_lent(&self, skill: &str) -> Option<Arc<Delegate>> {
+        let mut lent = self.lent.lock().ok()?;
+        if lent.as_ref().is_some_and(|(s, _)| s == skill) {
+            lent.take().map(|(_, d)| d)
+        } else {
+            None
         }
     }
 
@@ -378,6 +402,7 @@ impl SessionTable {
             last_used_ms: AtomicU64::new(self.now_ms()),
             bindings: Mutex::new(HashMap::new()),
             handshake: tokio::sync::Mutex::new(()),
+            lent: Mutex::new(None),
         });
         self.map.insert(session.id.clone(), session.clone());
         session

@@ -28,7 +28,10 @@
 //! - `contextId` is the session: each context of a tenant runs in its own gateway session
 //!   ([`Proxy::ingress_task_in_session`]), so its tasks keep their delegate per skill and an
 //!   OpenAI-backed delegate's conversation. A message without one starts a new context (its
-//!   id the task's). A message naming an existing `taskId` is refused (-32004): the gateway
+//!   id the task's). A context's first task runs on the upstream sessions of the tenant's
+//!   A2A session (an LDP delegate's upstream session is opened by the context's second task,
+//!   with the same delegate while it fits): a context of one message costs no upstream
+//!   handshake or close. A message naming an existing `taskId` is refused (-32004): the gateway
 //!   answers every message with a new task, never holds one for more input.
 //! - The result: `TASK_STATE_COMPLETED`, one artifact `output` (a string output as a text
 //!   part, anything else as a data part), the provenance in `metadata.ldp_provenance` of the

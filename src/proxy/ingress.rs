@@ -13,6 +13,7 @@ use crate::ldp::{
     TaskId,
 };
 use crate::provenance::Ingress;
+use crate::session::ClientSession;
 use crate::state::{ConversationStore as _, SessionStore as _};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -69,7 +70,7 @@ impl Proxy {
         deltas: Option<&mpsc::Sender<ChatDelta>>,
     ) -> Result<Trip, Refusal> {
         let progress = deltas.map_or(Progress::Quiet, Progress::Deltas);
-        self.run_ingress(ctx, task, progress, &mut None).await
+        self.run_ingress(ctx, task, progress, &mut None, None).await
     }
 
     /// Runs `task` (an A2A task) in `session`, a session the front end keeps (opened by
@@ -77,21 +78,37 @@ impl Proxy {
     /// delegate per skill (affinity) and an OpenAI-backed delegate's conversation.
     /// TASK_UPDATEs (the gateway's notes, the delegate's updates and deltas) go to `updates`
     /// as they come. Answers the trip and the session it ran in (a new one if it was gone).
+    ///
+    /// `first`: the session's first task (a new context's). It runs on the upstream sessions
+    /// of the tenant's session for the front end, routed afresh, as a stateless request
+    /// does: a context that never continues opens and closes no upstream session of its own
+    /// (two upstream round trips fewer per message). Its provenance, conversation and an A2A
+    /// agent's context are still its session's; the session's own upstream session is opened
+    /// by its second task.
     pub async fn ingress_task_in_session(
         &self,
         ctx: &RequestCtx,
         task: IngressTask<'_>,
         session: SessionId,
+        first: bool,
         updates: Option<&mpsc::Sender<Envelope>>,
     ) -> Result<(Trip, SessionId), Refusal> {
         let progress = updates.map_or(Progress::Quiet, Progress::Updates);
+        let lender = if first {
+            self.lender(ctx, task.ingress).await
+        } else {
+            None
+        };
         let mut kept = Some(session);
-        let trip = self.run_ingress(ctx, task, progress, &mut kept).await?;
+        let trip = self
+            .run_ingress(ctx, task, progress, &mut kept, lender.as_deref())
+            .await?;
         Ok((trip, kept.unwrap_or_default()))
     }
 
     /// The one way in: `task` in `kept` (a session the front end keeps, replaced here if it
-    /// is gone) or, with none, in the tenant's session for the front end. A session gone
+    /// is gone) or, with none, in the tenant's session for the front end; on `lender`'s
+    /// upstream sessions when given ([`Proxy::ingress_task_in_session`]). A session gone
     /// idle past its TTL (or lost by the store) is opened anew, once.
     async fn run_ingress(
         &self,
@@ -99,6 +116,7 @@ impl Proxy {
         task: IngressTask<'_>,
         progress: Progress<'_>,
         kept: &mut Option<SessionId>,
+        lender: Option<&ClientSession>,
     ) -> Result<Trip, Refusal> {
         if ctx
             .tenant
@@ -166,6 +184,7 @@ impl Proxy {
                 ledger_input: task.ledger_input.as_ref(),
                 checked: false,
                 rerouted: false,
+                lender,
             };
             let trip = Pipeline(self).submit(&env, ctx, t, progress).await?;
             let lost = matches!(&trip.reply.body,
@@ -205,6 +224,20 @@ impl Proxy {
     ) -> bool {
         let owner = super::owner_of(tenant, ingress_from(ingress));
         self.cancel_anywhere(&owner, task_id, None).await.is_some()
+    }
+
+    /// The tenant's session for `ingress`, live (opened anew if it was gone), to lend its
+    /// upstream sessions to a new context's first task; none when no session can be had
+    /// (the task then runs on its own, as it would have).
+    async fn lender(&self, ctx: &RequestCtx, ingress: Ingress) -> Option<Arc<ClientSession>> {
+        let owner = super::owner_of(&ctx.tenant.name, ingress_from(ingress));
+        for fresh in [false, true] {
+            let id = self.ingress_session(ctx, ingress, fresh).await.ok()?;
+            if let Ok(Some(session)) = self.session(&id, &owner).await {
+                return Some(session);
+            }
+        }
+        None
     }
 
     /// The tenant's session for `ingress`, opened (as a SESSION_PROPOSE without a claim

@@ -118,6 +118,7 @@ impl Pipeline<'_> {
             env,
             task,
             session: &admitted.session,
+            binds: task.lender.unwrap_or(&admitted.session),
             tenant: &ctx.tenant,
             policy: admitted.policy,
             hops: ctx.hops,

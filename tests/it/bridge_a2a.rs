@@ -608,6 +608,63 @@ async fn bridge_a2a_context_keeps_its_delegate() {
     gw.shutdown().await;
 }
 
+/// A context's first task runs on the tenant's upstream session: messages that each start a
+/// context cost the LDP delegate one handshake in all, not one per message (and no close);
+/// a context that continues opens its own upstream session with the same delegate.
+#[tokio::test]
+async fn bridge_a2a_a_context_of_one_message_opens_no_upstream_session() {
+    let mut fast = SimOptions::new(card("sim-ldp", "default", &[(SUMMARIZE, 0.9)], &["text"]));
+    fast.latency = Duration::ZERO;
+    let gw = TestGateway::builder()
+        .sim(fast)
+        .tenant(tenant("acme", KEY))
+        .healthy(1)
+        .spawn()
+        .await;
+    let c = client(&gw);
+    let mut contexts = Vec::new();
+    for _ in 0..5 {
+        let r = rpc(
+            &c,
+            "SendMessage",
+            v1_message("hi", json!({"skill": SUMMARIZE})),
+            Some("1.0"),
+        )
+        .await;
+        let task = &r.json["result"]["task"];
+        assert_eq!(
+            task["status"]["state"],
+            "TASK_STATE_COMPLETED",
+            "{}",
+            r.text()
+        );
+        contexts.push(task["contextId"].as_str().unwrap().to_owned());
+    }
+    let stats = gw.sim(0).stats();
+    assert_eq!((stats.tasks, stats.proposals), (5, 1), "{stats:?}");
+    // Each context is still its own session: five session ids in the provenance.
+    let rows = gw.ledger("limit=10").await;
+    let sessions: std::collections::BTreeSet<_> =
+        rows.iter().map(|r| r.session_id.clone()).collect();
+    assert_eq!(sessions.len(), 5, "{sessions:?}");
+    // A context that continues gets its own upstream session, from its second task on.
+    for _ in 0..2 {
+        let mut m = v1_message("again", json!({"skill": SUMMARIZE}));
+        m["message"]["contextId"] = json!(contexts[0]);
+        let r = rpc(&c, "SendMessage", m, Some("1.0")).await;
+        assert_eq!(
+            r.json["result"]["task"]["status"]["state"],
+            "TASK_STATE_COMPLETED",
+            "{}",
+            r.text()
+        );
+    }
+    let stats = gw.sim(0).stats();
+    assert_eq!((stats.tasks, stats.proposals), (7, 2), "{stats:?}");
+    assert_eq!(stats.closes, 0, "{stats:?}");
+    gw.shutdown().await;
+}
+
 /// A context's session lives no longer than the context: past the contexts a tenant keeps
 /// (`MAX_CONTEXTS_PER_TENANT`), the forgotten one's session is closed, so a client sending
 /// one new context after another never runs into its tenant's session cap.

@@ -319,9 +319,10 @@ async fn redis_round_trips_per_task_per_front_end() {
         per_task[0], per_task[1]
     );
     // A2A: the LDP path's 3, the tenant's A2A session for a message with no context yet (a
-    // session per context: its create and bindings), and the task's own: its context's session
-    // read, the task shared as submitted, the context's new session, working, completed
-    // (the artifact with it). OpenAI: the LDP path's 3.
+    // session per context: its create), the tenant's A2A session read (its upstream bindings
+    // serve a context's first task: none of the context's own is written), and the task's
+    // own: its context's session read, the task shared as submitted, the context's new
+    // session, working, completed (the artifact with it). OpenAI: the LDP path's 3.
     assert_eq!(per_task, [11.0, 3.0]);
     stop(gws, oa).await;
 }

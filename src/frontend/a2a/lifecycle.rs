@@ -307,7 +307,7 @@ pub async fn run(
             state.change(tenant, &id, |t| t.status = s, Some(ev)).await;
         }
     };
-    let fut = proxy.ingress_task_in_session(ctx, task, session.clone(), Some(&tx));
+    let fut = proxy.ingress_task_in_session(ctx, task, session.clone(), new, Some(&tx));
     tokio::pin!(fut);
     let outcome = loop {
         tokio::select! {

@@ -326,19 +326,19 @@ impl Attempts<'_> {
                     }
                     rehandshaken = true;
                     if session_unbound(t, &key, &binding) {
-                        self.sessions.unshare_binding(t.session, &key).await;
+                        self.sessions.unshare_binding(t.binds, &key).await;
                     }
                     // Someone already replaced it (another task here, or a replica that won
                     // the first binding): use theirs rather than open and replace again.
                     let current = t
-                        .session
+                        .binds
                         .binding(&key)
                         .filter(|b| Arc::ptr_eq(&b.delegate, &delegate));
                     binding = match current {
                         Some(b) => b,
                         None => match self
                             .routing()
-                            .open_binding(t.session, &key, delegate.clone())
+                            .open_binding(t.binds, &key, delegate.clone())
                             .await
                         {
                             Ok(b) => b,
@@ -362,8 +362,8 @@ impl Attempts<'_> {
                     mode = next;
                     // RFC §4.3: the session continues at the lower mode.
                     binding.upstream.payload.mode = next;
-                    t.session.bind(&key, binding.clone());
-                    self.sessions.share_binding(t.session, &key, &binding).await;
+                    t.binds.bind(&key, binding.clone());
+                    self.sessions.share_binding(t.binds, &key, &binding).await;
                 }
                 Called::Refused(error, refused) => {
                     if refused.is_some() {
@@ -465,12 +465,10 @@ impl Attempts<'_> {
     }
 }
 
-/// Drops the session's binding under `key` if it is still `binding`'s upstream session;
-/// whether it was.
+/// Drops the binding under `key` if it is still `binding`'s upstream session; whether it
+/// was.
 fn session_unbound(t: &TaskCtx<'_>, key: &str, binding: &Binding) -> bool {
-    t.session
-        .unbind(key, &binding.upstream.session_id)
-        .is_some()
+    t.binds.unbind(key, &binding.upstream.session_id).is_some()
 }
 
 impl Attempts<'_> {
@@ -540,8 +538,8 @@ impl Attempts<'_> {
                         Attempt::Done(answer) => return answer,
                         Attempt::Failed(failure) => {
                             let key = t.binding_key(&delegate.name);
-                            if t.session.unbind_delegate(&key, &delegate).is_some() {
-                                self.sessions.unshare_binding(t.session, &key).await;
+                            if t.binds.unbind_delegate(&key, &delegate).is_some() {
+                                self.sessions.unshare_binding(t.binds, &key).await;
                             }
                             (delegate, failure)
                         }

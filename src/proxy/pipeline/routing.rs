@@ -46,7 +46,7 @@ impl Routing<'_> {
         need: &Need<'_>,
         run: &mut TaskRun,
     ) -> Result<Binding, NoBinding> {
-        let (session, policy) = (t.session, &t.policy);
+        let (session, policy) = (t.binds, &t.policy);
         if t.routed_afresh() {
             let picked = self.decide(policy, need).map_err(NoBinding::None)?;
             return self.bind_fresh(t, need, run, picked).await;
@@ -57,6 +57,16 @@ impl Routing<'_> {
         let _guard = session.handshake.lock().await;
         if let Some(b) = self.reusable(session, policy, need).await {
             return Ok(b);
+        }
+        // Its first task ran on a lent session (an A2A context's): the same delegate, while it
+        // fits, now with an upstream session of its own.
+        if let Some(delegate) = session.take_lent(need.skill) {
+            if self.fits(&delegate, policy, need) && self.admits(&delegate).await {
+                return self
+                    .open_binding(session, need.skill, delegate.clone())
+                    .await
+                    .map_err(|error| NoBinding::Open { delegate, error });
+            }
         }
         // The bound delegate, if any, no longer fits or is at its own rate limit: choose
         // afresh without it.
@@ -86,7 +96,7 @@ impl Routing<'_> {
         need: &Need<'_>,
     ) -> Option<Binding> {
         let b = session.binding(need.skill)?;
-        (self.still_fits(&b, policy, need) && self.admits(&b.delegate).await).then_some(b)
+        (self.fits(&b.delegate, policy, need) && self.admits(&b.delegate).await).then_some(b)
     }
 
     /// Takes a token from the delegate's own rate limit, if it has one; a refusal is counted
@@ -121,7 +131,7 @@ impl Routing<'_> {
         if t.routed_afresh() {
             return self.bind_fresh(t, need, run, picked).await;
         }
-        let _guard = t.session.handshake.lock().await;
+        let _guard = t.binds.handshake.lock().await;
         self.bind_picked(t, need, run, picked).await
     }
 
@@ -135,15 +145,18 @@ impl Routing<'_> {
         picked: Chosen,
     ) -> Result<Binding, NoBinding> {
         let delegate = self.claimed(t, need, run, picked).await?;
+        if t.lent() {
+            t.session.ran_lent(t.task.skill, &delegate);
+        }
         let key = t.binding_key(&delegate.name);
-        if let Some(b) = t.session.binding(&key) {
+        if let Some(b) = t.binds.binding(&key) {
             return Ok(b);
         }
-        let _guard = t.session.handshake.lock().await;
-        if let Some(b) = t.session.binding(&key) {
+        let _guard = t.binds.handshake.lock().await;
+        if let Some(b) = t.binds.binding(&key) {
             return Ok(b);
         }
-        self.open_binding(t.session, &key, delegate.clone())
+        self.open_binding(t.binds, &key, delegate.clone())
             .await
             .map_err(|error| NoBinding::Open { delegate, error })
     }
@@ -165,7 +178,7 @@ impl Routing<'_> {
         } else {
             std::borrow::Cow::Borrowed(need.skill)
         };
-        self.open_binding(t.session, &key, delegate.clone())
+        self.open_binding(t.binds, &key, delegate.clone())
             .await
             .map_err(|error| NoBinding::Open { delegate, error })
     }
@@ -187,12 +200,13 @@ impl Routing<'_> {
         Ok(delegate)
     }
 
-    fn still_fits(&self, b: &Binding, policy: &Policy, need: &Need<'_>) -> bool {
+    /// Whether `delegate` still offers the skill, passes the policy and is not ejected.
+    fn fits(&self, delegate: &Arc<Delegate>, policy: &Policy, need: &Need<'_>) -> bool {
         let index = self.registry.index();
         index
             .offers(need.skill)
             .iter()
-            .find(|o| Arc::ptr_eq(&o.delegate, &b.delegate))
+            .find(|o| Arc::ptr_eq(&o.delegate, delegate))
             .is_some_and(|o| {
                 routing::evaluate(o, policy, need, &self.cfg.routing).eligible()
                     && !o.load().ejected

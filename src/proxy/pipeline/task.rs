@@ -22,8 +22,12 @@ pub(crate) struct TaskCtx<'a> {
     pub(crate) env: &'a Envelope,
     /// The task as the client sent it.
     pub(crate) task: TaskIn<'a>,
-    /// The client session it runs in.
+    /// The client session it runs in (its id in the provenance, its conversation).
     pub(crate) session: &'a ClientSession,
+    /// The session whose upstream bindings serve it: `session`, or for an A2A context's
+    /// first task its front end's session for the tenant ([`TaskIn::lender`]), so that a
+    /// context that never continues opens and closes no upstream session of its own.
+    pub(crate) binds: &'a ClientSession,
     /// The caller's tenant.
     pub(crate) tenant: &'a Arc<Tenant>,
     /// The policy it runs under (held: a reload does not change a running task).
@@ -82,6 +86,7 @@ impl<'a> TaskCtx<'a> {
             env: self.env,
             task: self.task,
             session: self.session,
+            binds: self.binds,
             tenant: self.tenant,
             policy: self.policy.clone(),
             hops: self.hops,
@@ -109,9 +114,15 @@ impl<'a> TaskCtx<'a> {
     }
 
     /// Whether its binding is its own, not the session's for the skill: a stateless task,
-    /// or a vote-down's re-run (affinity must not pin the producer it moved to).
+    /// a vote-down's re-run (affinity must not pin the producer it moved to), or a task on
+    /// a lent session's bindings (its own session keeps no affinity from it).
     pub(crate) fn routed_afresh(&self) -> bool {
-        self.stateless() || self.task.rerouted
+        self.stateless() || self.task.rerouted || self.lent()
+    }
+
+    /// Whether it runs on another session's bindings ([`TaskCtx::binds`]).
+    pub(crate) fn lent(&self) -> bool {
+        !std::ptr::eq(self.session, self.binds)
     }
 
     /// The session's key for the task's binding with `delegate`: the skill, since a session
@@ -290,6 +301,9 @@ pub(crate) struct TaskIn<'a> {
     pub checked: bool,
     /// A vote-down's re-run: bound for this task only.
     pub rerouted: bool,
+    /// The session whose upstream bindings it runs on instead of its own (an A2A context's
+    /// first task: its front end's session for the tenant); none: its own.
+    pub lender: Option<&'a ClientSession>,
 }
 
 /// A piece of an answer as it streams, with who is answering (for the response's headers).

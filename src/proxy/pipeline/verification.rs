@@ -542,8 +542,8 @@ impl Verification<'_> {
             return;
         }
         let key = t.binding_key(&producer.name);
-        if t.session.unbind_delegate(&key, producer).is_some() {
-            self.sessions.unshare_binding(t.session, &key).await;
+        if t.binds.unbind_delegate(&key, producer).is_some() {
+            self.sessions.unshare_binding(t.binds, &key).await;
         }
     }
 
@@ -722,8 +722,10 @@ fn sub_task<'a>(
             ledger_input: None,
             checked: false,
             rerouted: false,
+            lender: t.task.lender,
         },
         session: t.session,
+        binds: t.binds,
         tenant: t.tenant,
         policy: t.policy.clone(),
         hops: t.hops,
