@@ -50,6 +50,11 @@ impl Registration {
     pub(super) fn task(&self) -> &Arc<RunningTask> {
         &self.task
     }
+
+    /// Cancelled when a cancel reaches the task (here, or asked by another replica).
+    pub fn cancelled(&self) -> tokio_util::sync::CancellationToken {
+        self.task.cancelled_token().clone()
+    }
 }
 
 impl std::fmt::Debug for Registration {

@@ -7,7 +7,7 @@
 use super::incoming::{job, Call, Job};
 use super::rpc::{notified, rpc, rpc_error, rpc_failure, rpc_ok, send_result, sse, task_result};
 use super::tasks::{A2aState, Cancel, Inserted};
-use super::{cut, is_final, status, A2aRequestError, MAX_ID_BYTES};
+use super::{cut, status, A2aRequestError, MAX_ID_BYTES};
 use crate::frontend::api_error::ApiError;
 use crate::frontend::AppState;
 use crate::ldp::error::GatewayCode;
@@ -20,7 +20,7 @@ use a2a_wire::v1::{
 use a2a_wire::{Dialect, ErrorCode, ErrorObject, Id, Map, Response as RpcResponse};
 use axum::response::Response;
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
 /// TASK_UPDATEs buffered between the task and its listeners.
 const UPDATES_BUFFERED: usize = 64;
@@ -145,7 +145,7 @@ async fn start(
         &crate::ldp::TaskId::from(task_id.clone()),
     );
     let Inserted {
-        events: mut rx,
+        events: rx,
         session,
         evicted,
     } = match s.a2a.open(&tenant, job.task.clone()).await {
@@ -171,34 +171,27 @@ async fn start(
         });
     }
     let runner = s.clone();
+    let cancelled = registered.cancelled();
     // Tracked: a client that leaves does not stop the task, its settling or its ledger row.
     let spawned = s.proxy.spawn_tracked(async move {
         let _registered = registered;
         run(&runner.proxy, &runner.a2a, &ctx, job, session).await;
     });
-    if spawned.is_none() {
+    let Some(ran) = spawned else {
         let e = ErrorObject::new(ErrorCode::Internal, "the gateway is stopping");
         return rpc(RpcResponse::<Value>::error(id, e));
-    }
+    };
     if let Some(submitted) = submitted {
         return sse(id, dialect, submitted, rx);
     }
+    // Only a stream follows the events (each a copy for its receiver): a blocking send waits
+    // for the task's end, or for a cancel, which made it `CANCELED` before it reached the
+    // task.
+    drop(rx);
     if !now {
-        loop {
-            match rx.recv().await {
-                Ok(ev) if is_final(&ev) => break,
-                Ok(_) => {}
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    let done = s
-                        .a2a
-                        .get(&tenant, &task_id)
-                        .is_none_or(|t| t.status.state.is_terminal());
-                    if done {
-                        break;
-                    }
-                }
-                Err(broadcast::error::RecvError::Closed) => break,
-            }
+        tokio::select! {
+            _ = ran => {}
+            () = cancelled.cancelled() => {}
         }
     }
     match s.a2a.read(&tenant, &task_id).await {
