@@ -92,7 +92,7 @@ pub(crate) async fn messages(
 
 async fn message(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Response, ApiError> {
     let req = messages::read_request(s, headers, body).await?;
-    let task_id: TaskId = crate::ldp::new_id().into();
+    let task_id: TaskId = crate::ldp::new_task_id().into();
     // Only a stream has deltas to carry.
     let (tx, rx) = match req.stream {
         true => {

@@ -124,7 +124,7 @@ pub(crate) async fn ladp(
 
 /// Runs a `task-init` and answers its forms.
 async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskInit) -> Response {
-    let task_id: TaskId = crate::ldp::new_id().into();
+    let task_id: TaskId = crate::ldp::new_task_id().into();
     let tenant = ctx.tenant.name.clone();
     let sender = msg.sender.clone();
     // Running before `halt` can see it in the book, for a cancel to find, until the task's

@@ -81,8 +81,8 @@ async fn served(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Res
         id: Some(req.id.clone()),
         conversation: Some(req.conversation.clone()),
     };
-    let task_id: TaskId = crate::ldp::new_id().into();
-    let repair_id: TaskId = crate::ldp::new_id().into();
+    let task_id: TaskId = crate::ldp::new_task_id().into();
+    let repair_id: TaskId = crate::ldp::new_task_id().into();
     // A client that leaves before its answer cancels the task (and its repair).
     let tasks = [task_id.clone(), repair_id.clone()];
     let guard = CancelIngressTasksOnDrop::new(s, &ctx.tenant.name, Ingress::Llmcp, tasks);

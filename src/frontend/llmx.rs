@@ -185,7 +185,10 @@ async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound, header: Header) 
         jobs,
         warnings,
     } = inbound;
-    let ids: Vec<TaskId> = jobs.iter().map(|_| crate::ldp::new_id().into()).collect();
+    let ids: Vec<TaskId> = jobs
+        .iter()
+        .map(|_| crate::ldp::new_task_id().into())
+        .collect();
     let guard =
         CancelIngressTasksOnDrop::new(&s, &ctx.tenant.name, Ingress::Llmx, ids.iter().cloned());
     // Each running from now on, for a cancel to find, until its task's future ends.

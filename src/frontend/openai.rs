@@ -173,7 +173,7 @@ async fn completion(
     body: HttpBody,
 ) -> Result<Response, ApiError> {
     let (ctx, skill, req) = read_request(s, headers, body).await?;
-    let task_id: TaskId = crate::ldp::new_id().into();
+    let task_id: TaskId = crate::ldp::new_task_id().into();
     let streaming = req.stream.unwrap_or(false);
     let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
     let model = req.model.clone();

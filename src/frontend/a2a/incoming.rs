@@ -169,7 +169,7 @@ pub fn job(
         )));
     }
     let input = input_of(&message.parts)?;
-    let id = crate::ldp::new_id();
+    let id = crate::ldp::new_task_id();
     let context_id = if message.context_id.is_empty() {
         id.clone()
     } else {
