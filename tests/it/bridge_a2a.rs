@@ -608,6 +608,19 @@ async fn bridge_a2a_context_keeps_its_delegate() {
     gw.shutdown().await;
 }
 
+/// `SendMessage` (v1.0) of `message`: its task, which must have completed.
+async fn completed(c: &Client, message: Value) -> Value {
+    let r = rpc(c, "SendMessage", message, Some("1.0")).await;
+    let task = r.json["result"]["task"].clone();
+    assert_eq!(
+        task["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{}",
+        r.text()
+    );
+    task
+}
+
 /// A context's first task runs on the tenant's upstream session: messages that each start a
 /// context cost the LDP delegate one handshake in all, not one per message (and no close);
 /// a context that continues opens its own upstream session with the same delegate.
@@ -624,20 +637,7 @@ async fn bridge_a2a_a_context_of_one_message_opens_no_upstream_session() {
     let c = client(&gw);
     let mut contexts = Vec::new();
     for _ in 0..5 {
-        let r = rpc(
-            &c,
-            "SendMessage",
-            v1_message("hi", json!({"skill": SUMMARIZE})),
-            Some("1.0"),
-        )
-        .await;
-        let task = &r.json["result"]["task"];
-        assert_eq!(
-            task["status"]["state"],
-            "TASK_STATE_COMPLETED",
-            "{}",
-            r.text()
-        );
+        let task = completed(&c, v1_message("hi", json!({"skill": SUMMARIZE}))).await;
         contexts.push(task["contextId"].as_str().unwrap().to_owned());
     }
     let stats = gw.sim(0).stats();
@@ -651,13 +651,7 @@ async fn bridge_a2a_a_context_of_one_message_opens_no_upstream_session() {
     for _ in 0..2 {
         let mut m = v1_message("again", json!({"skill": SUMMARIZE}));
         m["message"]["contextId"] = json!(contexts[0]);
-        let r = rpc(&c, "SendMessage", m, Some("1.0")).await;
-        assert_eq!(
-            r.json["result"]["task"]["status"]["state"],
-            "TASK_STATE_COMPLETED",
-            "{}",
-            r.text()
-        );
+        completed(&c, m).await;
     }
     let stats = gw.sim(0).stats();
     assert_eq!((stats.tasks, stats.proposals), (7, 2), "{stats:?}");
