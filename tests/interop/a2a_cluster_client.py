@@ -18,24 +18,14 @@ from google.protobuf.json_format import MessageToDict
 
 from a2a.client import ClientConfig, ClientFactory
 from a2a.client.card_resolver import A2ACardResolver
+from a2a_messages import message
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
-    Message,
-    Part,
-    Role,
     SendMessageRequest,
     SubscribeToTaskRequest,
     TaskState,
 )
-
-
-def message(text, skill, context=None):
-    m = Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=text)])
-    m.metadata.update({"skill": skill})
-    if context:
-        m.context_id = context
-    return m
 
 
 def view(task):

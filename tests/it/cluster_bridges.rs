@@ -49,29 +49,55 @@ fn llmx_msg(f: &str, s: u64) -> String {
     format!("HEADER:{{f:{f},t:gateway,s:{s}}}\nREQ:{{o:\"x\",pr:3,exp:[summarize]}}")
 }
 
+/// One simulated delegate behind two replicas of one tenant (its key), sharing Redis.
+struct Pair {
+    d: ldp_gateway::sim::SimHandle,
+    key: String,
+    gws: Vec<TestGateway>,
+}
+
+impl Pair {
+    /// `delegate` behind two replicas, with `[ladp] rate_per_minute` at `rate` when given.
+    async fn start(delegate: SimOptions, rate: Option<u32>) -> Pair {
+        let d = sim(delegate).await;
+        let key = new_key();
+        let shared = cluster(&redis_url(), 2);
+        let url = d.url();
+        let gws = two_replicas(&shared, &tenant(&key), || {
+            let b = TestGateway::builder().delegate(&url);
+            match rate {
+                Some(r) => b.config(ladp_rate(r)),
+                None => b,
+            }
+        })
+        .await;
+        Pair { d, key, gws }
+    }
+
+    async fn stop(self) {
+        for gw in self.gws {
+            gw.shutdown().await;
+        }
+        self.d.shutdown().await;
+    }
+}
+
+/// A delegate named `name` offering `skill`.
+fn offering(name: &str, skill: &str) -> SimOptions {
+    SimOptions::new(card(name, "default", &[(skill, 0.9)], &["text"]))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_llmx_replay_on_another_replica_is_refused_and_answers_are_numbered_across_both() {
-    let d = sim(SimOptions::new(card(
-        "fast",
-        "default",
-        &[("summarize", 0.9)],
-        &["text"],
-    )))
-    .await;
-    let key = new_key();
-    let shared = cluster(&redis_url(), 2);
-    let url = d.url();
-    let gws = two_replicas(&shared, &tenant(&key), || {
-        TestGateway::builder().delegate(&url)
-    })
-    .await;
+    let pair = Pair::start(offering("fast", "summarize"), None).await;
+    let (d, key, gws) = (&pair.d, pair.key.as_str(), &pair.gws);
     let (one, two) = (&gws[0], &gws[1]);
     let mut answers = Vec::new();
-    let a = post(one, Some(&key), llmx_msg("Claude", 5)).await;
+    let a = post(one, Some(key), llmx_msg("Claude", 5)).await;
     assert_eq!(a.status, 200, "{}", a.body);
     answers.push(a.message().header.seq);
     // The same message replayed to the other replica: LLMX's replay NACK, 409.
-    let a = post(two, Some(&key), llmx_msg("Claude", 5)).await;
+    let a = post(two, Some(key), llmx_msg("Claude", 5)).await;
     assert_eq!(a.status, 409, "{}", a.body);
     let m = a.message();
     assert_eq!(m.blocks[0].str("o"), Some("NACK"), "{}", a.body);
@@ -81,18 +107,18 @@ async fn an_llmx_replay_on_another_replica_is_refused_and_answers_are_numbered_a
     );
     answers.push(m.header.seq);
     for (gw, s) in [(two, 6), (one, 7), (two, 8)] {
-        let a = post(gw, Some(&key), llmx_msg("Claude", s)).await;
+        let a = post(gw, Some(key), llmx_msg("Claude", s)).await;
         assert_eq!(a.status, 200, "{}", a.body);
         answers.push(a.message().header.seq);
     }
     assert_eq!(answers, [1, 2, 3, 4, 5], "one numbering for both replicas");
     // Another sender has its own.
-    let a = post(two, Some(&key), llmx_msg("Gemini", 1)).await;
+    let a = post(two, Some(key), llmx_msg("Gemini", 1)).await;
     assert_eq!((a.status, a.message().header.seq), (200, 1), "{}", a.body);
     assert_eq!(d.stats().tasks, 5, "the replay never ran");
     // Redis round trips of one more LLMX message (one REQ), on a warm replica.
     let before = one.metrics().await;
-    let a = post(one, Some(&key), llmx_msg("Claude", 9)).await;
+    let a = post(one, Some(key), llmx_msg("Claude", 9)).await;
     assert_eq!((a.status, a.message().header.seq), (200, 6), "{}", a.body);
     let ops = redis_ops(&before, &one.metrics().await);
     eprintln!("redis round trips per LLMX task: {ops:?}");
@@ -108,36 +134,21 @@ async fn an_llmx_replay_on_another_replica_is_refused_and_answers_are_numbered_a
         want.map(|(op, n)| (op.to_owned(), n)).into(),
         "{ops:?}"
     );
-    for gw in gws {
-        gw.shutdown().await;
-    }
-    d.shutdown().await;
+    pair.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_ladp_agent_s_rate_holds_across_replicas() {
-    let d = sim(SimOptions::new(card(
-        "solo",
-        "default",
-        &[("qa", 0.9)],
-        &["text"],
-    )))
-    .await;
-    let key = new_key();
-    let shared = cluster(&redis_url(), 2);
-    let url = d.url();
-    let gws = two_replicas(&shared, &tenant(&key), || {
-        TestGateway::builder().delegate(&url).config(ladp_rate(4))
-    })
-    .await;
+    let pair = Pair::start(offering("solo", "qa"), Some(4)).await;
+    let (key, gws) = (pair.key.as_str(), &pair.gws);
     // Four messages a minute, two on each replica: all taken.
     for (i, gw) in [0, 1, 0, 1].into_iter().enumerate() {
-        let said = send(&gws[gw], Some(&key), status_request("ctl", i as i64 + 1)).await;
+        let said = send(&gws[gw], Some(key), status_request("ctl", i as i64 + 1)).await;
         assert_eq!(said.status, 200, "{i}: {}", said.text);
     }
     // The fifth, on either replica, is refused.
-    for gw in &gws {
-        let said = send(gw, Some(&key), status_request("ctl", 9)).await;
+    for gw in gws {
+        let said = send(gw, Some(key), status_request("ctl", 9)).await;
         assert_eq!(said.status, 429, "{}", said.text);
         assert!(
             string(&said.forms[0], "reason").contains("rate limit"),
@@ -146,36 +157,21 @@ async fn an_ladp_agent_s_rate_holds_across_replicas() {
         );
     }
     // Another agent has its own allowance.
-    let said = send(&gws[1], Some(&key), status_request("other", 10)).await;
+    let said = send(&gws[1], Some(key), status_request("other", 10)).await;
     assert_eq!(said.status, 200, "{}", said.text);
-    for gw in gws {
-        gw.shutdown().await;
-    }
-    d.shutdown().await;
+    pair.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_status_request_on_another_replica_finds_the_task() {
-    let d = sim(SimOptions::new(card(
-        "solo",
-        "default",
-        &[("qa", 0.9)],
-        &["text"],
-    )))
-    .await;
-    let key = new_key();
-    let shared = cluster(&redis_url(), 2);
-    let url = d.url();
-    let gws = two_replicas(&shared, &tenant(&key), || {
-        TestGateway::builder().delegate(&url).config(ladp_rate(100))
-    })
-    .await;
+    let pair = Pair::start(offering("solo", "qa"), Some(100)).await;
+    let (key, gws) = (pair.key.as_str(), &pair.gws);
     let (one, two) = (&gws[0], &gws[1]);
     // A first task (the tenant's LADP session opened), then one whose round trips count.
-    let said = send(one, Some(&key), task_init("ctl", 41, "warm", "")).await;
+    let said = send(one, Some(key), task_init("ctl", 41, "warm", "")).await;
     assert_eq!(said.status, 200, "{}", said.text);
     let before = one.metrics().await;
-    let said = send(one, Some(&key), task_init("ctl", 42, "2 + 2?", "")).await;
+    let said = send(one, Some(key), task_init("ctl", 42, "2 + 2?", "")).await;
     assert_eq!(said.status, 200, "{}", said.text);
     let ops = redis_ops(&before, &one.metrics().await);
     eprintln!("redis round trips per LADP task: {ops:?}");
@@ -200,7 +196,7 @@ async fn a_status_request_on_another_replica_finds_the_task() {
         format!("(msg status-request ctl gateway 45 (data (task-id {task_id:?})))"),
     ];
     for ask in asks {
-        let said = send(two, Some(&key), ask).await;
+        let said = send(two, Some(key), ask).await;
         assert_eq!(said.status, 200, "{}", said.text);
         assert_eq!(string(&said.forms[0], "phase"), "done", "{}", said.text);
         assert_eq!(string(&said.forms[0], "task-id"), task_id);
@@ -211,30 +207,21 @@ async fn a_status_request_on_another_replica_finds_the_task() {
         "{ops:?}"
     );
     // Another agent of the tenant has none.
-    let said = send(two, Some(&key), status_request("someone-else", 46)).await;
+    let said = send(two, Some(key), status_request("someone-else", 46)).await;
     assert_eq!(string(&said.forms[0], "phase"), "idle", "{}", said.text);
-    for gw in gws {
-        gw.shutdown().await;
-    }
-    d.shutdown().await;
+    pair.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_halt_on_another_replica_stops_the_running_task() {
-    let mut slow = SimOptions::new(card("slow", "default", &[("qa", 0.9)], &["text"]));
+    let mut slow = offering("slow", "qa");
     slow.latency = Duration::from_secs(30);
-    let d = sim(slow).await;
-    let key = new_key();
-    let shared = cluster(&redis_url(), 2);
-    let url = d.url();
-    let gws = two_replicas(&shared, &tenant(&key), || {
-        TestGateway::builder().delegate(&url).config(ladp_rate(100))
-    })
-    .await;
+    let pair = Pair::start(slow, Some(100)).await;
+    let (d, key, gws) = (&pair.d, pair.key.as_str(), &pair.gws);
     let running = {
         let c = gws[0].client();
         let body = task_init("ctl", 42, "take your time", "");
-        let key = key.clone();
+        let key = key.to_owned();
         tokio::spawn(async move {
             let resp = c
                 .http
@@ -255,10 +242,10 @@ async fn a_halt_on_another_replica_stops_the_running_task() {
         "the task reached the delegate"
     );
     let two = &gws[1];
-    let said = send(two, Some(&key), status_request("ctl", 43)).await;
+    let said = send(two, Some(key), status_request("ctl", 43)).await;
     assert_eq!(string(&said.forms[0], "phase"), "running", "{}", said.text);
     let task_id = string(&said.forms[0], "task-id").to_owned();
-    let said = send(two, Some(&key), "(msg halt ctl gateway 45 (data))").await;
+    let said = send(two, Some(key), "(msg halt ctl gateway 45 (data))").await;
     assert_eq!(said.status, 200, "{}", said.text);
     let halt = ladp::Meta::from_sexp(&said.forms[0].data[0]).unwrap();
     assert_eq!(
@@ -274,10 +261,7 @@ async fn a_halt_on_another_replica_stops_the_running_task() {
     assert_eq!(status, 502, "{text}");
     assert!(text.contains("CANCELLED"), "{text}");
     assert!(text.contains(&format!("(task-id \"{task_id}\")")), "{text}");
-    let said = send(two, Some(&key), status_request("ctl", 46)).await;
+    let said = send(two, Some(key), status_request("ctl", 46)).await;
     assert_eq!(string(&said.forms[0], "phase"), "failed", "{}", said.text);
-    for gw in gws {
-        gw.shutdown().await;
-    }
-    d.shutdown().await;
+    pair.stop().await;
 }

@@ -34,28 +34,12 @@ async fn an_ldp_cancel_on_another_replica_stops_the_task() {
     let (sid, _) = one
         .session(json!({"preferred_payload_modes": ["text"]}))
         .await;
-    let submit = {
-        let (c, sid) = (one.clone(), sid.clone());
-        tokio::spawn(async move {
-            c.send(
-                &sid,
-                json!({"type": "TASK_SUBMIT", "task_id": "long-1", "skill": "echo", "input": "x"}),
-                "text",
-            )
-            .await
-        })
-    };
+    let submit = one.submit_behind(&sid, "long-1");
     assert!(
         eventually(Duration::from_secs(10), || slow.stats().tasks == 1).await,
         "task reached the delegate"
     );
-    let ack = two
-        .send(
-            &sid,
-            json!({"type": "TASK_CANCEL", "task_id": "long-1"}),
-            "text",
-        )
-        .await;
+    let ack = two.cancel(&sid, "long-1").await;
     assert_eq!(ack["body"]["type"], "TASK_UPDATE", "{ack}");
     assert_eq!(ack["body"]["message"], "cancelled", "{ack}");
     let done = submit.await.unwrap();
@@ -63,13 +47,7 @@ async fn an_ldp_cancel_on_another_replica_stops_the_task() {
     assert_eq!(slow.stats().cancels, 1, "the delegate was sent TASK_CANCEL");
     assert_eq!(slow.stats().results, 0, "cut short");
     // A task no replica runs: answered at once as not running (every replica said so).
-    let ack = two
-        .send(
-            &sid,
-            json!({"type": "TASK_CANCEL", "task_id": "never"}),
-            "text",
-        )
-        .await;
+    let ack = two.cancel(&sid, "never").await;
     assert_eq!(
         ack["body"]["message"], "task 'never' is not running",
         "{ack}"

@@ -473,28 +473,12 @@ async fn cancel_reaches_the_running_upstream_task() {
     let (sid, _) = c
         .session(json!({"preferred_payload_modes": ["text"]}))
         .await;
-    let submit = {
-        let (c, sid) = (c.clone(), sid.clone());
-        tokio::spawn(async move {
-            c.send(
-                &sid,
-                json!({"type": "TASK_SUBMIT", "task_id": "long-1", "skill": "echo", "input": "x"}),
-                "text",
-            )
-            .await
-        })
-    };
+    let submit = c.submit_behind(&sid, "long-1");
     assert!(
         eventually(Duration::from_secs(10), || slow.stats().tasks == 1).await,
         "task reached the delegate"
     );
-    let ack = c
-        .send(
-            &sid,
-            json!({"type": "TASK_CANCEL", "task_id": "long-1"}),
-            "text",
-        )
-        .await;
+    let ack = c.cancel(&sid, "long-1").await;
     assert_eq!(ack["body"]["type"], "TASK_UPDATE");
     assert_eq!(ack["body"]["message"], "cancelled");
     let done = submit.await.unwrap();

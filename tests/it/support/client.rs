@@ -355,6 +355,25 @@ impl Client {
         v["body"].clone()
     }
 
+    /// A text-mode TASK_SUBMIT of `task_id` (skill `echo`) sent in the background: its
+    /// answer when it comes.
+    pub fn submit_behind(
+        self: &std::sync::Arc<Self>,
+        session: &str,
+        task_id: &str,
+    ) -> tokio::task::JoinHandle<Value> {
+        let (c, session) = (self.clone(), session.to_owned());
+        let body =
+            json!({"type": "TASK_SUBMIT", "task_id": task_id, "skill": "echo", "input": "x"});
+        tokio::spawn(async move { c.send(&session, body, "text").await })
+    }
+
+    /// A TASK_CANCEL of `task_id`: the answer.
+    pub async fn cancel(&self, session: &str, task_id: &str) -> Value {
+        let body = json!({"type": "TASK_CANCEL", "task_id": task_id});
+        self.send(session, body, "text").await
+    }
+
     /// A text-mode TASK_SUBMIT, whatever the answer.
     pub async fn task_resp(&self, session: &str, skill: &str, input: Value) -> Resp {
         self.send_body(session, submit_body(skill, input)).await
