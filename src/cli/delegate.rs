@@ -1,7 +1,8 @@
 //! `ldp-gateway delegate`: run one simulated delegate (`ldp_gateway::sim`), with `--openai` a
 //! simulated OpenAI-compatible server (`ldp_gateway::sim::openai`), or with `--anthropic` a
-//! simulated Anthropic Messages API server (`ldp_gateway::sim::anthropic`), until Ctrl-C.
+//! simulated Anthropic Messages API server (`ldp_gateway::sim::anthropic`), until Ctrl-C or SIGTERM.
 
+use super::serve::Stop;
 use anyhow::Context as _;
 use ldp_gateway::ldp::PayloadMode;
 use ldp_gateway::secret::Secret;
@@ -83,17 +84,19 @@ pub struct DelegateArgs {
     pub seed: Option<u64>,
 }
 
-/// Binds, prints `listening on URL` (the readiness line), serves until Ctrl-C.
+/// Binds, prints `listening on URL` (the readiness line), serves until Ctrl-C or SIGTERM.
 pub async fn run(args: DelegateArgs) -> anyhow::Result<()> {
+    // Before the readiness line: a signal sent the moment it is read must find its handler.
+    let mut stop = Stop::listen();
     check_rate("--fail-rate", args.fail_rate)?;
     if let Some(accuracy) = args.accuracy {
         check_rate("--accuracy", accuracy)?;
     }
     if args.anthropic {
-        return run_anthropic(args).await;
+        return run_anthropic(args, stop).await;
     }
     let Some(card) = &args.card else {
-        return run_openai(args).await;
+        return run_openai(args, stop).await;
     };
     let card = load_card(card)?;
     let mut opts = SimOptions::new(card);
@@ -118,15 +121,13 @@ pub async fn run(args: DelegateArgs) -> anyhow::Result<()> {
     let handle = spawn(listener, opts).await?;
     ready(&handle.url())?;
     tracing::info!(delegate = %handle.state().card().delegate_id, url = %handle.url(), "simulated delegate up");
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    stop.wait().await;
     handle.shutdown().await;
     Ok(())
 }
 
 /// `--openai`: a simulated OpenAI-compatible server; the readiness line names its `/v1` base URL.
-async fn run_openai(args: DelegateArgs) -> anyhow::Result<()> {
+async fn run_openai(args: DelegateArgs, mut stop: Stop) -> anyhow::Result<()> {
     let rate_limit_rate = args.rate_limit_rate.unwrap_or(0.0);
     check_rate("--rate-limit-rate", rate_limit_rate)?;
     let mut opts = OpenAiOptions::new("sim-gpt");
@@ -145,15 +146,13 @@ async fn run_openai(args: DelegateArgs) -> anyhow::Result<()> {
     let handle = openai::spawn(listener, opts).await?;
     ready(&handle.url())?;
     tracing::info!(url = %handle.url(), "simulated OpenAI server up");
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    stop.wait().await;
     handle.shutdown().await;
     Ok(())
 }
 
 /// `--anthropic`: a simulated Anthropic server; the readiness line names its base URL.
-async fn run_anthropic(args: DelegateArgs) -> anyhow::Result<()> {
+async fn run_anthropic(args: DelegateArgs, mut stop: Stop) -> anyhow::Result<()> {
     let mut opts = AnthropicOptions::new("sim-claude");
     if !args.models.is_empty() {
         opts.models = args.models;
@@ -172,9 +171,7 @@ async fn run_anthropic(args: DelegateArgs) -> anyhow::Result<()> {
     let handle = anthropic::spawn(listener, opts).await?;
     ready(&handle.url())?;
     tracing::info!(url = %handle.url(), "simulated Anthropic server up");
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    stop.wait().await;
     handle.shutdown().await;
     Ok(())
 }

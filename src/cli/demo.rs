@@ -14,6 +14,7 @@ mod quiz;
 mod report;
 mod traffic;
 
+use super::serve::Stop;
 use anyhow::Context as _;
 use fleet::Member;
 use ldp_gateway::config::Config;
@@ -122,6 +123,9 @@ fn say(text: impl AsRef<str>) -> anyhow::Result<()> {
 
 /// `ldp-gateway demo`.
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    // First: a Ctrl-C or SIGTERM at any later moment (even just after "demo traffic done" is
+    // printed) is caught and kept for the wait that ends the demo.
+    let mut stop = Stop::listen();
     let work = WorkDir::create()?;
     // The report alone on the terminal: the gateway's logs go to a file, unless RUST_LOG says.
     let log_file = ldp_gateway::telemetry::log_file_unless_rust_log(
@@ -137,7 +141,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut config = demo_config(&args, work.path())?;
     let fleet = fleet::start(&config.delegates).await?;
     let outcome = match point_at(&mut config, &fleet) {
-        Ok(()) => with_gateway(&args, config, work.path(), &fleet).await,
+        Ok(()) => with_gateway(&args, config, work.path(), &fleet, &mut stop).await,
         Err(e) => Err(e),
     };
     fleet::stop(fleet).await;
@@ -194,13 +198,14 @@ async fn with_gateway(
     config: Config,
     work: &Path,
     fleet: &[Member],
+    stop: &mut Stop,
 ) -> anyhow::Result<()> {
     let token_env = config.admin.token_env.clone();
     let tiers = config.routing.tier_prices;
     let gateway = Gateway::start(config)
         .await
         .context("starting the gateway")?;
-    let outcome = demo(args, &gateway, work, fleet, &tiers, &token_env).await;
+    let outcome = demo(args, &gateway, work, fleet, &tiers, &token_env, stop).await;
     gateway.shutdown().await;
     outcome
 }
@@ -212,6 +217,7 @@ async fn demo(
     fleet: &[Member],
     tiers: &TierPrices,
     token_env: &str,
+    stop: &mut Stop,
 ) -> anyhow::Result<()> {
     let ldp = gateway.ldp_url();
     let admin = gateway.admin_url();
@@ -271,7 +277,7 @@ async fn demo(
     };
     let (results, quiz) = tokio::select! {
         results = traffic => results?,
-        () = super::serve::wait_for_signal() => {
+        () = stop.wait() => {
             say("interrupted; shutting down")?;
             return Ok(());
         }
@@ -339,7 +345,7 @@ async fn demo(
         elapsed.as_secs_f64()
     ))?;
     if !args.exit {
-        super::serve::wait_for_signal().await;
+        stop.wait().await;
         say("shutting down")?;
     }
     Ok(())
