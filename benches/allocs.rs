@@ -62,7 +62,7 @@ impl AllocationTracker for Counter {
         let n = ALLOCS.fetch_add(1, Relaxed);
         BYTES.fetch_add(size as u64, Relaxed);
         let every = TRACE_EVERY.load(Relaxed);
-        if every > 0 && n % every == 0 {
+        if every > 0 && n.is_multiple_of(every) {
             // The tracker runs with tracking suspended: what this allocates is not counted.
             let trace = std::backtrace::Backtrace::force_capture().to_string();
             let site = site(&trace);

@@ -394,7 +394,8 @@ impl Proxy {
         let rt = tokio::runtime::Handle::try_current().ok()?;
         // Boxed: a task's future is kilobytes, and tokio copies a spawned future into its
         // task cell and the whole cell's stage again when it finishes; boxed, those copies
-        // are a pointer's.
+        // are a pointer's. The box itself is one more copy of `fut`: a block that runs a task
+        // makes the task's future with [`boxed`] inside it, so `fut` stays small.
         Some(self.tasks.spawn_on(Box::pin(fut), &rt))
     }
 
@@ -665,4 +666,13 @@ fn spend_of(spend: &[(String, f64)], tenant: &str) -> f64 {
         .iter()
         .find(|(n, _)| n == tenant)
         .map_or(0.0, |(_, s)| *s)
+}
+
+/// The future `make` returns, made straight on the heap: a task's future is kilobytes (the
+/// whole pipeline's states), and made first and then boxed (or passed by value, as to a
+/// spawn) it is copied whole each time. Awaited inside a spawned block, it keeps the block,
+/// and the copies a spawn makes of it, small.
+pub fn boxed<F: std::future::Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<F>> {
+    // Allocated before `make` runs, so the compiler can have it write its future in place.
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
 }

@@ -125,7 +125,8 @@ async fn message(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Re
             let _registered = registered;
             let deltas = tx.as_ref();
             let ingress = Ingress::Anthropic;
-            run(&proxy, &ctx, ingress, &chat, input, &skill, id, deltas).await
+            crate::proxy::boxed(|| run(&proxy, &ctx, ingress, &chat, input, &skill, id, deltas))
+                .await
         })
         .ok_or_else(|| ApiError::new(GatewayCode::Unavailable, "the gateway is stopping"))?;
     let answered = match rx {

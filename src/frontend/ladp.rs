@@ -152,7 +152,7 @@ async fn task(s: &AppState, ctx: RequestCtx, msg: ladp::Msg, init: ladp::TaskIni
     // Its own (tracked) task: a client that leaves does not stop its settling and ledger row.
     let spawned = s.proxy.spawn_tracked(async move {
         let _registered = registered;
-        run(&proxy, &ctx, &init, id).await
+        crate::proxy::boxed(|| run(&proxy, &ctx, &init, id)).await
     });
     let Some(handle) = spawned else {
         s.ladp

@@ -76,7 +76,7 @@ async fn answer(
         // Short exchanges: run in the request, boxed: inline, `handle`'s future (the task path
         // included) would make every request's handler future as large and copy it at each
         // layer it passes through.
-        return Ok(Box::pin(s.proxy.handle(env, &ctx)).await?);
+        return Ok(crate::proxy::boxed(|| s.proxy.handle(env, &ctx)).await?);
     };
     // A task runs on as its own (tracked) task, as on `/ldp/stream`: if the client goes away
     // this future is dropped, and the task must still settle its budget reservation and write
@@ -89,7 +89,7 @@ async fn answer(
         .proxy
         .spawn_tracked(async move {
             let _registered = registered;
-            proxy.handle(env, &ctx).await
+            crate::proxy::boxed(|| proxy.handle(env, &ctx)).await
         })
         .ok_or_else(|| ApiError::new(GatewayCode::Unavailable, "the gateway is stopping"))?;
     let joined = task.await;
@@ -190,7 +190,7 @@ pub(crate) async fn stream(
     let metrics = s.metrics.clone();
     let Some(task) = s.proxy.spawn_tracked(async move {
         let _registered = registered;
-        proxy.handle_with(env, &ctx, Some(&tx)).await
+        crate::proxy::boxed(|| proxy.handle_with(env, &ctx, Some(&tx))).await
     }) else {
         return refuse(ApiError::new(
             GatewayCode::Unavailable,

@@ -95,7 +95,7 @@ async fn served(s: &AppState, headers: &HeaderMap, body: HttpBody) -> Result<Res
     // Its own (tracked) task: a client that leaves does not stop its settling and ledger row.
     let task = s.proxy.spawn_tracked(async move {
         let _registered = registered;
-        answer(&proxy, &ctx, &req, task_id, repair_id).await
+        crate::proxy::boxed(|| answer(&proxy, &ctx, &req, task_id, repair_id)).await
     });
     let Some(task) = task else {
         return Err(Refused {

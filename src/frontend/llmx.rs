@@ -207,7 +207,8 @@ async fn answer(s: AppState, ctx: RequestCtx, inbound: Inbound, header: Header) 
         // settling and its ledger row.
         let spawned = s.proxy.spawn_tracked(async move {
             let _registered = registered;
-            let a = run(&proxy, &registry, &ctx, &job, task_id, timeout).await;
+            let a =
+                crate::proxy::boxed(|| run(&proxy, &registry, &ctx, &job, task_id, timeout)).await;
             answered(i);
             let _ = tx.send(a).await;
         });

@@ -201,7 +201,7 @@ async fn completion(
         .spawn_tracked(async move {
             let _registered = registered;
             let deltas = tx.as_ref();
-            chat(&proxy, &ctx, req, &skill, id, deltas).await
+            crate::proxy::boxed(|| chat(&proxy, &ctx, req, &skill, id, deltas)).await
         })
         .ok_or_else(|| ApiError::new(GatewayCode::Unavailable, "the gateway is stopping"))?;
     let reply = Reply {

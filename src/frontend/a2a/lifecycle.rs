@@ -175,7 +175,7 @@ async fn start(
     // Tracked: a client that leaves does not stop the task, its settling or its ledger row.
     let spawned = s.proxy.spawn_tracked(async move {
         let _registered = registered;
-        run(&runner.proxy, &runner.a2a, &ctx, job, session).await;
+        crate::proxy::boxed(|| run(&runner.proxy, &runner.a2a, &ctx, job, session)).await;
     });
     let Some(ran) = spawned else {
         let e = ErrorObject::new(ErrorCode::Internal, "the gateway is stopping");
