@@ -1,6 +1,7 @@
 //! `ldp-gateway delegate`: run one simulated delegate (`ldp_gateway::sim`), with `--openai` a
 //! simulated OpenAI-compatible server (`ldp_gateway::sim::openai`), or with `--anthropic` a
-//! simulated Anthropic Messages API server (`ldp_gateway::sim::anthropic`), until Ctrl-C or SIGTERM.
+//! simulated Anthropic Messages API server (`ldp_gateway::sim::anthropic`), until Ctrl-C or
+//! SIGTERM.
 
 use super::serve::Stop;
 use anyhow::Context as _;
