@@ -31,6 +31,34 @@ use std::time::{Duration, Instant};
 /// Weight of an entry beyond its key and value: its map slot, its queue records, its times.
 pub const ENTRY_OVERHEAD: usize = 128;
 
+/// Bytes `v` holds in memory beyond its own slot: each array element's slot, each map entry
+/// ([`json_map_in_memory`]) and each string's bytes. A table weighs the JSON it keeps with
+/// this, not with its serialised length: a map of small values holds several times its text.
+pub fn json_in_memory(v: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => s.len(),
+        Value::Array(a) => a
+            .iter()
+            .map(|v| std::mem::size_of::<Value>() + json_in_memory(v))
+            .sum(),
+        Value::Object(o) => json_map_in_memory(o),
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+    }
+}
+
+/// Bytes a JSON map holds in memory beyond its own slot: per entry its key, its value's slot
+/// and its share of the map's nodes, and what the value holds ([`json_in_memory`]).
+pub fn json_map_in_memory(m: &serde_json::Map<String, serde_json::Value>) -> usize {
+    /// An entry's key and value slots and its share of a B-tree node's links.
+    const ENTRY: usize = std::mem::size_of::<String>()
+        + std::mem::size_of::<serde_json::Value>()
+        + 2 * std::mem::size_of::<usize>();
+    m.iter()
+        .map(|(k, v)| ENTRY + k.len() + json_in_memory(v))
+        .sum()
+}
+
 /// What a table's values say of themselves.
 pub trait Kept<K> {
     /// Bytes the entry holds: its key and its value (the table adds [`ENTRY_OVERHEAD`]).

@@ -11,15 +11,17 @@
 //! the bus, and cancels it there (the replica running it hears of the cancel and stops).
 
 use crate::config::A2aConfig;
-use crate::fair::{Changed, FairTable, Kept, Refused, TableStats};
+use crate::fair::{
+    json_in_memory, json_map_in_memory, Changed, FairTable, Kept, Refused, TableStats,
+};
 use crate::ldp::SessionId;
-use crate::provenance::bounds::json_weight;
 use crate::state::a2a_store::SharedA2a;
 use crate::state::bus::Note;
 use crate::state::StoreError;
-use a2a_wire::v1::{Message, Part, PartContent, StreamResponse, Task, TaskState};
+use a2a_wire::v1::{Artifact, Message, Part, PartContent, StreamResponse, Task, TaskState};
 use a2a_wire::Map;
 use dashmap::DashMap;
+use std::mem::size_of;
 use std::sync::Arc;
 use tokio::sync::broadcast;
 
@@ -44,7 +46,11 @@ impl Kept<String> for Entry {
         let events = self.events.as_ref().map_or(0, |_| {
             EVENTS_BUFFERED * std::mem::size_of::<StreamResponse>()
         });
-        id.len() + task_weight(&self.task) + self.session.as_ref().map_or(0, |s| s.len()) + events
+        size_of::<Entry>()
+            + id.len()
+            + task_weight(&self.task)
+            + self.session.as_ref().map_or(0, |s| s.len())
+            + events
     }
 
     fn running(&self) -> bool {
@@ -63,58 +69,73 @@ impl Kept<String> for Context {
     }
 }
 
-/// About how many bytes a task's snapshot holds (its strings, parts and JSON values).
+/// About how many bytes of memory a task's snapshot holds beyond its own slot: its messages',
+/// artifacts' and parts' slots, its strings, and its JSON as it sits in memory
+/// ([`json_in_memory`]: the provenance under its metadata is a tree of small maps, several
+/// times its text).
 pub fn task_weight(t: &Task) -> usize {
-    let map = |m: &Option<Map>| m.as_ref().map_or(0, map_weight);
-    let messages = |ms: &[Message]| ms.iter().map(message_weight).sum::<usize>();
+    let map = |m: &Option<Map>| m.as_ref().map_or(0, json_map_in_memory);
+    let messages = |ms: &[Message]| {
+        ms.iter()
+            .map(|m| size_of::<Message>() + message_weight(m))
+            .sum::<usize>()
+    };
     let artifacts: usize = t
         .artifacts
         .iter()
         .map(|a| {
-            a.artifact_id.len()
+            size_of::<Artifact>()
+                + a.artifact_id.len()
                 + a.name.len()
                 + a.description.len()
                 + parts_weight(&a.parts)
                 + map(&a.metadata)
-                + map_weight(&a.rest)
+                + strings(&a.extensions)
+                + json_map_in_memory(&a.rest)
         })
         .sum();
     t.id.len()
         + t.context_id.len()
         + t.status.message.as_ref().map_or(0, message_weight)
-        + map_weight(&t.status.rest)
+        + json_map_in_memory(&t.status.rest)
         + artifacts
         + messages(&t.history)
         + map(&t.metadata)
-        + map_weight(&t.rest)
+        + json_map_in_memory(&t.rest)
 }
 
-fn map_weight(m: &Map) -> usize {
-    m.iter().map(|(k, v)| k.len() + json_weight(v)).sum()
-}
-
+/// What a message holds beyond its own slot.
 fn message_weight(m: &Message) -> usize {
     m.message_id.len()
         + m.context_id.len()
         + m.task_id.len()
         + parts_weight(&m.parts)
-        + m.metadata.as_ref().map_or(0, map_weight)
-        + map_weight(&m.rest)
+        + m.metadata.as_ref().map_or(0, json_map_in_memory)
+        + strings(&m.extensions)
+        + strings(&m.reference_task_ids)
+        + json_map_in_memory(&m.rest)
 }
 
+/// What a list of strings holds: their slots and bytes.
+fn strings(list: &[String]) -> usize {
+    list.iter().map(|s| size_of::<String>() + s.len()).sum()
+}
+
+/// What parts hold, their slots included.
 fn parts_weight(parts: &[Part]) -> usize {
     parts
         .iter()
         .map(|p| {
             let content = match &p.content {
                 PartContent::Text(s) | PartContent::Raw(s) | PartContent::Url(s) => s.len(),
-                PartContent::Data(v) => json_weight(v),
+                PartContent::Data(v) => json_in_memory(v),
             };
-            content
+            size_of::<Part>()
+                + content
                 + p.filename.len()
                 + p.media_type.len()
-                + p.metadata.as_ref().map_or(0, map_weight)
-                + map_weight(&p.rest)
+                + p.metadata.as_ref().map_or(0, json_map_in_memory)
+                + json_map_in_memory(&p.rest)
         })
         .sum()
 }
@@ -636,6 +657,28 @@ mod tests {
             metadata: None,
             rest: Default::default(),
         }
+    }
+
+    /// The provenance under a task's metadata is a tree of small maps: weighed by its text
+    /// (about 12 bytes an entry here), a table of such tasks held several times its bound.
+    #[test]
+    fn a_tasks_weight_counts_its_metadata_as_it_sits_in_memory() {
+        let mut t = task("t", "c");
+        let entries: Map = (0..200)
+            .map(|i| (format!("k{i}"), serde_json::json!({ "n": i })))
+            .collect();
+        let text = serde_json::to_string(&entries).unwrap().len();
+        t.metadata = Some(entries);
+        let per_entry = 2 * (size_of::<String>() + size_of::<serde_json::Value>());
+        let weight = task_weight(&t);
+        assert!(
+            weight >= 200 * per_entry,
+            "{weight} bytes for 200 nested entries"
+        );
+        assert!(
+            weight > 3 * text,
+            "{weight} against its {text} bytes of text"
+        );
     }
 
     fn done_with(output: usize) -> impl FnOnce(&mut Task) {
