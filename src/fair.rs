@@ -31,31 +31,41 @@ use std::time::{Duration, Instant};
 /// Weight of an entry beyond its key and value: its map slot, its queue records, its times.
 pub const ENTRY_OVERHEAD: usize = 128;
 
+/// A JSON map entry in memory: its key's and value's slots and its share of a B-tree node's
+/// links.
+const JSON_ENTRY: usize = std::mem::size_of::<String>()
+    + std::mem::size_of::<serde_json::Value>()
+    + 2 * std::mem::size_of::<usize>();
+
 /// Bytes `v` holds in memory beyond its own slot: each array element's slot, each map entry
-/// ([`json_map_in_memory`]) and each string's bytes. A table weighs the JSON it keeps with
+/// (its key and [`JSON_ENTRY`]) and each string's bytes. A table weighs the JSON it keeps with
 /// this, not with its serialised length: a map of small values holds several times its text.
+/// A loop, not recursion: no depth of value overflows the stack.
 pub fn json_in_memory(v: &serde_json::Value) -> usize {
     use serde_json::Value;
-    match v {
-        Value::String(s) => s.len(),
-        Value::Array(a) => a
-            .iter()
-            .map(|v| std::mem::size_of::<Value>() + json_in_memory(v))
-            .sum(),
-        Value::Object(o) => json_map_in_memory(o),
-        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+    let mut total = 0;
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        total += match v {
+            Value::String(s) => s.len(),
+            Value::Array(a) => {
+                stack.extend(a);
+                a.len() * std::mem::size_of::<Value>()
+            }
+            Value::Object(o) => {
+                stack.extend(o.values());
+                o.keys().map(|k| JSON_ENTRY + k.len()).sum()
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        };
     }
+    total
 }
 
-/// Bytes a JSON map holds in memory beyond its own slot: per entry its key, its value's slot
-/// and its share of the map's nodes, and what the value holds ([`json_in_memory`]).
+/// Bytes a JSON map holds in memory beyond its own slot ([`json_in_memory`] of its entries).
 pub fn json_map_in_memory(m: &serde_json::Map<String, serde_json::Value>) -> usize {
-    /// An entry's key and value slots and its share of a B-tree node's links.
-    const ENTRY: usize = std::mem::size_of::<String>()
-        + std::mem::size_of::<serde_json::Value>()
-        + 2 * std::mem::size_of::<usize>();
     m.iter()
-        .map(|(k, v)| ENTRY + k.len() + json_in_memory(v))
+        .map(|(k, v)| JSON_ENTRY + k.len() + json_in_memory(v))
         .sum()
 }
 
