@@ -41,10 +41,10 @@ pub fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-/// A fresh id for a task the gateway names (a front end's request): a UUID v7, whose leading time orders ids as they are made, so that the
-/// ledger's task-id indexes take each new row at their end rather than on a random page (each
-/// a page written on the next commit). Unique and hard to guess, but it tells when it was
-/// made: not for ids that guard access.
+/// A fresh id for a task the gateway names (a front end's request): a UUID v7, whose leading
+/// time orders ids as they are made, so that the ledger's task-id indexes take each new row at
+/// their end rather than on a random page (each a page written on the next commit). Unique and
+/// hard to guess, but it tells when it was made: not for ids that guard access.
 pub fn new_task_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }

@@ -43,9 +43,10 @@ impl Kept<String> for Entry {
     /// Its snapshot (output, history, metadata), its session id and, while it runs, its
     /// events' buffer.
     fn weight(&self, id: &String) -> usize {
-        let events = self.events.as_ref().map_or(0, |_| {
-            EVENTS_BUFFERED * std::mem::size_of::<StreamResponse>()
-        });
+        let events = self
+            .events
+            .as_ref()
+            .map_or(0, |_| EVENTS_BUFFERED * size_of::<StreamResponse>());
         size_of::<Entry>()
             + id.len()
             + task_weight(&self.task)
